@@ -1,0 +1,36 @@
+# kiban: `make demo` and `make test` bootstrap everything they need from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test lint typecheck unit clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,demo]'
+	touch $(STAMP)
+
+demo: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+
+lint: setup
+	$(BIN)/ruff check src tests examples
+
+typecheck: setup
+	$(BIN)/mypy
+
+test: setup
+	bash scripts/ensure-postgres.sh
+	$(BIN)/ruff check src tests examples
+	$(BIN)/mypy
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
+
+unit: setup
+	$(BIN)/pytest -m "not e2e and not postgres"
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

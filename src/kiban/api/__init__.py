@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI): the only way into the platform."""

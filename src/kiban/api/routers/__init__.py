@@ -1,0 +1,1 @@
+"""Thin routers: parse the request, call a service, shape the answer."""

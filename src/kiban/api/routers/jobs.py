@@ -1,0 +1,162 @@
+"""Jobs: submit, list, get, cancel, events, logs (with follow streaming)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api.schemas import EventOut, JobOut, event_out, job_out, requested
+from kiban.domain.manifests import load_document
+from kiban.domain.states import JobState
+from kiban.platform import Platform
+from kiban.services import events, jobs
+from kiban.services.auth import Principal
+from kiban.services.errors import invalid
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+LOG_CHUNK = 64 * 1024
+
+
+async def _manifest(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > 1024 * 1024:
+        raise invalid("", "manifest larger than 1 MiB")
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise invalid("", "the manifest is not UTF-8 text") from None
+    if "json" in request.headers.get("content-type", ""):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise invalid(
+                "", f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from None
+        if not isinstance(data, dict):
+            raise invalid("", "a manifest must be a JSON object")
+        return data
+    return load_document(text)
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobOut,
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/yaml": {"schema": {"type": "string"}},
+            },
+            "required": True,
+        }
+    },
+)
+async def submit_job(
+    request: Request, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> JobOut:
+    """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``)."""
+    document = await _manifest(request)
+
+    def _submit() -> JobOut:
+        job = jobs.submit(
+            session, principal, document, facts=platform.facts, at=platform.clock.now()
+        )
+        session.commit()
+        return job_out(job)
+
+    out = await run_in_threadpool(_submit)
+    platform.loop.wake()
+    return out
+
+
+@router.get("", response_model=list[JobOut])
+def list_jobs(
+    principal: PrincipalDep,
+    session: SessionDep,
+    state: Annotated[list[str] | None, Query(description="filter by state (repeatable)")] = None,
+    queue: str | None = None,
+    tenant: str | None = None,
+    name: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[JobOut]:
+    rows = jobs.list_jobs(
+        session, principal, states=state or (), queue=queue, tenant=tenant, name=name, limit=limit
+    )
+    return [job_out(j) for j in rows]
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: str, principal: PrincipalDep, session: SessionDep) -> JobOut:
+    job = jobs.get_visible(session, principal, job_id)
+    return job_out(job, jobs.replicas_of(session, job), with_spec=True)
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel_job(
+    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> JobOut:
+    job = jobs.cancel(session, principal, job_id, platform.clock.now())
+    session.commit()
+    platform.loop.wake()
+    return job_out(job)
+
+
+@router.get("/{job_id}/events", response_model=list[EventOut])
+def job_events(
+    job_id: str,
+    principal: PrincipalDep,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0)] = 0,
+) -> list[EventOut]:
+    job = jobs.get_visible(session, principal, job_id)
+    return [event_out(e) for e in events.for_object(session, "Job", job.id, after_id=after)]
+
+
+def _job_state(platform: Platform, principal: Principal, job_id: str) -> JobState:
+    with platform.sessions() as session:
+        return JobState(jobs.get_visible(session, principal, job_id).state)
+
+
+@router.get(
+    "/{job_id}/logs",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def job_logs(
+    job_id: str,
+    platform: PlatformDep,
+    principal: PrincipalDep,
+    rank: Annotated[int, Query(ge=0, le=100000)] = 0,
+    follow: bool = False,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> StreamingResponse:
+    """A replica's output; with ``follow`` it streams until the job has finished."""
+    state = await run_in_threadpool(_job_state, platform, principal, job_id)
+    with platform.sessions() as session:
+        total, _ = requested(jobs.get_visible(session, principal, job_id).spec)
+    if rank >= max(total, 1):
+        raise invalid("rank", f"job {job_id} has ranks 0 to {max(total, 1) - 1}")
+
+    async def stream() -> AsyncIterator[bytes]:
+        position = offset
+        current = state
+        while True:
+            data, position = platform.executor.read_log(job_id, rank, position, LOG_CHUNK)
+            if data:
+                yield data
+                continue
+            if not follow or current.terminal:
+                return
+            await asyncio.sleep(0.2)
+            current = await run_in_threadpool(_job_state, platform, principal, job_id)
+
+    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")

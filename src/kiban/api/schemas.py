@@ -1,0 +1,210 @@
+"""What the API returns (camelCase JSON), built from store rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from kiban.store.models import Event, Job, Node, Queue, Replica, Tenant
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class ReasonOut(ApiModel):
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReplicaOut(ApiModel):
+    task: str
+    index: int
+    rank: int
+    node: str
+    gpu_ids: list[int]
+    state: str
+    pid: int | None
+    exit_code: int | None
+    started_at: float | None
+    finished_at: float | None
+
+
+class JobOut(ApiModel):
+    id: str
+    name: str
+    tenant: str
+    queue: str
+    state: str
+    priority: int
+    attempt: int
+    submitted_at: float
+    admitted_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    reason: ReasonOut | None
+    queue_position: int | None
+    message: str | None
+    master_port: int | None
+    gpus: int = 0
+    replica_count: int = 0
+    spec: dict[str, Any] | None = None
+    replicas: list[ReplicaOut] | None = None
+
+
+class EventOut(ApiModel):
+    id: int
+    type: str
+    reason: str
+    message: str
+    at: float
+
+
+class QueueOut(ApiModel):
+    name: str
+    tenant: str
+    gpu_quota: int | None
+    strategy: str
+    gpus_in_use: int
+    pending: int
+    running: int
+
+
+class NodeOut(ApiModel):
+    name: str
+    gpus: int
+    gpus_in_use: int
+    cpu_millis: int
+    memory: int
+    labels: dict[str, str]
+    healthy: bool
+    health_message: str
+    cordoned: bool
+
+
+class TenantOut(ApiModel):
+    name: str
+    created_at: float
+
+
+class QueueIn(ApiModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    name: str
+    tenant: str
+    quota: dict[str, int] = Field(default_factory=dict)
+    strategy: str = "StrictFIFO"
+
+
+class TenantIn(ApiModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    name: str
+
+
+class TokenIn(ApiModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    name: str
+
+
+class TokenOut(ApiModel):
+    name: str
+    tenant: str
+    token: str
+
+
+class WhoAmI(ApiModel):
+    name: str
+    tenant: str | None
+    is_admin: bool
+
+
+def requested(spec: dict[str, Any]) -> tuple[int, int]:
+    """Replicas and GPUs a stored (already validated) manifest asks for."""
+    tasks = spec.get("spec", {}).get("tasks", [])
+    count = sum(int(t.get("replicas", 1)) for t in tasks)
+    gpus = sum(int(t.get("replicas", 1)) * int(t.get("resources", {}).get("gpu", 0)) for t in tasks)
+    return count, gpus
+
+
+def job_out(job: Job, replicas: list[Replica] | None = None, with_spec: bool = False) -> JobOut:
+    count, gpus = requested(job.spec)
+    reason = None
+    if job.reason_code:
+        reason = ReasonOut(
+            code=job.reason_code, message=job.reason_message or "", details=job.reason_details or {}
+        )
+    return JobOut(
+        id=job.id,
+        name=job.name,
+        tenant=job.tenant,
+        queue=job.queue,
+        state=job.state,
+        priority=job.priority,
+        attempt=job.attempt,
+        submitted_at=job.submitted_at,
+        admitted_at=job.admitted_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        reason=reason,
+        queue_position=job.queue_position,
+        message=job.message,
+        master_port=job.master_port,
+        gpus=gpus,
+        replica_count=count,
+        spec=job.spec if with_spec else None,
+        replicas=None if replicas is None else [replica_out(r) for r in replicas],
+    )
+
+
+def replica_out(r: Replica) -> ReplicaOut:
+    return ReplicaOut(
+        task=r.task,
+        index=r.index,
+        rank=r.rank,
+        node=r.node,
+        gpu_ids=list(r.gpu_ids or []),
+        state=r.state,
+        pid=r.pid,
+        exit_code=r.exit_code,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
+    )
+
+
+def event_out(e: Event) -> EventOut:
+    return EventOut(id=e.id, type=e.type, reason=e.reason, message=e.message, at=e.at)
+
+
+def queue_out(q: Queue, usage: dict[str, int]) -> QueueOut:
+    return QueueOut(
+        name=q.name,
+        tenant=q.tenant,
+        gpu_quota=q.gpu_quota,
+        strategy=q.strategy,
+        gpus_in_use=usage.get("gpus_in_use", 0),
+        pending=usage.get("pending", 0),
+        running=usage.get("running", 0),
+    )
+
+
+def node_out(n: Node, gpus_in_use: int) -> NodeOut:
+    return NodeOut(
+        name=n.name,
+        gpus=n.gpus,
+        gpus_in_use=gpus_in_use,
+        cpu_millis=n.cpu_millis,
+        memory=n.memory,
+        labels=dict(n.labels or {}),
+        healthy=n.healthy,
+        health_message=n.health_message,
+        cordoned=n.cordoned,
+    )
+
+
+def tenant_out(t: Tenant) -> TenantOut:
+    return TenantOut(name=t.name, created_at=t.created_at)

@@ -1,0 +1,52 @@
+"""``kiban admin``: tenants, their tokens and queues (needs the admin token)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kiban.cli import render
+from kiban.sdk.client import Client
+
+admin_app = typer.Typer(help="Create tenants, member tokens and queues.", no_args_is_help=True)
+
+
+@admin_app.command("create-tenant")
+def create_tenant(name: Annotated[str, typer.Argument(help="tenant (team) name")]) -> None:
+    """Create a tenant."""
+    with Client() as api:
+        api.create_tenant(name)
+    render.err.print(f"tenant {name} created")
+
+
+@admin_app.command("create-token")
+def create_token(
+    tenant: Annotated[str, typer.Argument(help="tenant the member belongs to")],
+    name: Annotated[str, typer.Argument(help="who the token is for")],
+) -> None:
+    """Create a member's token; prints it alone on stdout (it is shown only once)."""
+    with Client() as api:
+        token = api.create_token(tenant, name)
+    print(token)
+
+
+@admin_app.command("create-queue")
+def create_queue(
+    name: Annotated[str, typer.Argument(help="queue name")],
+    tenant: Annotated[str, typer.Option(help="tenant that owns it")],
+    gpu_quota: Annotated[int | None, typer.Option(help="GPU quota (default: none)")] = None,
+    strategy: Annotated[str, typer.Option(help="StrictFIFO or BestEffortFIFO")] = "StrictFIFO",
+) -> None:
+    """Create a queue for a tenant."""
+    with Client() as api:
+        api.create_queue(name, tenant, gpu_quota, strategy)
+    render.err.print(f"queue {name} created for tenant {tenant}")
+
+
+@admin_app.command("tenants")
+def tenants() -> None:
+    """List tenants."""
+    with Client() as api:
+        for tenant in api.tenants():
+            render.out.print(tenant["name"])

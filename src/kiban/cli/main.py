@@ -1,0 +1,308 @@
+"""``kiban``: run the platform, submit and watch jobs, look at queues and nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from kiban.cli import render
+from kiban.cli.admin import admin_app
+from kiban.domain.errors import SpecError
+from kiban.domain.manifests import load_document
+from kiban.sdk.client import ApiError, Client, default_home
+
+app = typer.Typer(
+    name="kiban",
+    help="kiban: a multi-tenant GPU platform. Start it with `kiban up`, then `kiban run` or "
+    "`kiban submit` jobs from another terminal.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(admin_app, name="admin")
+
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json")]
+TERMINAL = {"Succeeded", "Failed", "Cancelled"}
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    render.err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def check_output(output: str) -> None:
+    if output not in ("table", "json"):
+        fail(f"--output must be table or json, not {output!r}")
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def client() -> Client:
+    return Client()
+
+
+# -- the platform ------------------------------------------------------------------------------
+@app.command()
+def up(
+    home: Annotated[Path | None, typer.Option(help="state directory (default ~/.kiban)")] = None,
+    port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8470,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    nodes: Annotated[int | None, typer.Option(help="virtual nodes of the local executor")] = None,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs of each virtual node")] = 0,
+    config: Annotated[Path | None, typer.Option(help="cluster file: nodes and queues")] = None,
+    db: Annotated[str | None, typer.Option(help="store URL, e.g. postgresql+psycopg://...")] = None,
+) -> None:
+    """Run the whole platform in the foreground: API, scheduler and local executor."""
+    from pydantic import ValidationError
+
+    from kiban.domain.cluster import parse_cluster_config
+    from kiban.domain.manifests import problems_from_validation
+    from kiban.server import ServerOptions, serve
+
+    if nodes is not None and nodes < 1:
+        fail("--nodes must be at least 1")
+    if gpus_per_node < 0:
+        fail("--gpus-per-node must not be negative")
+    if not 0 <= port <= 65535:
+        fail("--port must be between 0 and 65535")
+    cluster = None
+    if config is not None:
+        try:
+            document = load_document(config.read_text())
+            cluster = parse_cluster_config(document)
+        except OSError as exc:
+            fail(f"cannot read {config}: {exc.strerror}")
+        except ValidationError as exc:
+            problems = "; ".join(str(p) for p in problems_from_validation(exc))
+            fail(f"{config}: {problems}")
+    home = (home or default_home()).expanduser().resolve()
+    options = ServerOptions(
+        home=home,
+        host=host,
+        port=port,
+        db_url=db,
+        config=cluster,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(options)
+
+
+# -- submitting --------------------------------------------------------------------------------
+def read_manifest(file: str) -> dict[str, Any]:
+    if file == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(file).read_text()
+        except OSError as exc:
+            fail(f"cannot read {file}: {exc.strerror}")
+    document = load_document(text)
+    spec = document.get("spec")
+    if document.get("apiVersion") == "kiban/v1" and isinstance(spec, dict):
+        spec.setdefault("workingDir", os.getcwd())
+    return document
+
+
+@app.command()
+def submit(
+    file: Annotated[str, typer.Argument(help="job manifest (YAML or JSON); - for stdin")],
+) -> None:
+    """Submit a job manifest; prints the job id alone on stdout."""
+    document = read_manifest(file)
+    with client() as api:
+        job = api.submit(document)
+    print(job["id"])
+    render.err.print(f"job {job['id']} submitted to queue {job['queue']}")
+
+
+def job_name_for(command: list[str]) -> str:
+    base = Path(command[0]).name.lower() if command else "run"
+    if base.startswith("python") and len(command) > 1:
+        base = Path(command[1]).stem.lower()
+    name = re.sub(r"[^a-z0-9-]+", "-", base).strip("-")[:40]
+    return name or "run"
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    command: Annotated[list[str], typer.Argument(help="the command, after --")],
+    name: Annotated[str | None, typer.Option(help="job name")] = None,
+    queue: Annotated[str, typer.Option(help="queue to submit to")] = "default",
+    nodes: Annotated[int, typer.Option(help="replicas (one per node)")] = 1,
+    gpus_per_node: Annotated[
+        int, typer.Option("--gpus-per-node", "--gpus", help="GPUs per replica")
+    ] = 0,
+    cpus: Annotated[float, typer.Option(help="CPUs per replica")] = 1.0,
+    memory: Annotated[str, typer.Option(help="memory per replica, e.g. 4Gi")] = "1Gi",
+    priority: Annotated[str | None, typer.Option(help="priority class")] = None,
+    launcher: Annotated[str, typer.Option(help="torchrun or none")] = "none",
+    max_runtime: Annotated[str | None, typer.Option(help="e.g. 2h")] = None,
+) -> None:
+    """Run a command as a job: ``kiban run --nodes 2 --gpus-per-node 4 -- torchrun train.py``."""
+    spec: dict[str, Any] = {
+        "queue": queue,
+        "launcher": launcher,
+        "workingDir": os.getcwd(),
+        "tasks": [
+            {
+                "name": "worker",
+                "replicas": nodes,
+                "resources": {"gpu": gpus_per_node, "cpu": cpus, "memory": memory},
+                "command": command,
+            }
+        ],
+    }
+    if priority:
+        spec["priorityClass"] = priority
+    if max_runtime:
+        spec["maxRuntime"] = max_runtime
+    document = {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": name or job_name_for(command)},
+        "spec": spec,
+    }
+    with client() as api:
+        job = api.submit(document)
+    print(job["id"])
+    render.err.print(f"job {job['id']} submitted to queue {job['queue']}")
+
+
+# -- looking -------------------------------------------------------------------------------------
+@app.command("ls")
+def list_jobs(
+    output: OutputOpt = "table",
+    state: Annotated[list[str] | None, typer.Option(help="filter by state (repeatable)")] = None,
+    queue: Annotated[str | None, typer.Option(help="filter by queue")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many")] = 100,
+) -> None:
+    """List jobs, newest first."""
+    check_output(output)
+    with client() as api:
+        jobs = api.jobs(state=state, queue=queue, limit=limit)
+    if output == "json":
+        print_json(jobs)
+    else:
+        render.out.print(render.jobs_table(jobs))
+
+
+@app.command()
+def describe(
+    job_id: Annotated[str, typer.Argument(help="job id")], output: OutputOpt = "table"
+) -> None:
+    """A job's spec, state, placement, pending reason, queue position and events."""
+    check_output(output)
+    with client() as api:
+        job = api.job(job_id)
+        events = api.events(job_id)
+    if output == "json":
+        print_json({**job, "events": events})
+    else:
+        render.describe_job(job, events)
+
+
+@app.command()
+def logs(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="stream until the job ends")
+    ] = False,
+    rank: Annotated[int, typer.Option(help="which replica")] = 0,
+) -> None:
+    """A replica's output (rank 0 unless told)."""
+    with client() as api:
+        for chunk in api.logs(job_id, rank=rank, follow=follow):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+
+
+@app.command()
+def wait(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds")] = None,
+) -> None:
+    """Wait for a job to finish; exit 0 only if it succeeded."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with client() as api, render.err.status(f"waiting for {job_id}") as status:
+        while True:
+            job = api.job(job_id)
+            state = job["state"]
+            detail = ""
+            if job.get("reason"):
+                detail = f": {job['reason']['code']}"
+            status.update(
+                f"{job_id}: {state}{detail} ({render.duration(job)} running)"
+                if job.get("startedAt")
+                else f"{job_id}: {state}{detail}"
+            )
+            if state in TERMINAL:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                fail(f"timed out after {timeout:g}s; job {job_id} is {state}", code=2)
+            time.sleep(0.25)
+    message = f" ({job['message']})" if job.get("message") else ""
+    render.err.print(f"job {job_id} {state}{message}")
+    if state != "Succeeded":
+        raise typer.Exit(1)
+
+
+@app.command()
+def cancel(job_id: Annotated[str, typer.Argument(help="job id")]) -> None:
+    """Cancel a job (running replicas get SIGTERM, then SIGKILL after the grace period)."""
+    with client() as api:
+        job = api.cancel(job_id)
+    render.err.print(f"job {job_id}: {job['state']}")
+
+
+@app.command()
+def queues(output: OutputOpt = "table") -> None:
+    """Queues with their quotas and use."""
+    check_output(output)
+    with client() as api:
+        rows = api.queues()
+    if output == "json":
+        print_json(rows)
+    else:
+        render.out.print(render.queues_table(rows))
+
+
+@app.command()
+def nodes(output: OutputOpt = "table") -> None:
+    """Nodes with their GPUs, use and health."""
+    check_output(output)
+    with client() as api:
+        rows = api.nodes()
+    if output == "json":
+        print_json(rows)
+    else:
+        render.out.print(render.nodes_table(rows))
+
+
+def main() -> None:
+    """Entry point: turn API and spec errors into one readable line and a non-zero exit."""
+    try:
+        app()
+    except ApiError as exc:
+        render.err.print(f"[red]error:[/red] {exc.message}", highlight=False)
+        sys.exit(1)
+    except SpecError as exc:
+        render.err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(1)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

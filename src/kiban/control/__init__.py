@@ -1,0 +1,1 @@
+"""The control loop: store -> snapshot -> scheduler core -> decisions -> executor."""

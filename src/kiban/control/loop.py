@@ -1,0 +1,450 @@
+"""The control loop: settle running jobs from what the executor observes, then schedule.
+
+Each pass:
+1. Observe the replicas of running and stopping jobs; record exits; finish, fail, restart or
+   stop jobs accordingly (grace period, then force).
+2. Take a snapshot of the store and run the pure scheduler core on it.
+3. Apply its decisions: launch admitted gangs through the executor; record every waiting job's
+   reason and queue position.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from kiban.clock import Clock, SystemClock
+from kiban.control.snapshot_builder import SpecCache, build_snapshot
+from kiban.domain.states import JobState, ReplicaState
+from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRef
+from kiban.scheduler.core import schedule
+from kiban.scheduler.decisions import Admit, ReplicaPlacement, Wait
+from kiban.scheduler.policy import DEFAULT_POLICY, Policy
+from kiban.services import events
+from kiban.services.transitions import transition
+from kiban.store.models import Job, Replica
+
+log = logging.getLogger("kiban.control")
+
+ACTIVE_STATES = (JobState.RUNNING.value, JobState.STOPPING.value)
+
+
+def replica_ref(replica: Replica) -> ReplicaRef:
+    return ReplicaRef(
+        job_id=replica.job_id,
+        attempt=replica.attempt,
+        task=replica.task,
+        index=replica.index,
+        rank=replica.rank,
+        pid=replica.pid,
+        pid_start_time=replica.pid_start_time,
+    )
+
+
+def describe_placements(placements: Sequence[ReplicaPlacement]) -> str:
+    parts = []
+    for p in placements:
+        gpus = ",".join(map(str, p.gpu_ids)) or "no GPUs"
+        parts.append(f"{p.task}[{p.index}] on {p.node} (GPUs {gpus})")
+    return "; ".join(parts)
+
+
+class ControlLoop:
+    """Runs passes on its own thread, every ``tick_s`` seconds or at once when woken."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        executor: Executor,
+        clock: Clock | None = None,
+        policy: Policy = DEFAULT_POLICY,
+        tick_s: float = 0.2,
+        on_pass: Callable[[], None] | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.executor = executor
+        self.clock = clock or SystemClock()
+        self.policy = policy
+        self.tick_s = tick_s
+        self.specs = SpecCache()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_pass = on_pass
+        self.passes = 0
+
+    # -- thread --------------------------------------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self.recover()
+        self._thread = threading.Thread(target=self._run, name="kiban-control-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self.tick_s)
+            self._wake.clear()
+            if self._stopping.is_set():
+                break
+            try:
+                self.run_once()
+            except Exception:  # the loop must survive a bad pass; the next one retries
+                log.exception("control loop pass failed")
+
+    # -- passes --------------------------------------------------------------------------------
+    def run_once(self) -> None:
+        """One pass: settle running jobs, then schedule pending ones."""
+        now = self.clock.now()
+        self.settle(now)
+        self.schedule(self.clock.now())
+        self.passes += 1
+        if self._on_pass is not None:
+            self._on_pass()
+
+    def recover(self) -> None:
+        """After a restart: a launch cut short is undone and its job requeued.
+
+        Running jobs need nothing here: their replicas are observed by pid, process start time
+        and exit file, whether or not this process started them.
+        """
+        now = self.clock.now()
+        with self.sessions() as session:
+            stuck = session.scalars(select(Job).where(Job.state == JobState.ADMITTED.value)).all()
+            for job in stuck:
+                for replica in self._active_replicas(session, job):
+                    self.executor.stop(replica_ref(replica), force=True)
+                    replica.active = False
+                    replica.state = ReplicaState.LOST.value
+                transition(
+                    session,
+                    job,
+                    JobState.PENDING,
+                    reason="Requeued",
+                    message="the control plane restarted while launching; requeued",
+                    at=now,
+                )
+            session.commit()
+
+    def settle(self, now: float) -> None:
+        with self.sessions() as session:
+            ids = session.scalars(select(Job.id).where(Job.state.in_(ACTIVE_STATES))).all()
+        for job_id in ids:
+            with self.sessions() as session:
+                job = session.get(Job, job_id, with_for_update=True)
+                if job is None or job.state not in ACTIVE_STATES:
+                    continue
+                self._settle_job(session, job, now)
+                session.commit()
+
+    def _active_replicas(self, session: Session, job: Job) -> list[Replica]:
+        query = (
+            select(Replica)
+            .where(Replica.job_id == job.id, Replica.active.is_(True))
+            .order_by(Replica.rank)
+        )
+        return list(session.scalars(query))
+
+    def _settle_job(self, session: Session, job: Job, now: float) -> None:
+        replicas = self._active_replicas(session, job)
+        running: list[Replica] = []
+        failed: list[tuple[Replica, str]] = []
+        for replica in replicas:
+            if replica.state == ReplicaState.RUNNING.value:
+                seen = self.executor.observe(replica_ref(replica))
+                if seen.running:
+                    running.append(replica)
+                    continue
+                replica.state = (ReplicaState.LOST if seen.lost else ReplicaState.EXITED).value
+                replica.exit_code = seen.exit_code
+                replica.finished_at = now
+                what = f"{replica.task}[{replica.index}] (rank {replica.rank})"
+                if seen.lost:
+                    message = f"replica {what} was lost: {seen.message}"
+                else:
+                    message = f"replica {what} exited with code {seen.exit_code}"
+                    if seen.message:
+                        message += f": {seen.message}"
+                events.record(
+                    session,
+                    kind="Job",
+                    name=job.id,
+                    tenant=job.tenant,
+                    reason="ReplicaExited",
+                    message=message,
+                    at=now,
+                    warning=seen.lost or seen.exit_code != 0,
+                )
+                if seen.lost or seen.exit_code != 0:
+                    failed.append((replica, message))
+            elif replica.exit_code not in (0, None) or replica.state == ReplicaState.LOST.value:
+                failed.append((replica, job.message or "replica failed"))
+
+        spec = self.specs.get(job)
+        if job.state == JobState.RUNNING.value:
+            if failed:
+                message = failed[0][1]
+                retry = spec.restart_policy == "OnFailure" and job.attempt <= spec.backoff_limit
+                self._begin_stop(
+                    session,
+                    job,
+                    running,
+                    "restart" if retry else "fail",
+                    reason="ReplicaFailed",
+                    message=message,
+                    now=now,
+                )
+            elif not running:
+                self._release(job, replicas)
+                transition(
+                    session,
+                    job,
+                    JobState.SUCCEEDED,
+                    reason="Succeeded",
+                    message="all replicas exited with code 0",
+                    at=now,
+                )
+                self.specs.forget(job.id)
+                return
+            elif (
+                spec.max_runtime is not None
+                and job.started_at is not None
+                and now - job.started_at > spec.max_runtime
+            ):
+                self._begin_stop(
+                    session,
+                    job,
+                    running,
+                    "deadline",
+                    reason="DeadlineExceeded",
+                    message=f"ran longer than maxRuntime ({spec.max_runtime:g}s)",
+                    now=now,
+                )
+        if job.state == JobState.STOPPING.value:
+            if running and job.stop_deadline is not None and now >= job.stop_deadline:
+                for replica in running:
+                    self.executor.stop(replica_ref(replica), force=True)
+                if job.stop_intent != "killed":
+                    events.record(
+                        session,
+                        kind="Job",
+                        name=job.id,
+                        tenant=job.tenant,
+                        reason="Killed",
+                        warning=True,
+                        at=now,
+                        message=f"grace period over; killed {len(running)} replica(s)",
+                    )
+            if not running:
+                self._finish_stop(session, job, replicas, now)
+
+    def _begin_stop(
+        self,
+        session: Session,
+        job: Job,
+        running: list[Replica],
+        intent: str,
+        *,
+        reason: str,
+        message: str,
+        now: float,
+    ) -> None:
+        spec = self.specs.get(job)
+        job.stop_intent = intent
+        job.stop_deadline = now + (spec.termination_grace_period or 0.0)
+        for replica in running:
+            self.executor.stop(replica_ref(replica), force=False)
+        suffix = {"restart": "; restarting", "fail": "", "deadline": ""}.get(intent, "")
+        transition(
+            session,
+            job,
+            JobState.STOPPING,
+            reason=reason,
+            message=message + suffix,
+            at=now,
+            warning=True,
+        )
+
+    def _release(self, job: Job, replicas: list[Replica]) -> None:
+        """Free the replicas' resources and make sure no process of theirs is left."""
+        for replica in replicas:
+            self.executor.stop(replica_ref(replica), force=True)
+            replica.active = False
+
+    def _finish_stop(self, session: Session, job: Job, replicas: list[Replica], now: float) -> None:
+        intent = job.stop_intent or "fail"
+        self._release(job, replicas)
+        job.stop_intent = None
+        job.stop_deadline = None
+        if intent == "cancel":
+            transition(
+                session,
+                job,
+                JobState.CANCELLED,
+                reason="Cancelled",
+                message="all replicas stopped",
+                at=now,
+            )
+        elif intent == "restart":
+            placements = tuple(
+                ReplicaPlacement(
+                    r.task, r.index, r.rank, r.node, tuple(r.gpu_ids), r.cpu_millis, r.memory
+                )
+                for r in replicas
+            )
+            job.attempt += 1
+            self._launch(session, job, placements, now, restart=True)
+            return
+        else:
+            message = job.message or "failed"
+            transition(
+                session,
+                job,
+                JobState.FAILED,
+                reason="Failed",
+                message=message,
+                at=now,
+                warning=True,
+            )
+        self.specs.forget(job.id)
+
+    # -- scheduling ----------------------------------------------------------------------------
+    def schedule(self, now: float) -> None:
+        with self.sessions() as session:
+            snapshot = build_snapshot(session, self.specs, now)
+        if not snapshot.pending:
+            return
+        decisions = schedule(snapshot, self.policy)
+        for admit in decisions.admitted:
+            self._admit(admit, now)
+        if decisions.waiting:
+            with self.sessions() as session:
+                for wait in decisions.waiting:
+                    self._record_wait(session, wait, now)
+                session.commit()
+
+    def _admit(self, admit: Admit, now: float) -> None:
+        with self.sessions() as session:
+            job = session.get(Job, admit.job_id, with_for_update=True)
+            if job is None or job.state != JobState.PENDING.value:
+                return  # cancelled since the snapshot
+            self._launch(session, job, admit.placements, now, restart=False)
+            session.commit()
+
+    def _record_wait(self, session: Session, wait: Wait, now: float) -> None:
+        job = session.get(Job, wait.job_id)
+        if job is None or job.state != JobState.PENDING.value:
+            return
+        reason = wait.reason
+        if job.reason_code != reason.code.value:
+            events.record(
+                session,
+                kind="Job",
+                name=job.id,
+                tenant=job.tenant,
+                reason=reason.code.value,
+                message=reason.message,
+                at=now,
+            )
+        if (job.reason_code, job.reason_message, job.queue_position) != (
+            reason.code.value,
+            reason.message,
+            wait.queue_position,
+        ):
+            job.reason_code = reason.code.value
+            job.reason_message = reason.message
+            job.reason_details = reason.details
+            job.queue_position = wait.queue_position
+
+    def _launch(
+        self,
+        session: Session,
+        job: Job,
+        placements: tuple[ReplicaPlacement, ...],
+        now: float,
+        *,
+        restart: bool,
+    ) -> None:
+        """Record the placement (resources held from here on), then start the replicas."""
+        spec = self.specs.get(job)
+        job.master_port = self.executor.pick_master_port()
+        rows = []
+        for p in placements:
+            row = Replica(
+                job_id=job.id,
+                attempt=job.attempt,
+                task=p.task,
+                index=p.index,
+                rank=p.rank,
+                node=p.node,
+                gpu_ids=list(p.gpu_ids),
+                cpu_millis=p.cpu_millis,
+                memory=p.memory,
+                active=True,
+                state=ReplicaState.RUNNING.value,
+            )
+            session.add(row)
+            rows.append(row)
+        verb = f"Restarting (attempt {job.attempt})" if restart else "Admitted"
+        transition(
+            session,
+            job,
+            JobState.ADMITTED,
+            reason="Restarting" if restart else "Admitted",
+            message=f"{verb}: {describe_placements(placements)}",
+            at=now,
+        )
+        session.commit()
+        request = LaunchRequest(
+            job_id=job.id,
+            job_name=job.name,
+            tenant=job.tenant,
+            attempt=job.attempt,
+            spec=spec,
+            placements=placements,
+            master_port=job.master_port,
+        )
+        try:
+            launched = self.executor.launch(request)
+        except LaunchError as exc:
+            for row in rows:
+                row.active = False
+                row.state = ReplicaState.LOST.value
+            transition(
+                session,
+                job,
+                JobState.FAILED,
+                reason="LaunchFailed",
+                message=str(exc),
+                at=self.clock.now(),
+                warning=True,
+            )
+            self.specs.forget(job.id)
+            session.commit()
+            return
+        by_rank = {r.rank: r for r in launched}
+        for row in rows:
+            started = by_rank[row.rank]
+            row.pid = started.pid
+            row.pid_start_time = started.pid_start_time
+            row.started_at = started.started_at
+        transition(
+            session,
+            job,
+            JobState.RUNNING,
+            reason="Started",
+            message=f"{len(rows)} replica(s) running",
+            at=self.clock.now(),
+        )
+        session.commit()

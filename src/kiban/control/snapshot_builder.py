@@ -1,0 +1,106 @@
+"""Build the scheduler's immutable snapshot from the store."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kiban.domain.jobspec import JobSpec
+from kiban.domain.manifests import parse_job_manifest
+from kiban.domain.states import JobState
+from kiban.scheduler.snapshot import (
+    NodeView,
+    PendingJob,
+    QueueStrategy,
+    QueueView,
+    Snapshot,
+    TaskDemand,
+)
+from kiban.store.models import Job, Node, Queue, Replica
+
+
+class SpecCache:
+    """Parsed job specs by job id, so each cycle does not re-validate every pending job."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, JobSpec] = {}
+
+    def get(self, job: Job) -> JobSpec:
+        spec = self._specs.get(job.id)
+        if spec is None:
+            spec = parse_job_manifest(job.spec).spec
+            self._specs[job.id] = spec
+        return spec
+
+    def forget(self, job_id: str) -> None:
+        self._specs.pop(job_id, None)
+
+
+def demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
+    return tuple(
+        TaskDemand(t.name, t.replicas, t.resources.gpu, t.resources.cpu, t.resources.memory)
+        for t in spec.tasks
+    )
+
+
+def build_snapshot(session: Session, specs: SpecCache, now: float) -> Snapshot:
+    """Nodes with what is free on them, queues with GPUs in use, and the pending jobs."""
+    used_gpus: dict[str, set[int]] = {}
+    used_cpu: dict[str, int] = {}
+    used_memory: dict[str, int] = {}
+    queue_gpus: dict[str, int] = {}
+    active = session.execute(
+        select(Replica.node, Replica.gpu_ids, Replica.cpu_millis, Replica.memory, Job.queue)
+        .join(Job, Job.id == Replica.job_id)
+        .where(Replica.active.is_(True))
+    ).all()
+    for node, gpu_ids, cpu, memory, queue in active:
+        used_gpus.setdefault(node, set()).update(gpu_ids or [])
+        used_cpu[node] = used_cpu.get(node, 0) + cpu
+        used_memory[node] = used_memory.get(node, 0) + memory
+        queue_gpus[queue] = queue_gpus.get(queue, 0) + len(gpu_ids or [])
+
+    nodes = []
+    for row in session.scalars(select(Node).order_by(Node.name)):
+        taken = used_gpus.get(row.name, set())
+        reason = "" if row.healthy else (row.health_message or "unhealthy")
+        if row.cordoned:
+            reason = "cordoned"
+        nodes.append(
+            NodeView(
+                name=row.name,
+                gpus=row.gpus,
+                cpu_millis=row.cpu_millis,
+                memory=row.memory,
+                free_gpu_ids=tuple(i for i in range(row.gpus) if i not in taken),
+                free_cpu_millis=row.cpu_millis - used_cpu.get(row.name, 0),
+                free_memory=row.memory - used_memory.get(row.name, 0),
+                labels=dict(row.labels or {}),
+                schedulable=row.healthy and not row.cordoned,
+                unschedulable_reason=reason,
+            )
+        )
+    queues = tuple(
+        QueueView(
+            name=q.name,
+            tenant=q.tenant,
+            gpu_quota=q.gpu_quota,
+            gpus_in_use=queue_gpus.get(q.name, 0),
+            strategy=QueueStrategy(q.strategy),
+        )
+        for q in session.scalars(select(Queue).order_by(Queue.name))
+    )
+    pending = []
+    for job in session.scalars(select(Job).where(Job.state == JobState.PENDING.value)):
+        spec = specs.get(job)
+        pending.append(
+            PendingJob(
+                id=job.id,
+                queue=job.queue,
+                priority=job.priority,
+                submitted_at=job.submitted_at,
+                tasks=demands(spec),
+                gang_size=spec.gang_size,
+            )
+        )
+    return Snapshot(now=now, nodes=tuple(nodes), queues=queues, pending=tuple(pending))

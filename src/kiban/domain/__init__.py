@@ -1,0 +1,1 @@
+"""Domain types: manifests, quantities and states, free of I/O."""

@@ -1,0 +1,187 @@
+"""The ``kiban/v1`` Job manifest: tasks of replicas, resources, launcher and restart policy."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from kiban.domain.quantity import parse_cpu_millis, parse_duration, parse_memory
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}
+RESERVED_ENV_PREFIX = "KIBAN_"
+
+
+def _memory(value: Any) -> int:
+    return parse_memory(value)
+
+
+def _cpu(value: Any) -> int:
+    return parse_cpu_millis(value)
+
+
+def _duration(value: Any) -> float | None:
+    return None if value is None else parse_duration(value)
+
+
+MemoryBytes = Annotated[int, BeforeValidator(_memory)]
+CpuMillis = Annotated[int, BeforeValidator(_cpu)]
+Seconds = Annotated[float | None, BeforeValidator(_duration)]
+
+
+class SpecModel(BaseModel):
+    """Base for manifest parts: camelCase keys, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+def check_dns_label(value: str, what: str) -> str:
+    if not DNS_LABEL.match(value):
+        raise ValueError(
+            f"{what} {value!r} must be lowercase letters, digits and '-', "
+            "start and end with a letter or digit, at most 63 characters"
+        )
+    return value
+
+
+class Resources(SpecModel):
+    """What one replica needs: whole GPUs, CPU in millicores, memory in bytes."""
+
+    gpu: int = Field(default=0, ge=0, le=1024)
+    cpu: CpuMillis = 1000
+    memory: MemoryBytes = 2**30
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu_whole(cls, value: Any) -> Any:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError("GPUs are whole numbers")
+        return value
+
+
+class TaskSpec(SpecModel):
+    """A set of identical replicas of one command."""
+
+    name: str = "worker"
+    replicas: int = Field(default=1, ge=1, le=10000)
+    resources: Resources = Resources()
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    nproc_per_node: int | None = Field(default=None, ge=1, le=1024)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "task name")
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the program to run (the first word) must not be empty")
+        if any("\x00" in part for part in value):
+            raise ValueError("must not contain NUL characters")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: (str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+                for k, v in value.items()
+            }
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX):
+                raise ValueError(f"{key} is set by kiban and cannot be overridden")
+        return value
+
+
+class JobSpec(SpecModel):
+    """The ``spec`` of a Job: where it queues, how it launches, and its tasks."""
+
+    queue: str = "default"
+    priority_class: str | None = None
+    launcher: Literal["torchrun", "none"] = "none"
+    min_available: int | None = Field(default=None, ge=1)
+    max_runtime: Seconds = None
+    restart_policy: Literal["Never", "OnFailure"] = "Never"
+    backoff_limit: int = Field(default=3, ge=0, le=100)
+    termination_grace_period: Seconds = 30.0
+    working_dir: str | None = None
+    tasks: list[TaskSpec] = Field(min_length=1, max_length=64)
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        return check_dns_label(value, "queue name")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        names = [t.name for t in self.tasks]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"task names must be unique; repeated: {', '.join(duplicates)}")
+        total = sum(t.replicas for t in self.tasks)
+        if self.min_available is not None and self.min_available > total:
+            raise ValueError(
+                f"minAvailable ({self.min_available}) is more than the job's replicas ({total})"
+            )
+        if self.max_runtime is not None and self.max_runtime <= 0:
+            raise ValueError("maxRuntime must be positive")
+        return self
+
+    @property
+    def total_replicas(self) -> int:
+        return sum(t.replicas for t in self.tasks)
+
+    @property
+    def gang_size(self) -> int:
+        """Replicas that must start together (``minAvailable``, default all)."""
+        return self.min_available or self.total_replicas
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(t.replicas * t.resources.gpu for t in self.tasks)
+
+
+class ObjectMeta(SpecModel):
+    """The manifest's ``metadata``: a name, labels and annotations."""
+
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "name")
+
+
+class JobManifest(SpecModel):
+    """A whole ``apiVersion: kiban/v1``, ``kind: Job`` document."""
+
+    api_version: Literal["kiban/v1"]
+    kind: Literal["Job"]
+    metadata: ObjectMeta
+    spec: JobSpec

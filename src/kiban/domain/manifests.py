@@ -1,0 +1,93 @@
+"""Parse manifests (YAML or JSON) and dispatch on ``apiVersion``/``kind`` to their models.
+
+Other manifest kinds (Volcano jobs, inference services) register here with ``register_kind``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from kiban.domain.errors import FieldProblem, SpecError, format_location
+from kiban.domain.jobspec import JobManifest
+
+Converter = Callable[[dict[str, Any]], BaseModel]
+
+_KINDS: dict[tuple[str, str], Converter] = {}
+
+
+def register_kind(api_version: str, kind: str, converter: Converter) -> None:
+    """Teach the parser a manifest kind; ``converter`` validates a document into a model."""
+    _KINDS[(api_version, kind)] = converter
+
+
+def known_kinds() -> list[str]:
+    return [f"{api}/{kind}" for api, kind in sorted(_KINDS)]
+
+
+def problems_from_validation(error: ValidationError) -> list[FieldProblem]:
+    """Turn pydantic's errors into field problems with paths such as ``spec.tasks[0].replicas``."""
+    problems = []
+    for item in error.errors():
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown field (check its spelling)"
+        elif item["type"] == "missing":
+            message = "required field is missing"
+        message = message.removeprefix("Value error, ")
+        problems.append(FieldProblem(format_location(tuple(item["loc"])), message))
+    return problems
+
+
+def load_document(text: str) -> dict[str, Any]:
+    """Read one YAML or JSON document into a mapping, or raise a SpecError saying why not."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError.single("", f"not valid YAML or JSON{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise SpecError.single(
+            "", "a manifest must be a mapping with apiVersion, kind, metadata, spec"
+        )
+    return data
+
+
+def parse_manifest(doc: dict[str, Any]) -> BaseModel:
+    """Validate a manifest mapping into the model its ``apiVersion`` and ``kind`` name."""
+    api_version = doc.get("apiVersion")
+    kind = doc.get("kind")
+    if not isinstance(api_version, str):
+        raise SpecError.single("apiVersion", "required, e.g. kiban/v1")
+    if not isinstance(kind, str):
+        raise SpecError.single("kind", "required, e.g. Job")
+    converter = _KINDS.get((api_version, kind))
+    if converter is None:
+        if not any(api == api_version for api, _ in _KINDS):
+            raise SpecError.single(
+                "apiVersion",
+                f"unknown apiVersion {api_version!r}; known: {', '.join(known_kinds())}",
+            )
+        raise SpecError.single(
+            "kind", f"unknown kind {kind!r} for {api_version}; known: {', '.join(known_kinds())}"
+        )
+    try:
+        return converter(doc)
+    except ValidationError as exc:
+        raise SpecError(problems_from_validation(exc)) from None
+
+
+def parse_job_manifest(doc: dict[str, Any]) -> JobManifest:
+    """Parse a manifest that must describe a job."""
+    model = parse_manifest(doc)
+    if not isinstance(model, JobManifest):
+        raise SpecError.single("kind", f"expected a job manifest, got {doc.get('kind')!r}")
+    return model
+
+
+register_kind("kiban/v1", "Job", JobManifest.model_validate)

@@ -1,0 +1,1 @@
+"""Executors: where admitted jobs run. Each sits behind the small interface in ``base``."""

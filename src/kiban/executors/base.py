@@ -1,0 +1,119 @@
+"""The executor interface: report nodes, launch a placed job, observe it, stop it, read its logs.
+
+Each executor declares its capabilities; a job that needs one it lacks is refused at submission.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from kiban.domain.jobspec import JobSpec
+from kiban.scheduler.decisions import ReplicaPlacement
+
+
+class Capability(StrEnum):
+    """Things an executor may or may not be able to do."""
+
+    TORCHRUN = "torchrun"  # can launch replicas under torchrun
+    ADOPT = "adopt"  # can re-attach to replicas that outlived a control-plane restart
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as an executor reports it."""
+
+    name: str
+    gpus: int
+    cpu_millis: int
+    memory: int
+    labels: Mapping[str, str] = field(default_factory=dict)
+    healthy: bool = True
+    health_message: str = ""
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything needed to start one attempt of an admitted job."""
+
+    job_id: str
+    job_name: str
+    tenant: str
+    attempt: int
+    spec: JobSpec
+    placements: tuple[ReplicaPlacement, ...]
+    master_port: int
+
+
+@dataclass(frozen=True)
+class ReplicaRef:
+    """Which replica, and the process identity recorded when it was launched."""
+
+    job_id: str
+    attempt: int
+    task: str
+    index: int
+    rank: int
+    pid: int | None
+    pid_start_time: float | None
+
+
+@dataclass(frozen=True)
+class LaunchedReplica:
+    """A replica that was started: its rank and process identity."""
+
+    rank: int
+    pid: int
+    pid_start_time: float
+    started_at: float
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a replica is doing: still running, or exited (with a code), or lost (vanished)."""
+
+    running: bool
+    exit_code: int | None = None
+    lost: bool = False
+    message: str = ""
+
+
+class LaunchError(Exception):
+    """A job could not be started; the message says why (for its events)."""
+
+
+class Executor(Protocol):
+    """Runs admitted jobs. Implementations must be safe to call from the control loop thread."""
+
+    name: str
+    capabilities: frozenset[Capability]
+
+    def nodes(self) -> list[NodeInfo]:
+        """The nodes this executor offers."""
+        ...
+
+    def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
+        """Start every placed replica; on failure stop what was started and raise LaunchError."""
+        ...
+
+    def observe(self, replica: ReplicaRef) -> Observation:
+        """The current state of one replica (also of one that outlived a restart)."""
+        ...
+
+    def stop(self, replica: ReplicaRef, *, force: bool) -> None:
+        """Ask a replica to stop (SIGTERM-like), or make it stop now with ``force``."""
+        ...
+
+    def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
+        """Log bytes of one replica from ``offset``; returns the bytes and the next offset."""
+        ...
+
+    def checkpoint_dir(self, job_id: str) -> str:
+        """The per-job directory that survives restarts of the job."""
+        ...
+
+    def pick_master_port(self) -> int:
+        """The rendezvous port for a job's replica 0."""
+        ...

@@ -1,0 +1,291 @@
+"""Replicas as process groups on this machine, each with its environment, directory and log.
+
+Layout under the kiban home::
+
+    jobs/<job>/rank-<R>.log                 the replica's output, appended across attempts
+    jobs/<job>/attempt-<A>/rank-<R>.pid     "pid start-time", written right after the launch
+    jobs/<job>/attempt-<A>/rank-<R>.exit    exit code, written by the shim when the command ends
+    checkpoints/<job>/                      KIBAN_CHECKPOINT_DIR, kept across attempts
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+
+from kiban.clock import Clock, SystemClock
+from kiban.executors.base import (
+    Capability,
+    LaunchedReplica,
+    LaunchError,
+    LaunchRequest,
+    NodeInfo,
+    Observation,
+    ReplicaRef,
+)
+from kiban.executors.environment import replica_command, replica_environment
+
+JOB_ID = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")
+SHIM = "kiban.executors.local.shim"
+
+
+def safe_job_dir(root: Path, job_id: str) -> Path:
+    """The directory of ``job_id`` under ``root``; refuses ids that could escape it."""
+    if not JOB_ID.match(job_id):
+        raise ValueError(f"invalid job id {job_id!r}")
+    path = (root / job_id).resolve()
+    if path.parent != root.resolve():
+        raise ValueError(f"invalid job id {job_id!r}")
+    return path
+
+
+def process_identity(pid: int) -> float | None:
+    """The start time of a live, non-zombie process, or None."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+class LocalExecutor:
+    """Runs each replica of a job as its own process group under a small exit-recording shim."""
+
+    name = "local"
+
+    def __init__(self, home: Path, nodes: list[NodeInfo], clock: Clock | None = None) -> None:
+        self.home = home
+        self.jobs_root = home / "jobs"
+        self.checkpoints_root = home / "checkpoints"
+        self.jobs_root.mkdir(parents=True, exist_ok=True)
+        self.checkpoints_root.mkdir(parents=True, exist_ok=True)
+        self._nodes = list(nodes)
+        self._clock = clock or SystemClock()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+        caps = {Capability.ADOPT}
+        if importlib.util.find_spec("torch") is not None:
+            caps.add(Capability.TORCHRUN)
+        self.capabilities = frozenset(caps)
+
+    # -- nodes -----------------------------------------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes)
+
+    def checkpoint_dir(self, job_id: str) -> str:
+        return str(safe_job_dir(self.checkpoints_root, job_id))
+
+    def pick_master_port(self) -> int:
+        """A free TCP port on loopback for the job's rendezvous."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+    # -- launch ----------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
+        job_dir = safe_job_dir(self.jobs_root, request.job_id)
+        attempt_dir = job_dir / f"attempt-{request.attempt}"
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint_dir = self.checkpoint_dir(request.job_id)
+        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        spec = request.spec
+        working_dir = Path(spec.working_dir) if spec.working_dir else job_dir
+        if not working_dir.is_dir():
+            raise LaunchError(f"working directory {working_dir} does not exist")
+        tasks = {t.name: t for t in spec.tasks}
+        world_size = len(request.placements)
+        base_env = dict(os.environ)
+        python_bin = str(Path(sys.executable).parent)
+        base_env["PATH"] = python_bin + os.pathsep + base_env.get("PATH", "")
+        if spec.launcher == "torchrun" and Capability.TORCHRUN not in self.capabilities:
+            raise LaunchError("launcher torchrun needs PyTorch installed where kiban runs")
+        for task in spec.tasks:
+            self._check_program(task.command[0], working_dir, {**base_env, **task.env})
+
+        launched: list[LaunchedReplica] = []
+        refs: list[ReplicaRef] = []
+        try:
+            for placement in request.placements:
+                task = tasks[placement.task]
+                env = dict(base_env)
+                env.update(
+                    replica_environment(
+                        job_id=request.job_id,
+                        job_name=request.job_name,
+                        attempt=request.attempt,
+                        task=task,
+                        placement=placement,
+                        world_size=world_size,
+                        master_addr="127.0.0.1",
+                        master_port=request.master_port,
+                        checkpoint_dir=checkpoint_dir,
+                    )
+                )
+                command = replica_command(
+                    launcher=spec.launcher,
+                    task=task,
+                    placement=placement,
+                    world_size=world_size,
+                    master_addr="127.0.0.1",
+                    master_port=request.master_port,
+                    python=sys.executable,
+                )
+                exit_file = attempt_dir / f"rank-{placement.rank}.exit"
+                exit_file.unlink(missing_ok=True)
+                log_path = job_dir / f"rank-{placement.rank}.log"
+                gpus = ",".join(map(str, placement.gpu_ids)) or "none"
+                where = f"{placement.task}[{placement.index}] rank {placement.rank}"
+                with open(log_path, "ab") as log:
+                    log.write(
+                        f"=== kiban: attempt {request.attempt}, {where} on {placement.node}, "
+                        f"GPUs {gpus}\n".encode()
+                    )
+                    log.flush()
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", SHIM, str(exit_file), "--", *command],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=working_dir,
+                        env=env,
+                        start_new_session=True,
+                        close_fds=True,
+                    )
+                start_time = process_identity(proc.pid) or self._clock.now()
+                (attempt_dir / f"rank-{placement.rank}.pid").write_text(
+                    f"{proc.pid} {start_time}\n"
+                )
+                with self._lock:
+                    self._children[proc.pid] = proc
+                launched.append(
+                    LaunchedReplica(placement.rank, proc.pid, start_time, self._clock.now())
+                )
+                refs.append(
+                    ReplicaRef(
+                        request.job_id,
+                        request.attempt,
+                        placement.task,
+                        placement.index,
+                        placement.rank,
+                        proc.pid,
+                        start_time,
+                    )
+                )
+        except OSError as exc:
+            for ref in refs:
+                self.stop(ref, force=True)
+            raise LaunchError(f"could not start a replica: {exc}") from exc
+        return launched
+
+    def _check_program(self, program: str, working_dir: Path, env: dict[str, str]) -> None:
+        if "/" in program:
+            path = working_dir / program
+            if not path.exists():
+                raise LaunchError(f"command not found: {program!r} (looked in {working_dir})")
+            if not os.access(path, os.X_OK):
+                raise LaunchError(f"command {program!r} is not executable")
+            return
+        if shutil.which(program, path=env.get("PATH")) is None:
+            raise LaunchError(f"command not found: {program!r} is not on PATH")
+
+    # -- observe and stop --------------------------------------------------------------------
+    def _exit_file(self, ref: ReplicaRef) -> Path:
+        job_dir = safe_job_dir(self.jobs_root, ref.job_id)
+        return job_dir / f"attempt-{ref.attempt}" / f"rank-{ref.rank}.exit"
+
+    def _read_exit(self, ref: ReplicaRef) -> Observation | None:
+        path = self._exit_file(ref)
+        try:
+            lines = path.read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        if not lines:
+            return None
+        return Observation(
+            running=False, exit_code=int(lines[0]), message=lines[1] if len(lines) > 1 else ""
+        )
+
+    def _alive(self, ref: ReplicaRef) -> bool:
+        if ref.pid is None:
+            return False
+        with self._lock:
+            child = self._children.get(ref.pid)
+        if child is not None:
+            if child.poll() is None:
+                return True
+            with self._lock:
+                self._children.pop(ref.pid, None)
+            return False
+        started = process_identity(ref.pid)
+        return started is not None and (
+            ref.pid_start_time is None or abs(started - ref.pid_start_time) < 0.05
+        )
+
+    def observe(self, replica: ReplicaRef) -> Observation:
+        found = self._read_exit(replica)
+        if found is not None:
+            self._reap(replica)
+            return found
+        if self._alive(replica):
+            return Observation(running=True)
+        found = self._read_exit(replica)  # it may have finished between the two looks
+        if found is not None:
+            return found
+        return Observation(
+            running=False,
+            lost=True,
+            message="the replica's process ended without recording an exit code",
+        )
+
+    def _reap(self, ref: ReplicaRef) -> None:
+        if ref.pid is None:
+            return
+        with self._lock:
+            child = self._children.get(ref.pid)
+        if child is not None and child.poll() is not None:
+            with self._lock:
+                self._children.pop(ref.pid, None)
+
+    def stop(self, replica: ReplicaRef, *, force: bool) -> None:
+        """Signal the replica's whole process group (SIGTERM, or SIGKILL with ``force``)."""
+        if replica.pid is None:
+            return
+        leader_alive = self._alive(replica)
+        if not leader_alive and not force:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(replica.pid, signal.SIGKILL if force else signal.SIGTERM)
+
+    def group_alive(self, replica: ReplicaRef) -> bool:
+        """Whether any process of the replica's group is left."""
+        if replica.pid is None:
+            return False
+        try:
+            os.killpg(replica.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    # -- logs ----------------------------------------------------------------------------------
+    def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
+        path = safe_job_dir(self.jobs_root, job_id) / f"rank-{int(rank)}.log"
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(limit)
+        except FileNotFoundError:
+            return b"", offset
+        return data, offset + len(data)

@@ -1,0 +1,45 @@
+"""What a scheduling cycle decides: which jobs start where, and why the others wait."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kiban.scheduler.reasons import PendingReason
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """One replica on one node: its task, index within the task, global rank and GPU ids."""
+
+    task: str
+    index: int
+    rank: int
+    node: str
+    gpu_ids: tuple[int, ...]
+    cpu_millis: int
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Start this job with these placements (all of its gang, committed together)."""
+
+    job_id: str
+    placements: tuple[ReplicaPlacement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """This job stays pending, for this reason; its 1-based position in its queue."""
+
+    job_id: str
+    reason: PendingReason
+    queue_position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """The outcome of one cycle, in the order the core made them."""
+
+    admitted: tuple[Admit, ...]
+    waiting: tuple[Wait, ...]

@@ -1,0 +1,30 @@
+"""Typed answers to "why is this job not running?", each with the numbers behind it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ReasonCode(StrEnum):
+    """Why a job waits. One code per decision path of the core."""
+
+    QUEUE_NOT_FOUND = "QueueNotFound"
+    EXCEEDS_QUEUE_QUOTA = "ExceedsQueueQuota"  # asks more than the queue's whole quota
+    QUEUE_QUOTA_EXHAUSTED = "QueueQuotaExhausted"  # fits the quota, but it is in use now
+    NO_NODE_FITS = "NoNodeFits"  # no schedulable node could hold a replica even when idle
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"  # the gang does not fit in free capacity now
+    BLOCKED_BY_QUEUE_HEAD = "BlockedByQueueHead"  # StrictFIFO: an older job heads the queue
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    """A reason code, a sentence with the numbers, and the numbers themselves for machines."""
+
+    code: ReasonCode
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code.value, "message": self.message, "details": self.details}

@@ -1,0 +1,179 @@
+"""A thin client of the HTTP API. The CLI uses it; so can notebooks and scripts.
+
+It finds the server and token from ``KIBAN_URL``/``KIBAN_TOKEN``, else from the kiban home
+(``KIBAN_HOME``, default ``~/.kiban``): ``kiban up`` writes ``url`` and ``token`` there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    """An error answer from the API, or no answer at all (status 0)."""
+
+    def __init__(self, status: int, message: str, problems: list[dict[str, str]] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.problems = problems or []
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("KIBAN_HOME") or Path.home() / ".kiban")
+
+
+def discover(home: Path | None = None) -> tuple[str, str | None]:
+    """The server URL and token, from the environment or the kiban home."""
+    home = home or default_home()
+    url = os.environ.get("KIBAN_URL")
+    token = os.environ.get("KIBAN_TOKEN")
+    if url is None:
+        url_file = home / "url"
+        url = url_file.read_text().strip() if url_file.exists() else "http://127.0.0.1:8470"
+    if token is None:
+        token_file = home / "token"
+        if token_file.exists():
+            token = token_file.read_text().strip()
+    return url, token
+
+
+class Client:
+    """Calls the API with a bearer token; raises ApiError with the server's message."""
+
+    def __init__(
+        self, url: str | None = None, token: str | None = None, timeout: float = 30.0
+    ) -> None:
+        if url is None or token is None:
+            found_url, found_token = discover()
+            url = url or found_url
+            token = token or found_token
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiError(
+                0, f"cannot reach kiban at {self.url}: {exc}. Is `kiban up` running?"
+            ) from None
+        return _decode(response)
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def submit(self, manifest: dict[str, Any] | str) -> dict[str, Any]:
+        """Submit a manifest given as a mapping or as YAML/JSON text."""
+        if isinstance(manifest, str):
+            return dict(
+                self._request(
+                    "POST",
+                    "/api/v1/jobs",
+                    content=manifest.encode(),
+                    headers={"Content-Type": "application/yaml"},
+                )
+            )
+        return dict(self._request("POST", "/api/v1/jobs", json=manifest))
+
+    def jobs(
+        self,
+        *,
+        state: list[str] | None = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+        name: str | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if state:
+            params["state"] = state
+        for key, value in (("queue", queue), ("tenant", tenant), ("name", name)):
+            if value:
+                params[key] = value
+        return list(self._request("GET", "/api/v1/jobs", params=params))
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return dict(self._request("GET", f"/api/v1/jobs/{job_id}"))
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return dict(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))
+
+    def events(self, job_id: str, after: int = 0) -> list[dict[str, Any]]:
+        return list(self._request("GET", f"/api/v1/jobs/{job_id}/events", params={"after": after}))
+
+    def logs(self, job_id: str, *, rank: int = 0, follow: bool = False) -> Iterator[bytes]:
+        """A replica's output in chunks; with ``follow``, until the job finishes."""
+        params = {"rank": rank, "follow": follow}
+        try:
+            with self._http.stream(
+                "GET",
+                f"/api/v1/jobs/{job_id}/logs",
+                params=params,
+                timeout=httpx.Timeout(30.0, read=None),
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _decode(response)
+                yield from response.iter_bytes()
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"lost the connection to kiban at {self.url}: {exc}") from None
+
+    # -- cluster -------------------------------------------------------------------------------
+    def queues(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/api/v1/queues"))
+
+    def create_queue(
+        self, name: str, tenant: str, gpu_quota: int | None = None, strategy: str = "StrictFIFO"
+    ) -> dict[str, Any]:
+        quota = {} if gpu_quota is None else {"gpu": gpu_quota}
+        body = {"name": name, "tenant": tenant, "quota": quota, "strategy": strategy}
+        return dict(self._request("POST", "/api/v1/queues", json=body))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/api/v1/nodes"))
+
+    def tenants(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/api/v1/tenants"))
+
+    def create_tenant(self, name: str) -> dict[str, Any]:
+        return dict(self._request("POST", "/api/v1/tenants", json={"name": name}))
+
+    def create_token(self, tenant: str, name: str) -> str:
+        answer = self._request("POST", f"/api/v1/tenants/{tenant}/tokens", json={"name": name})
+        return str(answer["token"])
+
+    def whoami(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/api/v1/whoami"))
+
+    def healthy(self) -> bool:
+        try:
+            return self._http.get("/healthz", timeout=2.0).status_code == 200
+        except httpx.TransportError:
+            return False
+
+
+def _decode(response: httpx.Response) -> Any:
+    if response.status_code < 400:
+        return response.json() if response.content else None
+    try:
+        error = response.json().get("error", {})
+        message = error.get("message") or response.text
+        problems = error.get("problems")
+    except ValueError:
+        message, problems = response.text or response.reason_phrase, None
+    raise ApiError(response.status_code, message, problems)

@@ -1,0 +1,105 @@
+"""``kiban up``: the whole platform in one process (API, control loop, local executor)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from kiban.api.app import create_app
+from kiban.domain.cluster import ClusterConfig
+from kiban.executors.base import NodeInfo
+from kiban.executors.local import LocalExecutor
+from kiban.executors.local.nodes import this_machine, virtual_nodes
+from kiban.platform import Platform, build_platform
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    home: Path
+    host: str = "127.0.0.1"
+    port: int = 8470
+    db_url: str | None = None
+    config: ClusterConfig | None = None
+    nodes: int | None = None
+    gpus_per_node: int = 0
+    tick_s: float = 0.2
+
+
+def local_nodes(options: ServerOptions) -> list[NodeInfo]:
+    """Virtual nodes from ``--nodes`` or the cluster file, else this machine."""
+    if options.nodes is not None:
+        return virtual_nodes(options.nodes, options.gpus_per_node)
+    if options.config is not None and options.config.nodes:
+        return [
+            NodeInfo(
+                name=n.name,
+                gpus=n.gpus,
+                cpu_millis=n.cpus,
+                memory=n.memory,
+                labels={"kubernetes.io/hostname": n.name, **n.labels},
+            )
+            for n in options.config.nodes
+        ]
+    return [this_machine()]
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the listening socket up front so a busy port is a clear error, and port 0 works."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"error: cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def start_platform(options: ServerOptions) -> Platform:
+    executor = LocalExecutor(options.home, local_nodes(options))
+    return build_platform(
+        home=options.home,
+        db_url=options.db_url,
+        executor=executor,
+        config=options.config,
+        tick_s=options.tick_s,
+    )
+
+
+def serve(options: ServerOptions) -> None:
+    """Run until interrupted. Replicas keep running across a restart and are re-adopted."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    sock = bind_socket(options.host, options.port)
+    platform = start_platform(options)
+    port = sock.getsockname()[1]
+    url = f"http://{options.host}:{port}"
+    (options.home / "url").write_text(url + "\n")
+    app = create_app(platform)
+    platform.loop.start()
+    nodes = platform.executor.nodes()
+    gpus = sum(n.gpus for n in nodes)
+    print(f"kiban is up at {url}", file=sys.stderr)
+    print(f"  home {options.home}; admin token in {platform.token_file}", file=sys.stderr)
+    print(
+        f"  {len(nodes)} node(s), {gpus} GPU(s); store {platform.engine.url.render_as_string()}",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        platform.loop.stop()
+        platform.engine.dispose()
+        print("kiban stopped", file=sys.stderr, flush=True)

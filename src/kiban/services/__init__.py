@@ -1,0 +1,1 @@
+"""Services: the logic behind the API, each on one concept, working on a store session."""

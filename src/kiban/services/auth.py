@@ -1,0 +1,92 @@
+"""Bearer tokens: who is calling, and what they may see. Tokens are stored as SHA-256 hashes.
+
+Tokens are 256-bit random strings, so a fast hash is enough (as for GitHub's tokens); a slow
+password hash would only cost every request time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kiban.services.errors import Forbidden, NotFound, Unauthorized
+from kiban.store.models import ApiToken, Tenant
+
+TOKEN_PREFIX = "kbn_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: an admin (sees everything) or a member of one tenant."""
+
+    name: str
+    tenant: str | None
+    is_admin: bool
+
+    def can_see(self, tenant: str | None) -> bool:
+        return self.is_admin or (tenant is not None and tenant == self.tenant)
+
+    def require_admin(self) -> None:
+        if not self.is_admin:
+            raise Forbidden("this needs an admin token")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def authenticate(session: Session, authorization: str | None) -> Principal:
+    """The principal behind an ``Authorization: Bearer ...`` header, or Unauthorized."""
+    if not authorization:
+        raise Unauthorized("missing token: send 'Authorization: Bearer <token>'")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token.strip())))
+    if row is None:
+        raise Unauthorized("invalid token")
+    return Principal(name=row.name, tenant=row.tenant, is_admin=row.role == "admin")
+
+
+def create_token(session: Session, *, name: str, tenant: str | None, admin: bool, at: float) -> str:
+    """Create a token and return it in clear (the only time it is seen)."""
+    if tenant is not None and session.get(Tenant, tenant) is None:
+        raise NotFound(f"tenant {tenant} not found")
+    token = new_token()
+    session.add(
+        ApiToken(
+            token_hash=hash_token(token),
+            name=name,
+            role="admin" if admin else "member",
+            tenant=tenant,
+            created_at=at,
+        )
+    )
+    return token
+
+
+def ensure_admin_token(session: Session, token_file: Path, at: float) -> str | None:
+    """On first start, create an admin token and write it to ``token_file`` with mode 0600.
+
+    Returns the new token, or None when an admin token already exists and the file is kept.
+    """
+    existing = session.scalar(select(ApiToken).where(ApiToken.role == "admin").limit(1))
+    if existing is not None and token_file.exists():
+        return None
+    token = create_token(session, name="admin", tenant=None, admin=True, at=at)
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    os.chmod(token_file, 0o600)
+    return token

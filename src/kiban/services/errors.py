@@ -1,0 +1,44 @@
+"""Errors the services raise; the API maps each to an HTTP status."""
+
+from __future__ import annotations
+
+from kiban.domain.errors import FieldProblem, SpecError
+
+
+class ServiceError(Exception):
+    """Base: a message for the user."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthorized(ServiceError):
+    status = 401
+
+
+class Forbidden(ServiceError):
+    status = 403
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Conflict(ServiceError):
+    status = 409
+
+
+class InvalidInput(SpecError):
+    """A spec or request field that cannot be accepted (HTTP 422)."""
+
+    status = 422
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        super().__init__(problems)
+
+
+def invalid(field_path: str, message: str) -> InvalidInput:
+    return InvalidInput([FieldProblem(field_path, message)])

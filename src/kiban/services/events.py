@@ -1,0 +1,43 @@
+"""Recording and reading events: the history of every job, node and policy change."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kiban.store.models import Event
+
+
+def record(
+    session: Session,
+    *,
+    kind: str,
+    name: str,
+    reason: str,
+    message: str,
+    at: float,
+    tenant: str | None = None,
+    warning: bool = False,
+) -> Event:
+    """Add an event to the session (committed with the change it describes)."""
+    event = Event(
+        object_kind=kind,
+        object_name=name,
+        tenant=tenant,
+        type="Warning" if warning else "Normal",
+        reason=reason,
+        message=message,
+        at=at,
+    )
+    session.add(event)
+    return event
+
+
+def for_object(session: Session, kind: str, name: str, after_id: int = 0) -> list[Event]:
+    """Events of one object in the order they happened."""
+    query = (
+        select(Event)
+        .where(Event.object_kind == kind, Event.object_name == name, Event.id > after_id)
+        .order_by(Event.id)
+    )
+    return list(session.scalars(query))

@@ -1,0 +1,198 @@
+"""Submitting, finding, listing and cancelling jobs."""
+
+from __future__ import annotations
+
+import secrets
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kiban.domain.jobspec import JobManifest
+from kiban.domain.manifests import parse_job_manifest
+from kiban.domain.priority import DEFAULT_PRIORITY_CLASS, DEFAULT_PRIORITY_CLASSES
+from kiban.domain.states import JobState
+from kiban.executors.base import Capability
+from kiban.services import events
+from kiban.services.auth import Principal
+from kiban.services.errors import Conflict, NotFound, invalid
+from kiban.services.tenants import visible_queue
+from kiban.services.transitions import transition
+from kiban.store.models import Job, Replica
+
+_ID_CHARS = string.ascii_lowercase + string.digits
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What submission checks a job against: node sizes and the executor's capabilities."""
+
+    node_shapes: tuple[tuple[int, int, int], ...] = ()  # (gpus, cpu_millis, memory) per node
+    capabilities: frozenset[Capability] = field(default_factory=frozenset)
+
+    @property
+    def max_gpus(self) -> int:
+        return max((s[0] for s in self.node_shapes), default=0)
+
+
+def new_job_id(name: str) -> str:
+    return f"{name[:57]}-{''.join(secrets.choice(_ID_CHARS) for _ in range(6))}"
+
+
+def check_against_cluster(manifest: JobManifest, facts: ClusterFacts) -> None:
+    """Refuse jobs no node could ever hold, or that need what the executor cannot do."""
+    for i, task in enumerate(manifest.spec.tasks):
+        where = f"spec.tasks[{i}].resources"
+        if task.resources.gpu > facts.max_gpus:
+            raise invalid(
+                f"{where}.gpu",
+                f"{task.resources.gpu} GPUs per replica, but the largest node has {facts.max_gpus}",
+            )
+        if not any(
+            g >= task.resources.gpu and c >= task.resources.cpu and m >= task.resources.memory
+            for g, c, m in facts.node_shapes
+        ):
+            raise invalid(
+                where,
+                f"no node is big enough for one replica ({task.resources.gpu} GPUs, "
+                f"{task.resources.cpu / 1000:g} CPUs, {task.resources.memory} bytes of memory)",
+            )
+    if manifest.spec.launcher == "torchrun" and Capability.TORCHRUN not in facts.capabilities:
+        raise invalid("spec.launcher", "torchrun is not available here (is PyTorch installed?)")
+
+
+def submit(
+    session: Session,
+    principal: Principal,
+    document: dict[str, Any],
+    *,
+    facts: ClusterFacts,
+    at: float,
+) -> Job:
+    """Validate a job manifest against the cluster and queue it; nothing is stored on error."""
+    manifest = parse_job_manifest(document)
+    spec = manifest.spec
+    queue = visible_queue(session, principal, spec.queue)
+    if queue is None:
+        raise invalid("spec.queue", f"queue {spec.queue} does not exist")
+    priority_class = spec.priority_class or DEFAULT_PRIORITY_CLASS
+    if priority_class not in DEFAULT_PRIORITY_CLASSES:
+        known = ", ".join(DEFAULT_PRIORITY_CLASSES)
+        raise invalid(
+            "spec.priorityClass", f"unknown priority class {priority_class!r}; known: {known}"
+        )
+    check_against_cluster(manifest, facts)
+    job = Job(
+        id=new_job_id(manifest.metadata.name),
+        name=manifest.metadata.name,
+        tenant=queue.tenant,
+        queue=queue.name,
+        state=JobState.PENDING.value,
+        priority=DEFAULT_PRIORITY_CLASSES[priority_class],
+        spec=document,
+        submitted_at=at,
+        attempt=1,
+    )
+    session.add(job)
+    events.record(
+        session,
+        kind="Job",
+        name=job.id,
+        tenant=job.tenant,
+        reason="Submitted",
+        message=f"submitted by {principal.name} to queue {queue.name} "
+        f"({spec.total_replicas} replicas, {spec.total_gpus} GPUs)",
+        at=at,
+    )
+    return job
+
+
+def get_visible(session: Session, principal: Principal, job_id: str) -> Job:
+    """The job if the caller may see it; NotFound otherwise (never reveals other tenants' jobs)."""
+    job = session.get(Job, job_id)
+    if job is None or not principal.can_see(job.tenant):
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def list_jobs(
+    session: Session,
+    principal: Principal,
+    *,
+    states: Sequence[str] = (),
+    queue: str | None = None,
+    tenant: str | None = None,
+    name: str | None = None,
+    limit: int = 100,
+) -> list[Job]:
+    """Jobs the caller may see, newest first, filtered."""
+    for i, state in enumerate(states):
+        if state not in {s.value for s in JobState}:
+            known = ", ".join(s.value for s in JobState)
+            raise invalid(f"state[{i}]", f"unknown state {state!r}; known: {known}")
+    if not 1 <= limit <= 1000:
+        raise invalid("limit", "must be between 1 and 1000")
+    query = select(Job).order_by(Job.submitted_at.desc(), Job.id).limit(limit)
+    if not principal.is_admin:
+        query = query.where(Job.tenant == principal.tenant)
+    elif tenant:
+        query = query.where(Job.tenant == tenant)
+    if states:
+        query = query.where(Job.state.in_(list(states)))
+    if queue:
+        query = query.where(Job.queue == queue)
+    if name:
+        query = query.where(Job.name == name)
+    return list(session.scalars(query))
+
+
+def replicas_of(session: Session, job: Job) -> list[Replica]:
+    """The replicas of the job's current attempt, in rank order."""
+    query = (
+        select(Replica)
+        .where(Replica.job_id == job.id, Replica.attempt == job.attempt)
+        .order_by(Replica.rank)
+    )
+    return list(session.scalars(query))
+
+
+def cancel(session: Session, principal: Principal, job_id: str, at: float) -> Job:
+    """Cancel a job: a pending one at once, a running one after its grace period."""
+    job = get_visible(session, principal, job_id)
+    state = JobState(job.state)
+    if state.terminal:
+        raise Conflict(f"job {job.id} has already finished ({job.state})")
+    if state is JobState.PENDING:
+        transition(
+            session,
+            job,
+            JobState.CANCELLED,
+            reason="Cancelled",
+            message=f"cancelled by {principal.name} while pending",
+            at=at,
+        )
+        return job
+    if state is JobState.STOPPING:
+        job.stop_intent = "cancel"
+        return job
+    grace = parse_grace(job)
+    job.stop_intent = "cancel"
+    job.stop_deadline = at + grace
+    transition(
+        session,
+        job,
+        JobState.STOPPING,
+        reason="Cancelling",
+        message=f"cancelled by {principal.name}; stopping replicas (grace {grace:g}s)",
+        at=at,
+    )
+    return job
+
+
+def parse_grace(job: Job) -> float:
+    """The job's termination grace period in seconds."""
+    manifest = parse_job_manifest(job.spec)
+    return manifest.spec.termination_grace_period or 0.0

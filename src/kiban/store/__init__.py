@@ -1,0 +1,1 @@
+"""Persistent state: SQLAlchemy models, engine set-up and Alembic migrations."""

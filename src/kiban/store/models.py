@@ -1,0 +1,140 @@
+"""Tables of the store. Times are UNIX seconds (floats) so both SQLite and PostgreSQL agree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Base of all tables."""
+
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Tenant(Base):
+    """A team: owns queues, members' tokens and jobs."""
+
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ApiToken(Base):
+    """A bearer token, stored as its SHA-256; admin tokens have no tenant."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))  # "admin" or "member"
+    tenant: Mapped[str | None] = mapped_column(ForeignKey("tenants.name"), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Queue(Base):
+    """Where a tenant's jobs wait; its GPU quota (None = no limit) and ordering strategy."""
+
+    __tablename__ = "queues"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"), index=True)
+    gpu_quota: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    strategy: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Node(Base):
+    """A machine as reported by the executor, with the admin's cordon and the health verdict."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    cpu_millis: Mapped[int] = mapped_column(Integer)
+    memory: Mapped[int] = mapped_column(BigInteger)  # bytes
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    health_message: Mapped[str] = mapped_column(Text, default="")
+    cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Job(Base):
+    """A unit of work and where it is in its life; ``spec`` holds the validated manifest spec."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63))
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    queue: Mapped[str] = mapped_column(String(63))
+    state: Mapped[str] = mapped_column(String(16))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    admitted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stop_intent: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reason_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    reason_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reason_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (
+        Index("ix_jobs_state", "state"),
+        Index("ix_jobs_tenant_submitted", "tenant", "submitted_at"),
+        Index("ix_jobs_queue_state", "queue", "state"),
+    )
+
+
+class Replica(Base):
+    """One launched replica of a job attempt: where it runs and the process that runs it."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    task: Mapped[str] = mapped_column(String(63))
+    index: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(253))
+    gpu_ids: Mapped[list[Any]] = mapped_column(JSON)
+    cpu_millis: Mapped[int] = mapped_column(Integer)
+    memory: Mapped[int] = mapped_column(BigInteger)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)  # holds its resources
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid_start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ix_replicas_active", "active"),)
+
+
+class Event(Base):
+    """Something that happened to an object (a job, a node, the policy), in order."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    object_kind: Mapped[str] = mapped_column(String(16))
+    object_name: Mapped[str] = mapped_column(String(253))
+    tenant: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    type: Mapped[str] = mapped_column(String(8))  # Normal or Warning
+    reason: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+    at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_events_object", "object_kind", "object_name", "id"),)

@@ -1,0 +1,127 @@
+"""An executor that runs nothing: tests and simulations say when each replica ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kiban.clock import Clock, SystemClock
+from kiban.executors.base import (
+    Capability,
+    LaunchedReplica,
+    LaunchError,
+    LaunchRequest,
+    NodeInfo,
+    Observation,
+    ReplicaRef,
+)
+
+
+@dataclass
+class FakeReplica:
+    """A pretend replica: running until ``finish`` is called, with the request that made it."""
+
+    request: LaunchRequest
+    rank: int
+    pid: int
+    exit_code: int | None = None
+    stop_requests: list[bool] = field(default_factory=list)  # force flag of each stop call
+    log: bytearray = field(default_factory=bytearray)
+    ignores_sigterm: bool = False
+
+
+class FakeExecutor:
+    """Keeps replicas in memory. ``finish(job, rank, code)`` ends one; stops end them too.
+
+    A SIGTERM-like stop ends a replica with code 143 unless it was told to ignore it;
+    a forced stop always ends it with 137.
+    """
+
+    name = "fake"
+
+    def __init__(
+        self,
+        nodes: list[NodeInfo],
+        clock: Clock | None = None,
+        capabilities: frozenset[Capability] | None = None,
+    ) -> None:
+        self._nodes = list(nodes)
+        self._clock = clock or SystemClock()
+        self.capabilities = capabilities if capabilities is not None else frozenset(Capability)
+        self.replicas: dict[tuple[str, int, int], FakeReplica] = {}
+        self.launches: list[LaunchRequest] = []
+        self.fail_next_launch: str | None = None
+        self._next_pid = 1000
+        self._next_port = 30000
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes)
+
+    def set_nodes(self, nodes: list[NodeInfo]) -> None:
+        self._nodes = list(nodes)
+
+    def checkpoint_dir(self, job_id: str) -> str:
+        return f"/checkpoints/{job_id}"
+
+    def pick_master_port(self) -> int:
+        self._next_port += 1
+        return self._next_port
+
+    def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
+        if self.fail_next_launch is not None:
+            message, self.fail_next_launch = self.fail_next_launch, None
+            raise LaunchError(message)
+        self.launches.append(request)
+        launched = []
+        for placement in request.placements:
+            self._next_pid += 1
+            replica = FakeReplica(request, placement.rank, self._next_pid)
+            self.replicas[(request.job_id, request.attempt, placement.rank)] = replica
+            launched.append(LaunchedReplica(placement.rank, self._next_pid, 0.0, self._clock.now()))
+        return launched
+
+    def _get(self, job_id: str, attempt: int, rank: int) -> FakeReplica:
+        return self.replicas[(job_id, attempt, rank)]
+
+    def finish(
+        self, job_id: str, rank: int, exit_code: int = 0, attempt: int | None = None
+    ) -> None:
+        """End one replica with ``exit_code`` (of the newest attempt unless told)."""
+        if attempt is None:
+            attempt = max(a for (j, a, _r) in self.replicas if j == job_id)
+        self._get(job_id, attempt, rank).exit_code = exit_code
+
+    def finish_all(self, job_id: str, exit_code: int = 0) -> None:
+        attempt = max(a for (j, a, _r) in self.replicas if j == job_id)
+        for j, a, rank in list(self.replicas):
+            if j == job_id and a == attempt:
+                self.finish(job_id, rank, exit_code, attempt)
+
+    def running(self, job_id: str | None = None) -> list[FakeReplica]:
+        return [
+            r
+            for (j, _a, _r), r in self.replicas.items()
+            if r.exit_code is None and (job_id is None or j == job_id)
+        ]
+
+    def observe(self, replica: ReplicaRef) -> Observation:
+        fake = self.replicas.get((replica.job_id, replica.attempt, replica.rank))
+        if fake is None:
+            return Observation(running=False, lost=True, message="unknown to the fake executor")
+        if fake.exit_code is None:
+            return Observation(running=True)
+        return Observation(running=False, exit_code=fake.exit_code)
+
+    def stop(self, replica: ReplicaRef, *, force: bool) -> None:
+        fake = self.replicas.get((replica.job_id, replica.attempt, replica.rank))
+        if fake is None:
+            return
+        fake.stop_requests.append(force)
+        if fake.exit_code is None and (force or not fake.ignores_sigterm):
+            fake.exit_code = 137 if force else 143
+
+    def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
+        attempts = [a for (j, a, r) in self.replicas if j == job_id and r == rank]
+        if not attempts:
+            return b"", offset
+        data = bytes(self._get(job_id, max(attempts), rank).log[offset : offset + limit])
+        return data, offset + len(data)
