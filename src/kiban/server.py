@@ -54,10 +54,20 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        # Listen now: a client that reads the url file before uvicorn is serving waits in the
+        # backlog instead of being refused.
+        sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise SystemExit(f"error: cannot listen on {host}:{port}: {exc.strerror}") from None
     return sock
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Readers see the old content or the new, never a partial file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def start_platform(options: ServerOptions) -> Platform:
@@ -83,7 +93,7 @@ def serve(options: ServerOptions) -> None:
     platform = start_platform(options)
     port = sock.getsockname()[1]
     url = f"http://{options.host}:{port}"
-    (options.home / "url").write_text(url + "\n")
+    write_atomically(options.home / "url", url + "\n")
     app = create_app(platform)
     platform.loop.start()
     nodes = platform.executor.nodes()

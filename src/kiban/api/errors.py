@@ -1,10 +1,13 @@
 """Every error leaves as JSON.
 
-The body is ``{"error": {"status", "message", "problems": [{"field", "message"}]}}``.
+The body is ``{"error": {"status", "message", "problems": [{"field", "message"}]}}``; ``problems``
+is always there (empty when the error is not about input fields). A 401 says how to authenticate
+(``WWW-Authenticate: Bearer``), as RFC 9110 asks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -19,20 +22,30 @@ from kiban.services.errors import ServiceError
 def error_body(
     status: int, message: str, problems: list[FieldProblem] | None = None
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {"status": status, "message": message}
-    if problems:
-        body["problems"] = [{"field": p.field, "message": p.message} for p in problems]
-    return {"error": body}
+    listed = [{"field": p.field, "message": p.message} for p in problems or []]
+    return {"error": {"status": status, "message": message, "problems": listed}}
+
+
+def error_response(
+    status: int,
+    message: str,
+    problems: list[FieldProblem] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    extra = dict(headers or {})
+    if status == 401:
+        extra.setdefault("WWW-Authenticate", "Bearer")
+    return JSONResponse(error_body(status, message, problems), status_code=status, headers=extra)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(error_body(exc.status, exc.message), status_code=exc.status)
+        return error_response(exc.status, exc.message)
 
     @app.exception_handler(SpecError)
     async def _spec(_: Request, exc: SpecError) -> JSONResponse:
-        return JSONResponse(error_body(422, f"invalid input: {exc}", exc.problems), status_code=422)
+        return error_response(422, f"invalid input: {exc}", exc.problems)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -43,10 +56,8 @@ def install_error_handlers(app: FastAPI) -> None:
                 loc = loc[1:]
             problems.append(FieldProblem(format_location(loc), str(item.get("msg", "invalid"))))
         message = "invalid input: " + "; ".join(str(p) for p in problems)
-        return JSONResponse(error_body(422, message, problems), status_code=422)
+        return error_response(422, message, problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
-            error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code
-        )
+        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)

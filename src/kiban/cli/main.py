@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.markup import escape
 
 from kiban.cli import render
 from kiban.cli.admin import admin_app
+from kiban.cli.bench import bench_app
 from kiban.domain.errors import SpecError
 from kiban.domain.manifests import load_document
 from kiban.sdk.client import ApiError, Client, default_home
@@ -28,13 +30,14 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(admin_app, name="admin")
+app.add_typer(bench_app, name="bench")
 
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json")]
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    render.err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    render.err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
 
 
@@ -223,6 +226,7 @@ def logs(
 ) -> None:
     """A replica's output (rank 0 unless told)."""
     with client() as api:
+        api.job(job_id)  # an unreachable server or an unknown job: a clear error before streaming
         for chunk in api.logs(job_id, rank=rank, follow=follow):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
@@ -235,7 +239,7 @@ def wait(
 ) -> None:
     """Wait for a job to finish; exit 0 only if it succeeded."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    with client() as api, render.err.status(f"waiting for {job_id}") as status:
+    with client() as api, render.err.status(f"waiting for {escape(job_id)}") as status:
         while True:
             job = api.job(job_id)
             state = job["state"]
@@ -243,9 +247,11 @@ def wait(
             if job.get("reason"):
                 detail = f": {job['reason']['code']}"
             status.update(
-                f"{job_id}: {state}{detail} ({render.duration(job)} running)"
-                if job.get("startedAt")
-                else f"{job_id}: {state}{detail}"
+                escape(
+                    f"{job_id}: {state}{detail} ({render.duration(job)} running)"
+                    if job.get("startedAt")
+                    else f"{job_id}: {state}{detail}"
+                )
             )
             if state in TERMINAL:
                 break
@@ -253,7 +259,7 @@ def wait(
                 fail(f"timed out after {timeout:g}s; job {job_id} is {state}", code=2)
             time.sleep(0.25)
     message = f" ({job['message']})" if job.get("message") else ""
-    render.err.print(f"job {job_id} {state}{message}")
+    render.err.print(escape(f"job {job_id} {state}{message}"))
     if state != "Succeeded":
         raise typer.Exit(1)
 
@@ -263,7 +269,7 @@ def cancel(job_id: Annotated[str, typer.Argument(help="job id")]) -> None:
     """Cancel a job (running replicas get SIGTERM, then SIGKILL after the grace period)."""
     with client() as api:
         job = api.cancel(job_id)
-    render.err.print(f"job {job_id}: {job['state']}")
+    render.err.print(escape(f"job {job_id}: {job['state']}"))
 
 
 @app.command()
@@ -290,15 +296,29 @@ def nodes(output: OutputOpt = "table") -> None:
         render.out.print(render.nodes_table(rows))
 
 
+def auth_hint() -> str:
+    """What to do about a refused token: where the CLI took it from."""
+    if os.environ.get("KIBAN_TOKEN"):
+        return "the server refused the token in KIBAN_TOKEN (unset it to use the kiban home's)"
+    token_file = default_home() / "token"
+    return (
+        f"set KIBAN_TOKEN, or KIBAN_HOME to the directory where `kiban up` wrote its token "
+        f"(looked for {token_file})"
+    )
+
+
 def main() -> None:
     """Entry point: turn API and spec errors into one readable line and a non-zero exit."""
     try:
         app()
     except ApiError as exc:
-        render.err.print(f"[red]error:[/red] {exc.message}", highlight=False)
+        message = exc.message
+        if exc.status == 401:
+            message += f"; {auth_hint()}"
+        render.err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
         sys.exit(1)
     except SpecError as exc:
-        render.err.print(f"[red]error:[/red] {exc}", highlight=False)
+        render.err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(1)
     except BrokenPipeError:
         sys.exit(0)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kiban.domain.quantity import format_duration, format_memory
@@ -14,6 +15,11 @@ from kiban.domain.quantity import format_duration, format_memory
 # Piped output is not cut to 80 columns: scripts and logs get whole lines.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def cells(*values: object) -> list[str]:
+    """Table cells from values, shown as they are (user text is never taken for markup)."""
+    return [escape(str(v)) for v in values]
 
 
 def when(ts: float | None) -> str:
@@ -45,14 +51,16 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
         if job.get("queuePosition"):
             reason_text += f" (#{job['queuePosition']} in queue)"
         table.add_row(
-            job["id"],
-            job["queue"],
-            job["state"],
-            str(job.get("replicaCount", "")),
-            str(job.get("gpus", "")),
-            age(job["submittedAt"]),
-            duration(job),
-            reason_text,
+            *cells(
+                job["id"],
+                job["queue"],
+                job["state"],
+                job.get("replicaCount", ""),
+                job.get("gpus", ""),
+                age(job["submittedAt"]),
+                duration(job),
+                reason_text,
+            )
         )
     return table
 
@@ -64,13 +72,15 @@ def queues_table(queues: list[dict[str, Any]]) -> Table:
     for q in queues:
         quota = "-" if q["gpuQuota"] is None else str(q["gpuQuota"])
         table.add_row(
-            q["name"],
-            q["tenant"],
-            q["strategy"],
-            quota,
-            str(q["gpusInUse"]),
-            str(q["pending"]),
-            str(q["running"]),
+            *cells(
+                q["name"],
+                q["tenant"],
+                q["strategy"],
+                quota,
+                q["gpusInUse"],
+                q["pending"],
+                q["running"],
+            )
         )
     return table
 
@@ -87,13 +97,15 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
             status = f"Unhealthy: {n['healthMessage']}"
         labels = ",".join(f"{k}={v}" for k, v in sorted(n["labels"].items()))
         table.add_row(
-            n["name"],
-            str(n["gpus"]),
-            str(n["gpusInUse"]),
-            f"{n['cpuMillis'] / 1000:g}",
-            format_memory(int(n["memory"])),
-            status,
-            labels,
+            *cells(
+                n["name"],
+                n["gpus"],
+                n["gpusInUse"],
+                f"{n['cpuMillis'] / 1000:g}",
+                format_memory(int(n["memory"])),
+                status,
+                labels,
+            )
         )
     return table
 
@@ -102,31 +114,38 @@ def describe_job(job: dict[str, Any], events: list[dict[str, Any]]) -> None:
     """Spec summary, state, placement, the pending reason with its numbers, and the timeline."""
     spec = job.get("spec") or {}
     body = spec.get("spec", {})
-    out.print(f"[bold]Job[/bold]       {job['id']}  (name {job['name']})")
-    out.print(f"Tenant     {job['tenant']}    Queue {job['queue']}    Priority {job['priority']}")
-    out.print(f"State      [bold]{job['state']}[/bold]    Attempt {job['attempt']}")
+    e = escape
+    out.print(f"[bold]Job[/bold]       {e(job['id'])}  (name {e(job['name'])})")
+    out.print(
+        f"Tenant     {e(job['tenant'])}    Queue {e(job['queue'])}    Priority {job['priority']}"
+    )
+    out.print(f"State      [bold]{e(job['state'])}[/bold]    Attempt {job['attempt']}")
     if job.get("message"):
-        out.print(f"Message    {job['message']}")
+        out.print(f"Message    {e(job['message'])}")
     reason = job.get("reason")
     if reason:
-        out.print(f"Waiting    [yellow]{reason['code']}[/yellow]: {reason['message']}")
+        out.print(f"Waiting    [yellow]{e(reason['code'])}[/yellow]: {e(reason['message'])}")
         if job.get("queuePosition"):
-            out.print(f"Position   #{job['queuePosition']} in queue {job['queue']}")
+            out.print(f"Position   #{job['queuePosition']} in queue {e(job['queue'])}")
     out.print(
         f"Submitted  {when(job['submittedAt'])}    Started {when(job.get('startedAt'))}    "
         f"Finished {when(job.get('finishedAt'))}    Runtime {duration(job)}"
     )
     out.print(
-        f"Launcher   {body.get('launcher', 'none')}    minAvailable "
-        f"{body.get('minAvailable', job.get('replicaCount'))}    maxRuntime "
-        f"{body.get('maxRuntime', '-')}"
+        e(
+            f"Launcher   {body.get('launcher', 'none')}    minAvailable "
+            f"{body.get('minAvailable', job.get('replicaCount'))}    maxRuntime "
+            f"{body.get('maxRuntime', '-')}"
+        )
     )
     for task in body.get("tasks", []):
         res = task.get("resources", {})
         out.print(
-            f"Task       {task.get('name', 'worker')}: {task.get('replicas', 1)} x "
-            f"(gpu {res.get('gpu', 0)}, cpu {res.get('cpu', 1)}, memory "
-            f"{res.get('memory', '1Gi')})  command: {' '.join(task.get('command', []))}"
+            e(
+                f"Task       {task.get('name', 'worker')}: {task.get('replicas', 1)} x "
+                f"(gpu {res.get('gpu', 0)}, cpu {res.get('cpu', 1)}, memory "
+                f"{res.get('memory', '1Gi')})  command: {' '.join(task.get('command', []))}"
+            )
         )
     replicas = job.get("replicas") or []
     if replicas:
@@ -135,13 +154,15 @@ def describe_job(job: dict[str, Any], events: list[dict[str, Any]]) -> None:
             table.add_column(column)
         for r in replicas:
             table.add_row(
-                str(r["rank"]),
-                f"{r['task']}[{r['index']}]",
-                r["node"],
-                ",".join(map(str, r["gpuIds"])) or "-",
-                str(r.get("pid") or "-"),
-                r["state"],
-                "-" if r.get("exitCode") is None else str(r["exitCode"]),
+                *cells(
+                    r["rank"],
+                    f"{r['task']}[{r['index']}]",
+                    r["node"],
+                    ",".join(map(str, r["gpuIds"])) or "-",
+                    r.get("pid") or "-",
+                    r["state"],
+                    "-" if r.get("exitCode") is None else r["exitCode"],
+                )
             )
         out.print("Replicas")
         out.print(table)
@@ -151,8 +172,14 @@ def describe_job(job: dict[str, Any], events: list[dict[str, Any]]) -> None:
         table = Table(box=None, pad_edge=False, header_style="bold")
         for column in ("TIME", "+", "TYPE", "REASON", "MESSAGE"):
             table.add_column(column)
-        for e in events:
+        for ev in events:
             table.add_row(
-                when(e["at"]), f"{e['at'] - start:.1f}s", e["type"], e["reason"], e["message"]
+                *cells(
+                    when(ev["at"]),
+                    f"{ev['at'] - start:.1f}s",
+                    ev["type"],
+                    ev["reason"],
+                    ev["message"],
+                )
             )
         out.print(table)

@@ -14,11 +14,11 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
-from kiban.control.snapshot_builder import SpecCache, build_snapshot
+from kiban.control.snapshot_builder import RecordedWait, SpecCache, build_snapshot
 from kiban.domain.states import JobState, ReplicaState
 from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRef
 from kiban.scheduler.core import schedule
@@ -76,6 +76,10 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._on_pass = on_pass
         self.passes = 0
+        self.resync_s = 5.0
+        self._last_schedule = float("-inf")
+        # (job, attempt) whose replicas were asked to stop; after a restart they are asked again.
+        self._signalled: set[tuple[str, int]] = set()
 
     # -- thread --------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -94,21 +98,31 @@ class ControlLoop:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(self.tick_s)
+            woken = self._wake.wait(self.tick_s)
             self._wake.clear()
             if self._stopping.is_set():
                 break
             try:
-                self.run_once()
+                self._pass(woken)
             except Exception:  # the loop must survive a bad pass; the next one retries
                 log.exception("control loop pass failed")
 
     # -- passes --------------------------------------------------------------------------------
     def run_once(self) -> None:
         """One pass: settle running jobs, then schedule pending ones."""
+        self._pass(force_schedule=True)
+
+    def _pass(self, force_schedule: bool) -> None:
+        """Settle every pass; schedule only when something may have changed what fits.
+
+        Submissions, cancels and policy changes wake the loop; a settled job frees capacity.
+        A full scheduling pass also runs every ``resync_s`` as a safety net.
+        """
         now = self.clock.now()
-        self.settle(now)
-        self.schedule(self.clock.now())
+        changed = self.settle(now)
+        now = self.clock.now()
+        if force_schedule or changed or now - self._last_schedule >= self.resync_s:
+            self.schedule(now)
         self.passes += 1
         if self._on_pass is not None:
             self._on_pass()
@@ -123,10 +137,12 @@ class ControlLoop:
         with self.sessions() as session:
             stuck = session.scalars(select(Job).where(Job.state == JobState.ADMITTED.value)).all()
             for job in stuck:
+                # Replicas may have started before their pids were recorded: the executor
+                # finds them by the attempt, and the attempt's rows are dropped with them.
+                self.executor.abandon(job.id, job.attempt)
                 for replica in self._active_replicas(session, job):
                     self.executor.stop(replica_ref(replica), force=True)
-                    replica.active = False
-                    replica.state = ReplicaState.LOST.value
+                    session.delete(replica)
                 transition(
                     session,
                     job,
@@ -137,7 +153,9 @@ class ControlLoop:
                 )
             session.commit()
 
-    def settle(self, now: float) -> None:
+    def settle(self, now: float) -> bool:
+        """Observe running and stopping jobs; True if any of them changed state."""
+        changed = False
         with self.sessions() as session:
             ids = session.scalars(select(Job.id).where(Job.state.in_(ACTIVE_STATES))).all()
         for job_id in ids:
@@ -145,8 +163,11 @@ class ControlLoop:
                 job = session.get(Job, job_id, with_for_update=True)
                 if job is None or job.state not in ACTIVE_STATES:
                     continue
+                before = job.state
                 self._settle_job(session, job, now)
+                changed = changed or job.state != before
                 session.commit()
+        return changed
 
     def _active_replicas(self, session: Session, job: Job) -> list[Replica]:
         query = (
@@ -232,20 +253,25 @@ class ControlLoop:
                     now=now,
                 )
         if job.state == JobState.STOPPING.value:
+            if running and (job.id, job.attempt) not in self._signalled:
+                # Stopped from outside the loop (a cancel): ask politely first.
+                for replica in running:
+                    self.executor.stop(replica_ref(replica), force=False)
+                self._signalled.add((job.id, job.attempt))
             if running and job.stop_deadline is not None and now >= job.stop_deadline:
                 for replica in running:
                     self.executor.stop(replica_ref(replica), force=True)
-                if job.stop_intent != "killed":
-                    events.record(
-                        session,
-                        kind="Job",
-                        name=job.id,
-                        tenant=job.tenant,
-                        reason="Killed",
-                        warning=True,
-                        at=now,
-                        message=f"grace period over; killed {len(running)} replica(s)",
-                    )
+                job.stop_deadline = None  # killed once; their exits are seen in later passes
+                events.record(
+                    session,
+                    kind="Job",
+                    name=job.id,
+                    tenant=job.tenant,
+                    reason="Killed",
+                    warning=True,
+                    at=now,
+                    message=f"grace period over; killed {len(running)} replica(s)",
+                )
             if not running:
                 self._finish_stop(session, job, replicas, now)
 
@@ -265,6 +291,7 @@ class ControlLoop:
         job.stop_deadline = now + (spec.termination_grace_period or 0.0)
         for replica in running:
             self.executor.stop(replica_ref(replica), force=False)
+        self._signalled.add((job.id, job.attempt))
         suffix = {"restart": "; restarting", "fail": "", "deadline": ""}.get(intent, "")
         transition(
             session,
@@ -285,6 +312,7 @@ class ControlLoop:
     def _finish_stop(self, session: Session, job: Job, replicas: list[Replica], now: float) -> None:
         intent = job.stop_intent or "fail"
         self._release(job, replicas)
+        self._signalled.discard((job.id, job.attempt))
         job.stop_intent = None
         job.stop_deadline = None
         if intent == "cancel":
@@ -321,17 +349,20 @@ class ControlLoop:
 
     # -- scheduling ----------------------------------------------------------------------------
     def schedule(self, now: float) -> None:
+        recorded: dict[str, RecordedWait] = {}
         with self.sessions() as session:
-            snapshot = build_snapshot(session, self.specs, now)
+            snapshot = build_snapshot(session, self.specs, now, recorded)
+        self._last_schedule = now
         if not snapshot.pending:
             return
         decisions = schedule(snapshot, self.policy)
         for admit in decisions.admitted:
             self._admit(admit, now)
-        if decisions.waiting:
+        changed = [w for w in decisions.waiting if self._wait_changed(w, recorded.get(w.job_id))]
+        if changed:
             with self.sessions() as session:
-                for wait in decisions.waiting:
-                    self._record_wait(session, wait, now)
+                for wait in changed:
+                    self._record_wait(session, wait, recorded.get(wait.job_id), now)
                 session.commit()
 
     def _admit(self, admit: Admit, now: float) -> None:
@@ -342,30 +373,40 @@ class ControlLoop:
             self._launch(session, job, admit.placements, now, restart=False)
             session.commit()
 
-    def _record_wait(self, session: Session, wait: Wait, now: float) -> None:
-        job = session.get(Job, wait.job_id)
-        if job is None or job.state != JobState.PENDING.value:
-            return
+    @staticmethod
+    def _wait_changed(wait: Wait, before: RecordedWait | None) -> bool:
+        if before is None:
+            return True
+        now = (wait.reason.code.value, wait.reason.message, wait.queue_position)
+        return now != (before.code, before.message, before.position)
+
+    def _record_wait(
+        self, session: Session, wait: Wait, before: RecordedWait | None, now: float
+    ) -> None:
+        """Store a waiting job's reason and position; a new reason code is also an event."""
         reason = wait.reason
-        if job.reason_code != reason.code.value:
+        updated = session.execute(
+            update(Job)
+            .where(Job.id == wait.job_id, Job.state == JobState.PENDING.value)
+            .values(
+                reason_code=reason.code.value,
+                reason_message=reason.message,
+                reason_details=reason.details,
+                queue_position=wait.queue_position,
+            )
+        )
+        if getattr(updated, "rowcount", 1) == 0 or before is None:
+            return  # no longer pending
+        if before.code != reason.code.value:
             events.record(
                 session,
                 kind="Job",
-                name=job.id,
-                tenant=job.tenant,
+                name=wait.job_id,
+                tenant=before.tenant,
                 reason=reason.code.value,
                 message=reason.message,
                 at=now,
             )
-        if (job.reason_code, job.reason_message, job.queue_position) != (
-            reason.code.value,
-            reason.message,
-            wait.queue_position,
-        ):
-            job.reason_code = reason.code.value
-            job.reason_message = reason.message
-            job.reason_details = reason.details
-            job.queue_position = wait.queue_position
 
     def _launch(
         self,
@@ -439,6 +480,10 @@ class ControlLoop:
             row.pid = started.pid
             row.pid_start_time = started.pid_start_time
             row.started_at = started.started_at
+        session.refresh(job, with_for_update=True)
+        if job.state != JobState.ADMITTED.value:
+            session.commit()  # cancelled while launching: settling stops what was started
+            return
         transition(
             session,
             job,

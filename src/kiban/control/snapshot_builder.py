@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -26,14 +31,30 @@ class SpecCache:
         self._specs: dict[str, JobSpec] = {}
 
     def get(self, job: Job) -> JobSpec:
-        spec = self._specs.get(job.id)
+        return self.get_by_id(job.id, lambda: job.spec)
+
+    def get_by_id(self, job_id: str, load: Callable[[], dict[str, Any]]) -> JobSpec:
+        spec = self._specs.get(job_id)
         if spec is None:
-            spec = parse_job_manifest(job.spec).spec
-            self._specs[job.id] = spec
+            spec = parse_job_manifest(load()).spec
+            self._specs[job_id] = spec
         return spec
+
+    def known(self, job_id: str) -> bool:
+        return job_id in self._specs
 
     def forget(self, job_id: str) -> None:
         self._specs.pop(job_id, None)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedWait:
+    """What the store already says about a pending job, so unchanged reasons are not rewritten."""
+
+    tenant: str
+    code: str | None
+    message: str | None
+    position: int | None
 
 
 def demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
@@ -43,7 +64,12 @@ def demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
     )
 
 
-def build_snapshot(session: Session, specs: SpecCache, now: float) -> Snapshot:
+def build_snapshot(
+    session: Session,
+    specs: SpecCache,
+    now: float,
+    recorded: dict[str, RecordedWait] | None = None,
+) -> Snapshot:
     """Nodes with what is free on them, queues with GPUs in use, and the pending jobs."""
     used_gpus: dict[str, set[int]] = {}
     used_cpu: dict[str, int] = {}
@@ -90,17 +116,41 @@ def build_snapshot(session: Session, specs: SpecCache, now: float) -> Snapshot:
         )
         for q in session.scalars(select(Queue).order_by(Queue.name))
     )
+    pending_rows = session.execute(
+        select(
+            Job.id,
+            Job.queue,
+            Job.priority,
+            Job.submitted_at,
+            Job.tenant,
+            Job.reason_code,
+            Job.reason_message,
+            Job.queue_position,
+        ).where(Job.state == JobState.PENDING.value)
+    ).all()
+    unparsed = [r.id for r in pending_rows if not specs.known(r.id)]
+    documents: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(unparsed), 500):
+        chunk = unparsed[start : start + 500]
+        for job_id, document in session.execute(
+            select(Job.id, Job.spec).where(Job.id.in_(chunk))
+        ).all():
+            documents[job_id] = document
     pending = []
-    for job in session.scalars(select(Job).where(Job.state == JobState.PENDING.value)):
-        spec = specs.get(job)
+    for job_row in pending_rows:
+        spec = specs.get_by_id(job_row.id, partial(documents.__getitem__, job_row.id))
         pending.append(
             PendingJob(
-                id=job.id,
-                queue=job.queue,
-                priority=job.priority,
-                submitted_at=job.submitted_at,
+                id=job_row.id,
+                queue=job_row.queue,
+                priority=job_row.priority,
+                submitted_at=job_row.submitted_at,
                 tasks=demands(spec),
                 gang_size=spec.gang_size,
             )
         )
+        if recorded is not None:
+            recorded[job_row.id] = RecordedWait(
+                job_row.tenant, job_row.reason_code, job_row.reason_message, job_row.queue_position
+            )
     return Snapshot(now=now, nodes=tuple(nodes), queues=queues, pending=tuple(pending))

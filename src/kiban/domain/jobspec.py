@@ -10,8 +10,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
-    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -35,17 +35,15 @@ def _duration(value: Any) -> float | None:
     return None if value is None else parse_duration(value)
 
 
-MemoryBytes = Annotated[int, BeforeValidator(_memory)]
-CpuMillis = Annotated[int, BeforeValidator(_cpu)]
+MemoryBytes = Annotated[int, BeforeValidator(_memory), Field(le=2**50)]  # at most 1 PiB
+CpuMillis = Annotated[int, BeforeValidator(_cpu), Field(le=10**7)]  # at most 10,000 CPUs
 Seconds = Annotated[float | None, BeforeValidator(_duration)]
 
 
 class SpecModel(BaseModel):
     """Base for manifest parts: camelCase keys, unknown keys rejected, immutable."""
 
-    model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
-    )
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, frozen=True)
 
 
 def check_dns_label(value: str, what: str) -> str:
@@ -118,8 +116,12 @@ class TaskSpec(SpecModel):
 
 
 class JobSpec(SpecModel):
-    """The ``spec`` of a Job: where it queues, how it launches, and its tasks."""
+    """The ``spec`` of a Job: where it queues, how it launches, and its tasks.
 
+    ``tasks`` comes first so that the rules on other fields can check against it.
+    """
+
+    tasks: list[TaskSpec] = Field(min_length=1, max_length=64)
     queue: str = "default"
     priority_class: str | None = None
     launcher: Literal["torchrun", "none"] = "none"
@@ -129,27 +131,39 @@ class JobSpec(SpecModel):
     backoff_limit: int = Field(default=3, ge=0, le=100)
     termination_grace_period: Seconds = 30.0
     working_dir: str | None = None
-    tasks: list[TaskSpec] = Field(min_length=1, max_length=64)
 
     @field_validator("queue")
     @classmethod
     def _queue(cls, value: str) -> str:
         return check_dns_label(value, "queue name")
 
-    @model_validator(mode="after")
-    def _consistent(self) -> JobSpec:
-        names = [t.name for t in self.tasks]
+    @field_validator("tasks")
+    @classmethod
+    def _unique_tasks(cls, value: list[TaskSpec]) -> list[TaskSpec]:
+        names = [t.name for t in value]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"task names must be unique; repeated: {', '.join(duplicates)}")
-        total = sum(t.replicas for t in self.tasks)
-        if self.min_available is not None and self.min_available > total:
-            raise ValueError(
-                f"minAvailable ({self.min_available}) is more than the job's replicas ({total})"
-            )
-        if self.max_runtime is not None and self.max_runtime <= 0:
+        return value
+
+    @field_validator("min_available")
+    @classmethod
+    def _gang_fits_job(cls, value: int | None, info: ValidationInfo) -> int | None:
+        tasks = info.data.get("tasks")
+        if value is not None and tasks is not None:
+            total = sum(t.replicas for t in tasks)
+            if value > total:
+                raise ValueError(
+                    f"minAvailable ({value}) is more than the job's replicas ({total})"
+                )
+        return value
+
+    @field_validator("max_runtime")
+    @classmethod
+    def _positive_runtime(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
             raise ValueError("maxRuntime must be positive")
-        return self
+        return value
 
     @property
     def total_replicas(self) -> int:

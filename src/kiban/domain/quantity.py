@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
@@ -11,13 +13,24 @@ _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_memory(value: str | int | float) -> int:
+def _number(value: Any, example: str) -> float | int | str:
+    """The value if it is a finite, non-negative number or a string; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        kind = "a boolean" if isinstance(value, bool) else type(value).__name__
+        if value is None:
+            kind = "empty"
+        raise ValueError(f"expected a quantity such as {example}, not {kind}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"expected a finite quantity such as {example}")
+    if not isinstance(value, str) and value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def parse_memory(value: Any) -> int:
     """Bytes in a memory quantity such as ``4Gi``, ``512Mi``, ``1G`` or a plain number."""
-    if isinstance(value, bool):
-        raise ValueError("expected a memory quantity such as 4Gi, not a boolean")
+    value = _number(value, "4Gi")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("must not be negative")
         return int(value)
     match = _QUANTITY.match(value.strip())
     if not match:
@@ -27,13 +40,10 @@ def parse_memory(value: str | int | float) -> int:
     return int(float(number) * scale)
 
 
-def parse_cpu_millis(value: str | int | float) -> int:
+def parse_cpu_millis(value: Any) -> int:
     """Millicores in a CPU quantity such as ``2``, ``0.5`` or ``500m``."""
-    if isinstance(value, bool):
-        raise ValueError("expected a CPU quantity such as 2 or 500m, not a boolean")
+    value = _number(value, "2 or 500m")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("must not be negative")
         return round(value * 1000)
     text = value.strip()
     if re.fullmatch(r"[0-9]+m", text):
@@ -43,13 +53,10 @@ def parse_cpu_millis(value: str | int | float) -> int:
     raise ValueError(f"{value!r} is not a CPU quantity (examples: 2, 0.5, 500m)")
 
 
-def parse_duration(value: str | int | float) -> float:
+def parse_duration(value: Any) -> float:
     """Seconds in a duration such as ``2h``, ``1h30m``, ``90s`` or a plain number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 2h, not a boolean")
+    value = _number(value, "2h")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("must not be negative")
         return float(value)
     text = value.strip()
     if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):

@@ -106,6 +106,10 @@ class Executor(Protocol):
         """Ask a replica to stop (SIGTERM-like), or make it stop now with ``force``."""
         ...
 
+    def abandon(self, job_id: str, attempt: int) -> None:
+        """Stop at once whatever one attempt of a job started, recorded in the store or not."""
+        ...
+
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
         """Log bytes of one replica from ``offset``; returns the bytes and the next offset."""
         ...

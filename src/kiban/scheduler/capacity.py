@@ -6,6 +6,7 @@ whole gang fits; otherwise the transaction rolls back and leaves nothing behind.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,21 +36,25 @@ class Transaction:
 
 
 class CapacityOverlay:
-    """Free GPUs, CPU and memory per schedulable node, bucketed by free GPU count."""
+    """Free GPUs, CPU and memory per schedulable node, bucketed by free GPU count.
+
+    Each bucket keeps its node names sorted, so choices depend only on free capacity, never on
+    the order of earlier takes and gives (a rolled-back transaction changes nothing).
+    """
 
     def __init__(self, nodes: tuple[NodeView, ...]) -> None:
         self.nodes: dict[str, NodeView] = {n.name: n for n in nodes}
         self._gpu_ids: dict[str, list[int]] = {}
         self._cpu: dict[str, int] = {}
         self._memory: dict[str, int] = {}
-        self._buckets: dict[int, dict[str, None]] = {}
+        self._buckets: dict[int, list[str]] = {}
         for node in sorted(nodes, key=lambda n: n.name):
             if not node.schedulable:
                 continue
             self._gpu_ids[node.name] = sorted(node.free_gpu_ids)
             self._cpu[node.name] = node.free_cpu_millis
             self._memory[node.name] = node.free_memory
-            self._buckets.setdefault(len(node.free_gpu_ids), {})[node.name] = None
+            self._buckets.setdefault(len(node.free_gpu_ids), []).append(node.name)
         self._max_free = max(self._buckets, default=0)
         self._transaction: Transaction | None = None
 
@@ -117,6 +122,7 @@ class CapacityOverlay:
     def _move(self, node: str, old_free: int, new_free: int) -> None:
         if old_free == new_free:
             return
-        del self._buckets[old_free][node]
-        self._buckets.setdefault(new_free, {})[node] = None
+        old = self._buckets[old_free]
+        del old[bisect.bisect_left(old, node)]
+        bisect.insort(self._buckets.setdefault(new_free, []), node)
         self._max_free = max(self._max_free, new_free)

@@ -13,28 +13,22 @@ from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, Snaps
 def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
     """Decide which pending jobs start now and where; every other job gets a reason.
 
-    1. Order the pending jobs (policy's order: priority, then submit time) and number them
-       within their queues.
+    1. Order the pending jobs (policy's order: priority, then submit time).
     2. Take a scratch overlay of free capacity and of each queue's GPUs in use.
     3. Visit the jobs in order. A job in a StrictFIFO queue whose head could not start waits
        behind it.
     4. Check the job against its queue's quota.
     5. Try to place its gang in one transaction; commit if it fits, otherwise it waits with the
        reason and the numbers.
+    6. Number the waiting jobs within their queues (1 = next in line), in the order visited.
     """
     ordered = sorted(snapshot.pending, key=policy.order_key)
-    positions: dict[str, int] = {}
-    per_queue_count: dict[str, int] = {}
-    for job in ordered:
-        per_queue_count[job.queue] = per_queue_count.get(job.queue, 0) + 1
-        positions[job.id] = per_queue_count[job.queue]
-
     overlay = CapacityOverlay(snapshot.nodes)
     queues = {q.name: q for q in snapshot.queues}
     in_use = {q.name: q.gpus_in_use for q in snapshot.queues}
     blocked_by: dict[str, str] = {}
     admitted: list[Admit] = []
-    waiting: list[Wait] = []
+    waiting: list[tuple[PendingJob, PendingReason]] = []
 
     for job in ordered:
         queue = queues.get(job.queue)
@@ -49,10 +43,16 @@ def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
                 admitted.append(Admit(job.id, attempt.placements))
                 continue
             reason = _capacity_reason(job, overlay, attempt.placed)
-        waiting.append(Wait(job.id, reason, positions[job.id]))
+        waiting.append((job, reason))
         if queue is not None and queue.strategy is QueueStrategy.STRICT_FIFO:
             blocked_by.setdefault(queue.name, job.id)
-    return Decisions(tuple(admitted), tuple(waiting))
+
+    positions: dict[str, int] = {}
+    waits = []
+    for job, reason in waiting:
+        positions[job.queue] = positions.get(job.queue, 0) + 1
+        waits.append(Wait(job.id, reason, positions[job.queue]))
+    return Decisions(tuple(admitted), tuple(waits))
 
 
 def _blocked_reason(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import secrets
 import string
 from collections.abc import Sequence
@@ -24,6 +26,8 @@ from kiban.services.transitions import transition
 from kiban.store.models import Job, Replica
 
 _ID_CHARS = string.ascii_lowercase + string.digits
+_ID_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")  # what new_job_id can make
+_NAME_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")  # job, queue and tenant names
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,30 @@ def check_against_cluster(manifest: JobManifest, facts: ClusterFacts) -> None:
         raise invalid("spec.launcher", "torchrun is not available here (is PyTorch installed?)")
 
 
+def json_problem(document: dict[str, Any]) -> tuple[str, str] | None:
+    """Where the document holds something JSON (and so the store) cannot: the first such path.
+
+    YAML can express values JSON cannot (``.nan``, ``.inf``, ``!!binary``, dates, non-string
+    keys); the manifest is stored as JSON, so these are refused at submission.
+    """
+    stack: list[tuple[str, Any]] = [("", document)]  # iterative: documents can nest deeply
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if not isinstance(key, str):
+                    return where, f"key {key!r} is not a string"
+                stack.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return where, f"{value} is not a finite number"
+        elif not isinstance(value, str | int | bool) and value is not None:
+            return where, f"a {type(value).__name__} value cannot be stored; use a string"
+    return None
+
+
 def submit(
     session: Session,
     principal: Principal,
@@ -73,6 +101,9 @@ def submit(
     at: float,
 ) -> Job:
     """Validate a job manifest against the cluster and queue it; nothing is stored on error."""
+    problem = json_problem(document)
+    if problem is not None:
+        raise invalid(*problem)
     manifest = parse_job_manifest(document)
     spec = manifest.spec
     queue = visible_queue(session, principal, spec.queue)
@@ -112,7 +143,8 @@ def submit(
 
 def get_visible(session: Session, principal: Principal, job_id: str) -> Job:
     """The job if the caller may see it; NotFound otherwise (never reveals other tenants' jobs)."""
-    job = session.get(Job, job_id)
+    # An id new_job_id cannot make is not looked up (PostgreSQL refuses NUL characters, for one).
+    job = session.get(Job, job_id) if _ID_PATTERN.match(job_id) else None
     if job is None or not principal.can_see(job.tenant):
         raise NotFound(f"job {job_id} not found")
     return job
@@ -135,6 +167,15 @@ def list_jobs(
             raise invalid(f"state[{i}]", f"unknown state {state!r}; known: {known}")
     if not 1 <= limit <= 1000:
         raise invalid("limit", "must be between 1 and 1000")
+    for field_name, what, value in (
+        ("queue", "queue", queue),
+        ("tenant", "tenant", tenant),
+        ("name", "job", name),
+    ):
+        if value and not _NAME_PATTERN.match(value):
+            raise invalid(
+                field_name, f"{value!r} is not a {what} name (lowercase letters, digits and '-')"
+            )
     query = select(Job).order_by(Job.submitted_at.desc(), Job.id).limit(limit)
     if not principal.is_admin:
         query = query.where(Job.tenant == principal.tenant)

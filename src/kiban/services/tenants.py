@@ -5,12 +5,15 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from kiban.domain.jobspec import check_dns_label
+from kiban.domain.jobspec import DNS_LABEL, check_dns_label
 from kiban.domain.states import JobState
 from kiban.services import events
 from kiban.services.auth import Principal, create_token
 from kiban.services.errors import Conflict, NotFound, invalid
 from kiban.store.models import Job, Queue, Replica, Tenant
+
+MAX_GPU_QUOTA = 1_000_000  # far above any cluster, well inside the store's integer columns
+MAX_TOKEN_NAME = 128  # the width of api_tokens.name
 
 
 def _check_name(value: str, field_path: str) -> str:
@@ -60,10 +63,14 @@ def create_member_token(
     session: Session, principal: Principal, tenant: str, name: str, at: float
 ) -> str:
     principal.require_admin()
-    if session.get(Tenant, tenant) is None:
+    if not DNS_LABEL.match(tenant) or session.get(Tenant, tenant) is None:
         raise NotFound(f"tenant {tenant} not found")
     if not name.strip():
         raise invalid("name", "a token needs a name (for example the member's user name)")
+    if len(name) > MAX_TOKEN_NAME:
+        raise invalid("name", f"at most {MAX_TOKEN_NAME} characters")
+    if not name.isprintable():
+        raise invalid("name", "must not contain control characters")
     return create_token(session, name=name, tenant=tenant, admin=False, at=at)
 
 
@@ -79,12 +86,14 @@ def create_queue(
 ) -> Queue:
     principal.require_admin()
     _check_name(name, "name")
-    if session.get(Tenant, tenant) is None:
+    if not DNS_LABEL.match(tenant) or session.get(Tenant, tenant) is None:
         raise invalid("tenant", f"tenant {tenant} does not exist")
     if session.get(Queue, name) is not None:
         raise Conflict(f"queue {name} already exists")
     if gpu_quota is not None and gpu_quota < 0:
         raise invalid("quota.gpu", "must not be negative")
+    if gpu_quota is not None and gpu_quota > MAX_GPU_QUOTA:
+        raise invalid("quota.gpu", f"must be at most {MAX_GPU_QUOTA}")
     if strategy not in ("StrictFIFO", "BestEffortFIFO"):
         raise invalid("strategy", "must be StrictFIFO or BestEffortFIFO")
     queue = Queue(name=name, tenant=tenant, gpu_quota=gpu_quota, strategy=strategy, created_at=at)

@@ -119,6 +119,12 @@ class FakeExecutor:
         if fake.exit_code is None and (force or not fake.ignores_sigterm):
             fake.exit_code = 137 if force else 143
 
+    def abandon(self, job_id: str, attempt: int) -> None:
+        for (j, a, _rank), replica in self.replicas.items():
+            if j == job_id and a == attempt and replica.exit_code is None:
+                replica.stop_requests.append(True)
+                replica.exit_code = 137
+
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
         attempts = [a for (j, a, r) in self.replicas if j == job_id and r == rank]
         if not attempts:

@@ -23,6 +23,8 @@ from kiban.services.errors import invalid
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 LOG_CHUNK = 64 * 1024
+MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
+MAX_OFFSET = 2**63 - 1  # a file offset
 
 
 async def _manifest(request: Request) -> dict[str, Any]:
@@ -33,17 +35,20 @@ async def _manifest(request: Request) -> dict[str, Any]:
         text = raw.decode()
     except UnicodeDecodeError:
         raise invalid("", "the manifest is not UTF-8 text") from None
-    if "json" in request.headers.get("content-type", ""):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise invalid(
-                "", f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            ) from None
-        if not isinstance(data, dict):
-            raise invalid("", "a manifest must be a JSON object")
-        return data
-    return load_document(text)
+    try:
+        if "json" in request.headers.get("content-type", ""):
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise invalid(
+                    "", f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+                ) from None
+            if not isinstance(data, dict):
+                raise invalid("", "a manifest must be a JSON object")
+            return data
+        return load_document(text)
+    except RecursionError:
+        raise invalid("", "the manifest is nested too deeply") from None
 
 
 @router.post(
@@ -115,7 +120,7 @@ def job_events(
     job_id: str,
     principal: PrincipalDep,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
 ) -> list[EventOut]:
     job = jobs.get_visible(session, principal, job_id)
     return [event_out(e) for e in events.for_object(session, "Job", job.id, after_id=after)]
@@ -137,7 +142,7 @@ async def job_logs(
     principal: PrincipalDep,
     rank: Annotated[int, Query(ge=0, le=100000)] = 0,
     follow: bool = False,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> StreamingResponse:
     """A replica's output; with ``follow`` it streams until the job has finished."""
     state = await run_in_threadpool(_job_state, platform, principal, job_id)

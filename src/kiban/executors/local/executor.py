@@ -107,7 +107,8 @@ class LocalExecutor:
             raise LaunchError(f"working directory {working_dir} does not exist")
         tasks = {t.name: t for t in spec.tasks}
         world_size = len(request.placements)
-        base_env = dict(os.environ)
+        # The server's own credentials stay with the server.
+        base_env = {k: v for k, v in os.environ.items() if k not in ("KIBAN_TOKEN", "KIBAN_URL")}
         python_bin = str(Path(sys.executable).parent)
         base_env["PATH"] = python_bin + os.pathsep + base_env.get("PATH", "")
         if spec.launcher == "torchrun" and Capability.TORCHRUN not in self.capabilities:
@@ -259,19 +260,49 @@ class LocalExecutor:
             with self._lock:
                 self._children.pop(ref.pid, None)
 
+    def _pid_reused(self, ref: ReplicaRef) -> bool:
+        """Whether the replica's pid now names another process (so its group is long gone).
+
+        The kernel does not hand out a pid while a process group of that id has members, so a
+        live process with the pid but another start time means nothing of the replica is left,
+        and signalling the group would hit a stranger (perhaps another job's replica).
+        """
+        if ref.pid is None or ref.pid_start_time is None:
+            return False
+        with self._lock:
+            if ref.pid in self._children:
+                return False
+        started = process_identity(ref.pid)
+        return started is not None and abs(started - ref.pid_start_time) >= 0.05
+
     def stop(self, replica: ReplicaRef, *, force: bool) -> None:
-        """Signal the replica's whole process group (SIGTERM, or SIGKILL with ``force``)."""
-        if replica.pid is None:
+        """Signal the replica's whole process group (SIGTERM, or SIGKILL with ``force``).
+
+        With ``force`` the group is killed even when its leader (the shim) is gone, so that
+        children it left behind die too; never when the pid has since been reused.
+        """
+        if replica.pid is None or self._pid_reused(replica):
             return
-        leader_alive = self._alive(replica)
-        if not leader_alive and not force:
+        if not force and not self._alive(replica):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(replica.pid, signal.SIGKILL if force else signal.SIGTERM)
 
+    def abandon(self, job_id: str, attempt: int) -> None:
+        """Kill every replica of the attempt found in its pid files (written at each launch)."""
+        attempt_dir = safe_job_dir(self.jobs_root, job_id) / f"attempt-{attempt}"
+        for pid_file in sorted(attempt_dir.glob("rank-*.pid")):
+            try:
+                pid_text, start_text = pid_file.read_text().split()
+                rank = int(pid_file.stem.removeprefix("rank-"))
+                ref = ReplicaRef(job_id, attempt, "", 0, rank, int(pid_text), float(start_text))
+            except ValueError:
+                continue
+            self.stop(ref, force=True)
+
     def group_alive(self, replica: ReplicaRef) -> bool:
         """Whether any process of the replica's group is left."""
-        if replica.pid is None:
+        if replica.pid is None or self._pid_reused(replica):
             return False
         try:
             os.killpg(replica.pid, 0)

@@ -1,0 +1,505 @@
+"""The control loop driven pass by pass with a fake executor and a manual clock, on each store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from kiban.domain.manifests import parse_job_manifest
+from kiban.executors.base import LaunchRequest, ReplicaRef
+from kiban.executors.environment import replica_environment
+from kiban.platform import Platform
+from kiban.scheduler import ReasonCode
+from kiban.services import jobs, tenants
+from kiban.services.auth import Principal
+from kiban.store.models import Event, Job, Replica
+from kiban.testing import FakeExecutor, ManualClock
+
+ADMIN = Principal(name="admin", tenant=None, is_admin=True)
+
+
+def manifest(
+    name: str = "train",
+    *,
+    replicas: int = 1,
+    gpu: int = 1,
+    env: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    task: dict[str, Any] = {
+        "replicas": replicas,
+        "resources": {"gpu": gpu},
+        "command": ["python", "train.py"],
+    }
+    if env:
+        task["env"] = env
+    return {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"tasks": [task], **spec},
+    }
+
+
+def submit(platform: Platform, document: dict[str, Any]) -> str:
+    with platform.sessions() as session:
+        job = jobs.submit(session, ADMIN, document, facts=platform.facts, at=platform.clock.now())
+        session.commit()
+        return job.id
+
+
+def cancel(platform: Platform, job_id: str) -> None:
+    with platform.sessions() as session:
+        jobs.cancel(session, ADMIN, job_id, at=platform.clock.now())
+        session.commit()
+
+
+def get(platform: Platform, job_id: str) -> Job:
+    with platform.sessions() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        return job
+
+
+def state(platform: Platform, job_id: str) -> str:
+    return get(platform, job_id).state
+
+
+def replica_rows(platform: Platform, job_id: str) -> list[Replica]:
+    with platform.sessions() as session:
+        query = select(Replica).where(Replica.job_id == job_id)
+        return list(session.scalars(query.order_by(Replica.attempt, Replica.rank, Replica.id)))
+
+
+def events(platform: Platform, job_id: str) -> list[tuple[str, str]]:
+    with platform.sessions() as session:
+        query = select(Event).where(Event.object_kind == "Job", Event.object_name == job_id)
+        return [(e.reason, e.message) for e in session.scalars(query.order_by(Event.id))]
+
+
+def reasons(platform: Platform, job_id: str) -> list[str]:
+    return [reason for reason, _ in events(platform, job_id)]
+
+
+def launches_of(executor: FakeExecutor, job_id: str) -> list[LaunchRequest]:
+    return [r for r in executor.launches if r.job_id == job_id]
+
+
+# -- starting and finishing ------------------------------------------------------------------
+
+
+def test_submitted_job_runs_with_replica_rows_and_launch_request(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    job_id = submit(platform, manifest(replicas=2, gpu=2, env={"EPOCHS": "3"}))
+    assert state(platform, job_id) == "Pending"
+
+    platform.loop.run_once()
+
+    job = get(platform, job_id)
+    assert job.state == "Running"
+    assert job.started_at == platform.clock.now()
+    rows = replica_rows(platform, job_id)
+    assert [(r.rank, r.attempt, r.active, r.state) for r in rows] == [
+        (0, 1, True, "Running"),
+        (1, 1, True, "Running"),
+    ]
+    assert all(r.pid is not None and len(r.gpu_ids) == 2 for r in rows)
+    assert len({r.node for r in rows}) == 2  # 2 GPUs per node: one replica per node
+
+    (request,) = launches_of(executor, job_id)
+    assert (request.attempt, request.master_port) == (1, job.master_port)
+    assert [(p.rank, p.node, p.gpu_ids) for p in request.placements] == [
+        (r.rank, r.node, tuple(r.gpu_ids)) for r in rows
+    ]
+    assert request.spec.tasks[0].env == {"EPOCHS": "3"}
+    env = replica_environment(
+        job_id=job_id,
+        job_name=request.job_name,
+        attempt=request.attempt,
+        task=request.spec.tasks[0],
+        placement=request.placements[1],
+        world_size=len(request.placements),
+        master_addr=request.placements[0].node,
+        master_port=request.master_port,
+        checkpoint_dir=executor.checkpoint_dir(job_id),
+    )
+    assert env["RANK"] == "1"
+    assert env["WORLD_SIZE"] == "2"
+    assert env["EPOCHS"] == "3"
+    assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, rows[1].gpu_ids))
+    assert reasons(platform, job_id) == ["Submitted", "Admitted", "Started"]
+
+
+def test_success_frees_resources_for_the_next_job(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    first = submit(platform, manifest("first", replicas=3, gpu=2))
+    second = submit(platform, manifest("second", replicas=1, gpu=2))
+    platform.loop.run_once()
+    assert (state(platform, first), state(platform, second)) == ("Running", "Pending")
+    assert get(platform, second).reason_code == ReasonCode.INSUFFICIENT_CAPACITY
+
+    executor.finish(first, 0)
+    executor.finish(first, 1)
+    platform.loop.run_once()
+    assert state(platform, first) == "Running"  # rank 2 still runs
+
+    executor.finish(first, 2)
+    platform.loop.run_once()
+
+    done = get(platform, first)
+    assert done.state == "Succeeded"
+    assert done.finished_at == platform.clock.now()
+    assert all(not r.active and r.exit_code == 0 for r in replica_rows(platform, first))
+    assert state(platform, second) == "Running"
+    assert reasons(platform, first) == [
+        "Submitted",
+        "Admitted",
+        "Started",
+        "ReplicaExited",
+        "ReplicaExited",
+        "ReplicaExited",
+        "Succeeded",
+    ]
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+def test_failed_replica_stops_the_others_then_fails_the_job(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    job_id = submit(platform, manifest(replicas=3, gpu=1))
+    platform.loop.run_once()
+
+    executor.finish(job_id, 1, 1)
+    platform.loop.run_once()
+
+    job = get(platform, job_id)
+    assert job.state == "Stopping"
+    others = [executor.replicas[(job_id, 1, rank)] for rank in (0, 2)]
+    assert [r.stop_requests for r in others] == [[False], [False]]  # SIGTERM, not a kill
+    assert executor.replicas[(job_id, 1, 1)].stop_requests == []
+
+    platform.loop.run_once()
+
+    job = get(platform, job_id)
+    assert job.state == "Failed"
+    assert job.message == "replica worker[1] (rank 1) exited with code 1"
+    assert all(not r.active for r in replica_rows(platform, job_id))
+    assert executor.running(job_id) == []
+    assert reasons(platform, job_id)[-3:] == ["ReplicaExited", "ReplicaExited", "Failed"]
+    assert "ReplicaFailed" in reasons(platform, job_id)
+
+
+def test_on_failure_restarts_on_the_same_placement_until_the_backoff_limit(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    job_id = submit(
+        platform, manifest(replicas=2, gpu=1, restartPolicy="OnFailure", backoffLimit=1)
+    )
+    platform.loop.run_once()
+    first = [(r.rank, r.node, r.gpu_ids) for r in replica_rows(platform, job_id)]
+
+    executor.finish(job_id, 0, 1)
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Stopping"
+    assert get(platform, job_id).message == (
+        "replica worker[0] (rank 0) exited with code 1; restarting"
+    )
+    platform.loop.run_once()
+
+    job = get(platform, job_id)
+    assert (job.state, job.attempt) == ("Running", 2)
+    current = [r for r in replica_rows(platform, job_id) if r.attempt == 2]
+    assert [(r.rank, r.node, r.gpu_ids) for r in current] == first
+    assert all(r.active for r in current)
+    assert [r.attempt for r in launches_of(executor, job_id)] == [1, 2]
+    assert len(executor.running(job_id)) == 2
+
+    executor.finish(job_id, 1, 2)
+    platform.loop.run_once()
+    platform.loop.run_once()
+
+    job = get(platform, job_id)
+    assert (job.state, job.attempt) == ("Failed", 2)
+    assert job.message == "replica worker[1] (rank 1) exited with code 2"
+    assert len(launches_of(executor, job_id)) == 2
+    assert reasons(platform, job_id).count("Restarting") == 1
+
+
+def test_single_replica_failure_fails_in_one_pass(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    job_id = submit(platform, manifest())
+    platform.loop.run_once()
+    executor.finish(job_id, 0, 3)
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Failed"
+    assert reasons(platform, job_id)[3:] == ["ReplicaExited", "ReplicaFailed", "Failed"]
+
+
+def test_max_runtime_exceeded(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock
+) -> None:
+    job_id = submit(platform, manifest(replicas=2, maxRuntime="60s"))
+    platform.loop.run_once()
+
+    clock.advance(60)
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Running"  # at the limit, not past it
+
+    clock.advance(1)
+    platform.loop.run_once()
+    job = get(platform, job_id)
+    assert job.state == "Stopping"
+    assert job.message == "ran longer than maxRuntime (60s)"
+    assert all(r.stop_requests == [False] for r in executor.replicas.values())
+
+    platform.loop.run_once()
+    job = get(platform, job_id)
+    assert job.state == "Failed"
+    assert job.message == "ran longer than maxRuntime (60s)"
+    assert "DeadlineExceeded" in reasons(platform, job_id)
+
+
+def test_launch_error_fails_the_job_and_holds_nothing(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    executor.fail_next_launch = "boom"
+    failed = submit(platform, manifest("failed", replicas=3, gpu=2))
+    platform.loop.run_once()
+
+    job = get(platform, failed)
+    assert job.state == "Failed"
+    assert job.message == "boom"
+    assert [(r.active, r.state) for r in replica_rows(platform, failed)] == [(False, "Lost")] * 3
+    assert executor.running() == []
+    assert reasons(platform, failed) == ["Submitted", "Admitted", "LaunchFailed"]
+
+    after = submit(platform, manifest("after", replicas=3, gpu=2))
+    platform.loop.run_once()
+    assert state(platform, after) == "Running"  # all 6 GPUs were given back
+
+
+# -- cancelling ------------------------------------------------------------------------------
+
+
+def test_cancel_of_pending_job_is_immediate(platform: Platform, executor: FakeExecutor) -> None:
+    job_id = submit(platform, manifest(gpu=2, replicas=4))  # never fits: 6 GPUs in all
+    platform.loop.run_once()
+    cancel(platform, job_id)
+    job = get(platform, job_id)
+    assert job.state == "Cancelled"
+    assert job.reason_code is None and job.queue_position is None
+    platform.loop.run_once()
+    assert executor.launches == []
+
+
+def test_cancel_stops_gracefully_and_kills_only_after_the_grace_period(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock
+) -> None:
+    job_id = submit(platform, manifest(replicas=2, terminationGracePeriod="20s"))
+    platform.loop.run_once()
+    stubborn = executor.replicas[(job_id, 1, 1)]
+    stubborn.ignores_sigterm = True
+
+    cancel(platform, job_id)
+    assert state(platform, job_id) == "Stopping"
+    platform.loop.run_once()
+    polite = executor.replicas[(job_id, 1, 0)]
+    assert polite.stop_requests == [False]
+    assert polite.exit_code == 143
+
+    clock.advance(19)
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Stopping"
+    assert True not in stubborn.stop_requests  # not killed within the grace period
+    assert stubborn.exit_code is None
+
+    clock.advance(1)
+    platform.loop.run_once()
+    assert stubborn.stop_requests[-1] is True
+    assert stubborn.exit_code == 137
+    assert "Killed" in reasons(platform, job_id)
+
+    platform.loop.run_once()
+    job = get(platform, job_id)
+    assert job.state == "Cancelled"
+    assert all(not r.active for r in replica_rows(platform, job_id))
+    assert reasons(platform, job_id)[-1] == "Cancelled"
+    assert reasons(platform, job_id).count("Killed") == 1
+
+
+def test_a_kill_is_sent_and_recorded_once(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed replica may take a few passes to be seen gone; it is not killed over and over."""
+    job_id = submit(platform, manifest(terminationGracePeriod="5s"))
+    platform.loop.run_once()
+    fake = executor.replicas[(job_id, 1, 0)]
+    fake.ignores_sigterm = True
+
+    def slow_kill(replica: ReplicaRef, *, force: bool) -> None:
+        fake.stop_requests.append(force)  # the kill lands, but the exit is seen later
+
+    monkeypatch.setattr(executor, "stop", slow_kill)
+    cancel(platform, job_id)
+    clock.advance(5)
+    for _ in range(3):
+        platform.loop.run_once()
+    assert fake.stop_requests == [False, True]
+    assert reasons(platform, job_id).count("Killed") == 1
+
+    monkeypatch.undo()
+    executor.finish(job_id, 0, 137)
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Cancelled"
+
+
+def test_cancel_during_launch_is_not_lost(
+    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API may cancel a job while the loop is still launching it."""
+    job_id = submit(platform, manifest(replicas=2))
+    launch = executor.launch
+
+    def launch_then_cancel(request: LaunchRequest) -> Any:
+        launched = launch(request)
+        cancel(platform, request.job_id)
+        return launched
+
+    monkeypatch.setattr(executor, "launch", launch_then_cancel)
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Stopping"
+
+    platform.loop.run_once()
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Cancelled"
+    assert executor.running(job_id) == []
+
+
+# -- restarts of the control plane -----------------------------------------------------------
+
+
+class Crash(Exception):
+    """The control plane dies in the middle of a launch."""
+
+
+def test_recover_requeues_a_job_cut_short_while_launching(
+    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = submit(platform, manifest(replicas=2))
+
+    def crash(request: LaunchRequest) -> Any:
+        raise Crash
+
+    monkeypatch.setattr(executor, "launch", crash)
+    with pytest.raises(Crash):
+        platform.loop.run_once()
+    assert state(platform, job_id) == "Admitted"
+    assert all(r.active for r in replica_rows(platform, job_id))
+
+    monkeypatch.undo()
+    platform.loop.recover()
+
+    job = get(platform, job_id)
+    assert job.state == "Pending"
+    assert job.admitted_at is None
+    assert all(not r.active and r.state == "Lost" for r in replica_rows(platform, job_id))
+    assert reasons(platform, job_id)[-1] == "Requeued"
+
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Running"
+    active = [r for r in replica_rows(platform, job_id) if r.active]
+    assert [r.rank for r in active] == [0, 1]
+
+
+# -- waiting ---------------------------------------------------------------------------------
+
+
+def test_waiting_job_records_reason_position_and_one_event_per_change(
+    platform: Platform, clock: ManualClock
+) -> None:
+    running = submit(platform, manifest("running", replicas=3, gpu=2))
+    platform.loop.run_once()
+    head = submit(platform, manifest("head", gpu=2))
+    clock.advance(1)
+    behind = submit(platform, manifest("behind", gpu=1))
+    for _ in range(3):
+        platform.loop.run_once()
+
+    job = get(platform, head)
+    assert (job.state, job.reason_code, job.queue_position) == (
+        "Pending",
+        "InsufficientCapacity",
+        1,
+    )
+    assert job.reason_message is not None and "needs 1 replicas together" in job.reason_message
+    assert job.reason_details is not None and job.reason_details["free_gpus"] == 0
+    job = get(platform, behind)
+    assert (job.reason_code, job.queue_position) == ("BlockedByQueueHead", 2)
+    assert job.reason_details == {"queue": "default", "head": head}
+    assert reasons(platform, head) == ["Submitted", "InsufficientCapacity"]
+    assert reasons(platform, behind) == ["Submitted", "BlockedByQueueHead"]
+
+    cancel(platform, head)
+    platform.loop.run_once()
+    platform.loop.run_once()
+    job = get(platform, behind)
+    assert (job.reason_code, job.queue_position) == ("InsufficientCapacity", 1)
+    assert reasons(platform, behind) == ["Submitted", "BlockedByQueueHead", "InsufficientCapacity"]
+    assert state(platform, running) == "Running"
+
+
+def test_queue_quota_reason_from_the_store(platform: Platform) -> None:
+    with platform.sessions() as session:
+        tenants.create_queue(
+            session,
+            ADMIN,
+            name="small",
+            tenant="default",
+            gpu_quota=2,
+            strategy="BestEffortFIFO",
+            at=platform.clock.now(),
+        )
+        session.commit()
+    first = submit(platform, manifest("first", gpu=2, queue="small"))
+    second = submit(platform, manifest("second", gpu=1, queue="small"))
+    platform.loop.run_once()
+    assert state(platform, first) == "Running"
+    job = get(platform, second)
+    assert job.reason_code == "QueueQuotaExhausted"
+    assert job.reason_details is not None
+    assert (job.reason_details["in_use_gpus"], job.reason_details["quota_gpus"]) == (2, 2)
+
+
+def test_spec_round_trips_through_the_store(platform: Platform) -> None:
+    document = manifest(replicas=2, maxRuntime="1h")
+    job_id = submit(platform, document)
+    assert parse_job_manifest(get(platform, job_id).spec).spec.max_runtime == 3600.0
+
+
+def test_relaunch_after_recover_lists_each_replica_once(
+    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = submit(platform, manifest(replicas=2))
+
+    def crash(request: LaunchRequest) -> Any:
+        raise Crash
+
+    monkeypatch.setattr(executor, "launch", crash)
+    with pytest.raises(Crash):
+        platform.loop.run_once()
+    monkeypatch.undo()
+    platform.loop.recover()
+    platform.loop.run_once()
+
+    with platform.sessions() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        listed = [(r.rank, r.state) for r in jobs.replicas_of(session, job)]
+    assert listed == [(0, "Running"), (1, "Running")]

@@ -1,0 +1,357 @@
+"""Helpers of the end-to-end tier: a handle on a real ``kiban up`` process, CLI runs, polling.
+
+Everything waits by polling against a deadline: the machine running the tests may be small and
+busy, so no fixed sleep decides an outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from kiban.sdk.client import Client
+
+BIN_DIR = Path(sys.executable).parent
+KIBAN = BIN_DIR / "kiban"
+TERMINAL = ("Succeeded", "Failed", "Cancelled")
+
+# Deadlines, generous for a loaded 2-core machine: they bound waits, they never decide results.
+START_TIMEOUT = 90.0
+STATE_TIMEOUT = 60.0
+CLI_TIMEOUT = 120.0
+
+T = TypeVar("T")
+
+
+def eventually(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float = STATE_TIMEOUT,
+    interval: float = 0.2,
+    what: str = "the condition",
+) -> T:
+    """Call ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment of a user's shell pointed at ``home``: venv first on PATH, no stray URL."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KIBAN_URL", "KIBAN_TOKEN")}
+    env["KIBAN_HOME"] = str(home)
+    env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("COLUMNS", None)
+    return env
+
+
+def run_cli(
+    args: Sequence[str | Path],
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    input: str | None = None,
+    timeout: float = CLI_TIMEOUT,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(KIBAN), *map(str, args)],
+        env=env,
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def processes_with_env(key: str, match: Callable[[str], bool]) -> list[psutil.Process]:
+    """Live (non-zombie) processes of this user whose environment has ``key`` matching."""
+    found = []
+    uid = os.getuid()
+    for proc in psutil.process_iter(["uids", "status"]):
+        try:
+            if proc.info["uids"] is None or proc.info["uids"].real != uid:
+                continue
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            value = proc.environ().get(key)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        if value is not None and match(value):
+            found.append(proc)
+    return found
+
+
+def job_processes(job_id: str) -> list[psutil.Process]:
+    """Every live process that belongs to a job (replicas and their children inherit this)."""
+    return processes_with_env("KIBAN_JOB_ID", lambda v: v == job_id)
+
+
+@dataclass
+class KibanServer:
+    """One ``kiban up`` process and the CLI pointed at it."""
+
+    home: Path
+    up_args: list[str]
+    env: dict[str, str]
+    workdir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    _client: Client | None = field(default=None, repr=False)
+
+    @property
+    def server_log(self) -> Path:
+        return self.home / "server.log"
+
+    @property
+    def url(self) -> str:
+        return (self.home / "url").read_text().strip()
+
+    @property
+    def token(self) -> str:
+        return (self.home / "token").read_text().strip()
+
+    # -- the server process ----------------------------------------------------------------
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self._drop_client()
+        (self.home / "url").unlink(missing_ok=True)  # a restart listens on a new port
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.server_log, "ab") as log:
+            log.write(f"--- start {self.starts + 1}: kiban {' '.join(self.up_args)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [str(KIBAN), *self.up_args],
+                env=self.env,
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.starts += 1
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"kiban up exited with code {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            if self._healthy():
+                return
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"kiban up not healthy after {timeout:g}s:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def _healthy(self) -> bool:
+        url_file = self.home / "url"
+        if not url_file.exists() or not (self.home / "token").exists():
+            return False
+        url = url_file.read_text().strip()
+        if not url:
+            return False
+        try:
+            return httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (a clean shutdown), then SIGKILL if it does not exit in time."""
+        self._drop_client()
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the server alone (not its replicas, which run in their own sessions)."""
+        self._drop_client()
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.server_log.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no server log)"
+
+    # -- the CLI ---------------------------------------------------------------------------
+    def cli(
+        self,
+        *args: str | Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        input: str | None = None,
+        timeout: float = CLI_TIMEOUT,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``kiban ARGS...`` as a user would; returns the completed process (any exit)."""
+        return run_cli(
+            [str(a) for a in args],
+            env={**self.env, **(env or {})},
+            cwd=cwd or self.workdir,
+            input=input,
+            timeout=timeout,
+        )
+
+    def ok(self, *args: str | Path, **kwargs: Any) -> str:
+        """Run a CLI command that must succeed; returns its stdout."""
+        done = self.cli(*args, **kwargs)
+        assert done.returncode == 0, (
+            f"kiban {' '.join(map(str, args))} exited {done.returncode}\n"
+            f"stdout: {done.stdout}\nstderr: {done.stderr}"
+        )
+        return done.stdout
+
+    def json(self, *args: str | Path) -> Any:
+        import json
+
+        return json.loads(self.ok(*args, "-o", "json"))
+
+    def run_job(self, *command: str, options: Sequence[str] = (), cwd: Path | None = None) -> str:
+        """``kiban run OPTIONS -- COMMAND``; returns the job id."""
+        out = self.ok("run", *options, "--", *command, cwd=cwd)
+        return out.strip()
+
+    def submit(self, manifest: dict[str, Any] | str, name: str = "job.yaml") -> str:
+        """Write a manifest to the work directory and ``kiban submit`` it; returns the job id."""
+        path = self.workdir / name
+        text = manifest if isinstance(manifest, str) else yaml.safe_dump(manifest)
+        path.write_text(text)
+        return self.ok("submit", path).strip()
+
+    # -- looking, through the SDK (quicker than a CLI process per poll) -----------------------
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(url=self.url, token=self.token)
+        return self._client
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.client.job(job_id)
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        return self.client.events(job_id)
+
+    def wait_for_state(
+        self, job_id: str, *states: str, timeout: float = STATE_TIMEOUT
+    ) -> dict[str, Any]:
+        """Poll until the job is in one of ``states``; fails early if it ends in another."""
+
+        def probe() -> dict[str, Any] | None:
+            job = self.job(job_id)
+            if job["state"] in states:
+                return job
+            if job["state"] in TERMINAL:
+                pytest.fail(
+                    f"job {job_id} ended {job['state']} ({job.get('message')}), wanted "
+                    f"{'/'.join(states)}; events: {self.events(job_id)}\n"
+                    f"rank 0 log:\n{self.log_text(job_id)}"
+                )
+            return None
+
+        return eventually(probe, timeout=timeout, what=f"job {job_id} to be {'/'.join(states)}")
+
+    def log_path(self, job_id: str, rank: int = 0) -> Path:
+        return self.home / "jobs" / job_id / f"rank-{rank}.log"
+
+    def log_text(self, job_id: str, rank: int = 0) -> str:
+        try:
+            return self.log_path(job_id, rank).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    # -- cleaning up -----------------------------------------------------------------------
+    def replica_processes(self) -> list[psutil.Process]:
+        """Live processes started for this server's jobs (they inherit the checkpoint dir)."""
+        root = str(self.home / "checkpoints")
+        return processes_with_env("KIBAN_CHECKPOINT_DIR", lambda v: v.startswith(root))
+
+    def kill_leftovers(self) -> list[str]:
+        """SIGKILL every replica process group and stray process; returns what was found."""
+        found: list[str] = []
+        for pid_file in sorted((self.home / "jobs").glob("*/attempt-*/rank-*.pid")):
+            with contextlib.suppress(ValueError, OSError, psutil.Error):
+                pid_text, start_text = pid_file.read_text().split()
+                pid, started = int(pid_text), float(start_text)
+                proc = psutil.Process(pid)
+                if abs(proc.create_time() - started) < 0.05 and proc.status() != "zombie":
+                    found.append(f"group {pid} ({pid_file.relative_to(self.home)})")
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
+        for proc in self.replica_processes():
+            found.append(f"process {proc.pid} {proc.info.get('name', '')}")
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        return found
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill_leftovers()
+
+
+StartKiban = Callable[..., KibanServer]
+
+
+def job_manifest(
+    name: str,
+    command: list[str],
+    *,
+    replicas: int = 1,
+    gpu: int = 0,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A ``kiban/v1`` Job with one task ``worker``; extra keyword arguments go into ``spec``."""
+    task: dict[str, Any] = {
+        "name": "worker",
+        "replicas": replicas,
+        "resources": {"gpu": gpu, "cpu": 1, "memory": "256Mi"},
+        "command": command,
+    }
+    task.update(spec.pop("task", {}))
+    return {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {**spec, "tasks": [task]},
+    }
