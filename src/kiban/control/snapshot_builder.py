@@ -14,12 +14,12 @@ from kiban.domain.jobspec import JobSpec
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.scheduler.snapshot import (
-    NodeView,
     PendingJob,
     QueueStrategy,
     QueueView,
     Snapshot,
     TaskDemand,
+    node_view,
 )
 from kiban.store.models import Job, Node, Queue, Replica
 
@@ -93,15 +93,15 @@ def build_snapshot(
         if row.cordoned:
             reason = "cordoned"
         nodes.append(
-            NodeView(
+            node_view(
                 name=row.name,
                 gpus=row.gpus,
                 cpu_millis=row.cpu_millis,
                 memory=row.memory,
-                free_gpu_ids=tuple(i for i in range(row.gpus) if i not in taken),
-                free_cpu_millis=row.cpu_millis - used_cpu.get(row.name, 0),
-                free_memory=row.memory - used_memory.get(row.name, 0),
-                labels=dict(row.labels or {}),
+                used_gpu_ids=taken,
+                used_cpu_millis=used_cpu.get(row.name, 0),
+                used_memory=used_memory.get(row.name, 0),
+                labels=row.labels or {},
                 schedulable=row.healthy and not row.cordoned,
                 unschedulable_reason=reason,
             )

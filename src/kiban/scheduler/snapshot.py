@@ -30,6 +30,34 @@ class NodeView:
     unschedulable_reason: str = ""
 
 
+def node_view(
+    *,
+    name: str,
+    gpus: int,
+    cpu_millis: int,
+    memory: int,
+    used_gpu_ids: set[int] | frozenset[int],
+    used_cpu_millis: int,
+    used_memory: int,
+    labels: Mapping[str, str],
+    schedulable: bool = True,
+    unschedulable_reason: str = "",
+) -> NodeView:
+    """A node's view from its capacity and what running replicas use of it."""
+    return NodeView(
+        name=name,
+        gpus=gpus,
+        cpu_millis=cpu_millis,
+        memory=memory,
+        free_gpu_ids=tuple(i for i in range(gpus) if i not in used_gpu_ids),
+        free_cpu_millis=cpu_millis - used_cpu_millis,
+        free_memory=memory - used_memory,
+        labels=dict(labels),
+        schedulable=schedulable,
+        unschedulable_reason=unschedulable_reason,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class QueueView:
     """A queue: its GPU quota (None = unlimited), what its admitted jobs use, its ordering."""

@@ -22,6 +22,7 @@ from kiban.scheduler.snapshot import (
     QueueView,
     Snapshot,
     TaskDemand,
+    node_view,
 )
 
 GIB = 2**30
@@ -118,15 +119,15 @@ class ClusterBuilder:
             if not used_ids <= set(range(spec.gpus)):
                 raise ValueError(f"node {spec.name} has GPUs 0..{spec.gpus - 1}, not {used}")
             views.append(
-                NodeView(
+                node_view(
                     name=spec.name,
                     gpus=spec.gpus,
                     cpu_millis=spec.cpu_millis,
                     memory=spec.memory,
-                    free_gpu_ids=tuple(i for i in range(spec.gpus) if i not in used_ids),
-                    free_cpu_millis=spec.cpu_millis - running_cpu.get(spec.name, 0),
-                    free_memory=spec.memory - running_memory.get(spec.name, 0),
-                    labels=dict(spec.labels),
+                    used_gpu_ids=used_ids,
+                    used_cpu_millis=running_cpu.get(spec.name, 0),
+                    used_memory=running_memory.get(spec.name, 0),
+                    labels=spec.labels,
                     schedulable=spec.schedulable,
                     unschedulable_reason=spec.unschedulable_reason,
                 )

@@ -1,0 +1,1 @@
+"""Benchmarks: ``kiban bench ...``."""

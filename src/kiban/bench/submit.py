@@ -1,0 +1,641 @@
+"""``kiban bench submit``: how fast kiban takes job submissions, and how soon a job starts.
+
+For each store (SQLite, PostgreSQL) the benchmark starts real ``kiban up`` servers as
+subprocesses (the client's CPU stays out of the server's process) and runs three phases, each
+on a fresh server with an empty store, so that no phase inherits the previous one's backlog:
+
+1. **Submit to running, on an idle server.** Jobs whose command is ``true`` are submitted one
+   at a time; each one's latency is from just before its POST to the ``startedAt`` of its
+   replica (the moment the executor spawned the process), same clock, same machine. The next
+   job is submitted when the previous one has finished.
+2. **Latency at an offered rate (open loop).** Submissions are paced at ``rate`` per second
+   (500 by default, Slurm's documented sustained rate) and spread over ``clients`` keep-alive
+   connections. A submission's latency is measured from the moment it was *due*, not from when
+   a connection became free, so a server that falls behind shows it (no coordinated omission).
+3. **Throughput at saturation (closed loop).** ``clients`` connections each submit back to
+   back. The rate is the most the server sustains; latency here is, by Little's law, about
+   ``clients / rate`` and says more about the queue in front of the server than about the
+   server, so it is reported apart (``saturated_p50_ms``, ``saturated_p99_ms``).
+
+Phases 2 and 3 submit one-GPU jobs to a queue whose GPU quota is 0: they are stored, counted
+by the control loop and given a reason (``ExceedsQueueQuota``/``BlockedByQueueHead``), as real
+pending jobs are, but never start, so no process launch competes with the submissions. The
+server's single node has one GPU only so that such jobs pass submission's "some node could hold
+it" check. Phase 1 uses the ``default`` queue, which has no quota.
+
+The load generator speaks HTTP/1.1 over asyncio streams with prepared request bytes, from one
+process: client and server share the machine's cores, and with 32 connections httpx's
+AsyncClient spent 3.5 to 4.4 ms of CPU per submission where this client spends about 0.07 ms
+(measured side by side on a 2-core machine), so httpx would have taken the server's CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, percentile, prepare_request
+from kiban.bench.machine import describe_machine, machine_line
+from kiban.bench.servers import KibanServer, cpu_seconds, postgres_processes
+from kiban.devtools.postgres import PostgresUnavailable, ThrowawayPostgres, find_postgres_bin
+
+STORES = ("sqlite", "postgresql")
+HELD_QUEUE = "bench-held"
+GOAL_SUBMISSIONS_PER_S = 500.0
+GOAL_P99_MS = 50.0
+GOAL_SUBMIT_TO_RUNNING_P99_MS = 300.0
+
+CLUSTER_FILE = f"""\
+queues:
+  - name: default
+    tenant: default
+  - name: {HELD_QUEUE}
+    tenant: default
+    quota:
+      gpu: 0
+"""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SubmitBenchOptions:
+    """What to measure and how much. ``jobs``, when set, replaces ``duration`` in phases 2, 3."""
+
+    clients: int = 32
+    duration_s: float = 10.0
+    jobs: int | None = None
+    rate: float = GOAL_SUBMISSIONS_PER_S
+    running_jobs: int = 50
+    stores: tuple[str, ...] = STORES
+    startup_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.clients < 1:
+            raise ValueError("clients must be at least 1")
+        if self.duration_s <= 0:
+            raise ValueError("duration must be positive")
+        if self.jobs is not None and self.jobs < 1:
+            raise ValueError("jobs must be at least 1")
+        if self.rate <= 0:
+            raise ValueError("rate must be positive")
+        if self.running_jobs < 1:
+            raise ValueError("running jobs must be at least 1")
+        unknown = sorted(set(self.stores) - set(STORES))
+        if unknown or not self.stores:
+            raise ValueError(f"stores must be among {', '.join(STORES)}; got {self.stores}")
+
+
+def held_job() -> dict[str, Any]:
+    """A one-GPU job for the queue with GPU quota 0: stored and queued, never started."""
+    return {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": "bench-held"},
+        "spec": {
+            "queue": HELD_QUEUE,
+            "tasks": [
+                {
+                    "name": "worker",
+                    "replicas": 1,
+                    "resources": {"gpu": 1, "cpu": 1, "memory": "1Gi"},
+                    "command": ["true"],
+                }
+            ],
+        },
+    }
+
+
+def quick_job() -> dict[str, Any]:
+    """A job that starts at once on an idle server and exits at once: ``true``, no GPUs."""
+    return {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": "bench-run"},
+        "spec": {
+            "queue": "default",
+            "tasks": [
+                {
+                    "name": "worker",
+                    "replicas": 1,
+                    "resources": {"gpu": 0, "cpu": 0.1, "memory": "64Mi"},
+                    "command": ["true"],
+                }
+            ],
+        },
+    }
+
+
+# -- phases ----------------------------------------------------------------------------------
+@dataclass
+class LoadResult:
+    """What one load phase measured. Latencies are of the submissions answered 201."""
+
+    latencies_s: list[float] = field(default_factory=list)
+    errors: int = 0
+    unsent: int = 0
+    elapsed_s: float = 0.0
+    warmup: int = 0
+    first_error: str = ""
+
+    @property
+    def submitted(self) -> int:
+        return len(self.latencies_s)
+
+    @property
+    def rate(self) -> float:
+        return self.submitted / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def fail(self, status: int, body: bytes) -> None:
+        self.errors += 1
+        if not self.first_error:
+            self.first_error = f"HTTP {status}: {body[:300].decode(errors='replace')}"
+
+
+async def _open_connections(url: str, clients: int, request: bytes) -> list[HttpConnection]:
+    """Open ``clients`` connections and send one warm-up submission on each."""
+    connections = [await HttpConnection.open(url) for _ in range(clients)]
+    try:
+        for conn in connections:
+            status, body = await conn.send(request)
+            if status != 201:
+                raise BenchError(f"warm-up submission failed with HTTP {status}: {body[:300]!r}")
+    except BaseException:
+        for conn in connections:
+            await conn.close()
+        raise
+    return connections
+
+
+async def open_loop(
+    url: str, token: str, *, clients: int, rate: float, count: int, give_up_s: float
+) -> LoadResult:
+    """``count`` submissions due at ``rate`` per second, spread over ``clients`` connections.
+
+    A latency runs from when the submission was due. Submissions still unsent ``give_up_s``
+    after the start (the server fell far behind) are not sent; they are counted in ``unsent``
+    and enter the percentiles with the time they had waited by then, a lower bound.
+    """
+    request = prepare_request("POST", url, "/api/v1/jobs", token, held_job())
+    connections = await _open_connections(url, clients, request)
+    result = LoadResult(warmup=clients)
+    loop = asyncio.get_running_loop()
+    start = loop.time() + 0.05
+    give_up = start + give_up_s
+
+    async def worker(k: int, conn: HttpConnection) -> None:
+        for i in range(k, count, clients):
+            due = start + i / rate
+            now = loop.time()
+            if now > give_up:
+                result.unsent += 1
+                result.latencies_s.append(now - due)
+                continue
+            if due > now:
+                await asyncio.sleep(due - now)
+            status, body = await conn.send(request)
+            if status == 201:
+                result.latencies_s.append(loop.time() - due)
+            else:
+                result.fail(status, body)
+
+    try:
+        await asyncio.gather(*(worker(k, c) for k, c in enumerate(connections)))
+        result.elapsed_s = loop.time() - start
+    finally:
+        for conn in connections:
+            await conn.close()
+    return result
+
+
+async def closed_loop(
+    url: str, token: str, *, clients: int, count: int | None, duration_s: float
+) -> LoadResult:
+    """``clients`` connections submitting back to back, ``count`` jobs or for ``duration_s``."""
+    request = prepare_request("POST", url, "/api/v1/jobs", token, held_job())
+    connections = await _open_connections(url, clients, request)
+    result = LoadResult(warmup=clients)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    deadline = start + duration_s
+    issued = 0
+    last_done = start
+
+    def more() -> bool:
+        return issued < count if count is not None else loop.time() < deadline
+
+    async def worker(conn: HttpConnection) -> None:
+        nonlocal issued, last_done
+        while more():
+            issued += 1
+            sent = loop.time()
+            status, body = await conn.send(request)
+            last_done = loop.time()
+            if status == 201:
+                result.latencies_s.append(last_done - sent)
+            else:
+                result.fail(status, body)
+
+    try:
+        await asyncio.gather(*(worker(c) for c in connections))
+        result.elapsed_s = last_done - start
+    finally:
+        for conn in connections:
+            await conn.close()
+    return result
+
+
+async def submit_to_running(url: str, token: str, count: int) -> list[float]:
+    """Latencies (s) from just before each POST to its replica's ``startedAt``, one at a time.
+
+    Each job runs ``true``; the next is submitted once the previous one has succeeded, so every
+    job meets an idle server.
+    """
+    conn = await HttpConnection.open(url)
+    post = prepare_request("POST", url, "/api/v1/jobs", token, quick_job())
+    latencies: list[float] = []
+    try:
+        for _ in range(count):
+            before = time.time()
+            status, body = await conn.send(post)
+            if status != 201:
+                raise BenchError(f"submission failed with HTTP {status}: {body[:300]!r}")
+            job_id = json.loads(body)["id"]
+            get = prepare_request("GET", url, f"/api/v1/jobs/{job_id}", token)
+            started: float | None = None
+            give_up = time.monotonic() + 60
+            while True:
+                status, body = await conn.send(get)
+                if status != 200:
+                    raise BenchError(f"GET job {job_id} failed with HTTP {status}: {body[:300]!r}")
+                job = json.loads(body)
+                replicas = job.get("replicas") or []
+                if started is None and replicas and replicas[0].get("startedAt") is not None:
+                    started = float(replicas[0]["startedAt"])
+                    latencies.append(started - before)
+                if job["state"] in ("Succeeded", "Failed", "Cancelled"):
+                    if started is None or job["state"] != "Succeeded":
+                        raise BenchError(f"job {job_id} ended {job['state']}: {job['message']}")
+                    break
+                if time.monotonic() > give_up:
+                    raise BenchError(f"job {job_id} did not finish within 60s ({job['state']})")
+                await asyncio.sleep(0.05)  # startedAt is the server's: slow polling loads it less
+    finally:
+        await conn.close()
+    return latencies
+
+
+async def jobs_in_queue(url: str, token: str, queue: str) -> int:
+    """Jobs of ``queue`` in the store, pending or running, from ``GET /api/v1/queues``."""
+    conn = await HttpConnection.open(url)
+    try:
+        status, body = await conn.send(prepare_request("GET", url, "/api/v1/queues", token))
+    finally:
+        await conn.close()
+    if status != 200:
+        raise BenchError(f"GET /api/v1/queues failed with HTTP {status}: {body[:300]!r}")
+    for row in json.loads(body):
+        if row["name"] == queue:
+            return int(row["pending"]) + int(row["running"])
+    raise BenchError(f"queue {queue} not found")
+
+
+# -- running it all --------------------------------------------------------------------------
+class _Workspace:
+    """Temporary homes and the throwaway PostgreSQL server; removed on exit, even on Ctrl-C."""
+
+    def __init__(self, root: Path, stack: contextlib.ExitStack, timeout_s: float) -> None:
+        self.root = root
+        self.stack = stack
+        self.timeout_s = timeout_s
+        self.postgres: ThrowawayPostgres | None = None
+        self.databases = 0
+
+    def server(self, store: str, phase: str) -> KibanServer:
+        """A fresh ``kiban up`` with an empty store (not started: use it in ``with``)."""
+        db_url = None
+        if store == "postgresql":
+            if self.postgres is None:
+                self.postgres = self.stack.enter_context(ThrowawayPostgres())
+            self.databases += 1
+            db_url = self.postgres.create_database(f"bench_{self.databases}")
+        return KibanServer(self.root / f"{store}-{phase}", db_url, self.timeout_s, CLUSTER_FILE)
+
+    def dbcpu_seconds(self) -> float | None:
+        """CPU time used so far by the PostgreSQL server's processes; None without one."""
+        if self.postgres is None:
+            return None
+        return cpu_seconds(postgres_processes(self.postgres.data_dir))
+
+
+@contextlib.contextmanager
+def _workspace(timeout_s: float) -> Iterator[_Workspace]:
+    root = Path(tempfile.mkdtemp(prefix="kiban-bench-"))
+    try:
+        with contextlib.ExitStack() as stack:
+            yield _Workspace(root, stack, timeout_s)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class _PhaseCost:
+    in_store: int
+    server_cpu_ms: float
+    client_cpu_ms: float
+    db_cpu_ms: float | None
+
+
+def _load_phase(
+    space: _Workspace, store: str, phase: str, run: Callable[[KibanServer], LoadResult]
+) -> tuple[LoadResult, _PhaseCost]:
+    """Run a load phase on a fresh server; count the jobs stored and the CPU spent per job."""
+    with space.server(store, phase) as server:
+        client_before = time.process_time()
+        server_before = server.cpu_seconds()
+        db_before = space.dbcpu_seconds() if store == "postgresql" else None
+        result = run(server)
+        client_cpu = time.process_time() - client_before
+        server_cpu = server.cpu_seconds() - server_before
+        db_after = space.dbcpu_seconds() if store == "postgresql" else None
+        stored = asyncio.run(jobs_in_queue(server.url, server.token, HELD_QUEUE))
+    per_job = 1000 / max(result.submitted - result.unsent + result.errors, 1)
+    db_cpu = None
+    if db_before is not None and db_after is not None:
+        db_cpu = round((db_after - db_before) * per_job, 3)
+    return result, _PhaseCost(
+        in_store=stored,
+        server_cpu_ms=round(server_cpu * per_job, 3),
+        client_cpu_ms=round(client_cpu * per_job, 3),
+        db_cpu_ms=db_cpu,
+    )
+
+
+def bench_store(
+    store: str, space: _Workspace, options: SubmitBenchOptions, say: Progress
+) -> dict[str, Any]:
+    """The three phases on one store, each on a fresh server; the store's entry of the report."""
+    say(f"{store}: submit to running, {options.running_jobs} jobs one at a time on an idle server")
+    with space.server(store, "running") as server:
+        running = asyncio.run(submit_to_running(server.url, server.token, options.running_jobs))
+
+    count = options.jobs or max(1, round(options.rate * options.duration_s))
+    give_up_s = 1.5 * count / options.rate + 5
+    say(f"{store}: {count} submissions at {options.rate:g}/s over {options.clients} clients")
+    paced, paced_cost = _load_phase(
+        space,
+        store,
+        "paced",
+        lambda s: asyncio.run(
+            open_loop(
+                s.url,
+                s.token,
+                clients=options.clients,
+                rate=options.rate,
+                count=count,
+                give_up_s=give_up_s,
+            )
+        ),
+    )
+
+    what = f"{options.jobs} submissions" if options.jobs else f"{options.duration_s:g}s"
+    say(f"{store}: saturation, {options.clients} clients submitting back to back for {what}")
+    saturated, saturated_cost = _load_phase(
+        space,
+        store,
+        "saturated",
+        lambda s: asyncio.run(
+            closed_loop(
+                s.url,
+                s.token,
+                clients=options.clients,
+                count=options.jobs,
+                duration_s=options.duration_s,
+            )
+        ),
+    )
+    first_error = paced.first_error or saturated.first_error
+    return {
+        "submissions_per_s": round(saturated.rate, 1),
+        "p50_ms": as_ms(percentile(paced.latencies_s, 50)),
+        "p99_ms": as_ms(percentile(paced.latencies_s, 99)),
+        "submit_to_running_p99_ms": as_ms(percentile(running, 99)),
+        "submit_to_running_p50_ms": as_ms(percentile(running, 50)),
+        "offered_rate_per_s": options.rate,
+        "achieved_rate_per_s": round((paced.submitted - paced.unsent) / paced.elapsed_s, 1)
+        if paced.elapsed_s > 0
+        else 0.0,
+        "latency_is_lower_bound": paced.unsent > 0,
+        "saturated_p50_ms": as_ms(percentile(saturated.latencies_s, 50)),
+        "saturated_p99_ms": as_ms(percentile(saturated.latencies_s, 99)),
+        "server_cpu_ms_per_submission": saturated_cost.server_cpu_ms,
+        "db_cpu_ms_per_submission": saturated_cost.db_cpu_ms,
+        "client_cpu_ms_per_submission": saturated_cost.client_cpu_ms,
+        "paced_submissions": paced.submitted - paced.unsent,
+        "paced_unsent": paced.unsent,
+        "saturated_submissions": saturated.submitted,
+        "warmup_submissions": paced.warmup + saturated.warmup,
+        "jobs_in_store": paced_cost.in_store + saturated_cost.in_store,
+        "running_jobs": len(running),
+        "errors": paced.errors + saturated.errors,
+        "first_error": first_error or None,
+    }
+
+
+def goals_met(entry: dict[str, Any]) -> dict[str, bool]:
+    """Which of issue 2's goals a store's entry meets."""
+    return {
+        "submissions_per_s": entry["submissions_per_s"] >= GOAL_SUBMISSIONS_PER_S,
+        "p99_ms": entry["p99_ms"] <= GOAL_P99_MS and not entry["latency_is_lower_bound"],
+        "submit_to_running_p99_ms": entry["submit_to_running_p99_ms"]
+        <= GOAL_SUBMIT_TO_RUNNING_P99_MS,
+    }
+
+
+def postgres_missing() -> str | None:
+    """Why PostgreSQL cannot be benchmarked here, or None when it can."""
+    if find_postgres_bin() is None:
+        return "PostgreSQL server binaries not found; run scripts/ensure-postgres.sh"
+    return None
+
+
+def run_submit_bench(options: SubmitBenchOptions, say: Progress | None = None) -> dict[str, Any]:
+    """Run the benchmark on each store and return the JSON-ready report.
+
+    A store that cannot run here (PostgreSQL not installed) gets ``{"skipped": reason}``.
+    Servers, their homes and the throwaway PostgreSQL server are removed on the way out, also
+    when interrupted.
+    """
+    progress: Progress = say or (lambda _: None)
+    machine = describe_machine()
+    report: dict[str, Any] = {}
+    with _workspace(options.startup_timeout_s) as space:
+        for store in options.stores:
+            missing = postgres_missing() if store == "postgresql" else None
+            if missing is not None:
+                progress(f"{store}: skipped: {missing}")
+                report[store] = {"skipped": missing}
+                continue
+            try:
+                entry = bench_store(store, space, options, progress)
+            except PostgresUnavailable as exc:
+                progress(f"{store}: skipped: {exc}")
+                report[store] = {"skipped": str(exc)}
+                continue
+            entry["goals_met"] = goals_met(entry)
+            report[store] = entry
+    report["goals"] = {
+        "submissions_per_s": GOAL_SUBMISSIONS_PER_S,
+        "p99_ms": GOAL_P99_MS,
+        "submit_to_running_p99_ms": GOAL_SUBMIT_TO_RUNNING_P99_MS,
+    }
+    report["settings"] = {
+        "clients": options.clients,
+        "duration_s": None if options.jobs else options.duration_s,
+        "jobs": options.jobs,
+        "offered_rate_per_s": options.rate,
+        "running_jobs": options.running_jobs,
+    }
+    if hasattr(os, "getloadavg"):
+        machine["load_average_after"] = round(os.getloadavg()[0], 2)
+    report["machine"] = machine
+    return report
+
+
+# -- the table -------------------------------------------------------------------------------
+def _num(value: Any, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        text = f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    else:
+        text = f"{value:,}"
+    return text + unit
+
+
+def _mark(entry: dict[str, Any], goal: str) -> str:
+    met = entry.get("goals_met", {}).get(goal)
+    if met is None:
+        return ""
+    return " [green]✓[/green]" if met else " [red]✗[/red]"
+
+
+def report_table(report: dict[str, Any]) -> Table:
+    """The report as a table: stores side by side, goals and whether they are met."""
+    stores = [s for s in STORES if s in report]
+    table = Table(title="kiban bench submit", title_justify="left", header_style="bold")
+    table.add_column("measure")
+    for store in stores:
+        table.add_column(store, justify="right")
+    table.add_column("goal", justify="right")
+    table.add_column("what it means", style="dim", overflow="fold")
+    settings = report["settings"]
+    clients = settings["clients"]
+    rate = settings["offered_rate_per_s"]
+    rows: list[tuple[str, str, str | None, str, str]] = [
+        (
+            "submissions/s",
+            "submissions_per_s",
+            f">= {GOAL_SUBMISSIONS_PER_S:g}",
+            "",
+            f"most sustained: {clients} clients submitting back to back",
+        ),
+        (
+            "p50 latency",
+            "p50_ms",
+            None,
+            " ms",
+            f"at {rate:g}/s offered over {clients} clients, from when each was due",
+        ),
+        ("p99 latency", "p99_ms", f"<= {GOAL_P99_MS:g} ms", " ms", "same, 99th percentile"),
+        ("achieved rate", "achieved_rate_per_s", None, "/s", f"of the {rate:g}/s offered"),
+        (
+            "saturated p50",
+            "saturated_p50_ms",
+            None,
+            " ms",
+            f"back to back: about {clients} / rate (Little's law), the queue, not the server",
+        ),
+        ("saturated p99", "saturated_p99_ms", None, " ms", "same, 99th percentile"),
+        (
+            "submit to running p50",
+            "submit_to_running_p50_ms",
+            None,
+            " ms",
+            "POST to the replica's process spawned, idle server, one job at a time",
+        ),
+        (
+            "submit to running p99",
+            "submit_to_running_p99_ms",
+            f"<= {GOAL_SUBMIT_TO_RUNNING_P99_MS:g} ms",
+            " ms",
+            "same, 99th percentile",
+        ),
+        (
+            "server CPU/submission",
+            "server_cpu_ms_per_submission",
+            None,
+            " ms",
+            "kiban's process (API, control loop), at saturation",
+        ),
+        ("database CPU/submission", "db_cpu_ms_per_submission", None, " ms", "PostgreSQL"),
+        ("client CPU/submission", "client_cpu_ms_per_submission", None, " ms", "this process"),
+        ("jobs stored", "jobs_in_store", None, "", "by the load phases, counted by the server"),
+        ("errors", "errors", None, "", "answers other than 201"),
+    ]
+    goal_keys = {"submissions_per_s", "p99_ms", "submit_to_running_p99_ms"}
+    for label, key, goal, unit, meaning in rows:
+        cells = []
+        for store in stores:
+            entry = report[store]
+            if "skipped" in entry:
+                cells.append("skipped" if key == "submissions_per_s" else "")
+                continue
+            value = entry.get(key)
+            if key == "jobs_in_store":
+                sent = (
+                    entry["paced_submissions"]
+                    + entry["saturated_submissions"]
+                    + entry["warmup_submissions"]
+                )
+                cells.append(f"{_num(value)} of {_num(sent)}")
+                continue
+            prefix = ">= " if key.startswith("p") and entry.get("latency_is_lower_bound") else ""
+            mark = _mark(entry, key) if key in goal_keys else ""
+            cells.append(prefix + _num(value, unit) + mark)
+        table.add_row(label, *cells, goal or "", meaning)
+    notes = [f"machine: {machine_line(report['machine'])}"]
+    for store in stores:
+        if "skipped" in report[store]:
+            notes.append(f"{store} skipped: {report[store]['skipped']}")
+        elif report[store].get("first_error"):
+            notes.append(f"{store} first error: {report[store]['first_error']}")
+    table.caption = "\n".join(notes)
+    table.caption_justify = "left"
+    return table
+
+
+__all__ = [
+    "GOAL_P99_MS",
+    "GOAL_SUBMISSIONS_PER_S",
+    "GOAL_SUBMIT_TO_RUNNING_P99_MS",
+    "STORES",
+    "BenchError",
+    "SubmitBenchOptions",
+    "goals_met",
+    "percentile",
+    "report_table",
+    "run_submit_bench",
+]

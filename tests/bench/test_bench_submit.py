@@ -1,0 +1,130 @@
+"""``kiban bench submit``: the report's shape and its internal consistency (never its speed)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from kiban.bench.loadgen import percentile
+from kiban.bench.submit import STORES, report_table
+
+ENTRY_KEYS = {
+    "submissions_per_s",
+    "p50_ms",
+    "p99_ms",
+    "submit_to_running_p50_ms",
+    "submit_to_running_p99_ms",
+    "achieved_rate_per_s",
+    "saturated_p50_ms",
+    "saturated_p99_ms",
+    "server_cpu_ms_per_submission",
+    "client_cpu_ms_per_submission",
+    "paced_submissions",
+    "saturated_submissions",
+    "warmup_submissions",
+    "jobs_in_store",
+    "running_jobs",
+    "errors",
+    "goals_met",
+}
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile([3.0], 99) == 3.0
+    assert math.isnan(percentile([], 50))
+
+
+@pytest.mark.e2e
+def test_tiny_run_on_sqlite() -> None:
+    """Four clients, a few jobs, SQLite only, through the CLI: one JSON object on one line."""
+    command = [
+        sys.executable,
+        "-m",
+        "kiban.cli.main",
+        "bench",
+        "submit",
+        "--store",
+        "sqlite",
+        "--jobs",
+        "24",
+        "--clients",
+        "4",
+        "--running-jobs",
+        "3",
+        "--json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    report: dict[str, Any] = json.loads(lines[0])
+
+    assert set(report) == {"sqlite", "goals", "settings", "machine"}
+    assert report["settings"]["clients"] == 4
+    assert report["machine"]["cores"] >= 1
+    assert report["machine"]["cpu_model"]
+    assert report["machine"]["python"].split()[-1] == ".".join(map(str, sys.version_info[:3]))
+
+    entry = report["sqlite"]
+    assert set(entry) >= ENTRY_KEYS
+    assert entry["errors"] == 0
+    for key in ("submissions_per_s", "achieved_rate_per_s", "server_cpu_ms_per_submission"):
+        assert entry[key] > 0, key
+    for prefix in ("", "saturated_", "submit_to_running_"):
+        p50, p99 = entry[f"{prefix}p50_ms"], entry[f"{prefix}p99_ms"]
+        assert 0 < p50 <= p99, prefix
+    # Every submission answered 201 is a job in the store, and nothing more.
+    assert entry["paced_submissions"] == 24
+    assert entry["saturated_submissions"] == 24
+    assert entry["warmup_submissions"] == 2 * 4
+    assert entry["jobs_in_store"] == 24 + 24 + 8
+    assert entry["running_jobs"] == 3
+    assert set(entry["goals_met"]) == set(report["goals"])
+    assert all(isinstance(v, bool) for v in entry["goals_met"].values())
+    # The readable table went to stderr, with the machine it ran on.
+    assert "submissions/s" in done.stderr
+    assert report["machine"]["cpu_model"] in done.stderr
+
+
+def test_table_shows_stores_side_by_side_and_skips() -> None:
+    entry: dict[str, Any] = dict.fromkeys(ENTRY_KEYS - {"goals_met"}, 1.0)
+    entry.update(
+        submissions_per_s=600.0,
+        p99_ms=60.0,
+        submit_to_running_p99_ms=100.0,
+        latency_is_lower_bound=False,
+        db_cpu_ms_per_submission=None,
+        first_error=None,
+        goals_met={"submissions_per_s": True, "p99_ms": False, "submit_to_running_p99_ms": True},
+    )
+    report = {
+        "sqlite": entry,
+        "postgresql": {"skipped": "PostgreSQL server binaries not found"},
+        "goals": {},
+        "settings": {"clients": 32, "offered_rate_per_s": 500.0},
+        "machine": {
+            "cpu_model": "Test CPU",
+            "cores": 2,
+            "memory_gib": 4.0,
+            "python": "CPython 3.11.7",
+            "os": "Linux",
+        },
+    }
+    console = Console(width=200, record=True)
+    console.print(report_table(report))
+    text = console.export_text()
+    assert all(store in text for store in STORES)
+    assert "600.0 ✓" in text
+    assert "60.0 ms ✗" in text
+    assert "skipped" in text
+    assert "Test CPU, 2 cores" in text
