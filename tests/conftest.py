@@ -81,7 +81,7 @@ def platform(
 ) -> Iterator[Platform]:
     built = build_platform(home=tmp_path / "home", db_url=db_url, executor=executor, clock=clock)
     yield built
-    built.engine.dispose()
+    built.close()
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from kiban.executors.base import Executor, NodeInfo
 from kiban.services import events
 from kiban.services.auth import ensure_admin_token
 from kiban.services.jobs import ClusterFacts
+from kiban.services.lookup_cache import LookupCache
+from kiban.services.submissions import SubmissionWriter
 from kiban.services.tenants import ensure_tenant
 from kiban.store.db import make_engine, migrate, session_factory
 from kiban.store.models import Node, Queue
@@ -30,8 +32,16 @@ class Platform:
     executor: Executor
     clock: Clock
     loop: ControlLoop
+    submissions: SubmissionWriter
+    lookups: LookupCache = field(default_factory=LookupCache)
     facts: ClusterFacts = field(default_factory=ClusterFacts)
     admin_token: str | None = None
+
+    def close(self) -> None:
+        """Stop the control loop and the submission writer, and close the store."""
+        self.loop.stop()
+        self.submissions.stop()
+        self.engine.dispose()
 
     @property
     def token_file(self) -> Path:
@@ -138,6 +148,7 @@ def build_platform(
         session.commit()
     loop = ControlLoop(sessions, executor, clock=clock, tick_s=tick_s)
     platform = Platform(
+        submissions=SubmissionWriter(sessions),
         home=home,
         engine=engine,
         sessions=sessions,

@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
+from fastapi import FastAPI
 
 from kiban.api.app import create_app
 from kiban.domain.cluster import ClusterConfig
@@ -94,8 +97,19 @@ def serve(options: ServerOptions) -> None:
     port = sock.getsockname()[1]
     url = f"http://{options.host}:{port}"
     write_atomically(options.home / "url", url + "\n")
-    app = create_app(platform)
-    platform.loop.start()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Runs on SIGINT and SIGTERM alike: uvicorn re-raises the signal after its shutdown,
+        # so a ``finally`` around ``server.run`` would not be reached on SIGTERM.
+        platform.loop.start()
+        try:
+            yield
+        finally:
+            platform.close()
+            print("kiban stopped", file=sys.stderr, flush=True)
+
+    app = create_app(platform, lifespan)
     nodes = platform.executor.nodes()
     gpus = sum(n.gpus for n in nodes)
     print(f"kiban is up at {url}", file=sys.stderr)
@@ -105,11 +119,5 @@ def serve(options: ServerOptions) -> None:
         file=sys.stderr,
         flush=True,
     )
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    try:
-        server.run(sockets=[sock])
-    finally:
-        platform.loop.stop()
-        platform.engine.dispose()
-        print("kiban stopped", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

@@ -503,3 +503,28 @@ def test_relaunch_after_recover_lists_each_replica_once(
         assert job is not None
         listed = [(r.rank, r.state) for r in jobs.replicas_of(session, job)]
     assert listed == [(0, "Running"), (1, "Running")]
+
+
+def test_jobs_beyond_the_window_wait_in_the_backlog_until_they_reach_it(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock
+) -> None:
+    platform.loop.window = 3
+    ids = []
+    for i in range(5):
+        ids.append(submit(platform, manifest(f"job-{i}", gpu=2, replicas=3)))
+        clock.advance(1)
+    platform.loop.run_once()
+    codes = {job_id: get(platform, job_id).reason_code for job_id in ids}
+    assert state(platform, ids[0]) == "Running"
+    # The window holds the first three pending jobs: job-0 (started), job-1 and job-2.
+    assert [codes[j] for j in ids[1:3]] == ["InsufficientCapacity", "BlockedByQueueHead"]
+    assert [codes[j] for j in ids[3:]] == ["QueueBacklog", "QueueBacklog"]
+    assert "more than 3 jobs wait ahead" in (get(platform, ids[4]).reason_message or "")
+    assert get(platform, ids[4]).queue_position is None
+
+    executor.finish_all(ids[0])
+    platform.loop.run_once()  # job-1 starts; the window moves on
+    platform.loop.run_once()
+    assert state(platform, ids[1]) == "Running"
+    assert get(platform, ids[4]).reason_code == "BlockedByQueueHead"
+    assert get(platform, ids[4]).queue_position == 3

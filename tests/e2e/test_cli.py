@@ -302,3 +302,9 @@ def test_the_cli_is_the_venv_console_script() -> None:
     assert done.returncode == 0
     for command in ("up", "run", "submit", "wait", "logs", "describe", "cancel"):
         assert command in done.stdout
+
+
+def test_sigterm_stops_the_platform_cleanly(kiban: KibanServer) -> None:
+    kiban.stop()
+    assert kiban.proc is not None and kiban.proc.returncode is not None
+    assert "kiban stopped" in kiban.server_log.read_text()

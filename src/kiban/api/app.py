@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
 from fastapi import FastAPI
 
 from kiban import __version__
@@ -9,9 +12,13 @@ from kiban.api.errors import install_error_handlers
 from kiban.api.routers import cluster, jobs
 from kiban.platform import Platform
 
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
-def create_app(platform: Platform) -> FastAPI:
+
+def create_app(platform: Platform, lifespan: Lifespan | None = None) -> FastAPI:
+    """The app over ``platform``; ``lifespan`` starts and stops what the server runs beside it."""
     app = FastAPI(
+        lifespan=lifespan,
         title="kiban",
         version=__version__,
         description="A multi-tenant GPU platform for training and serving models.",

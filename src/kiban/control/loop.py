@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from sqlalchemy import select, update
@@ -24,6 +25,7 @@ from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRe
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, ReplicaPlacement, Wait
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
+from kiban.scheduler.reasons import PendingReason, ReasonCode
 from kiban.services import events
 from kiban.services.transitions import transition
 from kiban.store.models import Job, Replica
@@ -77,6 +79,8 @@ class ControlLoop:
         self._on_pass = on_pass
         self.passes = 0
         self.resync_s = 5.0
+        self.min_interval_s = 0.05
+        self.window = 256  # pending jobs per queue that a pass considers
         self._last_schedule = float("-inf")
         # (job, attempt) whose replicas were asked to stop; after a restart they are asked again.
         self._signalled: set[tuple[str, int]] = set()
@@ -97,35 +101,47 @@ class ControlLoop:
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        wanted = False  # a scheduling pass was asked for and has not run yet
         while not self._stopping.is_set():
-            woken = self._wake.wait(self.tick_s)
+            timeout = self.tick_s
+            if wanted:
+                since = self.clock.now() - self._last_schedule
+                timeout = min(timeout, max(self.min_interval_s - since, 0.0))
+            wanted = self._wake.wait(timeout) or wanted
             self._wake.clear()
             if self._stopping.is_set():
                 break
             try:
-                self._pass(woken)
+                wanted = not self._pass(wanted)
             except Exception:  # the loop must survive a bad pass; the next one retries
+                wanted = False
                 log.exception("control loop pass failed")
 
     # -- passes --------------------------------------------------------------------------------
     def run_once(self) -> None:
         """One pass: settle running jobs, then schedule pending ones."""
-        self._pass(force_schedule=True)
+        self._pass(wanted=True, min_interval_s=0.0)
 
-    def _pass(self, force_schedule: bool) -> None:
-        """Settle every pass; schedule only when something may have changed what fits.
+    def _pass(self, wanted: bool, min_interval_s: float | None = None) -> bool:
+        """Settle every pass; schedule when asked, or when a job ended. True if it scheduled.
 
-        Submissions, cancels and policy changes wake the loop; a settled job frees capacity.
-        A full scheduling pass also runs every ``resync_s`` as a safety net.
+        Submissions, cancels and policy changes wake the loop and ask for a pass; passes are at
+        least ``min_interval_s`` apart, so a burst of submissions is scheduled together (an
+        idle loop still answers a wake at once). A full pass also runs every ``resync_s``.
         """
         now = self.clock.now()
         changed = self.settle(now)
         now = self.clock.now()
-        if force_schedule or changed or now - self._last_schedule >= self.resync_s:
+        gap = self.min_interval_s if min_interval_s is None else min_interval_s
+        since = now - self._last_schedule
+        scheduled = False
+        if ((wanted or changed) and since >= gap) or since >= self.resync_s:
             self.schedule(now)
+            scheduled = True
         self.passes += 1
         if self._on_pass is not None:
             self._on_pass()
+        return scheduled or not (wanted or changed)
 
     def recover(self) -> None:
         """After a restart: a launch cut short is undone and its job requeued.
@@ -351,8 +367,11 @@ class ControlLoop:
     def schedule(self, now: float) -> None:
         recorded: dict[str, RecordedWait] = {}
         with self.sessions() as session:
-            snapshot = build_snapshot(session, self.specs, now, recorded)
+            snapshot = build_snapshot(session, self.specs, now, recorded, self.window)
         self._last_schedule = now
+        per_queue = Counter(job.queue for job in snapshot.pending)
+        if any(count >= self.window for count in per_queue.values()):
+            self._mark_backlog(set(recorded), now)
         if not snapshot.pending:
             return
         decisions = schedule(snapshot, self.policy)
@@ -364,6 +383,27 @@ class ControlLoop:
                 for wait in changed:
                     self._record_wait(session, wait, recorded.get(wait.job_id), now)
                 session.commit()
+
+    def _mark_backlog(self, considered: set[str], now: float) -> None:
+        """Give new jobs beyond each queue's window their reason (once; it changes on entry)."""
+        with self.sessions() as session:
+            rows = session.execute(
+                select(Job.id, Job.queue, Job.tenant).where(
+                    Job.state == JobState.PENDING.value, Job.reason_code.is_(None)
+                )
+            ).all()
+            for job_id, queue, tenant in rows:
+                if job_id in considered:
+                    continue
+                reason = PendingReason(
+                    ReasonCode.QUEUE_BACKLOG,
+                    f"more than {self.window} jobs wait ahead of it in queue {queue}",
+                    {"queue": queue, "window": self.window},
+                )
+                self._record_wait(
+                    session, Wait(job_id, reason, 0), RecordedWait(tenant, None, None, None), now
+                )
+            session.commit()
 
     def _admit(self, admit: Admit, now: float) -> None:
         with self.sessions() as session:
@@ -392,7 +432,7 @@ class ControlLoop:
                 reason_code=reason.code.value,
                 reason_message=reason.message,
                 reason_details=reason.details,
-                queue_position=wait.queue_position,
+                queue_position=wait.queue_position or None,
             )
         )
         if getattr(updated, "rowcount", 1) == 0 or before is None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kiban.domain.jobspec import JobSpec
@@ -69,8 +69,13 @@ def build_snapshot(
     specs: SpecCache,
     now: float,
     recorded: dict[str, RecordedWait] | None = None,
+    window: int = 256,
 ) -> Snapshot:
-    """Nodes with what is free on them, queues with GPUs in use, and the pending jobs."""
+    """Nodes with what is free on them, queues with GPUs in use, and the pending jobs.
+
+    Only the first ``window`` pending jobs of each queue are in the snapshot; the loop tells the
+    others that they wait in the queue's backlog.
+    """
     used_gpus: dict[str, set[int]] = {}
     used_cpu: dict[str, int] = {}
     used_memory: dict[str, int] = {}
@@ -116,7 +121,17 @@ def build_snapshot(
         )
         for q in session.scalars(select(Queue).order_by(Queue.name))
     )
-    pending_rows = session.execute(
+    # The first ``window`` pending jobs of each queue, in the core's order (priority, then
+    # submit time): the database ranks them, so a pass costs the same with 10 or 10,000 waiting.
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=Job.queue,
+            order_by=(Job.priority.desc(), Job.submitted_at, Job.id),
+        )
+        .label("rank")
+    )
+    ranked = (
         select(
             Job.id,
             Job.queue,
@@ -126,8 +141,12 @@ def build_snapshot(
             Job.reason_code,
             Job.reason_message,
             Job.queue_position,
-        ).where(Job.state == JobState.PENDING.value)
-    ).all()
+            rank,
+        )
+        .where(Job.state == JobState.PENDING.value)
+        .subquery()
+    )
+    pending_rows = session.execute(select(ranked).where(ranked.c.rank <= window)).all()
     unparsed = [r.id for r in pending_rows if not specs.known(r.id)]
     documents: dict[str, dict[str, Any]] = {}
     for start in range(0, len(unparsed), 500):

@@ -16,6 +16,7 @@ class ReasonCode(StrEnum):
     NO_NODE_FITS = "NoNodeFits"  # no schedulable node could hold a replica even when idle
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"  # the gang does not fit in free capacity now
     BLOCKED_BY_QUEUE_HEAD = "BlockedByQueueHead"  # StrictFIFO: an older job heads the queue
+    QUEUE_BACKLOG = "QueueBacklog"  # behind the jobs of its queue that each pass considers
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,28 @@ from sqlalchemy.orm import Session
 from kiban.store.models import Event
 
 
+def new_event(
+    *,
+    kind: str,
+    name: str,
+    reason: str,
+    message: str,
+    at: float,
+    tenant: str | None = None,
+    warning: bool = False,
+) -> Event:
+    """An event not yet in any session."""
+    return Event(
+        object_kind=kind,
+        object_name=name,
+        tenant=tenant,
+        type="Warning" if warning else "Normal",
+        reason=reason,
+        message=message,
+        at=at,
+    )
+
+
 def record(
     session: Session,
     *,
@@ -20,14 +42,14 @@ def record(
     warning: bool = False,
 ) -> Event:
     """Add an event to the session (committed with the change it describes)."""
-    event = Event(
-        object_kind=kind,
-        object_name=name,
-        tenant=tenant,
-        type="Warning" if warning else "Normal",
+    event = new_event(
+        kind=kind,
+        name=name,
         reason=reason,
         message=message,
         at=at,
+        tenant=tenant,
+        warning=warning,
     )
     session.add(event)
     return event

@@ -6,7 +6,7 @@ import math
 import re
 import secrets
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +21,8 @@ from kiban.executors.base import Capability
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, NotFound, invalid
-from kiban.services.tenants import visible_queue
 from kiban.services.transitions import transition
-from kiban.store.models import Job, Replica
+from kiban.store.models import Event, Job, Queue, Replica
 
 _ID_CHARS = string.ascii_lowercase + string.digits
 _ID_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")  # what new_job_id can make
@@ -101,13 +100,31 @@ def submit(
     at: float,
 ) -> Job:
     """Validate a job manifest against the cluster and queue it; nothing is stored on error."""
+    job, event = prepare_submission(session, principal, document, facts=facts, at=at)
+    session.add_all([job, event])
+    return job
+
+
+def prepare_submission(
+    session: Session,
+    principal: Principal,
+    document: dict[str, Any],
+    *,
+    facts: ClusterFacts,
+    at: float,
+    find_queue: Callable[[str], Queue | None] | None = None,
+) -> tuple[Job, Event]:
+    """Validate a job manifest and build its row and "Submitted" event, without storing them.
+
+    ``find_queue`` looks a queue up by name (default: in ``session``).
+    """
     problem = json_problem(document)
     if problem is not None:
         raise invalid(*problem)
     manifest = parse_job_manifest(document)
     spec = manifest.spec
-    queue = visible_queue(session, principal, spec.queue)
-    if queue is None:
+    queue = session.get(Queue, spec.queue) if find_queue is None else find_queue(spec.queue)
+    if queue is None or not principal.can_see(queue.tenant):
         raise invalid("spec.queue", f"queue {spec.queue} does not exist")
     priority_class = spec.priority_class or DEFAULT_PRIORITY_CLASS
     if priority_class not in DEFAULT_PRIORITY_CLASSES:
@@ -127,9 +144,7 @@ def submit(
         submitted_at=at,
         attempt=1,
     )
-    session.add(job)
-    events.record(
-        session,
+    event = events.new_event(
         kind="Job",
         name=job.id,
         tenant=job.tenant,
@@ -138,7 +153,7 @@ def submit(
         f"({spec.total_replicas} replicas, {spec.total_gpus} GPUs)",
         at=at,
     )
-    return job
+    return job, event
 
 
 def get_visible(session: Session, principal: Principal, job_id: str) -> Job:

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -17,8 +17,9 @@ from kiban.domain.manifests import load_document
 from kiban.domain.states import JobState
 from kiban.platform import Platform
 from kiban.services import events, jobs
-from kiban.services.auth import Principal
+from kiban.services.auth import Principal, authenticate
 from kiban.services.errors import invalid
+from kiban.store.models import Event, Job, Queue
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -27,8 +28,8 @@ MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
 MAX_OFFSET = 2**63 - 1  # a file offset
 
 
-async def _manifest(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
+    """The manifest in a request body: JSON, or YAML (which also reads JSON)."""
     if len(raw) > 1024 * 1024:
         raise invalid("", "manifest larger than 1 MiB")
     try:
@@ -36,7 +37,7 @@ async def _manifest(request: Request) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise invalid("", "the manifest is not UTF-8 text") from None
     try:
-        if "json" in request.headers.get("content-type", ""):
+        if "json" in content_type:
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
@@ -66,21 +67,41 @@ async def _manifest(request: Request) -> dict[str, Any]:
     },
 )
 async def submit_job(
-    request: Request, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    request: Request,
+    platform: PlatformDep,
+    authorization: Annotated[str | None, Header()] = None,
 ) -> JobOut:
-    """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``)."""
-    document = await _manifest(request)
+    """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
 
-    def _submit() -> JobOut:
-        job = jobs.submit(
-            session, principal, document, facts=platform.facts, at=platform.clock.now()
-        )
-        session.commit()
-        return job_out(job)
+    Checks run in one worker-thread hop; the write joins the group commit of submissions.
+    """
+    raw = await request.body()
+    content_type = request.headers.get("content-type", "")
 
-    out = await run_in_threadpool(_submit)
+    def _prepare() -> tuple[Job, Event]:
+        # The session connects only if a lookup misses the cache.
+        with platform.sessions() as session:
+            principal = platform.lookups.get(
+                ("principal", authorization), lambda: authenticate(session, authorization)
+            )
+            document = parse_manifest_body(raw, content_type)
+
+            def find_queue(name: str) -> Queue | None:
+                return platform.lookups.get(("queue", name), lambda: session.get(Queue, name))
+
+            return jobs.prepare_submission(
+                session,
+                principal,
+                document,
+                facts=platform.facts,
+                at=platform.clock.now(),
+                find_queue=find_queue,
+            )
+
+    job, event = await run_in_threadpool(_prepare)
+    await asyncio.wrap_future(platform.submissions.write(job, event))
     platform.loop.wake()
-    return out
+    return job_out(job)
 
 
 @router.get("", response_model=list[JobOut])

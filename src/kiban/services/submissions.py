@@ -1,0 +1,93 @@
+"""Group commit for submissions: many accepted jobs are written in one transaction.
+
+A submission's cost is dominated by its commit (and, on SQLite, by waiting for the write
+lock). One writer thread takes whatever submissions have queued up since its last commit and
+writes them together, so a burst of N submissions costs about one commit, not N. Each caller
+gets its answer only after its job is durably stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from kiban.store.models import Event, Job
+
+log = logging.getLogger("kiban.submissions")
+
+
+@dataclass
+class _Pending:
+    job: Job
+    event: Event
+    done: Future[None] = field(default_factory=Future)
+
+
+class SubmissionWriter:
+    """Writes submissions in batches of up to ``max_batch`` from one thread."""
+
+    def __init__(self, sessions: sessionmaker[Session], max_batch: int = 256) -> None:
+        self._sessions = sessions
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def write(self, job: Job, event: Event) -> Future[None]:
+        """Queue a job and its event; the future completes once both are committed."""
+        pending = _Pending(job, event)
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="kiban-submissions", daemon=True
+                )
+                self._thread.start()
+        self._queue.put(pending)
+        return pending.done
+
+    def stop(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(timeout=30)
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < self._max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._commit(batch)
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        try:
+            with self._sessions() as session:
+                session.add_all([p.job for p in batch] + [p.event for p in batch])
+                session.commit()
+        except Exception:
+            if len(batch) == 1:
+                log.exception("could not store submission %s", batch[0].job.id)
+                batch[0].done.set_exception(RuntimeError("the job could not be stored"))
+                return
+            # One bad row must not fail the others: write them one by one.
+            for pending in batch:
+                self._commit([pending])
+            return
+        for pending in batch:
+            pending.done.set_result(None)

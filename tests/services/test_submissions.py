@@ -1,0 +1,102 @@
+"""Group commit of submissions, and the lookup cache of the submission path."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from kiban.platform import Platform
+from kiban.services import events
+from kiban.services.lookup_cache import LookupCache
+from kiban.services.submissions import SubmissionWriter
+from kiban.store.models import Event, Job
+
+
+def job_and_event(job_id: str) -> tuple[Job, Event]:
+    job = Job(
+        id=job_id,
+        name="x",
+        tenant="default",
+        queue="default",
+        state="Pending",
+        priority=1000,
+        spec={"kind": "Job"},
+        submitted_at=1.0,
+        attempt=1,
+    )
+    event = events.new_event(
+        kind="Job", name=job_id, reason="Submitted", message="m", at=1.0, tenant="default"
+    )
+    return job, event
+
+
+def count(platform: Platform, model: type[Job] | type[Event]) -> int:
+    with platform.sessions() as session:
+        return session.scalar(select(func.count()).select_from(model)) or 0
+
+
+def test_many_submissions_are_stored_and_each_caller_is_answered(platform: Platform) -> None:
+    writer = SubmissionWriter(platform.sessions, max_batch=16)
+    futures = [writer.write(*job_and_event(f"job-{i}")) for i in range(100)]
+    for future in futures:
+        assert future.result(timeout=30) is None
+    writer.stop()
+    assert count(platform, Job) == 100
+    assert count(platform, Event) >= 100
+
+
+def test_one_bad_submission_does_not_fail_the_others_in_its_batch(platform: Platform) -> None:
+    writer = SubmissionWriter(platform.sessions, max_batch=64)
+    gate = threading.Event()
+    # Hold the writer on a first batch so that the next writes queue up into one batch.
+    original = writer._commit
+
+    def slow_commit(batch: list) -> None:  # type: ignore[type-arg]
+        gate.wait(5)
+        original(batch)
+
+    writer._commit = slow_commit  # type: ignore[method-assign]
+    first = writer.write(*job_and_event("first"))
+    time.sleep(0.1)
+    good = [writer.write(*job_and_event(f"good-{i}")) for i in range(5)]
+    duplicate = writer.write(*job_and_event("first"))  # same primary key: cannot be stored
+    gate.set()
+    first.result(timeout=30)
+    for future in good:
+        assert future.result(timeout=30) is None
+    with pytest.raises(RuntimeError, match="could not be stored"):
+        duplicate.result(timeout=30)
+    writer.stop()
+    assert count(platform, Job) == 6
+
+
+def test_cache_keeps_found_values_for_its_ttl_only() -> None:
+    cache = LookupCache(ttl_s=0.2)
+    loads: list[str] = []
+
+    def load() -> str:
+        loads.append("x")
+        return "value"
+
+    assert cache.get("k", load) == "value"
+    assert cache.get("k", load) == "value"
+    assert loads == ["x"]
+    time.sleep(0.25)
+    cache.get("k", load)
+    assert loads == ["x", "x"]
+
+
+def test_cache_never_keeps_a_miss_or_an_error() -> None:
+    cache = LookupCache(ttl_s=60)
+    assert cache.get("queue", lambda: None) is None
+    assert cache.get("queue", lambda: "created since") == "created since"
+
+    def fail() -> str:
+        raise KeyError("nope")
+
+    with pytest.raises(KeyError):
+        cache.get("token", fail)
+    assert cache.get("token", lambda: "valid") == "valid"
