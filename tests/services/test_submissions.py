@@ -6,6 +6,8 @@ import threading
 import time
 
 import pytest
+import sqlalchemy
+from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from kiban.platform import Platform
@@ -100,3 +102,42 @@ def test_cache_never_keeps_a_miss_or_an_error() -> None:
     with pytest.raises(KeyError):
         cache.get("token", fail)
     assert cache.get("token", lambda: "valid") == "valid"
+
+
+def test_a_repeated_submission_reads_neither_token_nor_queue_from_the_store(
+    platform: Platform, api: TestClient
+) -> None:
+    document = {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": "again"},
+        "spec": {"tasks": [{"command": ["true"]}]},
+    }
+    assert api.post("/api/v1/jobs", json=document).status_code == 201
+    statements: list[str] = []
+
+    def remember(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    sqlalchemy.event.listen(platform.engine, "before_cursor_execute", remember)
+    try:
+        answer = api.post("/api/v1/jobs", json=document)
+    finally:
+        sqlalchemy.event.remove(platform.engine, "before_cursor_execute", remember)
+    assert answer.status_code == 201
+    assert answer.json()["state"] == "Pending"
+    reads = [s for s in statements if "api_tokens" in s or "FROM queues" in s]
+    assert reads == []
+    assert any(s.lstrip().upper().startswith("INSERT INTO JOBS") for s in statements)
+
+
+def test_a_bad_token_is_refused_even_after_a_good_one_was_cached(api: TestClient) -> None:
+    document = {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": "a"},
+        "spec": {"tasks": [{"command": ["true"]}]},
+    }
+    assert api.post("/api/v1/jobs", json=document).status_code == 201
+    answer = api.post("/api/v1/jobs", json=document, headers={"Authorization": "Bearer nope"})
+    assert answer.status_code == 401

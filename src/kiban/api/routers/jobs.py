@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
@@ -24,6 +24,14 @@ from kiban.store.models import Event, Job, Queue
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 LOG_CHUNK = 64 * 1024
+INLINE_BODY_LIMIT = 64 * 1024  # larger manifests are parsed on a worker thread
+T = TypeVar("T")
+
+
+class _NeedsStore(Exception):
+    """A submission's check needs the store (a cache miss, or a body too big to parse here)."""
+
+
 MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
 MAX_OFFSET = 2**63 - 1  # a file offset
 
@@ -70,38 +78,50 @@ async def submit_job(
     request: Request,
     platform: PlatformDep,
     authorization: Annotated[str | None, Header()] = None,
-) -> JobOut:
+) -> Response:
     """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
 
-    Checks run in one worker-thread hop; the write joins the group commit of submissions.
+    When the caller's token and queue are in the lookup cache and the body is a small JSON
+    document, the checks run right here; otherwise on a worker thread (they read the store).
+    The write joins the group commit of submissions.
     """
     raw = await request.body()
     content_type = request.headers.get("content-type", "")
 
-    def _prepare() -> tuple[Job, Event]:
-        # The session connects only if a lookup misses the cache.
-        with platform.sessions() as session:
-            principal = platform.lookups.get(
+    def prepare(use_store: bool) -> tuple[Job, Event]:
+        with platform.sessions() as session:  # connects only when a lookup reads the store
+
+            def lookup(key: tuple[str, str | None], load: Callable[[], T]) -> T:
+                def guarded() -> T:
+                    if not use_store:
+                        raise _NeedsStore
+                    return load()
+
+                return platform.lookups.get(key, guarded)
+
+            principal = lookup(
                 ("principal", authorization), lambda: authenticate(session, authorization)
             )
             document = parse_manifest_body(raw, content_type)
-
-            def find_queue(name: str) -> Queue | None:
-                return platform.lookups.get(("queue", name), lambda: session.get(Queue, name))
-
             return jobs.prepare_submission(
                 session,
                 principal,
                 document,
                 facts=platform.facts,
                 at=platform.clock.now(),
-                find_queue=find_queue,
+                find_queue=lambda name: lookup(("queue", name), lambda: session.get(Queue, name)),
             )
 
-    job, event = await run_in_threadpool(_prepare)
+    try:
+        if "json" not in content_type or len(raw) > INLINE_BODY_LIMIT:
+            raise _NeedsStore
+        job, event = prepare(use_store=False)
+    except _NeedsStore:
+        job, event = await run_in_threadpool(prepare, True)
     await asyncio.wrap_future(platform.submissions.write(job, event))
     platform.loop.wake()
-    return job_out(job)
+    body = job_out(job).model_dump_json(by_alias=True)
+    return Response(body, status_code=201, media_type="application/json")
 
 
 @router.get("", response_model=list[JobOut])
