@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from kiban.bench.loadgen import percentile
-from kiban.bench.submit import STORES, report_table
+from kiban.bench.report import report_table
+from kiban.bench.submit import STORES
 
 ENTRY_KEYS = {
     "submissions_per_s",

@@ -50,7 +50,8 @@ def submit(
 
     3. the most submissions/s that --clients clients submitting back to back get.
     """
-    from kiban.bench.submit import BenchError, SubmitBenchOptions, report_table, run_submit_bench
+    from kiban.bench.report import report_table
+    from kiban.bench.submit import BenchError, SubmitBenchOptions, run_submit_bench
 
     try:
         options = SubmitBenchOptions(
