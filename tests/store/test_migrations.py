@@ -15,6 +15,26 @@ from sqlalchemy import Engine, inspect, select, text
 from kiban.store.db import MIGRATIONS, make_engine, migrate, session_factory
 from kiban.store.models import Base, Tenant
 
+# Partial indexes (with a WHERE, or a DESC column) are beyond what Alembic's autogenerate
+# compares; their presence is checked by name in test_partial_indexes_exist.
+PARTIAL_INDEXES = {"ix_jobs_pending_order", "ix_jobs_pending_unexplained"}
+
+
+def comparable_by_alembic(
+    _object: object, name: str | None, type_: str, _reflected: bool, _compare_to: object
+) -> bool:
+    return not (type_ == "index" and name in PARTIAL_INDEXES)
+
+
+def test_partial_indexes_exist(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        migrate(engine)
+        names = {i["name"] for i in inspect(engine).get_indexes("jobs")}
+        assert names >= PARTIAL_INDEXES
+    finally:
+        engine.dispose()
+
 
 def schema(engine: Engine) -> dict[str, Any]:
     """Tables, their columns (name, type, nullable), indexes and foreign keys."""
@@ -59,7 +79,10 @@ def test_migrate_creates_every_table_of_the_models(db_url: str) -> None:
         # Nothing in the models that the migrations lack (types, indexes, keys): what
         # ``alembic revision --autogenerate`` would write is empty.
         with engine.connect() as connection:
-            drift = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+            context = MigrationContext.configure(
+                connection, opts={"include_object": comparable_by_alembic}
+            )
+            drift = compare_metadata(context, Base.metadata)
         assert drift == []
         with engine.connect() as connection:
             version = connection.execute(text("SELECT version_num FROM alembic_version")).all()

@@ -390,7 +390,7 @@ class ControlLoop:
             rows = session.execute(
                 select(Job.id, Job.queue, Job.tenant).where(
                     Job.state == JobState.PENDING.value, Job.reason_code.is_(None)
-                )
+                )  # the partial index ix_jobs_pending_unexplained holds exactly these
             ).all()
             for job_id, queue, tenant in rows:
                 if job_id in considered:

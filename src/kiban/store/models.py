@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -94,6 +105,22 @@ class Job(Base):
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_tenant_submitted", "tenant", "submitted_at"),
         Index("ix_jobs_queue_state", "queue", "state"),
+        # Each scheduling pass reads the head of every queue in order, and the new arrivals.
+        Index(
+            "ix_jobs_pending_order",
+            "queue",
+            text("priority DESC"),
+            "submitted_at",
+            "id",
+            sqlite_where=text("state = 'Pending'"),
+            postgresql_where=text("state = 'Pending'"),
+        ),
+        Index(
+            "ix_jobs_pending_unexplained",
+            "id",
+            sqlite_where=text("state = 'Pending' AND reason_code IS NULL"),
+            postgresql_where=text("state = 'Pending' AND reason_code IS NULL"),
+        ),
     )
 
 
