@@ -226,7 +226,6 @@ def logs(
 ) -> None:
     """A replica's output (rank 0 unless told)."""
     with client() as api:
-        api.job(job_id)  # an unreachable server or an unknown job: a clear error before streaming
         for chunk in api.logs(job_id, rank=rank, follow=follow):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()

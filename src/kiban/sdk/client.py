@@ -130,6 +130,10 @@ class Client:
                     response.read()
                     _decode(response)
                 yield from response.iter_bytes()
+        except httpx.ConnectError as exc:
+            raise ApiError(
+                0, f"cannot reach kiban at {self.url}: {exc}. Is `kiban up` running?"
+            ) from None
         except httpx.TransportError as exc:
             raise ApiError(0, f"lost the connection to kiban at {self.url}: {exc}") from None
 

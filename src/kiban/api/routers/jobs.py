@@ -167,9 +167,11 @@ def job_events(
     return [event_out(e) for e in events.for_object(session, "Job", job.id, after_id=after)]
 
 
-def _job_state(platform: Platform, principal: Principal, job_id: str) -> JobState:
+def _job_state(platform: Platform, principal: Principal, job_id: str) -> tuple[JobState, int]:
+    """The job's state and how many replicas it has (NotFound if the caller may not see it)."""
     with platform.sessions() as session:
-        return JobState(jobs.get_visible(session, principal, job_id).state)
+        job = jobs.get_visible(session, principal, job_id)
+        return JobState(job.state), requested(job.spec)[0]
 
 
 @router.get(
@@ -186,9 +188,7 @@ async def job_logs(
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> StreamingResponse:
     """A replica's output; with ``follow`` it streams until the job has finished."""
-    state = await run_in_threadpool(_job_state, platform, principal, job_id)
-    with platform.sessions() as session:
-        total, _ = requested(jobs.get_visible(session, principal, job_id).spec)
+    state, total = await run_in_threadpool(_job_state, platform, principal, job_id)
     if rank >= max(total, 1):
         raise invalid("rank", f"job {job_id} has ranks 0 to {max(total, 1) - 1}")
 
@@ -203,6 +203,6 @@ async def job_logs(
             if not follow or current.terminal:
                 return
             await asyncio.sleep(0.2)
-            current = await run_in_threadpool(_job_state, platform, principal, job_id)
+            current, _ = await run_in_threadpool(_job_state, platform, principal, job_id)
 
     return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
