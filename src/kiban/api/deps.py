@@ -12,7 +12,8 @@ from kiban.platform import Platform
 from kiban.services.auth import Principal, authenticate
 
 
-def get_platform(request: Request) -> Platform:
+async def get_platform(request: Request) -> Platform:
+    """The platform (async: FastAPI would run a plain function on a worker thread)."""
     platform: Platform = request.app.state.platform
     return platform
 
