@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 from sqlalchemy import select, update
@@ -369,9 +368,11 @@ class ControlLoop:
         with self.sessions() as session:
             snapshot = build_snapshot(session, self.specs, now, recorded, self.window)
         self._last_schedule = now
-        per_queue = Counter(job.queue for job in snapshot.pending)
-        if any(count >= self.window for count in per_queue.values()):
-            self._mark_backlog(set(recorded), now)
+        considered: dict[str, set[str]] = {}
+        for job in snapshot.pending:
+            considered.setdefault(job.queue, set()).add(job.id)
+        if any(len(ids) >= self.window for ids in considered.values()):
+            self._mark_backlog(considered)
         if not snapshot.pending:
             return
         decisions = schedule(snapshot, self.policy)
@@ -384,24 +385,35 @@ class ControlLoop:
                     self._record_wait(session, wait, recorded.get(wait.job_id), now)
                 session.commit()
 
-    def _mark_backlog(self, considered: set[str], now: float) -> None:
-        """Give new jobs beyond each queue's window their reason (once; it changes on entry)."""
+    def _mark_backlog(self, considered: dict[str, set[str]]) -> None:
+        """Tell new jobs beyond a full window that they wait in the queue's backlog.
+
+        One UPDATE per queue, no event: the reason they get on entering the window is the
+        first one recorded as an event.
+        """
         with self.sessions() as session:
-            rows = session.execute(
-                select(Job.id, Job.queue, Job.tenant).where(
-                    Job.state == JobState.PENDING.value, Job.reason_code.is_(None)
-                )  # the partial index ix_jobs_pending_unexplained holds exactly these
-            ).all()
-            for job_id, queue, tenant in rows:
-                if job_id in considered:
+            for queue, ids in considered.items():
+                if len(ids) < self.window:
                     continue
                 reason = PendingReason(
                     ReasonCode.QUEUE_BACKLOG,
                     f"more than {self.window} jobs wait ahead of it in queue {queue}",
                     {"queue": queue, "window": self.window},
                 )
-                self._record_wait(
-                    session, Wait(job_id, reason, 0), RecordedWait(tenant, None, None, None), now
+                session.execute(
+                    update(Job)
+                    .where(
+                        Job.state == JobState.PENDING.value,
+                        Job.reason_code.is_(None),
+                        Job.queue == queue,
+                        Job.id.not_in(ids),
+                    )
+                    .values(
+                        reason_code=reason.code.value,
+                        reason_message=reason.message,
+                        reason_details=reason.details,
+                        queue_position=None,
+                    )
                 )
             session.commit()
 
