@@ -78,7 +78,8 @@ class ControlLoop:
         self._on_pass = on_pass
         self.passes = 0
         self.resync_s = 5.0
-        self.min_interval_s = 0.05
+        self.min_interval_s = 0.1
+        self._last_pass_wanted = False
         self.window = 256  # pending jobs per queue that a pass considers
         self._last_schedule = float("-inf")
         # (job, attempt) whose replicas were asked to stop; after a restart they are asked again.
@@ -124,18 +125,21 @@ class ControlLoop:
     def _pass(self, wanted: bool, min_interval_s: float | None = None) -> bool:
         """Settle every pass; schedule when asked, or when a job ended. True if it scheduled.
 
-        Submissions, cancels and policy changes wake the loop and ask for a pass; passes are at
-        least ``min_interval_s`` apart, so a burst of submissions is scheduled together (an
-        idle loop still answers a wake at once). A full pass also runs every ``resync_s``.
+        Submissions, cancels and policy changes wake the loop and ask for a pass. A pass asked
+        for right after another asked-for pass waits until ``min_interval_s`` after it, so a
+        burst of submissions is scheduled together; the first one of a burst is scheduled at
+        once. A full pass also runs every ``resync_s``.
         """
         now = self.clock.now()
         changed = self.settle(now)
         now = self.clock.now()
         gap = self.min_interval_s if min_interval_s is None else min_interval_s
         since = now - self._last_schedule
+        in_burst = wanted and self._last_pass_wanted and since < gap
         scheduled = False
-        if ((wanted or changed) and since >= gap) or since >= self.resync_s:
+        if ((wanted or changed) and not in_burst) or since >= self.resync_s:
             self.schedule(now)
+            self._last_pass_wanted = wanted
             scheduled = True
         self.passes += 1
         if self._on_pass is not None:
