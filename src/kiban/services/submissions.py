@@ -13,12 +13,19 @@ import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
+from sqlalchemy import insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.store.models import Event, Job
 
 log = logging.getLogger("kiban.submissions")
+
+
+def _values(row: Job | Event) -> dict[str, Any]:
+    """The column values set on a new ORM object (not the ones the database will fill in)."""
+    return {key: value for key, value in vars(row).items() if not key.startswith("_")}
 
 
 @dataclass
@@ -78,7 +85,9 @@ class SubmissionWriter:
     def _commit(self, batch: list[_Pending]) -> None:
         try:
             with self._sessions() as session:
-                session.add_all([p.job for p in batch] + [p.event for p in batch])
+                # Bulk INSERTs of the rows' values: no unit of work, no RETURNING of event ids.
+                session.execute(insert(Job), [_values(p.job) for p in batch])
+                session.execute(insert(Event), [_values(p.event) for p in batch])
                 session.commit()
         except Exception:
             if len(batch) == 1:
