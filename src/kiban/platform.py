@@ -90,7 +90,7 @@ def sync_nodes(session: Session, nodes: list[NodeInfo], at: float) -> None:
         row.updated_at = at
 
 
-def apply_queues(session: Session, config: ClusterConfig, total_gpus: int, at: float) -> None:
+def apply_queues(session: Session, config: ClusterConfig, at: float) -> None:
     """Create or update the queues the cluster file lists; with none, a ``default`` queue."""
     declared = config.queues
     if not declared and session.scalars(select(Queue).limit(1)).first() is None:
@@ -143,7 +143,7 @@ def build_platform(
     nodes = executor.nodes()
     with sessions() as session:
         sync_nodes(session, nodes, now)
-        apply_queues(session, config or ClusterConfig(), sum(n.gpus for n in nodes), now)
+        apply_queues(session, config or ClusterConfig(), now)
         admin_token = ensure_admin_token(session, home / "token", now)
         session.commit()
     loop = ControlLoop(sessions, executor, clock=clock, tick_s=tick_s)

@@ -110,14 +110,6 @@ def create_queue(
     return queue
 
 
-def visible_queue(session: Session, principal: Principal, name: str) -> Queue | None:
-    """The queue if it exists and the caller's tenant may use it."""
-    queue = session.get(Queue, name)
-    if queue is None or not principal.can_see(queue.tenant):
-        return None
-    return queue
-
-
 def list_queues(session: Session, principal: Principal) -> list[Queue]:
     query = select(Queue).order_by(Queue.name)
     if not principal.is_admin:
