@@ -17,7 +17,7 @@ from kiban.store.models import Base, Tenant
 
 # Partial indexes (with a WHERE, or a DESC column) are beyond what Alembic's autogenerate
 # compares; their presence is checked by name in test_partial_indexes_exist.
-PARTIAL_INDEXES = {"ix_jobs_pending_order", "ix_jobs_pending_unexplained"}
+PARTIAL_INDEXES = {"ix_jobs_pending_order"}
 
 
 def comparable_by_alembic(

@@ -7,6 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from kiban.domain.states import JobState
+from kiban.scheduler.reasons import awaiting_pass
 from kiban.store.models import Event, Job, Node, Queue, Replica, Tenant
 
 
@@ -137,6 +139,11 @@ def job_out(job: Job, replicas: list[Replica] | None = None, with_spec: bool = F
     if job.reason_code:
         reason = ReasonOut(
             code=job.reason_code, message=job.reason_message or "", details=job.reason_details or {}
+        )
+    elif job.state == JobState.PENDING.value:
+        backlog = awaiting_pass(job.queue)
+        reason = ReasonOut(
+            code=backlog.code.value, message=backlog.message, details=backlog.details
         )
     return JobOut(
         id=job.id,

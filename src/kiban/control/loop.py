@@ -24,7 +24,7 @@ from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRe
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, ReplicaPlacement, Wait
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
-from kiban.scheduler.reasons import PendingReason, ReasonCode
+from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.services import events
 from kiban.services.transitions import transition
 from kiban.store.models import Job, Replica
@@ -80,7 +80,7 @@ class ControlLoop:
         self.resync_s = 5.0
         self.min_interval_s = 0.1
         self._last_pass_wanted = False
-        self.window = 256  # pending jobs per queue that a pass considers
+        self.window = SCHEDULING_WINDOW  # pending jobs per queue that a pass considers
         self._last_schedule = float("-inf")
         # (job, attempt) whose replicas were asked to stop; after a restart they are asked again.
         self._signalled: set[tuple[str, int]] = set()
@@ -372,11 +372,6 @@ class ControlLoop:
         with self.sessions() as session:
             snapshot = build_snapshot(session, self.specs, now, recorded, self.window)
         self._last_schedule = now
-        considered: dict[str, set[str]] = {}
-        for job in snapshot.pending:
-            considered.setdefault(job.queue, set()).add(job.id)
-        if any(len(ids) >= self.window for ids in considered.values()):
-            self._mark_backlog(considered)
         if not snapshot.pending:
             return
         decisions = schedule(snapshot, self.policy)
@@ -388,38 +383,6 @@ class ControlLoop:
                 for wait in changed:
                     self._record_wait(session, wait, recorded.get(wait.job_id), now)
                 session.commit()
-
-    def _mark_backlog(self, considered: dict[str, set[str]]) -> None:
-        """Tell new jobs beyond a full window that they wait in the queue's backlog.
-
-        One UPDATE per queue, no event: the reason they get on entering the window is the
-        first one recorded as an event.
-        """
-        with self.sessions() as session:
-            for queue, ids in considered.items():
-                if len(ids) < self.window:
-                    continue
-                reason = PendingReason(
-                    ReasonCode.QUEUE_BACKLOG,
-                    f"more than {self.window} jobs wait ahead of it in queue {queue}",
-                    {"queue": queue, "window": self.window},
-                )
-                session.execute(
-                    update(Job)
-                    .where(
-                        Job.state == JobState.PENDING.value,
-                        Job.reason_code.is_(None),
-                        Job.queue == queue,
-                        Job.id.not_in(ids),
-                    )
-                    .values(
-                        reason_code=reason.code.value,
-                        reason_message=reason.message,
-                        reason_details=reason.details,
-                        queue_position=None,
-                    )
-                )
-            session.commit()
 
     def _admit(self, admit: Admit, now: float) -> None:
         with self.sessions() as session:

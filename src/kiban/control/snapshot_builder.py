@@ -73,8 +73,8 @@ def build_snapshot(
 ) -> Snapshot:
     """Nodes with what is free on them, queues with GPUs in use, and the pending jobs.
 
-    Only the first ``window`` pending jobs of each queue are in the snapshot; the loop tells the
-    others that they wait in the queue's backlog.
+    Only the first ``window`` pending jobs of each queue are in the snapshot; the others have no
+    recorded reason, and readers say they wait in the queue's backlog (``awaiting_pass``).
     """
     used_gpus: dict[str, set[int]] = {}
     used_cpu: dict[str, int] = {}

@@ -19,6 +19,10 @@ class ReasonCode(StrEnum):
     QUEUE_BACKLOG = "QueueBacklog"  # behind the jobs of its queue that each pass considers
 
 
+SCHEDULING_WINDOW = 256
+"""Pending jobs per queue that one scheduling pass considers, in the queue's order."""
+
+
 @dataclass(frozen=True)
 class PendingReason:
     """A reason code, a sentence with the numbers, and the numbers themselves for machines."""
@@ -29,3 +33,17 @@ class PendingReason:
 
     def as_dict(self) -> dict[str, Any]:
         return {"code": self.code.value, "message": self.message, "details": self.details}
+
+
+def awaiting_pass(queue: str, window: int = SCHEDULING_WINDOW) -> PendingReason:
+    """The reason of a pending job no pass has judged yet: just submitted, or in the backlog.
+
+    Given at read time rather than written by each pass, so a long backlog costs the scheduler
+    no writes.
+    """
+    return PendingReason(
+        ReasonCode.QUEUE_BACKLOG,
+        f"not yet considered by a scheduling pass: each pass looks at the first {window} "
+        f"pending jobs of queue {queue}, in order",
+        {"queue": queue, "window": window},
+    )

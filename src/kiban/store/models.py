@@ -105,7 +105,7 @@ class Job(Base):
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_tenant_submitted", "tenant", "submitted_at"),
         Index("ix_jobs_queue_state", "queue", "state"),
-        # Each scheduling pass reads the head of every queue in order, and the new arrivals.
+        # Each scheduling pass reads the head of every queue in order.
         Index(
             "ix_jobs_pending_order",
             "queue",
@@ -114,12 +114,6 @@ class Job(Base):
             "id",
             sqlite_where=text("state = 'Pending'"),
             postgresql_where=text("state = 'Pending'"),
-        ),
-        Index(
-            "ix_jobs_pending_unexplained",
-            "id",
-            sqlite_where=text("state = 'Pending' AND reason_code IS NULL"),
-            postgresql_where=text("state = 'Pending' AND reason_code IS NULL"),
         ),
     )
 
