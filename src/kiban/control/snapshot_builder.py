@@ -14,6 +14,7 @@ from kiban.domain.jobspec import JobSpec
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.scheduler.snapshot import (
+    DEFAULT_FLAVOR,
     PendingJob,
     QueueStrategy,
     QueueView,
@@ -115,8 +116,8 @@ def build_snapshot(
         QueueView(
             name=q.name,
             tenant=q.tenant,
-            gpu_quota=q.gpu_quota,
-            gpus_in_use=queue_gpus.get(q.name, 0),
+            nominal=None if q.gpu_quota is None else {DEFAULT_FLAVOR: q.gpu_quota},
+            used={DEFAULT_FLAVOR: queue_gpus[q.name]} if q.name in queue_gpus else {},
             strategy=QueueStrategy(q.strategy),
         )
         for q in session.scalars(select(Queue).order_by(Queue.name))

@@ -25,7 +25,7 @@ def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
     ordered = sorted(snapshot.pending, key=policy.order_key)
     overlay = CapacityOverlay(snapshot.nodes)
     queues = {q.name: q for q in snapshot.queues}
-    in_use = {q.name: q.gpus_in_use for q in snapshot.queues}
+    in_use = {q.name: sum(q.used.values()) for q in snapshot.queues}
     blocked_by: dict[str, str] = {}
     admitted: list[Admit] = []
     waiting: list[tuple[PendingJob, PendingReason]] = []
@@ -73,27 +73,27 @@ def _blocked_reason(
 
 
 def _quota_reason(job: PendingJob, queue: QueueView, in_use: int) -> PendingReason | None:
-    if queue.gpu_quota is None or job.total_gpus == 0:
+    if queue.nominal is None or job.total_gpus == 0:
         return None
+    quota = sum(queue.nominal.values())
     needed = job.total_gpus
     details = {
         "queue": queue.name,
         "needed_gpus": needed,
-        "quota_gpus": queue.gpu_quota,
+        "quota_gpus": quota,
         "in_use_gpus": in_use,
-        "free_gpus": max(queue.gpu_quota - in_use, 0),
+        "free_gpus": max(quota - in_use, 0),
     }
-    if needed > queue.gpu_quota:
+    if needed > quota:
         return PendingReason(
             ReasonCode.EXCEEDS_QUEUE_QUOTA,
-            f"needs {needed} GPUs; queue {queue.name} has a quota of only {queue.gpu_quota}",
+            f"needs {needed} GPUs; queue {queue.name} has a quota of only {quota}",
             details,
         )
-    if in_use + needed > queue.gpu_quota:
+    if in_use + needed > quota:
         return PendingReason(
             ReasonCode.QUEUE_QUOTA_EXHAUSTED,
-            f"needs {needed} GPUs; queue {queue.name} has {queue.gpu_quota - in_use} free "
-            f"of {queue.gpu_quota}",
+            f"needs {needed} GPUs; queue {queue.name} has {quota - in_use} free of {quota}",
             details,
         )
     return None

@@ -6,6 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+DEFAULT_FLAVOR = "default"
+"""The flavor of every node when the policy declares none."""
+
 
 class QueueStrategy(StrEnum):
     """StrictFIFO: the head blocks its queue. BestEffortFIFO: others may pass a stuck head."""
@@ -28,6 +31,8 @@ class NodeView:
     labels: Mapping[str, str] = field(default_factory=dict)
     schedulable: bool = True
     unschedulable_reason: str = ""
+    flavor: str | None = DEFAULT_FLAVOR  # None: matches no declared flavor
+    topology: tuple[str, ...] = ()  # its domain at each topology level, outermost first
 
 
 def node_view(
@@ -42,6 +47,8 @@ def node_view(
     labels: Mapping[str, str],
     schedulable: bool = True,
     unschedulable_reason: str = "",
+    flavor: str | None = DEFAULT_FLAVOR,
+    topology: tuple[str, ...] = (),
 ) -> NodeView:
     """A node's view from its capacity and what running replicas use of it."""
     return NodeView(
@@ -55,18 +62,38 @@ def node_view(
         labels=dict(labels),
         schedulable=schedulable,
         unschedulable_reason=unschedulable_reason,
+        flavor=flavor,
+        topology=topology,
     )
 
 
 @dataclass(frozen=True, slots=True)
+class FlavorView:
+    """A kind of GPU node; ``queues`` restricts who may use it (None: every queue)."""
+
+    name: str
+    queues: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class QueueView:
-    """A queue: its GPU quota (None = unlimited), what its admitted jobs use, its ordering."""
+    """A queue: nominal GPUs per flavor, cohort limits, GPUs its admitted jobs use, its ordering.
+
+    ``nominal`` lists the flavors the queue may use, in the order they are tried; None means no
+    quota at all (every flavor, no limit). Borrowing happens only within a cohort; an absent
+    ``borrowing_limit`` entry means no limit beyond what the cohort can lend, an absent
+    ``lending_limit`` entry means all of the queue's unused nominal quota may be lent.
+    """
 
     name: str
     tenant: str
-    gpu_quota: int | None
-    gpus_in_use: int = 0
+    nominal: Mapping[str, int] | None = None
+    used: Mapping[str, int] = field(default_factory=dict)
     strategy: QueueStrategy = QueueStrategy.STRICT_FIFO
+    cohort: str | None = None
+    borrowing_limit: Mapping[str, int] = field(default_factory=dict)
+    lending_limit: Mapping[str, int] = field(default_factory=dict)
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +108,20 @@ class TaskDemand:
 
 
 @dataclass(frozen=True, slots=True)
+class TopologyRequest:
+    """Place the gang inside one domain of ``level`` (required), or try to (preferred)."""
+
+    level: str
+    required: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class PendingJob:
-    """A job waiting for admission; ``gang_size`` replicas must start together."""
+    """A job waiting for admission; ``gang_size`` replicas must start together.
+
+    ``sequence`` orders jobs submitted at the same instant; ``preempts`` is its priority class's
+    PreemptLowerPriority; ``max_runtime`` (seconds) lets backfill and forecasts know its end.
+    """
 
     id: str
     queue: str
@@ -90,6 +129,11 @@ class PendingJob:
     submitted_at: float
     tasks: tuple[TaskDemand, ...]
     gang_size: int
+    tenant: str = "default"
+    sequence: int = 0
+    max_runtime: float | None = None
+    topology: TopologyRequest | None = None
+    preempts: bool = False
 
     @property
     def total_replicas(self) -> int:
@@ -101,10 +145,60 @@ class PendingJob:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningReplica:
+    """What one replica of a running job holds on its node."""
+
+    node: str
+    gpu_ids: tuple[int, ...]
+    cpu_millis: int
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """An admitted job: what it holds, and what preemption and forecasts need to know of it.
+
+    ``flavor_gpus`` is what it counts against its queue's quota, per flavor. ``last_progress_at``
+    is its last checkpoint (or its start when it has reported none): the work a preemption
+    loses is ``now - last_progress_at``. It may not be preempted before ``protected_until``
+    (its priority class's minRuntime after its start).
+    """
+
+    id: str
+    queue: str
+    tenant: str
+    priority: int
+    submitted_at: float
+    started_at: float
+    replicas: tuple[RunningReplica, ...]
+    flavor_gpus: Mapping[str, int]
+    max_runtime: float | None = None
+    last_progress_at: float | None = None
+    protected_until: float = 0.0
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(r.gpu_ids) for r in self.replicas)
+
+    @property
+    def expected_end(self) -> float | None:
+        """When ``maxRuntime`` ends it at the latest (None: no limit known)."""
+        return None if self.max_runtime is None else self.started_at + self.max_runtime
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything one scheduling cycle needs, taken at ``now``."""
+    """Everything one scheduling cycle needs, taken at ``now``.
+
+    ``standings`` is each tenant's fair-share standing (decayed usage / weight; lower goes
+    first). ``topology_levels`` names the levels of every node's ``topology`` path.
+    """
 
     now: float
     nodes: tuple[NodeView, ...]
     queues: tuple[QueueView, ...]
     pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...] = ()
+    flavors: tuple[FlavorView, ...] = (FlavorView(DEFAULT_FLAVOR),)
+    standings: Mapping[str, float] = field(default_factory=dict)
+    topology_levels: tuple[str, ...] = ()

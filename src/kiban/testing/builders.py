@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from kiban.scheduler.snapshot import (
+    DEFAULT_FLAVOR,
     NodeView,
     PendingJob,
     QueueStrategy,
@@ -168,7 +169,13 @@ class QueueBuilder:
         return self
 
     def build(self) -> QueueView:
-        return QueueView(self.name, self._tenant, self._quota, self._in_use, self._strategy)
+        return QueueView(
+            self.name,
+            self._tenant,
+            nominal=None if self._quota is None else {DEFAULT_FLAVOR: self._quota},
+            used={DEFAULT_FLAVOR: self._in_use} if self._in_use else {},
+            strategy=self._strategy,
+        )
 
 
 @dataclass
