@@ -475,7 +475,7 @@ def test_queue_quota_reason_from_the_store(platform: Platform) -> None:
     job = get(platform, second)
     assert job.reason_code == "QueueQuotaExhausted"
     assert job.reason_details is not None
-    assert (job.reason_details["in_use_gpus"], job.reason_details["quota_gpus"]) == (2, 2)
+    assert (job.reason_details["in_use_gpus"], job.reason_details["nominal_gpus"]) == (2, 2)
 
 
 def test_spec_round_trips_through_the_store(platform: Platform) -> None:

@@ -130,10 +130,33 @@ def test_choices_after_a_rollback_are_those_before_it() -> None:
     assert o.best_fit(3, 0, 0) == "b"
 
 
-def test_transactions_do_not_nest() -> None:
+def test_a_committed_inner_transaction_is_undone_with_the_outer_one() -> None:
     o = overlay()
-    with o.transaction(), pytest.raises(RuntimeError, match="do not nest"), o.transaction():
-        pass
+    before = {n: o.free_gpus(n) for n in o.schedulable_nodes()}
+    with o.transaction():
+        o.give("a", (), 0, 0)
+        first = o.best_fit(1, 0, 0)
+        assert first is not None
+        o.take(first, 1, 0, 0)
+        with o.transaction() as inner:
+            o.take(first, 1, 0, 0)
+            inner.commit()
+        after_inner = o.free_gpus(first)
+    assert after_inner == before[first] - 2
+    assert {n: o.free_gpus(n) for n in o.schedulable_nodes()} == before
+
+
+def test_capacity_given_back_in_a_what_if_is_taken_again_on_exit() -> None:
+    o = overlay()
+    name = o.best_fit(1, 0, 0)
+    assert name is not None
+    ids = o.take(name, 1, 0, 0)
+    free = o.free_gpus(name)
+    with o.transaction():
+        o.give(name, ids, 0, 0)
+        assert o.free_gpus(name) == free + 1
+    assert o.free_gpus(name) == free
+    assert o.total_free_gpus() == sum(o.free_gpus(n) for n in o.schedulable_nodes())
 
 
 @settings(max_examples=100, deadline=None)

@@ -169,8 +169,9 @@ def test_quota_exhausted_carries_the_numbers() -> None:
     assert reason.code is ReasonCode.QUEUE_QUOTA_EXHAUSTED
     assert reason.details == {
         "queue": "q",
+        "flavor": "default",
         "needed_gpus": 4,
-        "quota_gpus": 4,
+        "nominal_gpus": 4,
         "in_use_gpus": 2,
         "free_gpus": 2,
     }
@@ -188,8 +189,8 @@ def test_job_larger_than_the_whole_quota() -> None:
     reason = waits(decisions)["a"].reason
     assert reason.code is ReasonCode.EXCEEDS_QUEUE_QUOTA
     assert reason.details["needed_gpus"] == 6
-    assert reason.details["quota_gpus"] == 4
-    assert "quota of only 4" in reason.message
+    assert reason.details["nominal_gpus"] == 4
+    assert "can never hold more than 4" in reason.message
 
 
 def test_quota_counts_admissions_made_in_the_same_cycle() -> None:
@@ -245,6 +246,7 @@ def test_gang_that_does_not_fit_takes_nothing() -> None:
     reason = waits(decisions)["gang"].reason
     assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
     assert reason.details == {
+        "flavor": "default",
         "gang_size": 3,
         "placeable_now": 2,
         "free_gpus": 4,
@@ -402,7 +404,12 @@ def test_no_node_fits_names_the_cordoned_count() -> None:
     decisions = schedule(snapshot(nodes=nodes, pending=[job("j").replicas(1, gpu=4)]))
     reason = waits(decisions)["j"].reason
     assert reason.code is ReasonCode.NO_NODE_FITS
-    assert reason.details == {"task": "worker", "gpu": 4, "unschedulable_nodes_that_fit": 1}
+    assert reason.details == {
+        "flavor": "default",
+        "task": "worker",
+        "gpu": 4,
+        "unschedulable_nodes_that_fit": 1,
+    }
     assert "1 node(s) that could are cordoned or unhealthy" in reason.message
 
 

@@ -1,13 +1,14 @@
 """A scratch overlay of free node capacity, indexed for best-fit, whose changes can be undone.
 
 Gang placement takes capacity replica by replica inside a transaction and commits only when the
-whole gang fits; otherwise the transaction rolls back and leaves nothing behind.
+whole gang fits; otherwise the transaction rolls back and leaves nothing behind. "What if"
+questions (a reservation, a preemption) give capacity back inside a transaction the same way.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -17,7 +18,8 @@ NodeFilter = Callable[[NodeView], bool]
 
 
 @dataclass(slots=True)
-class _Taken:
+class _Change:
+    taken: bool  # True: capacity was taken; False: it was given back
     node: str
     gpu_ids: tuple[int, ...]
     cpu_millis: int
@@ -26,9 +28,9 @@ class _Taken:
 
 @dataclass(slots=True)
 class Transaction:
-    """Capacity taken so far in one attempt; ``commit`` keeps it, otherwise it is given back."""
+    """Changes made so far in one attempt; ``commit`` keeps them, otherwise they are undone."""
 
-    taken: list[_Taken] = field(default_factory=list)
+    changes: list[_Change] = field(default_factory=list)
     committed: bool = False
 
     def commit(self) -> None:
@@ -39,38 +41,88 @@ class CapacityOverlay:
     """Free GPUs, CPU and memory per schedulable node, bucketed by free GPU count.
 
     Each bucket keeps its node names sorted, so choices depend only on free capacity, never on
-    the order of earlier takes and gives (a rolled-back transaction changes nothing).
+    the order of earlier takes and gives (a rolled-back transaction changes nothing). Free GPUs
+    are also summed per topology domain (every prefix of a node's topology path).
     """
 
-    def __init__(self, nodes: tuple[NodeView, ...]) -> None:
+    def __init__(self, nodes: Collection[NodeView]) -> None:
         self.nodes: dict[str, NodeView] = {n.name: n for n in nodes}
         self._gpu_ids: dict[str, list[int]] = {}
         self._cpu: dict[str, int] = {}
         self._memory: dict[str, int] = {}
         self._buckets: dict[int, list[str]] = {}
+        self._total_free = 0
+        self.levels = max((len(n.topology) for n in nodes), default=0)
+        self._domain_free: list[dict[tuple[str, ...], int]] = [{} for _ in range(self.levels)]
+        self._domain_nodes: list[dict[tuple[str, ...], list[str]]] = [
+            {} for _ in range(self.levels)
+        ]
         for node in sorted(nodes, key=lambda n: n.name):
             if not node.schedulable:
                 continue
-            self._gpu_ids[node.name] = sorted(node.free_gpu_ids)
+            free = sorted(node.free_gpu_ids)
+            self._gpu_ids[node.name] = free
             self._cpu[node.name] = node.free_cpu_millis
             self._memory[node.name] = node.free_memory
-            self._buckets.setdefault(len(node.free_gpu_ids), []).append(node.name)
+            self._buckets.setdefault(len(free), []).append(node.name)
+            self._total_free += len(free)
+            for level in range(len(node.topology)):
+                domain = node.topology[: level + 1]
+                self._domain_nodes[level].setdefault(domain, []).append(node.name)
+                self._domain_free[level][domain] = self._domain_free[level].get(domain, 0) + len(
+                    free
+                )
         self._max_free = max(self._buckets, default=0)
-        self._transaction: Transaction | None = None
+        self._transactions: list[Transaction] = []
+        self._undoing = False
 
     def free_gpus(self, node: str) -> int:
         return len(self._gpu_ids.get(node, ()))
 
     def total_free_gpus(self) -> int:
-        return sum(len(ids) for ids in self._gpu_ids.values())
+        return self._total_free
 
     def schedulable_nodes(self) -> list[str]:
         return list(self._gpu_ids)
 
+    def domains(self, level: int) -> dict[tuple[str, ...], int]:
+        """Free GPUs of each domain of a topology level (0 = outermost)."""
+        return self._domain_free[level]
+
+    def domain_nodes(self, level: int, domain: tuple[str, ...]) -> list[str]:
+        """The schedulable nodes of one domain, by name."""
+        return self._domain_nodes[level].get(domain, [])
+
+    def fits(self, node: str, gpus: int, cpu_millis: int, memory: int) -> bool:
+        return (
+            len(self._gpu_ids[node]) >= gpus
+            and self._cpu[node] >= cpu_millis
+            and self._memory[node] >= memory
+        )
+
     def best_fit(
-        self, gpus: int, cpu_millis: int, memory: int, allow: NodeFilter | None = None
+        self,
+        gpus: int,
+        cpu_millis: int,
+        memory: int,
+        allow: NodeFilter | None = None,
+        within: list[str] | None = None,
     ) -> str | None:
-        """The node that fits with the fewest GPUs left over (first by name among equals)."""
+        """The node that fits with the fewest GPUs left over (first by name among equals).
+
+        ``within`` limits the choice to those nodes (a topology domain); ``allow`` filters.
+        """
+        if within is not None:
+            best: tuple[int, str] | None = None
+            for name in within:
+                if not self.fits(name, gpus, cpu_millis, memory):
+                    continue
+                if allow is not None and not allow(self.nodes[name]):
+                    continue
+                key = (len(self._gpu_ids[name]), name)
+                if best is None or key < best:
+                    best = key
+            return None if best is None else best[1]
         for free in range(gpus, self._max_free + 1):
             bucket = self._buckets.get(free)
             if not bucket:
@@ -85,44 +137,75 @@ class CapacityOverlay:
 
     def take(self, node: str, gpus: int, cpu_millis: int, memory: int) -> tuple[int, ...]:
         """Take capacity on ``node`` (lowest free GPU ids first) and return the GPU ids taken."""
-        ids = self._gpu_ids[node]
-        taken, rest = tuple(ids[:gpus]), ids[gpus:]
-        self._move(node, len(ids), len(rest))
-        self._gpu_ids[node] = rest
-        self._cpu[node] -= cpu_millis
-        self._memory[node] -= memory
-        if self._transaction is not None:
-            self._transaction.taken.append(_Taken(node, taken, cpu_millis, memory))
+        taken = tuple(self._gpu_ids[node][:gpus])
+        self._take_ids(node, taken, cpu_millis, memory)
         return taken
 
     def give(self, node: str, gpu_ids: tuple[int, ...], cpu_millis: int, memory: int) -> None:
-        """Return capacity to ``node``."""
+        """Return capacity to ``node`` (ignored for nodes this overlay does not schedule)."""
+        if node not in self._gpu_ids:
+            return
         ids = self._gpu_ids[node]
         merged = sorted([*ids, *gpu_ids])
-        self._move(node, len(ids), len(merged))
+        self._resize(node, len(ids), len(merged))
         self._gpu_ids[node] = merged
         self._cpu[node] += cpu_millis
         self._memory[node] += memory
+        self._record(_Change(False, node, gpu_ids, cpu_millis, memory))
+
+    def _take_ids(self, node: str, gpu_ids: tuple[int, ...], cpu_millis: int, memory: int) -> None:
+        ids = self._gpu_ids[node]
+        rest = [i for i in ids if i not in gpu_ids] if gpu_ids else ids
+        self._resize(node, len(ids), len(rest))
+        self._gpu_ids[node] = rest
+        self._cpu[node] -= cpu_millis
+        self._memory[node] -= memory
+        self._record(_Change(True, node, gpu_ids, cpu_millis, memory))
+
+    def _record(self, change: _Change) -> None:
+        if self._transactions and not self._undoing:
+            self._transactions[-1].changes.append(change)
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        """Group takes; unless committed, they are all given back on exit."""
-        if self._transaction is not None:
-            raise RuntimeError("transactions do not nest")
+        """Group changes; unless committed, they are all undone on exit.
+
+        Transactions nest: a committed inner one becomes part of the outer one, which can still
+        undo it (a "what if" asks whether a gang would fit after giving capacity back).
+        """
         tx = Transaction()
-        self._transaction = tx
+        self._transactions.append(tx)
         try:
             yield tx
         finally:
-            self._transaction = None
-            if not tx.committed:
-                for item in reversed(tx.taken):
-                    self.give(item.node, item.gpu_ids, item.cpu_millis, item.memory)
+            self._transactions.pop()
+            if tx.committed:
+                if self._transactions:
+                    self._transactions[-1].changes.extend(tx.changes)
+            else:
+                self._undo(tx.changes)
 
-    def _move(self, node: str, old_free: int, new_free: int) -> None:
+    def _undo(self, changes: list[_Change]) -> None:
+        self._undoing = True
+        try:
+            for change in reversed(changes):
+                if change.taken:
+                    self.give(change.node, change.gpu_ids, change.cpu_millis, change.memory)
+                else:
+                    self._take_ids(change.node, change.gpu_ids, change.cpu_millis, change.memory)
+        finally:
+            self._undoing = False
+
+    def _resize(self, node: str, old_free: int, new_free: int) -> None:
         if old_free == new_free:
             return
         old = self._buckets[old_free]
         del old[bisect.bisect_left(old, node)]
         bisect.insort(self._buckets.setdefault(new_free, []), node)
         self._max_free = max(self._max_free, new_free)
+        delta = new_free - old_free
+        self._total_free += delta
+        topology = self.nodes[node].topology
+        for level in range(len(topology)):
+            domain = topology[: level + 1]
+            self._domain_free[level][domain] += delta

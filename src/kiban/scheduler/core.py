@@ -2,124 +2,337 @@
 
 from __future__ import annotations
 
-from kiban.scheduler.capacity import CapacityOverlay
-from kiban.scheduler.decisions import Admit, Decisions, Wait
-from kiban.scheduler.placement import place_gang, task_fits_some_node
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kiban.scheduler.backfill import may_backfill, reserve
+from kiban.scheduler.cycle import Cycle
+from kiban.scheduler.decisions import Admit, Decisions, Preempt, Wait
+from kiban.scheduler.placement import (
+    GangAttempt,
+    domain_could_hold,
+    gang_gpus,
+    task_fits_some_node,
+)
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
-from kiban.scheduler.reasons import PendingReason, ReasonCode
+from kiban.scheduler.preemption import find_victims
+from kiban.scheduler.reasons import PendingReason, ReasonCode, gpus
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, Snapshot
 
 
-def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
-    """Decide which pending jobs start now and where; every other job gets a reason.
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    job: PendingJob
+    reason: PendingReason
+    reserved_at: float | None = None
 
-    1. Order the pending jobs (policy's order: priority, then submit time).
-    2. Take a scratch overlay of free capacity and of each queue's GPUs in use.
-    3. Visit the jobs in order. A job in a StrictFIFO queue whose head could not start waits
-       behind it.
-    4. Check the job against its queue's quota.
-    5. Try to place its gang in one transaction; commit if it fits, otherwise it waits with the
-       reason and the numbers.
-    6. Number the waiting jobs within their queues (1 = next in line), in the order visited.
+
+def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
+    """Decide which pending jobs start now and where, whom to preempt, and why others wait.
+
+    1. Take a scratch cycle: free capacity per flavor, quotas and cohort totals, no
+       reservations yet.
+    2. Order the jobs: within a queue by the policy's order (priority, then submit time);
+       across queues, queue heads by their tenant's fair-share standing, lowest first, re-read
+       after every admission.
+    3. A job of a StrictFIFO queue whose head could not start waits behind it.
+    4. Try the queue's flavors in order: quota (nominal, then borrowing in the cohort), then
+       placement of the whole gang (in one topology domain if asked, off other jobs'
+       reservations unless it ends before them). The first flavor that fits admits the job.
+    5. Otherwise, if victims already stop for it, it waits for them; else look for victims
+       (priority, reclaim, fair share) after whose stop it would fit, and preempt them.
+    6. Otherwise, if free capacity (not quota) is what it lacks, reserve GPUs for it at the
+       earliest time the running jobs' maxRuntime frees enough.
+    7. Number the waiting jobs within their queues and within the cluster, in the order visited.
     """
-    ordered = sorted(snapshot.pending, key=policy.order_key)
-    overlay = CapacityOverlay(snapshot.nodes)
-    queues = {q.name: q for q in snapshot.queues}
-    in_use = {q.name: sum(q.used.values()) for q in snapshot.queues}
+    cycle = Cycle.start(snapshot, policy)
     blocked_by: dict[str, str] = {}
     admitted: list[Admit] = []
-    waiting: list[tuple[PendingJob, PendingReason]] = []
+    preempted: list[Preempt] = []
+    waiting: list[_Waiting] = []
 
-    for job in ordered:
-        queue = queues.get(job.queue)
-        reason = _blocked_reason(job, queue, blocked_by)
-        if reason is None and queue is not None:
-            reason = _quota_reason(job, queue, in_use[queue.name])
-        if reason is None:
-            attempt = place_gang(job, overlay)
-            if attempt.fits:
-                gpus = sum(len(p.gpu_ids) for p in attempt.placements)
-                in_use[job.queue] += gpus
-                admitted.append(Admit(job.id, attempt.placements))
-                continue
-            reason = _capacity_reason(job, overlay, attempt.placed)
-        waiting.append((job, reason))
-        if queue is not None and queue.strategy is QueueStrategy.STRICT_FIFO:
-            blocked_by.setdefault(queue.name, job.id)
+    for job in _fair_order(cycle):
+        queue = cycle.queues.get(job.queue)
+        if queue is None:
+            waiting.append(_Waiting(job, _queue_not_found(job)))
+            continue
+        head = blocked_by.get(queue.name)
+        if head is not None:
+            waiting.append(_Waiting(job, _blocked_by_head(queue, head)))
+            continue
+        outcome = _admit_or_explain(cycle, job, queue, preempted)
+        if isinstance(outcome, Admit):
+            admitted.append(outcome)
+            continue
+        waiting.append(outcome)
+        if queue.strategy is QueueStrategy.STRICT_FIFO:
+            blocked_by[queue.name] = job.id
 
-    positions: dict[str, int] = {}
+    queue_positions: dict[str, int] = {}
     waits = []
-    for job, reason in waiting:
-        positions[job.queue] = positions.get(job.queue, 0) + 1
-        waits.append(Wait(job.id, reason, positions[job.queue]))
-    return Decisions(tuple(admitted), tuple(waits))
-
-
-def _blocked_reason(
-    job: PendingJob, queue: QueueView | None, blocked_by: dict[str, str]
-) -> PendingReason | None:
-    if queue is None:
-        return PendingReason(
-            ReasonCode.QUEUE_NOT_FOUND, f"queue {job.queue} does not exist", {"queue": job.queue}
+    for position, entry in enumerate(waiting, start=1):
+        queue_positions[entry.job.queue] = queue_positions.get(entry.job.queue, 0) + 1
+        waits.append(
+            Wait(
+                entry.job.id,
+                entry.reason,
+                queue_positions[entry.job.queue],
+                cluster_position=position,
+                reserved_at=entry.reserved_at,
+            )
         )
-    head = blocked_by.get(queue.name)
-    if head is not None:
-        return PendingReason(
-            ReasonCode.BLOCKED_BY_QUEUE_HEAD,
-            f"queue {queue.name} is StrictFIFO and job {head} ahead of it cannot start yet",
-            {"queue": queue.name, "head": head},
+    return Decisions(tuple(admitted), tuple(waits), tuple(preempted))
+
+
+def _fair_order(cycle: Cycle) -> Iterator[PendingJob]:
+    """Jobs in order: each queue's own order, queue heads by standing (lowest first).
+
+    Jobs of unknown queues come last. A heap entry's standing may be stale after an admission
+    of the same tenant; such an entry is pushed back with its new standing before it is used.
+    """
+    order_key = cycle.policy.order_key
+    by_queue: dict[str, list[PendingJob]] = {}
+    for job in cycle.snapshot.pending:
+        by_queue.setdefault(job.queue, []).append(job)
+    unknown: list[PendingJob] = []
+    heap: list[tuple[float, tuple[float | int | str, ...], str]] = []
+    for name, jobs in by_queue.items():
+        jobs.sort(key=order_key)
+        if name not in cycle.queues:
+            unknown.extend(jobs)
+            continue
+        heap.append((cycle.standing(jobs[0].tenant), order_key(jobs[0]), name))
+    heapq.heapify(heap)
+    next_index = dict.fromkeys(by_queue, 0)
+    while heap:
+        standing, key, name = heapq.heappop(heap)
+        jobs = by_queue[name]
+        job = jobs[next_index[name]]
+        now_standing = cycle.standing(job.tenant)
+        if now_standing > standing:
+            heapq.heappush(heap, (now_standing, key, name))
+            continue
+        yield job
+        next_index[name] += 1
+        if next_index[name] < len(jobs):
+            following = jobs[next_index[name]]
+            heapq.heappush(heap, (cycle.standing(following.tenant), order_key(following), name))
+    yield from sorted(unknown, key=order_key)
+
+
+def _admit_or_explain(
+    cycle: Cycle, job: PendingJob, queue: QueueView, preempted: list[Preempt]
+) -> Admit | _Waiting:
+    flavors = cycle.flavors_for(queue)
+    if not flavors:
+        return _Waiting(job, _no_flavor(cycle, job, queue))
+    reasons: list[tuple[str, PendingReason]] = []
+    capacity_short: list[str] = []
+    for flavor in flavors:
+        verdict = cycle.quota.check(queue.name, flavor, job.total_gpus)
+        if not verdict.fits:
+            assert verdict.reason is not None
+            reasons.append((flavor, verdict.reason))
+            continue
+        attempt, reason = _place(cycle, job, flavor)
+        if attempt.fits:
+            cycle.quota.take(queue.name, flavor, job.total_gpus)
+            cycle.charged[job.tenant] = cycle.charged.get(job.tenant, 0.0) + cycle.charge(job)
+            return Admit(job.id, attempt.placements, flavor=flavor)
+        assert reason is not None
+        reasons.append((flavor, reason))
+        if reason.code in (ReasonCode.INSUFFICIENT_CAPACITY, ReasonCode.BLOCKED_BY_RESERVATION):
+            capacity_short.append(flavor)
+
+    stopping = cycle.stopping_for.get(job.id)
+    if stopping:
+        return _Waiting(
+            job,
+            PendingReason(
+                ReasonCode.WAITING_FOR_PREEMPTION,
+                f"waits for {len(stopping)} preempted job(s) to stop: {', '.join(stopping)}",
+                {"victims": stopping},
+            ),
         )
-    return None
+    if cycle.policy.preemption and cycle.preemption_searches < cycle.policy.max_preemption_searches:
+        for flavor in flavors:
+            cycle.preemption_searches += 1
+            choice = find_victims(cycle, job, flavor)
+            if choice is None:
+                continue
+            names = [victim.id for victim, _ in choice.victims]
+            for victim, ground in choice.victims:
+                cycle.victims.add(victim.id)
+                preempted.append(
+                    Preempt(
+                        victim.id,
+                        job.id,
+                        PendingReason(
+                            ReasonCode.WAITING_FOR_PREEMPTION,
+                            f"preempted ({ground}) to make room for job {job.id}",
+                            {"preemptor": job.id, "ground": ground, "flavor": flavor},
+                        ),
+                    )
+                )
+            return _Waiting(
+                job,
+                PendingReason(
+                    ReasonCode.WAITING_FOR_PREEMPTION,
+                    f"preempting {len(names)} job(s) to make room on {flavor}: {', '.join(names)}",
+                    {"victims": names, "flavor": flavor},
+                ),
+            )
+    if cycle.policy.backfill:
+        for flavor in capacity_short:
+            reservation = reserve(cycle, job, flavor)
+            if reservation is not None:
+                return _Waiting(
+                    job,
+                    PendingReason(
+                        ReasonCode.WAITING_FOR_RESERVATION,
+                        f"needs {gpus(gang_gpus(job), flavor)} together; reserved on "
+                        f"{len(reservation.nodes)} node(s) from t={reservation.at:.0f}, when "
+                        f"running jobs reach their maxRuntime",
+                        {
+                            "flavor": flavor,
+                            "reserved_at": reservation.at,
+                            "nodes": sorted(reservation.nodes),
+                        },
+                    ),
+                    reserved_at=reservation.at,
+                )
+    return _Waiting(job, _most_telling(reasons))
 
 
-def _quota_reason(job: PendingJob, queue: QueueView, in_use: int) -> PendingReason | None:
-    if queue.nominal is None or job.total_gpus == 0:
-        return None
-    quota = sum(queue.nominal.values())
-    needed = job.total_gpus
-    details = {
-        "queue": queue.name,
-        "needed_gpus": needed,
-        "quota_gpus": quota,
-        "in_use_gpus": in_use,
-        "free_gpus": max(quota - in_use, 0),
-    }
-    if needed > quota:
-        return PendingReason(
-            ReasonCode.EXCEEDS_QUEUE_QUOTA,
-            f"needs {needed} GPUs; queue {queue.name} has a quota of only {quota}",
-            details,
-        )
-    if in_use + needed > quota:
-        return PendingReason(
-            ReasonCode.QUEUE_QUOTA_EXHAUSTED,
-            f"needs {needed} GPUs; queue {queue.name} has {quota - in_use} free of {quota}",
-            details,
-        )
-    return None
+def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, PendingReason | None]:
+    """Place on the flavor, off other jobs' reservations unless the job ends before them."""
+    overlay = cycle.overlays[flavor]
+    if cycle.known_not_to_fit(job, flavor):
+        return _NO_FIT, _capacity_reason(cycle, job, flavor, None)
+    allow = cycle.reservation_filter(flavor)
+    attempt = cycle.try_place(job, flavor, allow)
+    if attempt.fits:
+        return attempt, None
+    if allow is not None:
+        if may_backfill(cycle, job, flavor):
+            attempt = cycle.try_place(job, flavor)
+            if attempt.fits:
+                return attempt, None
+        else:
+            probe = cycle.try_place(job, flavor)
+            if probe.fits:
+                for p in probe.placements:
+                    overlay.give(p.node, p.gpu_ids, p.cpu_millis, p.memory)
+                first = min(cycle.reservations, key=lambda r: r.at)
+                return _NO_FIT, PendingReason(
+                    ReasonCode.BLOCKED_BY_RESERVATION,
+                    f"would fit now, but on GPUs reserved for job {first.job_id} from "
+                    f"t={first.at:.0f}, and its maxRuntime does not end before then",
+                    {"flavor": flavor, "reservation_job": first.job_id, "reserved_at": first.at},
+                )
+    cycle.remember_failure(job, flavor)
+    return _NO_FIT, _capacity_reason(cycle, job, flavor, attempt.placed)
 
 
-def _capacity_reason(job: PendingJob, overlay: CapacityOverlay, placed: int) -> PendingReason:
+_NO_FIT = GangAttempt((), 0, False)
+
+
+def _capacity_reason(
+    cycle: Cycle, job: PendingJob, flavor: str, placed: int | None
+) -> PendingReason:
+    """Why the gang does not fit the flavor's free capacity (``placed``: replicas that did)."""
+    overlay = cycle.overlays[flavor]
     for task in job.tasks:
         fits, blocked = task_fits_some_node(task, overlay)
         if not fits:
             extra = f"; {blocked} node(s) that could are cordoned or unhealthy" if blocked else ""
             return PendingReason(
                 ReasonCode.NO_NODE_FITS,
-                f"no schedulable node can hold a replica of task {task.name} "
+                f"no schedulable {_kind(flavor)}node can hold a replica of task {task.name} "
                 f"({task.gpu} GPUs, {task.cpu_millis / 1000:g} CPUs){extra}",
-                {"task": task.name, "gpu": task.gpu, "unschedulable_nodes_that_fit": blocked},
+                {
+                    "flavor": flavor,
+                    "task": task.name,
+                    "gpu": task.gpu,
+                    "unschedulable_nodes_that_fit": blocked,
+                },
+            )
+    request = job.topology
+    levels = cycle.snapshot.topology_levels
+    if request is not None and request.required:
+        level = levels.index(request.level) if request.level in levels else None
+        if level is None or not domain_could_hold(job, overlay, level):
+            return PendingReason(
+                ReasonCode.TOPOLOGY_UNSATISFIABLE,
+                f"needs {gang_gpus(job)} GPUs in one {request.level}; no {_kind(flavor)}"
+                f"{request.level} has that many schedulable GPUs",
+                {"flavor": flavor, "level": request.level, "needed_gpus": gang_gpus(job)},
             )
     free = overlay.total_free_gpus()
     shape = ", ".join(f"{t.replicas}x{t.gpu} GPUs" for t in job.tasks)
+    where = f" in one {request.level}" if request is not None and request.required else ""
+    fit_now = "" if placed is None else f"only {placed} fit now; "
+    details: dict[str, object] = {
+        "flavor": flavor,
+        "gang_size": job.gang_size,
+        "free_gpus": free,
+        "needed_gpus": job.total_gpus,
+    }
+    if placed is not None:
+        details["placeable_now"] = placed
     return PendingReason(
         ReasonCode.INSUFFICIENT_CAPACITY,
-        f"needs {job.gang_size} replicas together ({shape}); only {placed} fit now; "
-        f"{free} GPUs free on {len(overlay.schedulable_nodes())} schedulable nodes",
-        {
-            "gang_size": job.gang_size,
-            "placeable_now": placed,
-            "free_gpus": free,
-            "needed_gpus": job.total_gpus,
-        },
+        f"needs {job.gang_size} replicas together ({shape}){where}; {fit_now}"
+        f"{gpus(free, flavor)} free on {len(overlay.schedulable_nodes())} schedulable nodes",
+        details,
+    )
+
+
+def _kind(flavor: str) -> str:
+    return "" if flavor == "default" else f"{flavor} "
+
+
+_TELLING = {  # when flavors disagree, the reason that says most about what would help
+    ReasonCode.BLOCKED_BY_RESERVATION: 0,
+    ReasonCode.INSUFFICIENT_CAPACITY: 1,
+    ReasonCode.COHORT_EXHAUSTED: 2,
+    ReasonCode.QUEUE_QUOTA_EXHAUSTED: 3,
+    ReasonCode.TOPOLOGY_UNSATISFIABLE: 4,
+    ReasonCode.NO_NODE_FITS: 5,
+    ReasonCode.EXCEEDS_QUEUE_QUOTA: 6,
+}
+
+
+def _most_telling(reasons: list[tuple[str, PendingReason]]) -> PendingReason:
+    """The reason of the flavor closest to admitting the job (the first such flavor)."""
+    _flavor, best = min(reasons, key=lambda item: _TELLING.get(item[1].code, 9))
+    if len(reasons) == 1:
+        return best
+    others = {flavor: reason.code.value for flavor, reason in reasons}
+    return PendingReason(best.code, best.message, {**best.details, "flavors": others})
+
+
+def _no_flavor(cycle: Cycle, job: PendingJob, queue: QueueView) -> PendingReason:
+    named = list(queue.nominal) if queue.nominal is not None else []
+    restricted = [n for n in named if n in cycle.flavors and not cycle.allowed(n, queue.name)]
+    return PendingReason(
+        ReasonCode.FLAVOR_NOT_ALLOWED,
+        f"queue {queue.name} may use no flavor"
+        + (f" ({', '.join(restricted)} are restricted to other queues)" if restricted else ""),
+        {"queue": queue.name, "restricted": restricted},
+    )
+
+
+def _queue_not_found(job: PendingJob) -> PendingReason:
+    return PendingReason(
+        ReasonCode.QUEUE_NOT_FOUND, f"queue {job.queue} does not exist", {"queue": job.queue}
+    )
+
+
+def _blocked_by_head(queue: QueueView, head: str) -> PendingReason:
+    return PendingReason(
+        ReasonCode.BLOCKED_BY_QUEUE_HEAD,
+        f"queue {queue.name} is StrictFIFO and job {head} ahead of it cannot start yet",
+        {"queue": queue.name, "head": head},
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kiban.scheduler.reasons import PendingReason
+from kiban.scheduler.snapshot import DEFAULT_FLAVOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,15 +27,30 @@ class Admit:
 
     job_id: str
     placements: tuple[ReplicaPlacement, ...]
+    flavor: str = DEFAULT_FLAVOR
 
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """This job stays pending, for this reason; its 1-based position in its queue."""
+    """This job stays pending, for this reason; its 1-based positions in its queue and cluster.
+
+    ``reserved_at`` is when its reservation starts (backfill), if it holds one.
+    """
 
     job_id: str
     reason: PendingReason
     queue_position: int
+    cluster_position: int = 0
+    reserved_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop ``victim`` (it returns to its queue) so that ``preemptor`` can start."""
+
+    victim_id: str
+    preemptor_id: str
+    reason: PendingReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +59,4 @@ class Decisions:
 
     admitted: tuple[Admit, ...]
     waiting: tuple[Wait, ...]
+    preempted: tuple[Preempt, ...] = ()

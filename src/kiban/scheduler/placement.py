@@ -1,12 +1,20 @@
-"""Gang placement: put a job's replicas on nodes best-fit, all of the gang or none."""
+"""Gang placement: put a job's replicas on nodes best-fit, all of the gang or none.
+
+With a topology request the gang goes into the smallest domain of the level that holds it
+(best-fit over domains, then best-fit over the domain's nodes), which keeps large domains
+whole for large gangs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kiban.scheduler.capacity import CapacityOverlay
+from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
 from kiban.scheduler.decisions import ReplicaPlacement
-from kiban.scheduler.snapshot import PendingJob, TaskDemand
+from kiban.scheduler.snapshot import PendingJob, TaskDemand, TopologyRequest
+
+MAX_DOMAIN_TRIES = 8
+"""Domains tried per level, smallest free first; past them a gang is taken not to fit there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,14 +26,22 @@ class GangAttempt:
     fits: bool
 
 
-def place_gang(job: PendingJob, overlay: CapacityOverlay) -> GangAttempt:
+NO_FIT = GangAttempt((), 0, False)
+
+
+def place_gang(
+    job: PendingJob,
+    overlay: CapacityOverlay,
+    allow: NodeFilter | None = None,
+    within: list[str] | None = None,
+) -> GangAttempt:
     """Place replicas in rank order; commit if at least the gang fits, else leave nothing behind."""
     placements: list[ReplicaPlacement] = []
     with overlay.transaction() as tx:
         rank = 0
         for task in job.tasks:
             for index in range(task.replicas):
-                node = overlay.best_fit(task.gpu, task.cpu_millis, task.memory)
+                node = overlay.best_fit(task.gpu, task.cpu_millis, task.memory, allow, within)
                 if node is None:
                     break
                 gpu_ids = overlay.take(node, task.gpu, task.cpu_millis, task.memory)
@@ -48,6 +64,70 @@ def place_gang(job: PendingJob, overlay: CapacityOverlay) -> GangAttempt:
             tx.commit()
             return GangAttempt(tuple(placements), len(placements), True)
     return GangAttempt((), len(placements), False)
+
+
+def place_in_topology(
+    job: PendingJob,
+    overlay: CapacityOverlay,
+    request: TopologyRequest,
+    levels: tuple[str, ...],
+    allow: NodeFilter | None = None,
+) -> GangAttempt:
+    """Place the gang inside one domain of the requested level; if only preferred, widen it.
+
+    A preferred request tries the level, then each enclosing level, then the whole cluster.
+    """
+    if request.level not in levels:
+        return NO_FIT if request.required else place_gang(job, overlay, allow)
+    level = levels.index(request.level)
+    tried = range(level, level - 1 if request.required else -1, -1)
+    for depth in tried:
+        attempt = _place_in_some_domain(job, overlay, depth, allow)
+        if attempt.fits:
+            return attempt
+    return NO_FIT if request.required else place_gang(job, overlay, allow)
+
+
+def _place_in_some_domain(
+    job: PendingJob, overlay: CapacityOverlay, level: int, allow: NodeFilter | None
+) -> GangAttempt:
+    if level >= overlay.levels:
+        return NO_FIT
+    needed = gang_gpus(job)
+    candidates = sorted(
+        (free, domain) for domain, free in overlay.domains(level).items() if free >= needed
+    )
+    for _free, domain in candidates[:MAX_DOMAIN_TRIES]:
+        attempt = place_gang(job, overlay, allow, within=overlay.domain_nodes(level, domain))
+        if attempt.fits:
+            return attempt
+    return NO_FIT
+
+
+def gang_gpus(job: PendingJob) -> int:
+    """GPUs of the first ``gang_size`` replicas in rank order: what must fit at once."""
+    left = job.gang_size
+    total = 0
+    for task in job.tasks:
+        take = min(left, task.replicas)
+        total += take * task.gpu
+        left -= take
+        if left <= 0:
+            break
+    return total
+
+
+def domain_could_hold(job: PendingJob, overlay: CapacityOverlay, level: int) -> bool:
+    """Whether some domain of the level has enough GPUs in all (free or not) for the gang."""
+    if level >= overlay.levels:
+        return False
+    needed = gang_gpus(job)
+    sizes: dict[tuple[str, ...], int] = {}
+    for node in overlay.nodes.values():
+        if node.schedulable and len(node.topology) > level:
+            domain = node.topology[: level + 1]
+            sizes[domain] = sizes.get(domain, 0) + node.gpus
+    return any(size >= needed for size in sizes.values())
 
 
 def task_fits_some_node(task: TaskDemand, overlay: CapacityOverlay) -> tuple[bool, int]:

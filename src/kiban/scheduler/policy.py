@@ -1,7 +1,9 @@
-"""The core's extension points. Issue-by-issue, policy grows here rather than in the cycle.
+"""The core's extension points and knobs. Policy grows here rather than in the cycle.
 
-``order_key`` sorts pending jobs: lower keys are considered first. Within a queue the default is
-priority (higher first), then submit time, then id, so that ordering is total and deterministic.
+``order_key`` sorts the pending jobs of one queue: lower keys are considered first. The default
+is priority (higher first), then submit time, then submission sequence, then id, so that the
+order is total and deterministic. Across queues the core interleaves queue heads by their
+tenant's fair-share standing (see ``core``).
 """
 
 from __future__ import annotations
@@ -16,14 +18,25 @@ OrderKey = Callable[[PendingJob], tuple[float | int | str, ...]]
 
 def priority_then_fifo(job: PendingJob) -> tuple[float | int | str, ...]:
     """Higher priority first, then first come, first served."""
-    return (-job.priority, job.submitted_at, job.id)
+    return (-job.priority, job.submitted_at, job.sequence, job.id)
 
 
 @dataclass(frozen=True)
 class Policy:
-    """How the core orders work; placement is best-fit with all-or-nothing gangs."""
+    """How the core orders, reserves and preempts; placement is best-fit, gangs all-or-nothing.
+
+    ``admission_charge_s``: within one cycle, each GPU admitted to a tenant counts as this many
+    GPU-seconds of usage in its standing, so that one cycle does not give a low-usage team
+    everything before the next pass sees its new usage. ``max_reservations`` bounds the
+    backfill reservations made per cycle, ``max_preemption_searches`` the victim searches.
+    """
 
     order_key: OrderKey = priority_then_fifo
+    admission_charge_s: float = 3600.0
+    max_reservations: int = 16
+    max_preemption_searches: int = 16
+    preemption: bool = True
+    backfill: bool = True
 
 
 DEFAULT_POLICY = Policy()

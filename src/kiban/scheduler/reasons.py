@@ -11,12 +11,23 @@ class ReasonCode(StrEnum):
     """Why a job waits. One code per decision path of the core."""
 
     QUEUE_NOT_FOUND = "QueueNotFound"
-    EXCEEDS_QUEUE_QUOTA = "ExceedsQueueQuota"  # asks more than the queue's whole quota
+    FLAVOR_NOT_ALLOWED = "FlavorNotAllowed"  # only flavors its queue may not use could hold it
+    EXCEEDS_QUEUE_QUOTA = "ExceedsQueueQuota"  # more than the queue could ever have, borrowing too
     QUEUE_QUOTA_EXHAUSTED = "QueueQuotaExhausted"  # fits the quota, but it is in use now
+    COHORT_EXHAUSTED = "CohortExhausted"  # needs to borrow, and the cohort cannot lend enough
     NO_NODE_FITS = "NoNodeFits"  # no schedulable node could hold a replica even when idle
+    TOPOLOGY_UNSATISFIABLE = "TopologyUnsatisfiable"  # no domain of the level can hold the gang
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"  # the gang does not fit in free capacity now
+    WAITING_FOR_RESERVATION = "WaitingForReservation"  # GPUs reserved for it from a known time
+    BLOCKED_BY_RESERVATION = "BlockedByReservation"  # starting now would delay a reservation
+    WAITING_FOR_PREEMPTION = "WaitingForPreemption"  # victims are stopping to make room for it
     BLOCKED_BY_QUEUE_HEAD = "BlockedByQueueHead"  # StrictFIFO: an older job heads the queue
     QUEUE_BACKLOG = "QueueBacklog"  # behind the jobs of its queue that each pass considers
+
+
+def gpus(count: int, flavor: str) -> str:
+    """ "4 GPUs", or "4 h100 GPUs" when the cluster declares flavors."""
+    return f"{count} GPUs" if flavor == "default" else f"{count} {flavor} GPUs"
 
 
 SCHEDULING_WINDOW = 256

@@ -175,6 +175,7 @@ class RunningJob:
     max_runtime: float | None = None
     last_progress_at: float | None = None
     protected_until: float = 0.0
+    preempted_by: str | None = None  # being stopped to make room for this pending job
 
     @property
     def gpus(self) -> int:

@@ -4,9 +4,11 @@ from kiban.testing.builders import (
     ClusterBuilder,
     JobBuilder,
     QueueBuilder,
+    RunningBuilder,
     cluster,
     job,
     queue,
+    running,
     snapshot,
 )
 from kiban.testing.clock import ManualClock
@@ -19,8 +21,10 @@ __all__ = [
     "JobBuilder",
     "ManualClock",
     "QueueBuilder",
+    "RunningBuilder",
     "cluster",
     "job",
     "queue",
+    "running",
     "snapshot",
 ]

@@ -12,17 +12,21 @@ replica of one task ``worker`` needing 1 GPU, 1 CPU and 1 GiB.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Self
 
 from kiban.scheduler.snapshot import (
     DEFAULT_FLAVOR,
+    FlavorView,
     NodeView,
     PendingJob,
     QueueStrategy,
     QueueView,
+    RunningJob,
+    RunningReplica,
     Snapshot,
     TaskDemand,
+    TopologyRequest,
     node_view,
 )
 
@@ -40,6 +44,8 @@ class _NodeSpec:
     labels: dict[str, str]
     schedulable: bool = True
     unschedulable_reason: str = ""
+    flavor: str | None = DEFAULT_FLAVOR
+    topology: tuple[str, ...] = ()
 
 
 @dataclass
@@ -57,14 +63,26 @@ class ClusterBuilder:
         memory: int = DEFAULT_NODE_MEMORY,
         labels: Mapping[str, str] | None = None,
         prefix: str = "node",
+        flavor: str | None = DEFAULT_FLAVOR,
+        topology: tuple[str, ...] = (),
     ) -> Self:
-        """Add ``count`` alike nodes named ``{prefix}-{i}`` with the lowest unused numbers."""
+        """Add ``count`` alike nodes named ``{prefix}-{i}`` with the lowest unused numbers.
+
+        With ``topology``, each node's path is that domain plus its own name as the last level.
+        """
         i = 0
         for _ in range(count):
             while f"{prefix}-{i}" in self._nodes:
                 i += 1
+            name = f"{prefix}-{i}"
             self.node(
-                f"{prefix}-{i}", gpus=gpus, cpu_millis=cpu_millis, memory=memory, labels=labels
+                name,
+                gpus=gpus,
+                cpu_millis=cpu_millis,
+                memory=memory,
+                labels=labels,
+                flavor=flavor,
+                topology=(*topology, name) if topology else (),
             )
         return self
 
@@ -76,9 +94,19 @@ class ClusterBuilder:
         cpu_millis: int = DEFAULT_NODE_CPU_MILLIS,
         memory: int = DEFAULT_NODE_MEMORY,
         labels: Mapping[str, str] | None = None,
+        flavor: str | None = DEFAULT_FLAVOR,
+        topology: tuple[str, ...] = (),
     ) -> Self:
         """Add one node (or replace the one of that name)."""
-        self._nodes[name] = _NodeSpec(name, gpus, cpu_millis, memory, dict(labels or {}))
+        self._nodes[name] = _NodeSpec(
+            name,
+            gpus,
+            cpu_millis,
+            memory,
+            dict(labels or {}),
+            flavor=flavor,
+            topology=tuple(topology),
+        )
         return self
 
     def cordoned(self, *names: str) -> Self:
@@ -131,6 +159,8 @@ class ClusterBuilder:
                     labels=spec.labels,
                     schedulable=spec.schedulable,
                     unschedulable_reason=spec.unschedulable_reason,
+                    flavor=spec.flavor,
+                    topology=spec.topology,
                 )
             )
         return tuple(views)
@@ -145,6 +175,12 @@ class QueueBuilder:
     _quota: int | None = None
     _in_use: int = 0
     _strategy: QueueStrategy = QueueStrategy.STRICT_FIFO
+    _nominal: dict[str, int] | None = None
+    _used: dict[str, int] = field(default_factory=dict)
+    _cohort: str | None = None
+    _borrowing: dict[str, int] = field(default_factory=dict)
+    _lending: dict[str, int] = field(default_factory=dict)
+    _weight: float = 1.0
 
     def tenant(self, name: str) -> Self:
         self._tenant = name
@@ -160,6 +196,32 @@ class QueueBuilder:
         self._in_use = gpus
         return self
 
+    def nominal(self, flavor: str, gpus: int) -> Self:
+        """Nominal GPUs of a flavor (flavors are tried in the order they are given)."""
+        self._nominal = {**(self._nominal or {}), flavor: gpus}
+        return self
+
+    def uses(self, flavor: str, gpus: int) -> Self:
+        """GPUs of a flavor its admitted jobs hold (when not given by running jobs)."""
+        self._used[flavor] = gpus
+        return self
+
+    def cohort(self, name: str) -> Self:
+        self._cohort = name
+        return self
+
+    def borrowing_limit(self, flavor: str, gpus: int) -> Self:
+        self._borrowing[flavor] = gpus
+        return self
+
+    def lending_limit(self, flavor: str, gpus: int) -> Self:
+        self._lending[flavor] = gpus
+        return self
+
+    def weight(self, value: float) -> Self:
+        self._weight = value
+        return self
+
     def strict(self) -> Self:
         self._strategy = QueueStrategy.STRICT_FIFO
         return self
@@ -168,13 +230,28 @@ class QueueBuilder:
         self._strategy = QueueStrategy.BEST_EFFORT_FIFO
         return self
 
-    def build(self) -> QueueView:
+    def build(self, running: Iterable[RunningJob] = ()) -> QueueView:
+        """The queue; GPUs used per flavor come from ``uses``/``using`` plus its running jobs."""
+        nominal = self._nominal
+        if nominal is None and self._quota is not None:
+            nominal = {DEFAULT_FLAVOR: self._quota}
+        used = dict(self._used)
+        if self._in_use:
+            used[DEFAULT_FLAVOR] = used.get(DEFAULT_FLAVOR, 0) + self._in_use
+        for r in running:
+            if r.queue == self.name:
+                for flavor, gpus in r.flavor_gpus.items():
+                    used[flavor] = used.get(flavor, 0) + gpus
         return QueueView(
             self.name,
             self._tenant,
-            nominal=None if self._quota is None else {DEFAULT_FLAVOR: self._quota},
-            used={DEFAULT_FLAVOR: self._in_use} if self._in_use else {},
+            nominal=nominal,
+            used=used,
             strategy=self._strategy,
+            cohort=self._cohort,
+            borrowing_limit=dict(self._borrowing),
+            lending_limit=dict(self._lending),
+            weight=self._weight,
         )
 
 
@@ -188,9 +265,30 @@ class JobBuilder:
     _submitted_at: float = 0.0
     _tasks: list[TaskDemand] = field(default_factory=list)
     _gang: int | None = None
+    _tenant: str = "default"
+    _max_runtime: float | None = None
+    _topology: TopologyRequest | None = None
+    _preempts: bool = False
 
     def queue(self, name: str) -> Self:
         self._queue = name
+        return self
+
+    def tenant(self, name: str) -> Self:
+        self._tenant = name
+        return self
+
+    def max_runtime(self, seconds: float) -> Self:
+        self._max_runtime = seconds
+        return self
+
+    def topology(self, level: str, *, required: bool = True) -> Self:
+        self._topology = TopologyRequest(level, required)
+        return self
+
+    def preempts(self, value: bool = True) -> Self:
+        """Its priority class may preempt lower priorities (PreemptLowerPriority)."""
+        self._preempts = value
         return self
 
     def priority(self, value: int) -> Self:
@@ -236,6 +334,97 @@ class JobBuilder:
             submitted_at=self._submitted_at,
             tasks=tasks,
             gang_size=self._gang if self._gang is not None else total,
+            tenant=self._tenant,
+            max_runtime=self._max_runtime,
+            topology=self._topology,
+            preempts=self._preempts,
+        )
+
+
+@dataclass
+class RunningBuilder:
+    """A running job: replicas on named nodes; GPU ids are assigned when the snapshot is built."""
+
+    id: str
+    _queue: str = "default"
+    _tenant: str = "default"
+    _priority: int = 0
+    _submitted_at: float = 0.0
+    _started_at: float = 0.0
+    _max_runtime: float | None = None
+    _checkpoint: float | None = None
+    _protected_until: float = 0.0
+    _preempted_by: str | None = None
+    _replicas: list[tuple[str, int]] = field(default_factory=list)
+
+    def queue(self, name: str) -> Self:
+        self._queue = name
+        return self
+
+    def tenant(self, name: str) -> Self:
+        self._tenant = name
+        return self
+
+    def priority(self, value: int) -> Self:
+        self._priority = value
+        return self
+
+    def started(self, at: float) -> Self:
+        self._started_at = at
+        return self
+
+    def submitted(self, at: float) -> Self:
+        self._submitted_at = at
+        return self
+
+    def max_runtime(self, seconds: float) -> Self:
+        self._max_runtime = seconds
+        return self
+
+    def checkpointed(self, at: float) -> Self:
+        self._checkpoint = at
+        return self
+
+    def protected_until(self, at: float) -> Self:
+        self._protected_until = at
+        return self
+
+    def preempted_by(self, job_id: str) -> Self:
+        self._preempted_by = job_id
+        return self
+
+    def on(self, node: str, gpus: int = 1, replicas: int = 1) -> Self:
+        """``replicas`` replicas of ``gpus`` GPUs each on ``node``."""
+        self._replicas.extend([(node, gpus)] * replicas)
+        return self
+
+    def build(
+        self, free_ids: dict[str, list[int]], flavors: Mapping[str, str | None]
+    ) -> RunningJob:
+        replicas = []
+        flavor_gpus: dict[str, int] = {}
+        for node, gpus in self._replicas:
+            ids = free_ids[node][:gpus]
+            if len(ids) < gpus:
+                raise ValueError(f"node {node} has no {gpus} free GPUs left for {self.id}")
+            del free_ids[node][:gpus]
+            replicas.append(RunningReplica(node, tuple(ids), 1000, GIB))
+            flavor = flavors[node]
+            if flavor is not None:
+                flavor_gpus[flavor] = flavor_gpus.get(flavor, 0) + gpus
+        return RunningJob(
+            id=self.id,
+            queue=self._queue,
+            tenant=self._tenant,
+            priority=self._priority,
+            submitted_at=self._submitted_at,
+            started_at=self._started_at,
+            replicas=tuple(replicas),
+            flavor_gpus=flavor_gpus,
+            max_runtime=self._max_runtime,
+            last_progress_at=self._checkpoint,
+            protected_until=self._protected_until,
+            preempted_by=self._preempted_by,
         )
 
 
@@ -254,6 +443,11 @@ def job(job_id: str) -> JobBuilder:
     return JobBuilder(job_id)
 
 
+def running(job_id: str) -> RunningBuilder:
+    """Start describing a running job."""
+    return RunningBuilder(job_id)
+
+
 def snapshot(
     *,
     nodes: ClusterBuilder | Iterable[NodeView] = (),
@@ -263,9 +457,17 @@ def snapshot(
     running_cpu: Mapping[str, int] | None = None,
     running_memory: Mapping[str, int] | None = None,
     now: float = 0.0,
+    running: Iterable[RunningBuilder] = (),
+    standings: Mapping[str, float] | None = None,
+    restricted: Mapping[str, Iterable[str]] | None = None,
+    topology_levels: tuple[str, ...] = (),
 ) -> Snapshot:
     """An immutable snapshot. With ``queues`` left out, every queue the jobs name exists,
     unlimited and StrictFIFO; pass ``queues=[]`` for none. Usage applies to a ``ClusterBuilder``.
+
+    Running jobs take the lowest free GPU ids of their nodes (after ``running_gpus``) and count
+    against their queues. Flavors are those of the nodes, in order of appearance;
+    ``restricted`` limits a flavor to some queues.
     """
     if isinstance(nodes, ClusterBuilder):
         node_views = nodes.build(running_gpus, running_cpu, running_memory)
@@ -273,10 +475,49 @@ def snapshot(
         if running_gpus or running_cpu or running_memory:
             raise ValueError("give usage with a ClusterBuilder, not with built NodeViews")
         node_views = tuple(nodes)
+    free_ids = {n.name: list(n.free_gpu_ids) for n in node_views}
+    node_flavors = {n.name: n.flavor for n in node_views}
+    running_jobs = tuple(r.build(free_ids, node_flavors) for r in running)
+    if running_jobs:
+        node_views = tuple(
+            replace(
+                n,
+                free_gpu_ids=tuple(free_ids[n.name]),
+                free_cpu_millis=n.free_cpu_millis - _held(running_jobs, n.name, "cpu"),
+                free_memory=n.free_memory - _held(running_jobs, n.name, "memory"),
+            )
+            for n in node_views
+        )
     jobs = tuple(j.build() if isinstance(j, JobBuilder) else j for j in pending)
     if queues is None:
-        names = sorted({j.queue for j in jobs})
-        queue_views = tuple(QueueView(name, "default", None) for name in names)
+        names = sorted({j.queue for j in jobs} | {r.queue for r in running_jobs})
+        queue_views = tuple(QueueBuilder(name).build(running_jobs) for name in names)
     else:
-        queue_views = tuple(q.build() if isinstance(q, QueueBuilder) else q for q in queues)
-    return Snapshot(now=now, nodes=node_views, queues=queue_views, pending=jobs)
+        queue_views = tuple(
+            q.build(running_jobs) if isinstance(q, QueueBuilder) else q for q in queues
+        )
+    flavor_names = list(dict.fromkeys(n.flavor for n in node_views if n.flavor is not None))
+    restricted = restricted or {}
+    flavors = tuple(
+        FlavorView(f, frozenset(restricted[f]) if f in restricted else None)
+        for f in flavor_names or [DEFAULT_FLAVOR]
+    )
+    return Snapshot(
+        now=now,
+        nodes=node_views,
+        queues=queue_views,
+        pending=jobs,
+        running=running_jobs,
+        flavors=flavors,
+        standings=dict(standings or {}),
+        topology_levels=topology_levels,
+    )
+
+
+def _held(jobs: tuple[RunningJob, ...], node: str, what: str) -> int:
+    return sum(
+        (r.cpu_millis if what == "cpu" else r.memory)
+        for j in jobs
+        for r in j.replicas
+        if r.node == node
+    )

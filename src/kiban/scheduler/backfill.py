@@ -1,0 +1,58 @@
+"""Reservations for waiting gangs and the EASY backfill rule that protects them.
+
+When a job cannot start for lack of free capacity, it gets a reservation at the earliest time
+the running jobs' ``maxRuntime`` frees enough of its flavor for it: the gang is placed, in a
+what-if, on the capacity as it will be then. Later jobs in the cycle may use the reserved
+nodes only if they end before the reservation starts (EASY backfill, Lifka 1995; Slurm's
+backfill scheduler works the same way), so big gangs do not starve behind a stream of small
+jobs. Running jobs with no ``maxRuntime`` never end in this what-if.
+"""
+
+from __future__ import annotations
+
+from kiban.scheduler.cycle import Cycle, Reservation
+from kiban.scheduler.placement import gang_gpus
+from kiban.scheduler.snapshot import PendingJob
+
+
+def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
+    """Find and record the job's reservation on ``flavor``; None if no known end frees enough."""
+    if len(cycle.reservations) >= cycle.policy.max_reservations:
+        return None
+    now = cycle.snapshot.now
+    ending = sorted(
+        (
+            (now if r.id in cycle.victims else r.expected_end, r.id, r)
+            for r in cycle.running_by_flavor.get(flavor, ())
+            if r.expected_end is not None or r.id in cycle.victims
+        ),
+        key=lambda item: (item[0], item[1]),
+    )
+    overlay = cycle.overlays[flavor]
+    needed = gang_gpus(job)
+    allow = cycle.reservation_filter(flavor)
+    found: Reservation | None = None
+    with overlay.transaction():  # the releases below are a what-if, undone on exit
+        for end, _id, running in ending:
+            assert end is not None
+            for replica in running.replicas:
+                overlay.give(replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory)
+            if overlay.total_free_gpus() < needed:
+                continue
+            attempt = cycle.try_place(job, flavor, allow)
+            if attempt.fits:
+                nodes = frozenset(p.node for p in attempt.placements)
+                found = Reservation(job.id, flavor, max(end, now), nodes)
+                break
+    if found is not None:
+        cycle.reservations.append(found)
+        cycle.reserved_nodes.setdefault(flavor, set()).update(found.nodes)
+    return found
+
+
+def may_backfill(cycle: Cycle, job: PendingJob, flavor: str) -> bool:
+    """Whether the job ends before every reservation on the flavor starts."""
+    earliest = cycle.earliest_reservation(flavor)
+    if earliest is None:
+        return True
+    return job.max_runtime is not None and cycle.snapshot.now + job.max_runtime <= earliest

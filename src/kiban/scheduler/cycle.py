@@ -1,0 +1,150 @@
+"""The scratch state of one scheduling cycle: capacity per flavor, quotas, charges, reservations.
+
+Built from the immutable snapshot at the start of a cycle and changed only through its methods;
+every "what if" (preemption, reservation) runs inside a capacity transaction that undoes itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
+from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
+from kiban.scheduler.policy import Policy
+from kiban.scheduler.quota import QuotaBook
+from kiban.scheduler.snapshot import (
+    FlavorView,
+    NodeView,
+    PendingJob,
+    QueueView,
+    RunningJob,
+    Snapshot,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPUs on ``nodes`` kept from ``at`` on for a waiting job (EASY backfill)."""
+
+    job_id: str
+    flavor: str
+    at: float
+    nodes: frozenset[str]
+
+
+@dataclass(slots=True)
+class Cycle:
+    """What one cycle has decided so far, on top of the snapshot."""
+
+    snapshot: Snapshot
+    policy: Policy
+    overlays: dict[str, CapacityOverlay]
+    quota: QuotaBook
+    queues: dict[str, QueueView]
+    flavors: dict[str, FlavorView]
+    running_by_flavor: dict[str, list[RunningJob]]
+    charged: dict[str, float] = field(default_factory=dict)
+    reservations: list[Reservation] = field(default_factory=list)
+    reserved_nodes: dict[str, set[str]] = field(default_factory=dict)
+    victims: set[str] = field(default_factory=set)
+    stopping_for: dict[str, list[str]] = field(default_factory=dict)
+    preemption_searches: int = 0
+    failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, snapshot: Snapshot, policy: Policy) -> Cycle:
+        by_flavor: dict[str, list[NodeView]] = {f.name: [] for f in snapshot.flavors}
+        for node in snapshot.nodes:
+            if node.flavor is not None and node.flavor in by_flavor:
+                by_flavor[node.flavor].append(node)
+        running_by_flavor: dict[str, list[RunningJob]] = {}
+        stopping_for: dict[str, list[str]] = {}
+        for job in snapshot.running:
+            for flavor in job.flavor_gpus:
+                running_by_flavor.setdefault(flavor, []).append(job)
+            if job.preempted_by is not None:
+                stopping_for.setdefault(job.preempted_by, []).append(job.id)
+        return cls(
+            snapshot=snapshot,
+            policy=policy,
+            overlays={name: CapacityOverlay(nodes) for name, nodes in by_flavor.items()},
+            quota=QuotaBook(snapshot.queues),
+            queues={q.name: q for q in snapshot.queues},
+            flavors={f.name: f for f in snapshot.flavors},
+            running_by_flavor=running_by_flavor,
+            stopping_for=stopping_for,
+        )
+
+    # -- fair share ------------------------------------------------------------------------------
+    def standing(self, tenant: str) -> float:
+        """The tenant's standing: its decayed usage per weight, plus this cycle's admissions."""
+        return self.snapshot.standings.get(tenant, 0.0) + self.charged.get(tenant, 0.0)
+
+    def charge(self, job: PendingJob) -> float:
+        """What admitting the job adds to its tenant's standing within this cycle."""
+        queue = self.queues.get(job.queue)
+        weight = queue.weight if queue is not None and queue.weight > 0 else 1.0
+        return job.total_gpus * self.policy.admission_charge_s / weight
+
+    # -- flavors ---------------------------------------------------------------------------------
+    def flavors_for(self, queue: QueueView) -> list[str]:
+        """The flavors the queue may use, in the order they are tried."""
+        names = list(queue.nominal) if queue.nominal is not None else list(self.flavors)
+        return [n for n in names if n in self.flavors and self.allowed(n, queue.name)]
+
+    def allowed(self, flavor: str, queue: str) -> bool:
+        view = self.flavors.get(flavor)
+        return view is not None and (view.queues is None or queue in view.queues)
+
+    # -- placement -------------------------------------------------------------------------------
+    def try_place(
+        self, job: PendingJob, flavor: str, allow: NodeFilter | None = None
+    ) -> GangAttempt:
+        """Place the gang on the flavor's nodes (in one topology domain when asked)."""
+        overlay = self.overlays[flavor]
+        if job.topology is not None:
+            return place_in_topology(
+                job, overlay, job.topology, self.snapshot.topology_levels, allow
+            )
+        return place_gang(job, overlay, allow)
+
+    def reservation_filter(self, flavor: str) -> NodeFilter | None:
+        reserved = self.reserved_nodes.get(flavor)
+        if not reserved:
+            return None
+        return lambda node: node.name not in reserved
+
+    def earliest_reservation(self, flavor: str) -> float | None:
+        times = [r.at for r in self.reservations if r.flavor == flavor]
+        return min(times) if times else None
+
+    def shape(self, job: PendingJob) -> tuple[int, int, int, int] | None:
+        """The gang's shape when it has one task and no topology (for the failed-shape memo)."""
+        if len(job.tasks) != 1 or job.topology is not None:
+            return None
+        task = job.tasks[0]
+        return (task.gpu, task.cpu_millis, task.memory, job.gang_size)
+
+    def known_not_to_fit(self, job: PendingJob, flavor: str) -> bool:
+        """A gang at least as large as one that already failed this cycle cannot fit either.
+
+        Within a cycle capacity only shrinks and reservations only grow, so a failure stays a
+        failure; the memo spares the placement search for most of a long queue.
+        """
+        shape = self.shape(job)
+        if shape is None:
+            return False
+        return any(
+            all(mine >= theirs for mine, theirs in zip(shape, failed, strict=True))
+            for failed in self.failed_shapes.get(flavor, ())
+        )
+
+    def remember_failure(self, job: PendingJob, flavor: str) -> None:
+        shape = self.shape(job)
+        if shape is None:
+            return
+        shapes = self.failed_shapes.setdefault(flavor, [])
+        if any(all(a >= b for a, b in zip(shape, s, strict=True)) for s in shapes):
+            return
+        shapes[:] = [s for s in shapes if not all(a >= b for a, b in zip(s, shape, strict=True))]
+        shapes.append(shape)
