@@ -8,7 +8,8 @@ Three grounds, each one-directional so that two jobs can never preempt each othe
 - fair share: in the cohort, a job of a borrowing queue whose tenant's standing is higher than
   the preemptor tenant's standing *after* admission.
 
-Victims are tried in the order that loses the least: lower priority first, borrowed before
+A job is also never a victim of the job it preempted last, whatever the ground. Victims are
+tried in the order that loses the least: lower priority first, borrowed before
 nominal, the least work since the last checkpoint, then the most recently started. A job
 inside its class's minRuntime is never a victim. Victims are taken greedily in that order until
 the job fits quota and placement together; if it never fits, nobody is preempted.
@@ -50,6 +51,8 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> list[tuple[Running
     for victim in cycle.running_by_flavor.get(flavor, ()):
         if victim.id in cycle.victims or victim.preempted_by is not None:
             continue
+        if victim.id == job.preempted_by:
+            continue
         if now < victim.protected_until:
             continue
         borrowing = cycle.quota.borrowed(victim.queue, flavor) > 0
@@ -82,6 +85,8 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     try:
         with overlay.transaction():  # every give below is undone on exit
             for victim, ground in ordered:
+                if ground != "priority" and cycle.quota.borrowed(victim.queue, flavor) <= 0:
+                    continue  # its queue gave back all it borrowed: the rest is its own
                 chosen.append((victim, ground))
                 for replica in victim.replicas:
                     overlay.give(replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory)

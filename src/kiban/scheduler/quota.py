@@ -1,9 +1,11 @@
 """Queue quotas per flavor, and borrowing within cohorts: who may use how many GPUs more.
 
-A queue may always use its nominal quota of a flavor. Beyond it, a queue in a cohort borrows
-what the other members leave unused, within its own ``borrowing_limit`` and each lender's
-``lending_limit`` (Kueue's model). The cohort's lendable GPUs are summed incrementally, so a
-check costs the same with 5 or 1,000 queues in a cohort.
+Kueue's model. Of its nominal quota of a flavor, a queue keeps ``nominal - lending_limit`` to
+itself (all of it without a cohort, none of it without a lending limit); the rest goes into its
+cohort's shared pool. A queue's use beyond its own part draws on the pool, and the pool's draws
+never exceed its size, so a lender's nominal quota is there for it once borrowers give it back
+(reclaim). A queue may exceed its nominal by at most its ``borrowing_limit``. The pool's totals
+are kept incrementally, so a check costs the same with 5 or 1,000 queues in a cohort.
 """
 
 from __future__ import annotations
@@ -29,37 +31,24 @@ FITS = QuotaVerdict(True)
 
 
 class QuotaBook:
-    """GPUs in use per (queue, flavor), with each cohort's lendable and borrowed totals."""
+    """GPUs in use per (queue, flavor), with each cohort's shared pool and what is drawn on it."""
 
     def __init__(self, queues: Iterable[QueueView]) -> None:
         self.queues = {q.name: q for q in queues}
         self._used: dict[tuple[str, str], int] = {}
         self._members: dict[str, list[str]] = {}
-        # Per (cohort, flavor): what members lend of their unused nominal, what they borrow.
-        self._lendable: dict[tuple[str, str], int] = {}
-        self._borrowed: dict[tuple[str, str], int] = {}
-        self._lendable_when_idle: dict[tuple[str, str], int] = {}
+        self._pool: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> shared GPUs
+        self._drawn: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> drawn on them
         for q in self.queues.values():
             for flavor, gpus in q.used.items():
                 self._used[(q.name, flavor)] = gpus
             if q.cohort is None:
                 continue
             self._members.setdefault(q.cohort, []).append(q.name)
-            for flavor in self._flavors_of(q):
+            for flavor in set(q.nominal or ()) | set(q.used):
                 key = (q.cohort, flavor)
-                self._lendable[key] = self._lendable.get(key, 0) + self.lendable(q.name, flavor)
-                self._borrowed[key] = self._borrowed.get(key, 0) + self.borrowed(q.name, flavor)
-                idle = self._lend_cap(q, flavor, q.nominal.get(flavor, 0) if q.nominal else 0)
-                self._lendable_when_idle[key] = self._lendable_when_idle.get(key, 0) + idle
-
-    @staticmethod
-    def _flavors_of(q: QueueView) -> set[str]:
-        return set(q.nominal or ()) | set(q.used)
-
-    @staticmethod
-    def _lend_cap(q: QueueView, flavor: str, unused: int) -> int:
-        limit = q.lending_limit.get(flavor)
-        return unused if limit is None else min(unused, limit)
+                self._pool[key] = self._pool.get(key, 0) + self.shared(q.name, flavor)
+                self._drawn[key] = self._drawn.get(key, 0) + self.draw(q.name, flavor)
 
     # -- reading ---------------------------------------------------------------------------------
     def used(self, queue: str, flavor: str) -> int:
@@ -70,27 +59,53 @@ class QuotaBook:
         q = self.queues.get(queue)
         return None if q is None or q.nominal is None else q.nominal.get(flavor, 0)
 
+    def shared(self, queue: str, flavor: str) -> int:
+        """The part of the queue's nominal quota that it puts into its cohort's pool."""
+        q = self.queues.get(queue)
+        nominal = self.nominal(queue, flavor)
+        if q is None or nominal is None or q.cohort is None:
+            return 0
+        limit = q.lending_limit.get(flavor)
+        return nominal if limit is None else min(limit, nominal)
+
+    def own(self, queue: str, flavor: str) -> int:
+        """The part of its nominal quota that only the queue itself may use."""
+        nominal = self.nominal(queue, flavor) or 0
+        return nominal - self.shared(queue, flavor)
+
+    def draw(self, queue: str, flavor: str, extra: int = 0) -> int:
+        """What the queue's use (plus ``extra``) takes from its cohort's pool."""
+        return max(self.used(queue, flavor) + extra - self.own(queue, flavor), 0)
+
     def borrowed(self, queue: str, flavor: str) -> int:
+        """GPUs the queue uses beyond its nominal quota."""
         nominal = self.nominal(queue, flavor)
         return 0 if nominal is None else max(self.used(queue, flavor) - nominal, 0)
 
-    def lendable(self, queue: str, flavor: str) -> int:
-        """What the queue lends its cohort now: its unused nominal, within its lending limit."""
-        nominal = self.nominal(queue, flavor)
-        if nominal is None:
+    def lent(self, queue: str, flavor: str) -> int:
+        """Of the queue's unused nominal quota, what others use now (its share of the draws)."""
+        q = self.queues.get(queue)
+        if q is None or q.cohort is None:
             return 0
-        q = self.queues[queue]
-        return self._lend_cap(q, flavor, max(nominal - self.used(queue, flavor), 0))
+        key = (q.cohort, flavor)
+        others_borrow = sum(
+            self.borrowed(m, flavor) for m in self._members.get(q.cohort, []) if m != queue
+        )
+        unused_shared = max(self.shared(queue, flavor) - self.draw(queue, flavor), 0)
+        pool_unused = self._pool.get(key, 0) - self._drawn.get(key, 0) + others_borrow
+        if pool_unused <= 0 or others_borrow == 0:
+            return 0
+        return min(unused_shared, others_borrow * unused_shared // pool_unused)
 
     def cohort_can_lend(self, queue: str, flavor: str) -> int:
-        """GPUs of a flavor the other members of the queue's cohort could lend it now."""
-        cohort = self.queues[queue].cohort
-        if cohort is None:
+        """GPUs of the pool the queue could use beyond its nominal quota now."""
+        q = self.queues.get(queue)
+        if q is None or q.cohort is None:
             return 0
-        key = (cohort, flavor)
-        lendable = self._lendable.get(key, 0) - self.lendable(queue, flavor)
-        borrowed = self._borrowed.get(key, 0) - self.borrowed(queue, flavor)
-        return max(lendable - borrowed, 0)
+        key = (q.cohort, flavor)
+        free = self._pool.get(key, 0) - self._drawn.get(key, 0)
+        own_unused = max(self.shared(queue, flavor) - self.draw(queue, flavor), 0)
+        return max(free - own_unused, 0)
 
     def members(self, cohort: str) -> list[str]:
         return self._members.get(cohort, [])
@@ -103,9 +118,7 @@ class QuotaBook:
             return None
         if q.cohort is None:
             return nominal
-        key = (q.cohort, flavor)
-        own = self._lend_cap(q, flavor, nominal)
-        others = self._lendable_when_idle.get(key, 0) - own
+        others = self._pool.get((q.cohort, flavor), 0) - self.shared(queue, flavor)
         limit = q.borrowing_limit.get(flavor)
         return nominal + (others if limit is None else min(limit, others))
 
@@ -117,15 +130,16 @@ class QuotaBook:
         if nominal is None or gpus == 0:
             return FITS
         used = self.used(queue, flavor)
-        if used + gpus <= nominal:
+        if used + gpus <= self.own(queue, flavor):
             return FITS
+        free = max(nominal - used, 0)
         details: dict[str, object] = {
             "queue": queue,
             "flavor": flavor,
             "needed_gpus": gpus,
             "nominal_gpus": nominal,
             "in_use_gpus": used,
-            "free_gpus": max(nominal - used, 0),
+            "free_gpus": free,
         }
         ceiling = self.ceiling(queue, flavor)
         assert ceiling is not None
@@ -140,7 +154,6 @@ class QuotaBook:
                     {**details, "ceiling_gpus": ceiling},
                 ),
             )
-        free = max(nominal - used, 0)
         if q.cohort is None:
             return QuotaVerdict(
                 False,
@@ -150,31 +163,42 @@ class QuotaBook:
                     details,
                 ),
             )
-        to_borrow = used + gpus - nominal - self.borrowed(queue, flavor)
         already = self.borrowed(queue, flavor)
+        borrow = max(used + gpus - nominal, 0)
         limit = q.borrowing_limit.get(flavor)
-        if limit is not None and already + to_borrow > limit:
+        if limit is not None and borrow > limit:
             return QuotaVerdict(
                 False,
                 reason=PendingReason(
                     ReasonCode.QUEUE_QUOTA_EXHAUSTED,
-                    f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of {nominal} "
-                    f"and borrows {already} of the {limit} it may borrow",
+                    f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of "
+                    f"{nominal} and borrows {already} of the {limit} it may borrow",
                     {**details, "borrowed_gpus": already, "borrowing_limit_gpus": limit},
                 ),
             )
-        can_lend = self.cohort_can_lend(queue, flavor)
-        if to_borrow > can_lend:
+        key = (q.cohort, flavor)
+        more = self.draw(queue, flavor, gpus) - self.draw(queue, flavor)
+        if self._drawn.get(key, 0) + more > self._pool.get(key, 0):
+            can_lend = self.cohort_can_lend(queue, flavor)
+            if used + gpus <= nominal:
+                message = (
+                    f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of "
+                    f"{nominal}, lent to other queues of cohort {q.cohort} until they give it back"
+                )
+            else:
+                message = (
+                    f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of "
+                    f"{nominal} and cohort {q.cohort} can lend {can_lend}"
+                )
             return QuotaVerdict(
                 False,
                 reason=PendingReason(
                     ReasonCode.COHORT_EXHAUSTED,
-                    f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of {nominal} "
-                    f"and cohort {q.cohort} can lend {can_lend}",
+                    message,
                     {**details, "cohort": q.cohort, "cohort_can_lend_gpus": can_lend},
                 ),
             )
-        return QuotaVerdict(True, borrowed=to_borrow)
+        return QuotaVerdict(True, borrowed=borrow - already)
 
     # -- changing --------------------------------------------------------------------------------
     def take(self, queue: str, flavor: str, gpus: int) -> None:
@@ -187,10 +211,9 @@ class QuotaBook:
         q = self.queues.get(queue)
         if q is None or delta == 0:
             return
-        before = (self.lendable(queue, flavor), self.borrowed(queue, flavor))
+        before = self.draw(queue, flavor)
         self._used[(queue, flavor)] = self.used(queue, flavor) + delta
         if q.cohort is None:
             return
         key = (q.cohort, flavor)
-        self._lendable[key] = self._lendable.get(key, 0) + self.lendable(queue, flavor) - before[0]
-        self._borrowed[key] = self._borrowed.get(key, 0) + self.borrowed(queue, flavor) - before[1]
+        self._drawn[key] = self._drawn.get(key, 0) + self.draw(queue, flavor) - before

@@ -134,6 +134,7 @@ class PendingJob:
     max_runtime: float | None = None
     topology: TopologyRequest | None = None
     preempts: bool = False
+    preempted_by: str | None = None  # the job that preempted it last, which it may not preempt
 
     @property
     def total_replicas(self) -> int:

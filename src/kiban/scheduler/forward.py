@@ -1,0 +1,163 @@
+"""The core run forward in simulated time: applying decisions, and start-time forecasts.
+
+``advance`` applies one cycle's decisions to a snapshot (admitted jobs start, preempted ones
+return to their queues at once) and ``forecast`` repeats cycle, then jump to the next time a
+running job reaches its ``maxRuntime``, until every pending job has started or nothing more
+can happen (Slurm's ``squeue --start`` does the same over its job time limits). The forecast
+assumes no new submissions, no preemption and that every job runs its whole maxRuntime; a job
+behind one with no maxRuntime gets no estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from kiban.scheduler.core import schedule
+from kiban.scheduler.decisions import Admit, Decisions
+from kiban.scheduler.policy import Policy
+from kiban.scheduler.snapshot import (
+    PendingJob,
+    RunningJob,
+    RunningReplica,
+    Snapshot,
+    TaskDemand,
+)
+
+
+def advance(snapshot: Snapshot, decisions: Decisions, protect_s: float = 0.0) -> Snapshot:
+    """The snapshot after the decisions take effect (preempted jobs stop at once)."""
+    victims = {p.victim_id for p in decisions.preempted}
+    pending = {j.id: j for j in snapshot.pending}
+    started = [
+        _as_running(pending.pop(a.job_id), a, snapshot, protect_s) for a in decisions.admitted
+    ]
+    preemptor = {p.victim_id: p.preemptor_id for p in decisions.preempted}
+    stopped = [r for r in snapshot.running if r.id in victims]
+    still = [r for r in snapshot.running if r.id not in victims]
+    requeued = [_as_pending(r, preemptor[r.id]) for r in stopped]
+    return _changed(
+        snapshot,
+        running=[*still, *started],
+        pending=[*pending.values(), *requeued],
+        started=started,
+        stopped=stopped,
+    )
+
+
+def finish(snapshot: Snapshot, job_ids: set[str], now: float) -> Snapshot:
+    """The snapshot at ``now`` after the named running jobs ended."""
+    ended = [r for r in snapshot.running if r.id in job_ids]
+    kept = [r for r in snapshot.running if r.id not in job_ids]
+    after = _changed(snapshot, kept, list(snapshot.pending), started=[], stopped=ended)
+    return replace(after, now=now)
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Estimated start time per pending job (None: no estimate within the horizon)."""
+
+    starts: Mapping[str, float | None]
+    cycles: int
+
+
+def forecast(
+    snapshot: Snapshot, policy: Policy, horizon_s: float = 30 * 86400, max_cycles: int = 200
+) -> Forecast:
+    """Run the core forward over the running jobs' maxRuntimes to estimate start times."""
+    what_if = replace(policy, preemption=False)
+    starts: dict[str, float | None] = {j.id: None for j in snapshot.pending}
+    state = snapshot
+    cycles = 0
+    while state.pending and cycles < max_cycles:
+        decisions = schedule(state, what_if)
+        cycles += 1
+        for admit in decisions.admitted:
+            starts[admit.job_id] = state.now
+        state = advance(state, decisions)
+        ends = [r.expected_end for r in state.running if r.expected_end is not None]
+        upcoming = [e for e in ends if e > state.now]
+        if not state.pending or not ends:
+            break
+        at = min(upcoming) if upcoming else state.now
+        if at > snapshot.now + horizon_s:
+            break
+        ended = {r.id for r in state.running if r.expected_end is not None and r.expected_end <= at}
+        state = finish(state, ended, at)
+    return Forecast(starts, cycles)
+
+
+# -- rebuilding snapshots ------------------------------------------------------------------------
+def _as_running(job: PendingJob, admit: Admit, snapshot: Snapshot, protect_s: float) -> RunningJob:
+    return RunningJob(
+        id=job.id,
+        queue=job.queue,
+        tenant=job.tenant,
+        priority=job.priority,
+        submitted_at=job.submitted_at,
+        started_at=snapshot.now,
+        replicas=tuple(
+            RunningReplica(p.node, p.gpu_ids, p.cpu_millis, p.memory) for p in admit.placements
+        ),
+        flavor_gpus={admit.flavor: sum(len(p.gpu_ids) for p in admit.placements)},
+        max_runtime=job.max_runtime,
+        protected_until=snapshot.now + protect_s,
+    )
+
+
+def _as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
+    """A preempted job back in its queue, keeping its submit time; its shape from its replicas."""
+    tasks = tuple(
+        TaskDemand(f"r{i}", 1, len(r.gpu_ids), r.cpu_millis, r.memory)
+        for i, r in enumerate(job.replicas)
+    )
+    return PendingJob(
+        id=job.id,
+        queue=job.queue,
+        priority=job.priority,
+        submitted_at=job.submitted_at,
+        tasks=tasks,
+        gang_size=len(tasks),
+        tenant=job.tenant,
+        max_runtime=job.max_runtime,
+        preempted_by=preempted_by,
+    )
+
+
+def _changed(
+    snapshot: Snapshot,
+    running: list[RunningJob],
+    pending: list[PendingJob],
+    started: list[RunningJob],
+    stopped: list[RunningJob],
+) -> Snapshot:
+    """Nodes' free capacity and queues' usage adjusted for the jobs started and stopped."""
+    gpu_ids = {n.name: set(n.free_gpu_ids) for n in snapshot.nodes}
+    cpu = {n.name: n.free_cpu_millis for n in snapshot.nodes}
+    memory = {n.name: n.free_memory for n in snapshot.nodes}
+    used = {q.name: dict(q.used) for q in snapshot.queues}
+    for jobs, sign in ((started, -1), (stopped, 1)):
+        for job in jobs:
+            for r in job.replicas:
+                if sign < 0:
+                    gpu_ids[r.node].difference_update(r.gpu_ids)
+                else:
+                    gpu_ids[r.node].update(r.gpu_ids)
+                cpu[r.node] += sign * r.cpu_millis
+                memory[r.node] += sign * r.memory
+            per_flavor = used.setdefault(job.queue, {})
+            for flavor, gpus in job.flavor_gpus.items():
+                per_flavor[flavor] = per_flavor.get(flavor, 0) - sign * gpus
+    nodes = tuple(
+        replace(
+            n,
+            free_gpu_ids=tuple(sorted(gpu_ids[n.name])),
+            free_cpu_millis=cpu[n.name],
+            free_memory=memory[n.name],
+        )
+        for n in snapshot.nodes
+    )
+    queues = tuple(replace(q, used=used[q.name]) for q in snapshot.queues)
+    return replace(
+        snapshot, nodes=nodes, queues=queues, running=tuple(running), pending=tuple(pending)
+    )
