@@ -1,0 +1,41 @@
+"""Fair-share usage: resource-seconds with exponential decay, and the standing derived from it.
+
+A tenant's usage ``U`` decays with half-life ``H`` and grows by what it holds: holding a
+weighted rate ``r`` (e.g. GPUs x weight) for ``dt`` seconds turns ``U`` into
+``U * d + r * H / ln 2 * (1 - d)`` with ``d = 2 ** (-dt / H)``, the exact integral of the
+decayed rate, so updating every second or once an hour gives the same number. A tenant that
+holds ``r`` for ever tends to ``r * H / ln 2``. This is Slurm's decayed usage (its
+``PriorityDecayHalfLife``), kept per tenant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+LN2 = math.log(2.0)
+
+
+def decay(usage: float, dt: float, half_life_s: float) -> float:
+    """Usage after ``dt`` seconds of decay alone."""
+    if dt <= 0:
+        return usage
+    return usage * math.exp(-LN2 * dt / half_life_s)
+
+
+def accrue(usage: float, rate: float, dt: float, half_life_s: float) -> float:
+    """Usage after holding ``rate`` (weighted resources) for ``dt`` seconds, decay included."""
+    if dt <= 0:
+        return usage
+    d = math.exp(-LN2 * dt / half_life_s)
+    return usage * d + rate * half_life_s / LN2 * (1.0 - d)
+
+
+def weighted_rate(held: Mapping[str, float], weights: Mapping[str, float]) -> float:
+    """Resources held now (``gpu``, ``cpu`` in cores, ``memory`` in GiB) times their weights."""
+    return sum(amount * weights.get(resource, 0.0) for resource, amount in held.items())
+
+
+def standing(usage: float, weight: float) -> float:
+    """A tenant's fair-share standing: usage per unit of weight; lower goes first."""
+    return usage / weight if weight > 0 else math.inf
