@@ -1,16 +1,20 @@
 """The control loop: settle running jobs from what the executor observes, then schedule.
 
 Each pass:
-1. Observe the replicas of running and stopping jobs; record exits; finish, fail, restart or
-   stop jobs accordingly (grace period, then force).
-2. Take a snapshot of the store and run the pure scheduler core on it.
-3. Apply its decisions: launch admitted gangs through the executor; record every waiting job's
-   reason and queue position.
+1. Observe the replicas of running and stopping jobs; record exits and checkpoints; finish,
+   fail, restart, requeue or stop jobs accordingly (grace period, then force).
+2. Take a snapshot of the store; add the usage held since the last pass to each tenant's
+   decayed usage; requeue jobs on nodes found unhealthy.
+3. Run the pure scheduler core on the snapshot, and now and then the same core forward in
+   simulated time for start-time forecasts.
+4. Apply its decisions: stop preempted jobs (they return to their queues), launch admitted
+   gangs through the executor; record every waiting job's reason, positions and forecast.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 
@@ -18,16 +22,20 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
+from kiban.control.scheduling_policy import DEFAULT_SCHEDULING, SchedulingPolicy
 from kiban.control.snapshot_builder import RecordedWait, SpecCache, build_snapshot
 from kiban.domain.states import JobState, ReplicaState
+from kiban.domain.usage import accrue, weighted_rate
 from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRef
 from kiban.scheduler.core import schedule
-from kiban.scheduler.decisions import Admit, ReplicaPlacement, Wait
+from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement, Wait
+from kiban.scheduler.forward import forecast
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
+from kiban.scheduler.snapshot import RunningJob, Snapshot
 from kiban.services import events
 from kiban.services.transitions import transition
-from kiban.store.models import Job, Replica
+from kiban.store.models import Job, Node, Replica, TenantUsage
 
 log = logging.getLogger("kiban.control")
 
@@ -82,6 +90,10 @@ class ControlLoop:
         self._last_pass_wanted = False
         self.window = SCHEDULING_WINDOW  # pending jobs per queue that a pass considers
         self._last_schedule = float("-inf")
+        self.scheduling: SchedulingPolicy = DEFAULT_SCHEDULING
+        self.forecast_every_s = 5.0
+        self._last_forecast = float("-inf")
+        self._etas: dict[str, float | None] = {}
         # (job, attempt) whose replicas were asked to stop; after a restart they are asked again.
         self._signalled: set[tuple[str, int]] = set()
 
@@ -233,6 +245,7 @@ class ControlLoop:
 
         spec = self.specs.get(job)
         if job.state == JobState.RUNNING.value:
+            self._note_checkpoint(job)
             if failed:
                 message = failed[0][1]
                 retry = spec.restart_policy == "OnFailure" and job.attempt <= spec.backoff_limit
@@ -294,6 +307,12 @@ class ControlLoop:
             if not running:
                 self._finish_stop(session, job, replicas, now)
 
+    def _note_checkpoint(self, job: Job) -> None:
+        """A file written in the job's checkpoint directory counts as a checkpoint."""
+        newest = newest_mtime(self.executor.checkpoint_dir(job.id))
+        if newest is not None and (job.last_checkpoint_at or 0.0) < newest:
+            job.last_checkpoint_at = newest
+
     def _begin_stop(
         self,
         session: Session,
@@ -311,7 +330,11 @@ class ControlLoop:
         for replica in running:
             self.executor.stop(replica_ref(replica), force=False)
         self._signalled.add((job.id, job.attempt))
-        suffix = {"restart": "; restarting", "fail": "", "deadline": ""}.get(intent, "")
+        suffix = {
+            "restart": "; restarting",
+            "preempt": "; it returns to its queue",
+            "requeue": "; it returns to its queue",
+        }.get(intent, "")
         transition(
             session,
             job,
@@ -343,6 +366,22 @@ class ControlLoop:
                 message="all replicas stopped",
                 at=now,
             )
+        elif intent in ("preempt", "requeue"):
+            # Back in its queue with its original submit time; the next attempt starts anew.
+            job.attempt += 1
+            transition(
+                session,
+                job,
+                JobState.PENDING,
+                reason="Requeued",
+                message=(
+                    f"preempted by job {job.preempted_by}; waits in queue {job.queue} again"
+                    if intent == "preempt"
+                    else f"its node became unhealthy; waits in queue {job.queue} again"
+                ),
+                at=now,
+            )
+            return
         elif intent == "restart":
             placements = tuple(
                 ReplicaPlacement(
@@ -370,19 +409,104 @@ class ControlLoop:
     def schedule(self, now: float) -> None:
         recorded: dict[str, RecordedWait] = {}
         with self.sessions() as session:
-            snapshot = build_snapshot(session, self.specs, now, recorded, self.window)
+            snapshot = build_snapshot(
+                session, self.specs, now, recorded, self.window, self.scheduling
+            )
         self._last_schedule = now
+        self._accrue_usage(snapshot.running, now)
+        self._requeue_from_unhealthy_nodes(snapshot.running, now)
         if not snapshot.pending:
             return
         decisions = schedule(snapshot, self.policy)
+        for preempt in decisions.preempted:
+            self._preempt(preempt, now)
         for admit in decisions.admitted:
             self._admit(admit, now)
-        changed = [w for w in decisions.waiting if self._wait_changed(w, recorded.get(w.job_id))]
+        self._refresh_forecast(snapshot, now)
+        changed = [
+            w
+            for w in decisions.waiting
+            if self._wait_changed(w, recorded.get(w.job_id), self._etas.get(w.job_id))
+        ]
         if changed:
             with self.sessions() as session:
                 for wait in changed:
                     self._record_wait(session, wait, recorded.get(wait.job_id), now)
                 session.commit()
+
+    def _refresh_forecast(self, snapshot: Snapshot, now: float) -> None:
+        """Start-time estimates, from the core run forward; at most every few seconds."""
+        if now - self._last_forecast < self.forecast_every_s:
+            return
+        self._last_forecast = now
+        self._etas = dict(forecast(snapshot, self.policy, max_cycles=50).starts)
+
+    def _accrue_usage(self, running: tuple[RunningJob, ...], now: float) -> None:
+        """Add what each tenant held since its last update to its decayed usage."""
+        held: dict[str, dict[str, float]] = {}
+        for job in running:
+            mine = held.setdefault(job.tenant, {"gpu": 0.0, "cpu": 0.0, "memory": 0.0})
+            for r in job.replicas:
+                mine["gpu"] += len(r.gpu_ids)
+                mine["cpu"] += r.cpu_millis / 1000
+                mine["memory"] += r.memory / 2**30
+        policy = self.scheduling
+        with self.sessions() as session:
+            rows = {row.tenant: row for row in session.scalars(select(TenantUsage))}
+            for tenant in sorted(set(rows) | set(held)):
+                rate = weighted_rate(held.get(tenant, {}), policy.resource_weights)
+                row = rows.get(tenant)
+                if row is None:
+                    session.add(TenantUsage(tenant=tenant, usage=0.0, updated_at=now))
+                    continue
+                row.usage = accrue(row.usage, rate, now - row.updated_at, policy.half_life_s)
+                row.updated_at = now
+            session.commit()
+
+    def _requeue_from_unhealthy_nodes(self, running: tuple[RunningJob, ...], now: float) -> None:
+        """Jobs with a replica on a node found unhealthy stop and return to their queues."""
+        with self.sessions() as session:
+            bad = set(session.scalars(select(Node.name).where(Node.healthy.is_(False))))
+        if not bad:
+            return
+        for job in running:
+            if job.stopping or not any(r.node in bad for r in job.replicas):
+                continue
+            nodes = sorted({r.node for r in job.replicas if r.node in bad})
+            self._stop_for(job.id, "requeue", "NodeUnhealthy", f"node(s) unhealthy: {nodes}", now)
+
+    def _preempt(self, preempt: Preempt, now: float) -> None:
+        self._stop_for(
+            preempt.victim_id,
+            "preempt",
+            "Preempted",
+            preempt.reason.message,
+            now,
+            preemptor=preempt.preemptor_id,
+        )
+
+    def _stop_for(
+        self,
+        job_id: str,
+        intent: str,
+        reason: str,
+        message: str,
+        now: float,
+        preemptor: str | None = None,
+    ) -> None:
+        with self.sessions() as session:
+            job = session.get(Job, job_id, with_for_update=True)
+            if job is None or job.state not in (JobState.RUNNING.value, JobState.ADMITTED.value):
+                return
+            if preemptor is not None:
+                job.preempted_by = preemptor
+            running = [
+                r
+                for r in self._active_replicas(session, job)
+                if r.state == ReplicaState.RUNNING.value
+            ]
+            self._begin_stop(session, job, running, intent, reason=reason, message=message, now=now)
+            session.commit()
 
     def _admit(self, admit: Admit, now: float) -> None:
         with self.sessions() as session:
@@ -393,11 +517,17 @@ class ControlLoop:
             session.commit()
 
     @staticmethod
-    def _wait_changed(wait: Wait, before: RecordedWait | None) -> bool:
+    def _wait_changed(wait: Wait, before: RecordedWait | None, eta: float | None) -> bool:
         if before is None:
             return True
-        now = (wait.reason.code.value, wait.reason.message, wait.queue_position)
-        return now != (before.code, before.message, before.position)
+        now = (
+            wait.reason.code.value,
+            wait.reason.message,
+            wait.queue_position,
+            wait.cluster_position,
+            _rounded(eta),
+        )
+        return now != (before.code, before.message, before.position, before.cluster, before.eta)
 
     def _record_wait(
         self, session: Session, wait: Wait, before: RecordedWait | None, now: float
@@ -412,6 +542,8 @@ class ControlLoop:
                 reason_message=reason.message,
                 reason_details=reason.details,
                 queue_position=wait.queue_position or None,
+                cluster_position=wait.cluster_position or None,
+                eta=_rounded(self._etas.get(wait.job_id)),
             )
         )
         if getattr(updated, "rowcount", 1) == 0 or before is None:
@@ -512,3 +644,22 @@ class ControlLoop:
             at=self.clock.now(),
         )
         session.commit()
+
+
+def _rounded(eta: float | None) -> float | None:
+    """Forecasts to the second, so that noise does not rewrite every waiting job."""
+    return None if eta is None else float(round(eta))
+
+
+def newest_mtime(directory: str) -> float | None:
+    """The newest modification time of the files directly in ``directory`` (None: none)."""
+    newest: float | None = None
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                    newest = mtime if newest is None else max(newest, mtime)
+    except OSError:
+        return None
+    return newest

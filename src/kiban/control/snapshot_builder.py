@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -10,19 +10,24 @@ from typing import Any
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
+from kiban.control.scheduling_policy import DEFAULT_SCHEDULING, SchedulingPolicy
 from kiban.domain.jobspec import JobSpec
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
+from kiban.domain.usage import decay, standing
 from kiban.scheduler.snapshot import (
     DEFAULT_FLAVOR,
     PendingJob,
     QueueStrategy,
     QueueView,
+    RunningJob,
+    RunningReplica,
     Snapshot,
     TaskDemand,
+    TopologyRequest,
     node_view,
 )
-from kiban.store.models import Job, Node, Queue, Replica
+from kiban.store.models import Job, Node, Queue, Replica, TenantUsage
 
 
 class SpecCache:
@@ -47,6 +52,16 @@ class SpecCache:
     def forget(self, job_id: str) -> None:
         self._specs.pop(job_id, None)
 
+    def load_missing(self, session: Session, job_ids: Iterable[str]) -> None:
+        """Parse the specs of the jobs not cached yet, reading their documents in chunks."""
+        unparsed = [job_id for job_id in job_ids if job_id not in self._specs]
+        for start in range(0, len(unparsed), 500):
+            chunk = unparsed[start : start + 500]
+            for job_id, document in session.execute(
+                select(Job.id, Job.spec).where(Job.id.in_(chunk))
+            ).all():
+                self.get_by_id(job_id, partial(dict, document))
+
 
 @dataclass(frozen=True, slots=True)
 class RecordedWait:
@@ -56,6 +71,8 @@ class RecordedWait:
     code: str | None
     message: str | None
     position: int | None
+    cluster: int | None = None
+    eta: float | None = None
 
 
 def demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
@@ -65,36 +82,43 @@ def demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
     )
 
 
+def nominal_of(row: Queue) -> dict[str, int] | None:
+    """The queue's nominal GPUs per flavor (None: no quota)."""
+    return None if row.gpu_quota is None else {DEFAULT_FLAVOR: row.gpu_quota}
+
+
 def build_snapshot(
     session: Session,
     specs: SpecCache,
     now: float,
     recorded: dict[str, RecordedWait] | None = None,
     window: int = 256,
+    policy: SchedulingPolicy = DEFAULT_SCHEDULING,
 ) -> Snapshot:
-    """Nodes with what is free on them, queues with GPUs in use, and the pending jobs.
+    """Nodes with what is free on them, queues with what they use, running and pending jobs.
 
     Only the first ``window`` pending jobs of each queue are in the snapshot; the others have no
     recorded reason, and readers say they wait in the queue's backlog (``awaiting_pass``).
     """
+    node_rows = list(session.scalars(select(Node).order_by(Node.name)))
+    flavor_of = {row.name: policy.flavor_of(row.labels or {}) for row in node_rows}
+    running = _running_jobs(session, specs, policy, flavor_of, now)
+
     used_gpus: dict[str, set[int]] = {}
     used_cpu: dict[str, int] = {}
     used_memory: dict[str, int] = {}
-    queue_gpus: dict[str, int] = {}
-    active = session.execute(
-        select(Replica.node, Replica.gpu_ids, Replica.cpu_millis, Replica.memory, Job.queue)
-        .join(Job, Job.id == Replica.job_id)
-        .where(Replica.active.is_(True))
-    ).all()
-    for node, gpu_ids, cpu, memory, queue in active:
-        used_gpus.setdefault(node, set()).update(gpu_ids or [])
-        used_cpu[node] = used_cpu.get(node, 0) + cpu
-        used_memory[node] = used_memory.get(node, 0) + memory
-        queue_gpus[queue] = queue_gpus.get(queue, 0) + len(gpu_ids or [])
+    queue_used: dict[str, dict[str, int]] = {}
+    for job in running:
+        for r in job.replicas:
+            used_gpus.setdefault(r.node, set()).update(r.gpu_ids)
+            used_cpu[r.node] = used_cpu.get(r.node, 0) + r.cpu_millis
+            used_memory[r.node] = used_memory.get(r.node, 0) + r.memory
+        per_flavor = queue_used.setdefault(job.queue, {})
+        for flavor, gpus in job.flavor_gpus.items():
+            per_flavor[flavor] = per_flavor.get(flavor, 0) + gpus
 
     nodes = []
-    for row in session.scalars(select(Node).order_by(Node.name)):
-        taken = used_gpus.get(row.name, set())
+    for row in node_rows:
         reason = "" if row.healthy else (row.health_message or "unhealthy")
         if row.cordoned:
             reason = "cordoned"
@@ -104,24 +128,133 @@ def build_snapshot(
                 gpus=row.gpus,
                 cpu_millis=row.cpu_millis,
                 memory=row.memory,
-                used_gpu_ids=taken,
+                used_gpu_ids=used_gpus.get(row.name, set()),
                 used_cpu_millis=used_cpu.get(row.name, 0),
                 used_memory=used_memory.get(row.name, 0),
                 labels=row.labels or {},
                 schedulable=row.healthy and not row.cordoned,
                 unschedulable_reason=reason,
+                flavor=flavor_of[row.name],
+                topology=policy.topology_path(row.labels or {}),
             )
         )
+    queue_rows = list(session.scalars(select(Queue).order_by(Queue.name)))
     queues = tuple(
         QueueView(
             name=q.name,
             tenant=q.tenant,
-            nominal=None if q.gpu_quota is None else {DEFAULT_FLAVOR: q.gpu_quota},
-            used={DEFAULT_FLAVOR: queue_gpus[q.name]} if q.name in queue_gpus else {},
+            nominal=nominal_of(q),
+            used=queue_used.get(q.name, {}),
             strategy=QueueStrategy(q.strategy),
         )
-        for q in session.scalars(select(Queue).order_by(Queue.name))
+        for q in queue_rows
     )
+    pending = _pending_jobs(session, specs, policy, queues, recorded, window)
+    return Snapshot(
+        now=now,
+        nodes=tuple(nodes),
+        queues=queues,
+        pending=pending,
+        running=running,
+        flavors=policy.flavor_views,
+        standings=standings(session, now, policy, queues),
+        topology_levels=policy.topology_levels,
+    )
+
+
+def standings(
+    session: Session, now: float, policy: SchedulingPolicy, queues: Iterable[QueueView]
+) -> dict[str, float]:
+    """Each tenant's decayed usage as of ``now`` per its weight (its queues' largest)."""
+    weights: dict[str, float] = {}
+    for q in queues:
+        weights[q.tenant] = max(weights.get(q.tenant, 0.0), q.weight)
+    result = {}
+    for row in session.scalars(select(TenantUsage)):
+        usage = decay(row.usage, now - row.updated_at, policy.half_life_s)
+        result[row.tenant] = standing(usage, weights.get(row.tenant, 1.0))
+    return result
+
+
+_HOLDING = (JobState.ADMITTED.value, JobState.RUNNING.value, JobState.STOPPING.value)
+
+
+def _running_jobs(
+    session: Session,
+    specs: SpecCache,
+    policy: SchedulingPolicy,
+    flavor_of: dict[str, str | None],
+    now: float,
+) -> tuple[RunningJob, ...]:
+    replicas: dict[str, list[RunningReplica]] = {}
+    for job_id, node, gpu_ids, cpu, memory in session.execute(
+        select(Replica.job_id, Replica.node, Replica.gpu_ids, Replica.cpu_millis, Replica.memory)
+        .where(Replica.active.is_(True))
+        .order_by(Replica.job_id, Replica.rank)
+    ).all():
+        replicas.setdefault(job_id, []).append(
+            RunningReplica(node, tuple(gpu_ids or ()), cpu, memory)
+        )
+    if not replicas:
+        return ()
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.queue,
+            Job.tenant,
+            Job.priority,
+            Job.submitted_at,
+            Job.started_at,
+            Job.admitted_at,
+            Job.state,
+            Job.stop_intent,
+            Job.preempted_by,
+            Job.last_checkpoint_at,
+        ).where(Job.state.in_(_HOLDING))
+    ).all()
+    specs.load_missing(session, [r.id for r in rows if r.id in replicas])
+    result = []
+    for row in rows:
+        held = replicas.get(row.id)
+        if not held:
+            continue
+        spec = specs.get_by_id(row.id, dict)
+        started = row.started_at or row.admitted_at or now
+        klass = spec.priority_class or policy.default_class
+        flavor_gpus: dict[str, int] = {}
+        for r in held:
+            flavor = flavor_of.get(r.node)
+            if flavor is not None:
+                flavor_gpus[flavor] = flavor_gpus.get(flavor, 0) + len(r.gpu_ids)
+        stopping = row.state == JobState.STOPPING.value
+        result.append(
+            RunningJob(
+                id=row.id,
+                queue=row.queue,
+                tenant=row.tenant,
+                priority=row.priority,
+                submitted_at=row.submitted_at,
+                started_at=started,
+                replicas=tuple(held),
+                flavor_gpus=flavor_gpus,
+                max_runtime=spec.max_runtime,
+                last_progress_at=row.last_checkpoint_at,
+                protected_until=started + policy.min_runtime_s.get(klass, 0.0),
+                preempted_by=row.preempted_by if stopping else None,
+                stopping=stopping,
+            )
+        )
+    return tuple(result)
+
+
+def _pending_jobs(
+    session: Session,
+    specs: SpecCache,
+    policy: SchedulingPolicy,
+    queues: tuple[QueueView, ...],
+    recorded: dict[str, RecordedWait] | None,
+    window: int,
+) -> tuple[PendingJob, ...]:
     # The first ``window`` pending jobs of each queue, in the core's order (priority, then
     # submit time), read through the partial index on pending jobs: a pass costs the same with
     # 10 or 10,000 jobs waiting.
@@ -134,40 +267,51 @@ def build_snapshot(
         Job.reason_code,
         Job.reason_message,
         Job.queue_position,
+        Job.preempted_by,
+        Job.cluster_position,
+        Job.eta,
     )
-    pending_rows: list[Row[str, str, int, float, str, str | None, str | None, int | None]] = []
+    rows: list[Row[Any]] = []
     for queue in queues:
-        pending_rows.extend(
-            session.execute(
+        rows.extend(
+            session.execute(  # type: ignore[arg-type]
                 select(*columns)
                 .where(Job.state == JobState.PENDING.value, Job.queue == queue.name)
                 .order_by(Job.priority.desc(), Job.submitted_at, Job.id)
                 .limit(window)
             ).all()
         )
-    unparsed = [r.id for r in pending_rows if not specs.known(r.id)]
-    documents: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(unparsed), 500):
-        chunk = unparsed[start : start + 500]
-        for job_id, document in session.execute(
-            select(Job.id, Job.spec).where(Job.id.in_(chunk))
-        ).all():
-            documents[job_id] = document
+    specs.load_missing(session, [r.id for r in rows])
     pending = []
-    for job_row in pending_rows:
-        spec = specs.get_by_id(job_row.id, partial(documents.__getitem__, job_row.id))
+    for row in rows:
+        spec = specs.get_by_id(row.id, dict)
+        topology = None
+        asked = getattr(spec, "topology", None)  # the policy change adds it to job specs
+        if asked is not None:
+            topology = TopologyRequest(asked.level, asked.mode == "required")
+        klass = spec.priority_class or policy.default_class
         pending.append(
             PendingJob(
-                id=job_row.id,
-                queue=job_row.queue,
-                priority=job_row.priority,
-                submitted_at=job_row.submitted_at,
+                id=row.id,
+                queue=row.queue,
+                priority=row.priority,
+                submitted_at=row.submitted_at,
                 tasks=demands(spec),
                 gang_size=spec.gang_size,
+                tenant=row.tenant,
+                max_runtime=spec.max_runtime,
+                topology=topology,
+                preempts=klass in policy.preempting_classes,
+                preempted_by=row.preempted_by,
             )
         )
         if recorded is not None:
-            recorded[job_row.id] = RecordedWait(
-                job_row.tenant, job_row.reason_code, job_row.reason_message, job_row.queue_position
+            recorded[row.id] = RecordedWait(
+                row.tenant,
+                row.reason_code,
+                row.reason_message,
+                row.queue_position,
+                row.cluster_position,
+                row.eta,
             )
-    return Snapshot(now=now, nodes=tuple(nodes), queues=queues, pending=tuple(pending))
+    return tuple(pending)

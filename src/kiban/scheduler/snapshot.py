@@ -177,6 +177,7 @@ class RunningJob:
     last_progress_at: float | None = None
     protected_until: float = 0.0
     preempted_by: str | None = None  # being stopped to make room for this pending job
+    stopping: bool = False  # being stopped (cancel, failure, preemption): never a victim
 
     @property
     def gpus(self) -> int:

@@ -34,6 +34,16 @@ class Tenant(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+class TenantUsage(Base):
+    """A tenant's decayed usage (weighted resource-seconds) as of ``updated_at``."""
+
+    __tablename__ = "tenant_usage"
+
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"), primary_key=True)
+    usage: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 class ApiToken(Base):
     """A bearer token, stored as its SHA-256; admin tokens have no tenant."""
 
@@ -100,6 +110,11 @@ class Job(Base):
     reason_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The job that preempted it: while it stops, and afterwards (it may not preempt that one).
+    preempted_by: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    eta: Mapped[float | None] = mapped_column(Float, nullable=True)  # forecast start time
+    cluster_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),

@@ -52,6 +52,7 @@ class FakeExecutor:
         self.fail_next_launch: str | None = None
         self._next_pid = 1000
         self._next_port = 30000
+        self.checkpoints_root = "/checkpoints"  # point it at a real directory to test checkpoints
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
@@ -60,7 +61,7 @@ class FakeExecutor:
         self._nodes = list(nodes)
 
     def checkpoint_dir(self, job_id: str) -> str:
-        return f"/checkpoints/{job_id}"
+        return f"{self.checkpoints_root}/{job_id}"
 
     def pick_master_port(self) -> int:
         self._next_port += 1

@@ -1,0 +1,120 @@
+"""The loop applies the scheduler's policy decisions: preemption and requeue, checkpoints,
+decayed usage, unhealthy nodes, and start-time forecasts (fake executor, manual clock)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from loop_support import events, get, manifest, state, submit
+from sqlalchemy import select
+
+from kiban.platform import Platform
+from kiban.store.models import Node, Replica, TenantUsage
+from kiban.testing import FakeExecutor, ManualClock
+
+
+def run_passes(platform: Platform, clock: ManualClock, count: int = 1) -> None:
+    for _ in range(count):
+        clock.advance(1)
+        platform.loop.run_once()
+
+
+def test_high_priority_preempts_and_the_victim_returns_keeping_its_submit_time(
+    platform: Platform, clock: ManualClock
+) -> None:
+    low = submit(platform, manifest("low", replicas=3, gpu=2, priorityClass="low"))
+    run_passes(platform, clock)
+    assert state(platform, low) == "Running"
+    submitted = get(platform, low).submitted_at
+
+    high = submit(platform, manifest("high", replicas=1, gpu=2, priorityClass="high"))
+    run_passes(platform, clock)
+    assert state(platform, low) == "Stopping"
+    assert get(platform, high).reason_code == "WaitingForPreemption"
+    run_passes(platform, clock, 2)
+
+    assert state(platform, high) == "Running"
+    victim = get(platform, low)
+    assert (victim.state, victim.preempted_by, victim.submitted_at) == (
+        "Pending",
+        high,
+        submitted,
+    )
+    reasons = [reason for reason, _ in events(platform, low)]
+    assert "Preempted" in reasons and "Requeued" in reasons
+    preempted = next(message for reason, message in events(platform, low) if reason == "Preempted")
+    assert high in preempted
+
+
+def test_the_victim_with_the_freshest_checkpoint_goes_first(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock, tmp_path: Path
+) -> None:
+    executor.checkpoints_root = str(tmp_path / "ckpt")
+    ids = [
+        submit(platform, manifest(f"low-{i}", replicas=1, gpu=2, priorityClass="low"))
+        for i in range(3)
+    ]
+    run_passes(platform, clock)
+    assert [state(platform, j) for j in ids] == ["Running"] * 3
+    # An hour later low-1 writes a checkpoint: preempting it loses the least work.
+    clock.advance(3600)
+    directory = tmp_path / "ckpt" / ids[1]
+    directory.mkdir(parents=True)
+    (directory / "step-100.pt").write_bytes(b"weights")
+    os.utime(directory / "step-100.pt", (clock.now() - 1, clock.now() - 1))
+    run_passes(platform, clock)
+    assert get(platform, ids[1]).last_checkpoint_at == clock.now() - 2
+
+    submit(platform, manifest("urgent", replicas=1, gpu=2, priorityClass="high"))
+    run_passes(platform, clock)
+    assert [state(platform, j) for j in ids] == ["Running", "Stopping", "Running"]
+
+
+def test_usage_accrues_with_decay_and_is_kept_in_the_store(
+    platform: Platform, clock: ManualClock
+) -> None:
+    submit(platform, manifest("train", replicas=2, gpu=2))
+    run_passes(platform, clock)
+    run_passes(platform, clock)  # the first pass with it running starts its usage row
+    clock.advance(100)
+    platform.loop.run_once()
+    with platform.sessions() as session:
+        (row,) = session.scalars(select(TenantUsage)).all()
+    # 4 GPUs for the 100 s since its row started, a week's half-life: just under 400.
+    assert row.tenant == "default"
+    assert row.usage == pytest.approx(400 * (1 - 100 / 7 / 86400 * 0.3466), rel=1e-4)
+
+
+def test_jobs_on_a_node_that_turns_unhealthy_return_to_their_queue(
+    platform: Platform, clock: ManualClock
+) -> None:
+    job_id = submit(platform, manifest("train", replicas=1, gpu=2))
+    run_passes(platform, clock)
+    with platform.sessions() as session:
+        node_name = session.scalars(select(Replica.node).where(Replica.job_id == job_id)).one()
+        node = session.get(Node, node_name)
+        assert node is not None
+        node.healthy = False
+        node.health_message = "XID 79: GPU fell off the bus"
+        session.commit()
+    run_passes(platform, clock, 3)
+    job = get(platform, job_id)
+    assert job.state == "Running" and job.attempt == 2
+    reasons = [reason for reason, _ in events(platform, job_id)]
+    assert "NodeUnhealthy" in reasons and "Requeued" in reasons
+
+
+def test_a_waiting_job_gets_a_start_time_forecast(platform: Platform, clock: ManualClock) -> None:
+    first = submit(platform, manifest("first", replicas=3, gpu=2, maxRuntime="10m"))
+    run_passes(platform, clock)
+    started = get(platform, first).started_at
+    assert started is not None
+    second = submit(platform, manifest("second", replicas=3, gpu=2))
+    clock.advance(10)  # past the forecast interval
+    platform.loop.run_once()
+    waiting = get(platform, second)
+    assert waiting.state == "Pending"
+    assert waiting.eta == round(started + 600)
+    assert waiting.cluster_position == 1
