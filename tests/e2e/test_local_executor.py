@@ -107,6 +107,7 @@ def test_gang_is_all_or_nothing(start_kiban: StartKiban) -> None:
     assert described["state"] == "Pending"
     assert described["reason"]["code"] == "InsufficientCapacity"
     assert described["reason"]["details"] == {
+        "flavor": "default",
         "gang_size": 3,
         "placeable_now": 2,
         "free_gpus": 4,
