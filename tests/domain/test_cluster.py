@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,6 +128,14 @@ def test_files_without_flavors_keep_working(text: str) -> None:
     assert config.flavor_of({}) == DEFAULT_FLAVOR
     for queue in config.queues:
         assert queue.nominal is None or set(queue.nominal) == {DEFAULT_FLAVOR}
+
+
+def test_the_cluster_files_in_the_readme_parse() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "apiVersion" not in b]
+    assert len(blocks) >= 2
+    for block in blocks:
+        parse_cluster_config(yaml.safe_load(block))
 
 
 def test_a_gpu_quota_without_flavors_is_the_default_flavors() -> None:
