@@ -492,6 +492,28 @@ def test_the_cluster_files_policy_is_applied_at_start(
             again.close()
 
 
+def test_a_policy_in_force_is_not_checked_again_when_nodes_go(
+    tmp_path: Path, db_url: str, clock: ManualClock
+) -> None:
+    home = tmp_path / "home"
+    start(home, db_url, clock, policy_doc()).close()
+    h100_only = NODES[:2]  # the A100 node is gone: the a100 flavor matches no node now
+    again = build_platform(
+        home=home,
+        db_url=db_url,
+        executor=FakeExecutor(h100_only, clock=clock),
+        clock=clock,
+        config=parse_cluster_config(policy_doc()),
+    )
+    try:
+        with again.sessions() as session:
+            assert policy.policy_generation(session) == 1
+        with pytest.raises(Conflict, match="flavor a100"):
+            apply(again, policy_doc(strategy="StrictFIFO"))  # but a change is checked
+    finally:
+        again.close()
+
+
 def test_a_cluster_file_the_store_refuses_stops_the_start_and_writes_nothing(
     tmp_path: Path, db_url: str, clock: ManualClock
 ) -> None:

@@ -3,9 +3,9 @@
 Applying a policy (``apply_policy``), in one transaction that the caller commits:
 
 1. Validate the document: every problem names its field (422).
-2. Check it against the store (409): each flavor matches some node; a queue the policy drops,
+2. Stop if the document is the current one: the same document is not a new version.
+3. Check it against the store (409): each flavor matches some node; a queue the policy drops,
    or gives to another tenant, has no unfinished jobs.
-3. Stop if the document is the current one: the same document is not a new version.
 4. Write the next version, the document as written.
 5. Create, update and remove queues, and create the tenants they name.
 6. Work out the drain plan: queues left using more GPUs of a flavor than the new policy
@@ -201,13 +201,13 @@ def apply_policy(
     """
     # 1. Validate the document.
     policy = validate_document(document)
-    # 2. Check it against the store.
-    rows = {q.name: q for q in session.scalars(select(Queue))}
-    _check_against_store(session, policy, rows, nodes_known)
-    # 3. The same document is not a new version.
+    # 2. The same document is not a new version (and, in force already, is not checked again).
     latest = latest_record(session)
     if latest is not None and latest.document == document:
         return PolicyChange(version=latest.version, changed=False)
+    # 3. Check it against the store.
+    rows = {q.name: q for q in session.scalars(select(Queue))}
+    _check_against_store(session, policy, rows, nodes_known)
     # 4. Write the next version.
     version = (latest.version if latest is not None else 0) + 1
     session.add(
