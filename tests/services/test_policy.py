@@ -164,6 +164,7 @@ def test_applying_a_policy_writes_a_version_its_queues_and_their_tenants(gpus: P
         )
         assert vision.quota == {"h100": {"gpu": 4}, "a100": {"gpu": 4}}
         assert vision.nominal == {"h100": 4, "a100": 4}
+        assert (vision.borrowing, vision.lending) == ({}, {})
         speech = session.get(Queue, "speech")
         assert speech is not None and speech.quota is None
         assert session.get(Tenant, "speech") is not None
@@ -190,7 +191,15 @@ def test_the_same_document_again_is_not_a_new_version(gpus: Platform) -> None:
 
 def test_a_change_updates_only_the_queues_it_changes(gpus: Platform) -> None:
     apply(gpus, policy_doc())
-    change = apply(gpus, policy_doc(quota={"h100": {"gpu": 8}}, fairShareWeight=2))
+    change = apply(
+        gpus,
+        policy_doc(
+            quota={"h100": {"gpu": 8}},
+            fairShareWeight=2,
+            borrowingLimit={"h100": {"gpu": 2}},
+            lendingLimit={"h100": {"gpu": 1}},
+        ),
+    )
     assert (change.version, change.created, change.updated, change.removed) == (
         3,
         (),
@@ -201,6 +210,8 @@ def test_a_change_updates_only_the_queues_it_changes(gpus: Platform) -> None:
         vision = session.get(Queue, "vision")
         assert vision is not None
         assert (vision.nominal, vision.fair_share_weight) == ({"h100": 8}, 2.0)
+        assert (vision.borrowing, vision.lending) == ({"h100": 2}, {"h100": 1})
+        assert vision.borrowing_limit == {"h100": {"gpu": 2}}
     assert [e[1] for e in events_of(gpus, "Queue", "vision")] == ["Created", "Updated"]
     assert [e[1] for e in events_of(gpus, "Queue", "speech")] == ["Created"]
 

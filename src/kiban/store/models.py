@@ -47,6 +47,11 @@ class ApiToken(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+def _gpus(per_flavor: dict[str, Any] | None) -> dict[str, int]:
+    """``{"h100": {"gpu": 16}}`` as ``{"h100": 16}``."""
+    return {flavor: int(amount.get("gpu", 0)) for flavor, amount in (per_flavor or {}).items()}
+
+
 class Queue(Base):
     """Where a tenant's jobs wait, as the current policy declares it (kiban.services.policy).
 
@@ -70,9 +75,17 @@ class Queue(Base):
     @property
     def nominal(self) -> dict[str, int] | None:
         """Nominal GPUs per flavor (None: no quota)."""
-        if self.quota is None:
-            return None
-        return {flavor: int(amount.get("gpu", 0)) for flavor, amount in self.quota.items()}
+        return None if self.quota is None else _gpus(self.quota)
+
+    @property
+    def borrowing(self) -> dict[str, int]:
+        """Borrowing limit in GPUs per flavor (a flavor not listed: no limit)."""
+        return _gpus(self.borrowing_limit)
+
+    @property
+    def lending(self) -> dict[str, int]:
+        """Lending limit in GPUs per flavor (a flavor not listed: all its unused quota)."""
+        return _gpus(self.lending_limit)
 
     @property
     def gpu_quota(self) -> int | None:
