@@ -16,10 +16,12 @@ from fastapi import FastAPI
 
 from kiban.api.app import create_app
 from kiban.domain.cluster import ClusterConfig
+from kiban.domain.errors import SpecError
 from kiban.executors.base import NodeInfo
 from kiban.executors.local import LocalExecutor
 from kiban.executors.local.nodes import this_machine, virtual_nodes
 from kiban.platform import Platform, build_platform
+from kiban.services.errors import ServiceError
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,12 @@ def serve(options: ServerOptions) -> None:
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
     sock = bind_socket(options.host, options.port)
-    platform = start_platform(options)
+    try:
+        platform = start_platform(options)
+    except (SpecError, ServiceError) as exc:
+        sock.close()
+        what = "the cluster file's policy" if options.config is not None else "the policy"
+        raise SystemExit(f"error: cannot apply {what}: {exc}") from None
     port = sock.getsockname()[1]
     url = f"http://{options.host}:{port}"
     write_atomically(options.home / "url", url + "\n")

@@ -17,6 +17,10 @@ EXPECTED = {
     "/api/v1/whoami": {"get"},
     "/api/v1/queues": {"get", "post"},
     "/api/v1/nodes": {"get"},
+    "/api/v1/nodes/{name}/cordon": {"post"},
+    "/api/v1/nodes/{name}/uncordon": {"post"},
+    "/api/v1/policy": {"get", "put"},
+    "/api/v1/policy/versions": {"get"},
     "/api/v1/tenants": {"get", "post"},
     "/api/v1/tenants/{tenant}/tokens": {"post"},
 }

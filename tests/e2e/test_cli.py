@@ -280,6 +280,29 @@ def test_up_refuses_a_bad_node_in_the_config(tmp_path: Path) -> None:
     assert "nodes[0].gpus" in done.stderr, done.stderr
 
 
+def test_up_refuses_a_policy_its_nodes_do_not_match(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "nodes": [{"name": "a", "gpus": 2, "labels": {"gpu.product": "A100"}}],
+                "flavors": [{"name": "h100", "nodeLabels": {"gpu.product": "H100"}}],
+            }
+        )
+    )
+    home = tmp_path / "home"
+    done = run_cli(
+        ["up", "--home", home, "--port", "0", "--config", config],
+        env=cli_env(home),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert "flavor h100 (gpu.product=H100) matches none of the 1 nodes (a)" in done.stderr
+    assert not (home / "url").exists()
+
+
 def test_up_on_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
         busy.bind(("127.0.0.1", 0))

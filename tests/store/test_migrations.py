@@ -6,14 +6,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect, select, text
 
+from kiban.scheduler.snapshot import DEFAULT_FLAVOR
+from kiban.services.policy import latest_record, policy_generation
 from kiban.store.db import MIGRATIONS, make_engine, migrate, session_factory
-from kiban.store.models import Base, Tenant
+from kiban.store.models import Base, Queue, Tenant
 
 # Partial indexes (with a WHERE, or a DESC column) are beyond what Alembic's autogenerate
 # compares; their presence is checked by name in test_partial_indexes_exist.
@@ -144,3 +147,76 @@ def test_sqlite_store_uses_wal(tmp_path: Path) -> None:
         assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         plain.close()
+
+
+def move_to(engine: Engine, revision: str, *, down: bool = False) -> None:
+    """Upgrade (or downgrade) the store to ``revision``, as kiban.store.db.migrate does."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        (command.downgrade if down else command.upgrade)(config, revision)
+
+
+def test_0004_moves_gpu_quotas_to_the_default_flavor_and_writes_them_down(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        move_to(engine, "0003")
+        with engine.begin() as connection:
+            connection.execute(
+                text("INSERT INTO tenants (name, created_at) VALUES ('default', 1), ('vision', 1)")
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO queues (name, tenant, gpu_quota, strategy, created_at) VALUES "
+                    "('default', 'default', NULL, 'StrictFIFO', 1), "
+                    "('vision', 'vision', 8, 'BestEffortFIFO', 2)"
+                )
+            )
+        migrate(engine)
+        with session_factory(engine)() as session:
+            rows = {q.name: q for q in session.scalars(select(Queue))}
+            assert rows["vision"].quota == {DEFAULT_FLAVOR: {"gpu": 8}}
+            assert rows["vision"].gpu_quota == 8
+            assert rows["default"].quota is None
+            for row in rows.values():
+                assert (row.cohort, row.borrowing_limit, row.lending_limit) == (None, {}, {})
+                assert row.fair_share_weight == 1.0
+            # The queues as they were are the first version of the policy.
+            record = latest_record(session)
+            assert record is not None and record.version == 1
+            assert record.document == {
+                "queues": [
+                    {"name": "default", "tenant": "default", "strategy": "StrictFIFO"},
+                    {
+                        "name": "vision",
+                        "tenant": "vision",
+                        "strategy": "BestEffortFIFO",
+                        "quota": {"gpu": 8},
+                    },
+                ]
+            }
+            vision = record.policy.queue("vision")
+            assert vision is not None and vision.nominal == {DEFAULT_FLAVOR: 8}
+        with engine.connect() as connection:
+            no_quota = connection.execute(text("SELECT name FROM queues WHERE quota IS NULL"))
+            assert no_quota.scalars().all() == ["default"]  # SQL NULL, not JSON null
+
+        move_to(engine, "0003", down=True)
+        with engine.connect() as connection:
+            quotas = connection.execute(text("SELECT name, gpu_quota FROM queues ORDER BY name"))
+            assert [tuple(r) for r in quotas] == [("default", None), ("vision", 8)]
+        assert "policy_versions" not in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+def test_0004_on_a_store_without_queues_writes_no_policy(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        migrate(engine)
+        with session_factory(engine)() as session:
+            assert policy_generation(session) == 0
+            assert latest_record(session) is None
+    finally:
+        engine.dispose()

@@ -9,7 +9,8 @@ from pydantic.alias_generators import to_camel
 
 from kiban.domain.states import JobState
 from kiban.scheduler.reasons import awaiting_pass
-from kiban.store.models import Event, Job, Node, Queue, Replica, Tenant
+from kiban.services.policy import PolicyChange, PolicyRecord
+from kiban.store.models import Event, Job, Node, PolicyVersion, Queue, Replica, Tenant
 
 
 class ApiModel(BaseModel):
@@ -66,10 +67,17 @@ class EventOut(ApiModel):
 
 
 class QueueOut(ApiModel):
+    """A queue: nominal GPUs per flavor (``{"h100": {"gpu": 16}}``; None: no quota) and use."""
+
     name: str
     tenant: str
-    gpu_quota: int | None
+    cohort: str | None
+    quota: dict[str, dict[str, int]] | None
+    borrowing_limit: dict[str, dict[str, int]]
+    lending_limit: dict[str, dict[str, int]]
     strategy: str
+    fair_share_weight: float
+    gpu_quota: int | None  # all flavors' nominal GPUs together
     gpus_in_use: int
     pending: int
     running: int
@@ -93,12 +101,59 @@ class TenantOut(ApiModel):
 
 
 class QueueIn(ApiModel):
+    """A queue to add to the policy: the keys of an entry of the policy's ``queues``."""
+
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
     name: str
     tenant: str
-    quota: dict[str, int] = Field(default_factory=dict)
-    strategy: str = "StrictFIFO"
+    quota: dict[str, Any] | None = None
+    cohort: str | None = None
+    borrowing_limit: dict[str, Any] | None = None
+    lending_limit: dict[str, Any] | None = None
+    strategy: str | None = None
+    fair_share_weight: float | None = None
+
+    def entry(self) -> dict[str, Any]:
+        """The policy entry (camelCase keys), without the keys left out."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class PolicyOut(ApiModel):
+    """The policy in force: the document as written, and with every default filled in."""
+
+    version: int  # 0: the built-in default, never applied
+    created_at: float | None
+    created_by: str | None
+    document: dict[str, Any]
+    effective: dict[str, Any]
+
+
+class PolicyVersionOut(ApiModel):
+    version: int
+    created_at: float
+    created_by: str
+    document: dict[str, Any]
+
+
+class DrainStepOut(ApiModel):
+    queue: str
+    flavor: str
+    in_use: int
+    allowed: int
+    message: str
+
+
+class PolicyChangeOut(ApiModel):
+    """What applying a policy did: the version in force, and the queues it changed."""
+
+    version: int
+    changed: bool
+    created: list[str]
+    updated: list[str]
+    removed: list[str]
+    drain_plan: list[DrainStepOut]
+    message: str
 
 
 class TenantIn(ApiModel):
@@ -191,8 +246,13 @@ def queue_out(q: Queue, usage: dict[str, int]) -> QueueOut:
     return QueueOut(
         name=q.name,
         tenant=q.tenant,
-        gpu_quota=q.gpu_quota,
+        cohort=q.cohort,
+        quota=q.quota,
+        borrowing_limit=q.borrowing_limit or {},
+        lending_limit=q.lending_limit or {},
         strategy=q.strategy,
+        fair_share_weight=q.fair_share_weight,
+        gpu_quota=q.gpu_quota,
         gpus_in_use=usage.get("gpus_in_use", 0),
         pending=usage.get("pending", 0),
         running=usage.get("running", 0),
@@ -215,3 +275,39 @@ def node_out(n: Node, gpus_in_use: int) -> NodeOut:
 
 def tenant_out(t: Tenant) -> TenantOut:
     return TenantOut(name=t.name, created_at=t.created_at)
+
+
+def policy_out(record: PolicyRecord) -> PolicyOut:
+    return PolicyOut(
+        version=record.version,
+        created_at=record.created_at,
+        created_by=record.created_by,
+        document=record.document,
+        effective=record.policy.model_dump(mode="json", by_alias=True),
+    )
+
+
+def policy_version_out(row: PolicyVersion) -> PolicyVersionOut:
+    return PolicyVersionOut(
+        version=row.version,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        document=row.document,
+    )
+
+
+def policy_change_out(change: PolicyChange) -> PolicyChangeOut:
+    return PolicyChangeOut(
+        version=change.version,
+        changed=change.changed,
+        created=list(change.created),
+        updated=list(change.updated),
+        removed=list(change.removed),
+        drain_plan=[
+            DrainStepOut(
+                queue=s.queue, flavor=s.flavor, in_use=s.in_use, allowed=s.allowed, message=str(s)
+            )
+            for s in change.drain
+        ],
+        message=change.message,
+    )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from kiban.cli import render
+from kiban.domain.errors import SpecError
 from kiban.sdk.client import Client
 
 admin_app = typer.Typer(help="Create tenants, member tokens and queues.", no_args_is_help=True)
@@ -35,12 +36,30 @@ def create_token(
 def create_queue(
     name: Annotated[str, typer.Argument(help="queue name")],
     tenant: Annotated[str, typer.Option(help="tenant that owns it")],
-    gpu_quota: Annotated[int | None, typer.Option(help="GPU quota (default: none)")] = None,
+    gpu_quota: Annotated[
+        int | None, typer.Option(help="GPU quota, for a policy without flavors (default: none)")
+    ] = None,
+    quota: Annotated[
+        list[str] | None,
+        typer.Option(help="nominal GPUs of a flavor, FLAVOR=N (repeatable), e.g. h100=8"),
+    ] = None,
+    cohort: Annotated[str | None, typer.Option(help="cohort it borrows and lends in")] = None,
     strategy: Annotated[str, typer.Option(help="StrictFIFO or BestEffortFIFO")] = "StrictFIFO",
 ) -> None:
-    """Create a queue for a tenant."""
+    """Add a queue for a tenant to the policy (a new policy version)."""
+    entry: dict[str, Any] = {}
+    if quota:
+        per_flavor: dict[str, Any] = {}
+        for item in quota:
+            flavor, sep, amount = item.partition("=")
+            if not sep or not amount.strip().isdigit():
+                raise SpecError.single("--quota", f"expected FLAVOR=N such as h100=8, not {item!r}")
+            per_flavor[flavor.strip()] = {"gpu": int(amount)}
+        entry["quota"] = per_flavor
+    if cohort:
+        entry["cohort"] = cohort
     with Client() as api:
-        api.create_queue(name, tenant, gpu_quota, strategy)
+        api.create_queue(name, tenant, gpu_quota, strategy, **entry)
     render.err.print(f"queue {name} created for tenant {tenant}")
 
 

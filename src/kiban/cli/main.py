@@ -17,6 +17,7 @@ from rich.markup import escape
 from kiban.cli import render
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
+from kiban.cli.policy import policy_app
 from kiban.domain.errors import SpecError
 from kiban.domain.manifests import load_document
 from kiban.sdk.client import ApiError, Client, default_home
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
+app.add_typer(policy_app, name="policy")
 
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json")]
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
@@ -62,14 +64,11 @@ def up(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     nodes: Annotated[int | None, typer.Option(help="virtual nodes of the local executor")] = None,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs of each virtual node")] = 0,
-    config: Annotated[Path | None, typer.Option(help="cluster file: nodes and queues")] = None,
+    config: Annotated[Path | None, typer.Option(help="cluster file: nodes and policy")] = None,
     db: Annotated[str | None, typer.Option(help="store URL, e.g. postgresql+psycopg://...")] = None,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and local executor."""
-    from pydantic import ValidationError
-
     from kiban.domain.cluster import parse_cluster_config
-    from kiban.domain.manifests import problems_from_validation
     from kiban.server import ServerOptions, serve
 
     if nodes is not None and nodes < 1:
@@ -85,9 +84,8 @@ def up(
             cluster = parse_cluster_config(document)
         except OSError as exc:
             fail(f"cannot read {config}: {exc.strerror}")
-        except ValidationError as exc:
-            problems = "; ".join(str(p) for p in problems_from_validation(exc))
-            fail(f"{config}: {problems}")
+        except SpecError as exc:
+            fail(f"{config}: {exc}")
     home = (home or default_home()).expanduser().resolve()
     options = ServerOptions(
         home=home,
@@ -293,6 +291,22 @@ def nodes(output: OutputOpt = "table") -> None:
         print_json(rows)
     else:
         render.out.print(render.nodes_table(rows))
+
+
+@app.command()
+def cordon(node: Annotated[str, typer.Argument(help="node name")]) -> None:
+    """Take a node out of scheduling (admin): no new work; running jobs keep running."""
+    with client() as api:
+        api.cordon(node)
+    render.err.print(escape(f"node {node} cordoned"))
+
+
+@app.command()
+def uncordon(node: Annotated[str, typer.Argument(help="node name")]) -> None:
+    """Let a cordoned node take new work again (admin)."""
+    with client() as api:
+        api.uncordon(node)
+    render.err.print(escape(f"node {node} uncordoned"))
 
 
 def auth_hint() -> str:

@@ -65,21 +65,65 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
     return table
 
 
+QUEUE_COLUMNS = (
+    "QUEUE",
+    "TENANT",
+    "COHORT",
+    "STRATEGY",
+    "QUOTA",
+    "GPUS IN USE",
+    "PENDING",
+    "RUNNING",
+)
+
+
+def gpus_per_flavor(amounts: dict[str, Any] | None, none: str = "-") -> str:
+    """``h100:16 a100:8``; a policy without flavors shows its one amount alone (``8``)."""
+    if amounts is None:
+        return none
+    if list(amounts) == ["default"]:
+        return str(amounts["default"].get("gpu", 0))
+    return " ".join(f"{flavor}:{amount.get('gpu', 0)}" for flavor, amount in amounts.items()) or "0"
+
+
+def queue_row(q: dict[str, Any]) -> list[str]:
+    """One queue's cells, in the order of QUEUE_COLUMNS."""
+    return cells(
+        q["name"],
+        q["tenant"],
+        q.get("cohort") or "-",
+        q["strategy"],
+        gpus_per_flavor(q.get("quota")),
+        q["gpusInUse"],
+        q["pending"],
+        q["running"],
+    )
+
+
 def queues_table(queues: list[dict[str, Any]]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("QUEUE", "TENANT", "STRATEGY", "GPU QUOTA", "GPUS IN USE", "PENDING", "RUNNING"):
+    for column in QUEUE_COLUMNS:
         table.add_column(column)
     for q in queues:
-        quota = "-" if q["gpuQuota"] is None else str(q["gpuQuota"])
+        table.add_row(*queue_row(q))
+    return table
+
+
+def policy_versions_table(versions: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("VERSION", "APPLIED", "BY", "FLAVORS", "QUEUES"):
+        table.add_column(column)
+    for v in versions:
+        document = v.get("document") or {}
+        flavors = [f.get("name", "?") for f in document.get("flavors") or [] if isinstance(f, dict)]
+        queues = document.get("queues")
         table.add_row(
             *cells(
-                q["name"],
-                q["tenant"],
-                q["strategy"],
-                quota,
-                q["gpusInUse"],
-                q["pending"],
-                q["running"],
+                v["version"],
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v["createdAt"])),
+                v["createdBy"],
+                ",".join(flavors) or "-",
+                "default" if queues is None else len(queues),
             )
         )
     return table

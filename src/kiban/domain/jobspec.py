@@ -115,6 +115,20 @@ class TaskSpec(SpecModel):
         return value
 
 
+class TopologySpec(SpecModel):
+    """Place the gang inside one domain of ``level`` (``required``), or try to (``preferred``).
+
+    The levels are the cluster policy's (``topology.levels``); submission refuses others.
+    """
+
+    level: str = Field(min_length=1, max_length=63)
+    mode: Literal["required", "preferred"] = "required"
+
+    @property
+    def required(self) -> bool:
+        return self.mode == "required"
+
+
 class JobSpec(SpecModel):
     """The ``spec`` of a Job: where it queues, how it launches, and its tasks.
 
@@ -131,6 +145,7 @@ class JobSpec(SpecModel):
     backoff_limit: int = Field(default=3, ge=0, le=100)
     termination_grace_period: Seconds = 30.0
     working_dir: str | None = None
+    topology: TopologySpec | None = None
 
     @field_validator("queue")
     @classmethod

@@ -5,6 +5,7 @@ Other manifest kinds (Volcano jobs, inference services) register here with ``reg
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,30 @@ def problems_from_validation(error: ValidationError) -> list[FieldProblem]:
         message = message.removeprefix("Value error, ")
         problems.append(FieldProblem(format_location(tuple(item["loc"])), message))
     return problems
+
+
+def json_problem(document: dict[str, Any]) -> tuple[str, str] | None:
+    """Where the document holds something JSON (and so the store) cannot: the first such path.
+
+    YAML can express values JSON cannot (``.nan``, ``.inf``, ``!!binary``, dates, non-string
+    keys); the manifest is stored as JSON, so these are refused at submission.
+    """
+    stack: list[tuple[str, Any]] = [("", document)]  # iterative: documents can nest deeply
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if not isinstance(key, str):
+                    return where, f"key {key!r} is not a string"
+                stack.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return where, f"{value} is not a finite number"
+        elif not isinstance(value, str | int | bool) and value is not None:
+            return where, f"a {type(value).__name__} value cannot be stored; use a string"
+    return None
 
 
 def load_document(text: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -142,14 +143,43 @@ class Client:
         return list(self._request("GET", "/api/v1/queues"))
 
     def create_queue(
-        self, name: str, tenant: str, gpu_quota: int | None = None, strategy: str = "StrictFIFO"
+        self,
+        name: str,
+        tenant: str,
+        gpu_quota: int | None = None,
+        strategy: str = "StrictFIFO",
+        **entry: Any,
     ) -> dict[str, Any]:
-        quota = {} if gpu_quota is None else {"gpu": gpu_quota}
-        body = {"name": name, "tenant": tenant, "quota": quota, "strategy": strategy}
+        """Add a queue to the policy. ``gpu_quota``: for a policy without flavors; otherwise
+        pass ``quota={"h100": {"gpu": 8}}``. Other keys as in the policy (``cohort=...``)."""
+        body: dict[str, Any] = {"name": name, "tenant": tenant, "strategy": strategy, **entry}
+        if gpu_quota is not None:
+            body["quota"] = {"gpu": gpu_quota}
         return dict(self._request("POST", "/api/v1/queues", json=body))
 
     def nodes(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/api/v1/nodes"))
+
+    def cordon(self, node: str) -> dict[str, Any]:
+        """Take a node out of scheduling (admin): no new work; running jobs keep running."""
+        return dict(self._request("POST", f"/api/v1/nodes/{quote(node, safe='')}/cordon"))
+
+    def uncordon(self, node: str) -> dict[str, Any]:
+        """Let a cordoned node take new work again (admin)."""
+        return dict(self._request("POST", f"/api/v1/nodes/{quote(node, safe='')}/uncordon"))
+
+    # -- policy --------------------------------------------------------------------------------
+    def policy(self) -> dict[str, Any]:
+        """The policy in force: ``version``, ``document`` (as written), ``effective``."""
+        return dict(self._request("GET", "/api/v1/policy"))
+
+    def apply_policy(self, document: dict[str, Any]) -> dict[str, Any]:
+        """Replace the policy (admin); the answer says the version and any drain plan."""
+        return dict(self._request("PUT", "/api/v1/policy", json=document))
+
+    def policy_versions(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Applied versions of the policy, newest first (admin)."""
+        return list(self._request("GET", "/api/v1/policy/versions", params={"limit": limit}))
 
     def tenants(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/api/v1/tenants"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 import re
 import secrets
@@ -15,14 +14,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.jobspec import JobManifest
-from kiban.domain.manifests import parse_job_manifest
-from kiban.domain.priority import DEFAULT_PRIORITY_CLASS, DEFAULT_PRIORITY_CLASSES
+from kiban.domain.manifests import json_problem, parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.executors.base import Capability
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, NotFound, invalid
+from kiban.services.policy import current_policy
 from kiban.services.transitions import transition
 from kiban.store.models import Event, Job, Queue, Replica
 
@@ -79,30 +79,6 @@ def check_against_cluster(manifest: JobManifest, facts: ClusterFacts) -> None:
         raise invalid("spec.launcher", "torchrun is not available here (is PyTorch installed?)")
 
 
-def json_problem(document: dict[str, Any]) -> tuple[str, str] | None:
-    """Where the document holds something JSON (and so the store) cannot: the first such path.
-
-    YAML can express values JSON cannot (``.nan``, ``.inf``, ``!!binary``, dates, non-string
-    keys); the manifest is stored as JSON, so these are refused at submission.
-    """
-    stack: list[tuple[str, Any]] = [("", document)]  # iterative: documents can nest deeply
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, dict):
-            for key, item in reversed(list(value.items())):
-                if not isinstance(key, str):
-                    return where, f"key {key!r} is not a string"
-                stack.append((f"{where}.{key}" if where else key, item))
-        elif isinstance(value, list):
-            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(value))))
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                return where, f"{value} is not a finite number"
-        elif not isinstance(value, str | int | bool) and value is not None:
-            return where, f"a {type(value).__name__} value cannot be stored; use a string"
-    return None
-
-
 def submit(
     session: Session,
     principal: Principal,
@@ -110,11 +86,31 @@ def submit(
     *,
     facts: ClusterFacts,
     at: float,
+    policy: ClusterPolicy | None = None,
 ) -> Job:
     """Validate a job manifest against the cluster and queue it; nothing is stored on error."""
-    job, event = prepare_submission(session, principal, document, facts=facts, at=at)
+    job, event = prepare_submission(session, principal, document, facts=facts, at=at, policy=policy)
     session.add_all([job, event])
     return job
+
+
+def check_against_policy(manifest: JobManifest, policy: ClusterPolicy) -> int:
+    """The job's priority value; refuses a priority class or topology level the policy lacks."""
+    spec = manifest.spec
+    level = policy.priority(spec.priority_class)
+    if level is None:
+        known = ", ".join(c.name for c in policy.priority_classes) or "none"
+        raise invalid(
+            "spec.priorityClass",
+            f"unknown priority class {spec.priority_class!r}; known: {known}",
+        )
+    if spec.topology is not None and spec.topology.level not in policy.topology_levels:
+        known = ", ".join(policy.topology_levels) or "none (the cluster declares no topology)"
+        raise invalid(
+            "spec.topology.level",
+            f"unknown topology level {spec.topology.level!r}; known: {known}",
+        )
+    return level.value
 
 
 def prepare_submission(
@@ -125,10 +121,12 @@ def prepare_submission(
     facts: ClusterFacts,
     at: float,
     find_queue: Callable[[str], Queue | None] | None = None,
+    policy: ClusterPolicy | None = None,
 ) -> tuple[Job, Event]:
     """Validate a job manifest and build its row and "Submitted" event, without storing them.
 
-    ``find_queue`` looks a queue up by name (default: in ``session``).
+    ``find_queue`` looks a queue up by name (default: in ``session``); ``policy`` is the
+    current cluster policy (default: read from ``session``).
     """
     problem = json_problem(document)
     if problem is not None:
@@ -138,12 +136,7 @@ def prepare_submission(
     queue = session.get(Queue, spec.queue) if find_queue is None else find_queue(spec.queue)
     if queue is None or not principal.can_see(queue.tenant):
         raise invalid("spec.queue", f"queue {spec.queue} does not exist")
-    priority_class = spec.priority_class or DEFAULT_PRIORITY_CLASS
-    if priority_class not in DEFAULT_PRIORITY_CLASSES:
-        known = ", ".join(DEFAULT_PRIORITY_CLASSES)
-        raise invalid(
-            "spec.priorityClass", f"unknown priority class {priority_class!r}; known: {known}"
-        )
+    priority = check_against_policy(manifest, current_policy(session) if policy is None else policy)
     check_against_cluster(manifest, facts)
     job = Job(
         id=new_job_id(manifest.metadata.name),
@@ -151,7 +144,7 @@ def prepare_submission(
         tenant=queue.tenant,
         queue=queue.name,
         state=JobState.PENDING.value,
-        priority=DEFAULT_PRIORITY_CLASSES[priority_class],
+        priority=priority,
         spec=document,
         submitted_at=at,
         attempt=1,

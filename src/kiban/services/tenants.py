@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kiban.domain.jobspec import DNS_LABEL, check_dns_label
 from kiban.domain.states import JobState
-from kiban.services import events
+from kiban.services import events, policy
 from kiban.services.auth import Principal, create_token
 from kiban.services.errors import Conflict, NotFound, invalid
 from kiban.store.models import Job, Queue, Replica, Tenant
 
-MAX_GPU_QUOTA = 1_000_000  # far above any cluster, well inside the store's integer columns
 MAX_TOKEN_NAME = 128  # the width of api_tokens.name
 
 
@@ -39,16 +40,6 @@ def create_tenant(session: Session, principal: Principal, name: str, at: float) 
         message=f"tenant {name} created by {principal.name}",
         at=at,
     )
-    return tenant
-
-
-def ensure_tenant(session: Session, name: str, at: float) -> Tenant:
-    """The tenant ``name``, created if missing (used when applying the cluster file)."""
-    tenant = session.get(Tenant, name)
-    if tenant is None:
-        tenant = Tenant(name=name, created_at=at)
-        session.add(tenant)
-        session.flush()
     return tenant
 
 
@@ -80,34 +71,20 @@ def create_queue(
     *,
     name: str,
     tenant: str,
-    gpu_quota: int | None,
-    strategy: str,
+    gpu_quota: int | None = None,
+    strategy: str = "StrictFIFO",
     at: float,
+    **entry: Any,
 ) -> Queue:
-    principal.require_admin()
-    _check_name(name, "name")
-    if not DNS_LABEL.match(tenant) or session.get(Tenant, tenant) is None:
-        raise invalid("tenant", f"tenant {tenant} does not exist")
-    if session.get(Queue, name) is not None:
-        raise Conflict(f"queue {name} already exists")
-    if gpu_quota is not None and gpu_quota < 0:
-        raise invalid("quota.gpu", "must not be negative")
-    if gpu_quota is not None and gpu_quota > MAX_GPU_QUOTA:
-        raise invalid("quota.gpu", f"must be at most {MAX_GPU_QUOTA}")
-    if strategy not in ("StrictFIFO", "BestEffortFIFO"):
-        raise invalid("strategy", "must be StrictFIFO or BestEffortFIFO")
-    queue = Queue(name=name, tenant=tenant, gpu_quota=gpu_quota, strategy=strategy, created_at=at)
-    session.add(queue)
-    events.record(
-        session,
-        kind="Queue",
-        name=name,
-        tenant=tenant,
-        reason="Created",
-        message=f"queue {name} (GPU quota {gpu_quota if gpu_quota is not None else 'none'})",
-        at=at,
-    )
-    return queue
+    """Add a queue to the policy (a new version); ``entry`` holds its other policy keys.
+
+    ``gpu_quota`` is the quota of a policy without flavors; with flavors, give ``quota`` per
+    flavor instead (``quota={"h100": {"gpu": 8}}``).
+    """
+    document: dict[str, Any] = {"name": name, "tenant": tenant, "strategy": strategy, **entry}
+    if gpu_quota is not None:
+        document["quota"] = {"gpu": gpu_quota}
+    return policy.add_queue(session, principal, document, at)
 
 
 def list_queues(session: Session, principal: Principal) -> list[Queue]:

@@ -57,16 +57,51 @@ class ApiToken(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+def _gpus(per_flavor: dict[str, Any] | None) -> dict[str, int]:
+    """``{"h100": {"gpu": 16}}`` as ``{"h100": 16}``."""
+    return {flavor: int(amount.get("gpu", 0)) for flavor, amount in (per_flavor or {}).items()}
+
+
 class Queue(Base):
-    """Where a tenant's jobs wait; its GPU quota (None = no limit) and ordering strategy."""
+    """Where a tenant's jobs wait, as the current policy declares it (kiban.services.policy).
+
+    ``quota`` holds the nominal GPUs per flavor, ``{"h100": {"gpu": 16}}`` (None: no quota, any
+    flavor); ``borrowing_limit`` and ``lending_limit`` have the same shape (a flavor not listed:
+    no limit). Columns are in the order the migrations leave them.
+    """
 
     __tablename__ = "queues"
 
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
     tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"), index=True)
-    gpu_quota: Mapped[int | None] = mapped_column(Integer, nullable=True)
     strategy: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[float] = mapped_column(Float)
+    cohort: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    quota: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    borrowing_limit: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    lending_limit: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    fair_share_weight: Mapped[float] = mapped_column(Float, default=1.0)
+
+    @property
+    def nominal(self) -> dict[str, int] | None:
+        """Nominal GPUs per flavor (None: no quota)."""
+        return None if self.quota is None else _gpus(self.quota)
+
+    @property
+    def borrowing(self) -> dict[str, int]:
+        """Borrowing limit in GPUs per flavor (a flavor not listed: no limit)."""
+        return _gpus(self.borrowing_limit)
+
+    @property
+    def lending(self) -> dict[str, int]:
+        """Lending limit in GPUs per flavor (a flavor not listed: all its unused quota)."""
+        return _gpus(self.lending_limit)
+
+    @property
+    def gpu_quota(self) -> int | None:
+        """All nominal GPUs together (None: no quota), for readers that predate flavors."""
+        nominal = self.nominal
+        return None if nominal is None else sum(nominal.values())
 
 
 class Node(Base):
@@ -157,6 +192,17 @@ class Replica(Base):
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_replicas_active", "active"),)
+
+
+class PolicyVersion(Base):
+    """One applied version of the cluster policy: the document as the admin wrote it."""
+
+    __tablename__ = "policy_versions"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    document: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(128))
 
 
 class Event(Base):

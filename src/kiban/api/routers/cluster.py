@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from sqlalchemy import select
 
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
 from kiban.api.schemas import (
@@ -19,9 +18,7 @@ from kiban.api.schemas import (
     queue_out,
     tenant_out,
 )
-from kiban.services import tenants
-from kiban.services.errors import invalid
-from kiban.store.models import Node, Replica
+from kiban.services import nodes, policy, tenants
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"])
 
@@ -41,32 +38,38 @@ def list_queues(principal: PrincipalDep, session: SessionDep) -> list[QueueOut]:
 def create_queue(
     body: QueueIn, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> QueueOut:
-    unknown = sorted(set(body.quota) - {"gpu"})
-    if unknown:
-        raise invalid(f"quota.{unknown[0]}", "unknown resource; known: gpu")
-    queue = tenants.create_queue(
-        session,
-        principal,
-        name=body.name,
-        tenant=body.tenant,
-        gpu_quota=body.quota.get("gpu"),
-        strategy=body.strategy,
-        at=platform.clock.now(),
-    )
+    """Add a queue to the policy (a new policy version)."""
+    queue = policy.add_queue(session, principal, body.entry(), platform.clock.now())
     session.commit()
-    platform.loop.wake()
+    platform.policy_changed()
     return queue_out(queue, {})
 
 
 @router.get("/nodes", response_model=list[NodeOut])
 def list_nodes(principal: PrincipalDep, session: SessionDep) -> list[NodeOut]:
-    used: dict[str, int] = {}
-    for node, gpu_ids in session.execute(
-        select(Replica.node, Replica.gpu_ids).where(Replica.active.is_(True))
-    ).all():
-        used[node] = used.get(node, 0) + len(gpu_ids or [])
-    rows = session.scalars(select(Node).order_by(Node.name)).all()
-    return [node_out(n, used.get(n.name, 0)) for n in rows]
+    used = nodes.gpus_in_use(session)
+    return [node_out(n, used.get(n.name, 0)) for n in nodes.list_nodes(session)]
+
+
+@router.post("/nodes/{name}/cordon", response_model=NodeOut)
+def cordon_node(
+    name: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> NodeOut:
+    """Take a node out of scheduling: no new work; running jobs keep running."""
+    node = nodes.cordon(session, principal, name, platform.clock.now())
+    session.commit()
+    return node_out(node, nodes.gpus_in_use(session).get(node.name, 0))
+
+
+@router.post("/nodes/{name}/uncordon", response_model=NodeOut)
+def uncordon_node(
+    name: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> NodeOut:
+    """Let a cordoned node take new work again."""
+    node = nodes.uncordon(session, principal, name, platform.clock.now())
+    session.commit()
+    platform.loop.wake()
+    return node_out(node, nodes.gpus_in_use(session).get(node.name, 0))
 
 
 @router.get("/tenants", response_model=list[TenantOut])

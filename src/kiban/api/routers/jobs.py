@@ -110,6 +110,7 @@ async def submit_job(
                 facts=platform.facts,
                 at=platform.clock.now(),
                 find_queue=lambda name: lookup(("queue", name), lambda: session.get(Queue, name)),
+                policy=platform.policy,
             )
 
     try:
