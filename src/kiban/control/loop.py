@@ -22,8 +22,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
-from kiban.control.scheduling_policy import DEFAULT_SCHEDULING, SchedulingPolicy
 from kiban.control.snapshot_builder import RecordedWait, SpecCache, build_snapshot
+from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState, ReplicaState
 from kiban.domain.usage import accrue, weighted_rate
 from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRef
@@ -34,6 +34,7 @@ from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.scheduler.snapshot import RunningJob, Snapshot
 from kiban.services import events
+from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition
 from kiban.store.models import Job, Node, Replica, TenantUsage
 
@@ -90,7 +91,7 @@ class ControlLoop:
         self._last_pass_wanted = False
         self.window = SCHEDULING_WINDOW  # pending jobs per queue that a pass considers
         self._last_schedule = float("-inf")
-        self.scheduling: SchedulingPolicy = DEFAULT_SCHEDULING
+        self.policies = PolicyCache()
         self.forecast_every_s = 5.0
         self._last_forecast = float("-inf")
         self._etas: dict[str, float | None] = {}
@@ -409,11 +410,10 @@ class ControlLoop:
     def schedule(self, now: float) -> None:
         recorded: dict[str, RecordedWait] = {}
         with self.sessions() as session:
-            snapshot = build_snapshot(
-                session, self.specs, now, recorded, self.window, self.scheduling
-            )
+            policy = self.policies.get(session)
+            snapshot = build_snapshot(session, self.specs, now, recorded, self.window, policy)
         self._last_schedule = now
-        self._accrue_usage(snapshot.running, now)
+        self._accrue_usage(snapshot.running, now, policy)
         self._requeue_from_unhealthy_nodes(snapshot.running, now)
         if not snapshot.pending:
             return
@@ -441,7 +441,9 @@ class ControlLoop:
         self._last_forecast = now
         self._etas = dict(forecast(snapshot, self.policy, max_cycles=50).starts)
 
-    def _accrue_usage(self, running: tuple[RunningJob, ...], now: float) -> None:
+    def _accrue_usage(
+        self, running: tuple[RunningJob, ...], now: float, policy: ClusterPolicy
+    ) -> None:
         """Add what each tenant held since its last update to its decayed usage."""
         held: dict[str, dict[str, float]] = {}
         for job in running:
@@ -450,11 +452,11 @@ class ControlLoop:
                 mine["gpu"] += len(r.gpu_ids)
                 mine["cpu"] += r.cpu_millis / 1000
                 mine["memory"] += r.memory / 2**30
-        policy = self.scheduling
+        weights = policy.fair_share.resource_weights.model_dump()
         with self.sessions() as session:
             rows = {row.tenant: row for row in session.scalars(select(TenantUsage))}
             for tenant in sorted(set(rows) | set(held)):
-                rate = weighted_rate(held.get(tenant, {}), policy.resource_weights)
+                rate = weighted_rate(held.get(tenant, {}), weights)
                 row = rows.get(tenant)
                 if row is None:
                     session.add(TenantUsage(tenant=tenant, usage=0.0, updated_at=now))

@@ -10,13 +10,12 @@ from typing import Any
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
-from kiban.control.scheduling_policy import DEFAULT_SCHEDULING, SchedulingPolicy
+from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.jobspec import JobSpec
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.domain.usage import decay, standing
 from kiban.scheduler.snapshot import (
-    DEFAULT_FLAVOR,
     PendingJob,
     QueueStrategy,
     QueueView,
@@ -82,24 +81,20 @@ def demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
     )
 
 
-def nominal_of(row: Queue) -> dict[str, int] | None:
-    """The queue's nominal GPUs per flavor (None: no quota)."""
-    return None if row.gpu_quota is None else {DEFAULT_FLAVOR: row.gpu_quota}
-
-
 def build_snapshot(
     session: Session,
     specs: SpecCache,
     now: float,
     recorded: dict[str, RecordedWait] | None = None,
     window: int = 256,
-    policy: SchedulingPolicy = DEFAULT_SCHEDULING,
+    policy: ClusterPolicy | None = None,
 ) -> Snapshot:
     """Nodes with what is free on them, queues with what they use, running and pending jobs.
 
     Only the first ``window`` pending jobs of each queue are in the snapshot; the others have no
     recorded reason, and readers say they wait in the queue's backlog (``awaiting_pass``).
     """
+    policy = policy or ClusterPolicy()
     node_rows = list(session.scalars(select(Node).order_by(Node.name)))
     flavor_of = {row.name: policy.flavor_of(row.labels or {}) for row in node_rows}
     running = _running_jobs(session, specs, policy, flavor_of, now)
@@ -143,9 +138,13 @@ def build_snapshot(
         QueueView(
             name=q.name,
             tenant=q.tenant,
-            nominal=nominal_of(q),
+            nominal=q.nominal,
             used=queue_used.get(q.name, {}),
             strategy=QueueStrategy(q.strategy),
+            cohort=q.cohort,
+            borrowing_limit=q.borrowing,
+            lending_limit=q.lending,
+            weight=q.fair_share_weight,
         )
         for q in queue_rows
     )
@@ -156,14 +155,14 @@ def build_snapshot(
         queues=queues,
         pending=pending,
         running=running,
-        flavors=policy.flavor_views,
+        flavors=policy.flavor_views(),
         standings=standings(session, now, policy, queues),
         topology_levels=policy.topology_levels,
     )
 
 
 def standings(
-    session: Session, now: float, policy: SchedulingPolicy, queues: Iterable[QueueView]
+    session: Session, now: float, policy: ClusterPolicy, queues: Iterable[QueueView]
 ) -> dict[str, float]:
     """Each tenant's decayed usage as of ``now`` per its weight (its queues' largest)."""
     weights: dict[str, float] = {}
@@ -182,7 +181,7 @@ _HOLDING = (JobState.ADMITTED.value, JobState.RUNNING.value, JobState.STOPPING.v
 def _running_jobs(
     session: Session,
     specs: SpecCache,
-    policy: SchedulingPolicy,
+    policy: ClusterPolicy,
     flavor_of: dict[str, str | None],
     now: float,
 ) -> tuple[RunningJob, ...]:
@@ -220,7 +219,7 @@ def _running_jobs(
             continue
         spec = specs.get_by_id(row.id, dict)
         started = row.started_at or row.admitted_at or now
-        klass = spec.priority_class or policy.default_class
+        level = policy.priority(spec.priority_class)
         flavor_gpus: dict[str, int] = {}
         for r in held:
             flavor = flavor_of.get(r.node)
@@ -239,7 +238,7 @@ def _running_jobs(
                 flavor_gpus=flavor_gpus,
                 max_runtime=spec.max_runtime,
                 last_progress_at=row.last_checkpoint_at,
-                protected_until=started + policy.min_runtime_s.get(klass, 0.0),
+                protected_until=started + (level.min_runtime_s if level else 0.0),
                 preempted_by=row.preempted_by if stopping else None,
                 stopping=stopping,
             )
@@ -250,7 +249,7 @@ def _running_jobs(
 def _pending_jobs(
     session: Session,
     specs: SpecCache,
-    policy: SchedulingPolicy,
+    policy: ClusterPolicy,
     queues: tuple[QueueView, ...],
     recorded: dict[str, RecordedWait] | None,
     window: int,
@@ -286,10 +285,9 @@ def _pending_jobs(
     for row in rows:
         spec = specs.get_by_id(row.id, dict)
         topology = None
-        asked = getattr(spec, "topology", None)  # the policy change adds it to job specs
-        if asked is not None:
-            topology = TopologyRequest(asked.level, asked.mode == "required")
-        klass = spec.priority_class or policy.default_class
+        if spec.topology is not None:
+            topology = TopologyRequest(spec.topology.level, spec.topology.required)
+        level = policy.priority(spec.priority_class)
         pending.append(
             PendingJob(
                 id=row.id,
@@ -301,7 +299,7 @@ def _pending_jobs(
                 tenant=row.tenant,
                 max_runtime=spec.max_runtime,
                 topology=topology,
-                preempts=klass in policy.preempting_classes,
+                preempts=level.preempts if level else False,
                 preempted_by=row.preempted_by,
             )
         )
