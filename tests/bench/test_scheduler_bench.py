@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import collections
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +33,8 @@ from kiban.bench.synthetic import (
     split_gpus,
 )
 from kiban.scheduler import Admit, Decisions, ReplicaPlacement, schedule
+
+REQUIRED_KEYS = {"placements_per_s", "p50_cycle_ms", "p99_cycle_ms", "peak_rss_mb"}
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +216,37 @@ def test_a_case_stops_at_its_cycle_bound(scenario: Scenario) -> None:
     assert result["cycles"] == 3
     assert result["stopped"] == "max cycles (3)"
     assert result["jobs_admitted"] + result["jobs_left_waiting"] == len(scenario.pending)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "kiban.cli.main", "bench", "scheduler", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_the_cli_prints_one_json_object(trace: list[TraceJob]) -> None:
+    done = _cli(
+        "--nodes", "64", "--jobs", "200", "--big-queues", "1000", "--max-cycles", "60", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    report: dict[str, Any] = json.loads(lines[0])
+    assert set(report) >= REQUIRED_KEYS | {"queues_1000", "settings", "machine", "goals"}
+    assert set(report["queues_1000"]) >= REQUIRED_KEYS
+    assert report["settings"]["nodes"] == 64
+    assert report["settings"]["queues"] == 30
+    assert report["queues"] == 30
+    assert report["queues_1000"]["queues"] == 1000
+    assert report["jobs_admitted"] + report["jobs_left_waiting"] == 200
+    assert report["cycles"] <= 60
+    assert report["queues_1000"]["cycles"] <= 60
+    assert report["goals"] == {"placements_per_s": 10_000.0, "p99_cycle_ms": 100.0}
+    assert report["machine"]["cores"] >= 1
+    assert "kiban bench scheduler" in done.stderr
+
+
+def test_the_cli_refuses_a_bad_value_in_one_line() -> None:
+    done = _cli("--busy", "1.5")
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: --busy must be at least 0 and less than 1"
+    assert done.stdout == ""
