@@ -11,9 +11,9 @@ The cluster, its running work, the queues and the waiting jobs are those of
    GPUs taken from their nodes and its GPUs counted in its queue's use. A placement on GPUs that
    are not free, on a node that is not schedulable, or that breaks a gang is an error, not a
    number.
-4. When a cycle admits nothing, the simulated clock moves to the next expected end
-   (``started_at + max_runtime``) of a running job, and every job that ends within a tick of
-   it finishes, giving its GPUs back (the events a real loop would coalesce into one pass).
+4. When a cycle admits nothing, the simulated clock moves a tick past the next expected end
+   (``started_at + max_runtime``) of a running job, and every job that has ended by then
+   finishes, giving its GPUs back (the events a real loop would coalesce into one pass).
    The tick is ``FINISH_TICK_S`` and doubles with each cycle in a row that admits nothing, so
    that a job waiting for a weeks-long job to end costs tens of cycles, not thousands: the
    benchmark measures the core, not the trace's longest runs. With nothing running, no more
@@ -256,18 +256,18 @@ class CycleRunner:
         return placed
 
     def finish_next(self) -> int:
-        """Move the clock to the next expected end; finish the jobs ending within a tick of it.
+        """Move the clock a tick past the next expected end; finish the jobs ended by then.
 
         The tick doubles with each call since the last admission (up to 2**16 ticks).
         """
         if not self.ends:
             return 0
-        until = self.ends[0][0] + FINISH_TICK_S * 2 ** min(self.quiet, 16)
+        until = max(self.now, self.ends[0][0] + FINISH_TICK_S * 2 ** min(self.quiet, 16))
         self.quiet += 1
-        before = self.now
-        self.now = max(self.now, self.ends[0][0])
+        # Usage (GPU-hours) accrues to the end of the tick, as if the jobs ending in it ran on.
         for tenant, gpus in self.tenant_gpus.items():
-            self.usage[tenant] = self.usage.get(tenant, 0.0) + gpus * (self.now - before) / 3600
+            self.usage[tenant] = self.usage.get(tenant, 0.0) + gpus * (until - self.now) / 3600
+        self.now = until
         done = 0
         while self.ends and self.ends[0][0] <= until:
             _, job_id = heapq.heappop(self.ends)
@@ -284,7 +284,6 @@ class CycleRunner:
             self.queues_dirty.add(job.queue)
             self.tenant_gpus[job.tenant] -= job.gpus
             done += 1
-        self.now = max(self.now, until)
         self.finished += done
         return done
 
