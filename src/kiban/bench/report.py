@@ -1,4 +1,4 @@
-"""The readable table of ``kiban bench submit``: stores side by side, against the goals."""
+"""The readable tables of ``kiban bench``: cases side by side, against the goals."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from kiban.bench.machine import machine_line
+from kiban.bench.scheduler import GOAL_P99_CYCLE_MS, GOAL_PLACEMENTS_PER_S
 from kiban.bench.submit import (
     GOAL_P99_MS,
     GOAL_SUBMISSIONS_PER_S,
@@ -123,6 +124,95 @@ def report_table(report: dict[str, Any]) -> Table:
             notes.append(f"{store} skipped: {report[store]['skipped']}")
         elif report[store].get("first_error"):
             notes.append(f"{store} first error: {report[store]['first_error']}")
+    table.caption = "\n".join(notes)
+    table.caption_justify = "left"
+    return table
+
+
+def scheduler_table(report: dict[str, Any]) -> Table:
+    """``kiban bench scheduler``: the main case and the many-queue case side by side."""
+    settings = report["settings"]
+    cases = [(f"{settings['queues']:,} queues", report)]
+    big = report.get(f"queues_{settings['big_queues']}")
+    if big is not None:
+        cases.append((f"{settings['big_queues']:,} queues", big))
+    table = Table(title="kiban bench scheduler", title_justify="left", header_style="bold")
+    table.add_column("measure")
+    for name, _ in cases:
+        table.add_column(name, justify="right")
+    table.add_column("goal", justify="right")
+    table.add_column("what it means", style="dim", overflow="fold")
+    rows: list[tuple[str, str, str | None, str, str]] = [
+        (
+            "placements/s",
+            "placements_per_s",
+            f">= {GOAL_PLACEMENTS_PER_S:,.0f}",
+            "",
+            "replicas placed / time in schedule(), every cycle counted",
+        ),
+        ("p50 cycle", "p50_cycle_ms", None, " ms", "one schedule() call"),
+        (
+            "p99 cycle",
+            "p99_cycle_ms",
+            f"<= {GOAL_P99_CYCLE_MS:g} ms",
+            " ms",
+            "same, 99th percentile",
+        ),
+        ("p99 admitting cycle", "p99_admitting_cycle_ms", None, " ms", "of cycles that admitted"),
+        (
+            "first cycle",
+            "first_cycle_ms",
+            None,
+            " ms",
+            "the backlog's first pass: the fullest window",
+        ),
+        (
+            "first cycle placements/s",
+            "first_cycle_placements_per_s",
+            None,
+            "",
+            "its replicas placed / its time",
+        ),
+        ("peak RSS", "peak_rss_mb", None, " MB", "the process's, so far (ru_maxrss)"),
+        ("jobs admitted", "jobs_admitted", None, "", "of the jobs waiting at the start"),
+        ("replicas placed", "replicas_placed", None, "", "each admitted job's gang"),
+        ("cycles", "cycles", None, "", "calls of schedule()"),
+        ("admitting cycles", "admitting_cycles", None, "", "cycles that admitted a job"),
+        ("jobs per snapshot", "max_jobs_in_snapshot", None, "", "at most (window per queue)"),
+        ("core time", "core_s", None, " s", "in schedule()"),
+        ("snapshot building", "snapshot_build_s", None, " s", "the benchmark's, not the core's"),
+        ("simulated time", "simulated_s", None, " s", "running jobs finished meanwhile"),
+    ]
+    goal_keys = {"placements_per_s", "p99_cycle_ms"}
+    for label, key, goal, unit, meaning in rows:
+        cells = []
+        for _, entry in cases:
+            value = entry.get(key)
+            if key == "jobs_admitted":
+                cells.append(f"{_num(value)} of {_num(entry['jobs'])}")
+                continue
+            mark = _mark(entry, key) if key in goal_keys else ""
+            cells.append(_num(value, unit) + mark)
+        table.add_row(label, *cells, goal or "", meaning)
+    table.add_row("stopped", *(entry["stopped"] for _, entry in cases), "", "")
+    cited = ", ".join(f"{c['name']} {c['value']:g}/s" for c in report["cited"].values())
+    notes = [
+        f"cluster: {settings['nodes']:,} nodes x {settings['gpus_per_node']} GPUs, "
+        f"{settings['busy_gpus']:,} GPUs busy ({settings['running_jobs']:,} running jobs); "
+        f"{settings['jobs']:,} Philly-sized jobs for {settings['jobs_gpus']:,} GPUs; "
+        f"{settings['cohorts']} cohorts; seed {settings['seed']}",
+        f"placements/s against kube-scheduler's threshold: "
+        f"x{_num(report['vs_kube_scheduler_threshold'])}; cited, not measured here: {cited}",
+    ]
+    side = report.get("side_by_side")
+    if side:
+        notes.append(
+            f"side by side ({side['what']}): placements/s x{_num(side['placements_per_s_ratio'])}, "
+            f"p99 cycle x{_num(side['p99_cycle_ms_ratio'])}"
+        )
+    if settings["profiled"]:
+        notes.append("profiled: cProfile inflates every time above")
+    notes.append(f"machine: {machine_line(report['machine'])}")
     table.caption = "\n".join(notes)
     table.caption_justify = "left"
     return table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -78,5 +79,83 @@ def submit(
     # Piped or logged, the table keeps its width rather than folding into 80 columns.
     console = Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
     console.print(table)
+    if as_json:
+        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
+
+
+@bench_app.command("scheduler")
+def scheduler(
+    nodes: Annotated[int, typer.Option(help="nodes of the synthetic cluster")] = 16_384,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs of each node")] = 8,
+    jobs: Annotated[int, typer.Option(help="waiting jobs, sized from the Philly trace")] = 10_000,
+    queues: Annotated[int, typer.Option(help="queues of the main case")] = 30,
+    cohorts: Annotated[int, typer.Option(help="cohorts the queues are spread over")] = 5,
+    big_queues: Annotated[
+        int, typer.Option(help="queues of the second case, same cluster and jobs (0: none)")
+    ] = 1_000,
+    seed: Annotated[int, typer.Option(help="seed of every random draw")] = 0,
+    busy: Annotated[
+        float, typer.Option(help="share of the GPUs held by running jobs at the start")
+    ] = 0.9,
+    max_cycles: Annotated[int, typer.Option(help="at most this many cycles per case")] = 5_000,
+    time_limit: Annotated[
+        float, typer.Option(help="at most this many seconds (wall clock) per case")
+    ] = 300.0,
+    traces: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder of philly_jobs_sia.csv (default $KIBAN_TRACES, ../shared/traces)"
+        ),
+    ] = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(help="folder for a cProfile of the core's calls per case (slows them)"),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """Placements/s, cycle time and memory of the pure scheduler core on a synthetic cluster.
+
+    Nodes carry the four OCI RDMA topology levels; queues and cohorts are shaped like Kueue's
+    scheduler baseline; waiting jobs are drawn from the Philly trace (1 to 128 GPUs); --busy of
+    the cluster runs jobs. Cycles run until every job is admitted (when one admits nothing,
+    running jobs finish in order of expected end). The same cluster is run with --queues and
+    with --big-queues, side by side.
+    """
+    from kiban.bench.loadgen import BenchError
+    from kiban.bench.report import scheduler_table
+    from kiban.bench.scheduler import SchedulerBenchOptions, run_scheduler_bench
+
+    try:
+        options = SchedulerBenchOptions(
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            jobs=jobs,
+            queues=queues,
+            cohorts=cohorts,
+            big_queues=big_queues,
+            seed=seed,
+            busy=busy,
+            max_cycles=max_cycles,
+            time_limit_s=time_limit,
+            traces=traces,
+            profile_dir=profile,
+        )
+    except ValueError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    try:
+        report = run_scheduler_bench(options, say=lambda line: render.err.print(line, markup=False))
+    except BenchError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        render.err.print("interrupted", markup=False)
+        raise typer.Exit(130) from None
+    stream = sys.stderr if as_json else sys.stdout
+    console = Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
+    console.print(scheduler_table(report))
     if as_json:
         sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
