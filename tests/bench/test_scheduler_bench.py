@@ -172,7 +172,7 @@ def test_the_runner_admits_without_overcommitting(scenario: Scenario) -> None:
     for _ in range(400):
         if not runner.pending:
             break
-        decisions = schedule(runner.snapshot())
+        decisions = schedule(runner.snapshot(), runner.policy)
         runner.apply(decisions)
         runner.check()
         admitted += [a.job_id for a in decisions.admitted]

@@ -30,7 +30,7 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     )
     overlay = cycle.overlays[flavor]
     needed = gang_gpus(job)
-    allow = cycle.reservation_filter(flavor)
+    allow = cycle.reservation_filter(job.id)
     found: Reservation | None = None
     with overlay.transaction():  # the releases below are a what-if, undone on exit
         for end, _id, running in ending:
@@ -45,14 +45,13 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
                 found = Reservation(job.id, flavor, max(end, now), nodes)
                 break
     if found is not None:
-        cycle.reservations.append(found)
-        cycle.reserved_nodes.setdefault(flavor, set()).update(found.nodes)
+        cycle.add_reservation(found)
     return found
 
 
 def may_backfill(cycle: Cycle, job: PendingJob, flavor: str) -> bool:
     """Whether the job ends before every reservation on the flavor starts."""
-    earliest = cycle.earliest_reservation(flavor)
+    earliest = cycle.earliest_reservation(flavor, job.id)
     if earliest is None:
         return True
     return job.max_runtime is not None and cycle.snapshot.now + job.max_runtime <= earliest

@@ -164,6 +164,7 @@ def _admit_or_explain(
             names = [victim.id for victim, _ in choice.victims]
             for victim, ground in choice.victims:
                 cycle.victims.add(victim.id)
+                nodes = tuple(sorted({r.node for r in victim.replicas}))
                 preempted.append(
                     Preempt(
                         victim.id,
@@ -173,6 +174,7 @@ def _admit_or_explain(
                             f"preempted ({ground}) to make room for job {job.id}",
                             {"preemptor": job.id, "ground": ground, "flavor": flavor},
                         ),
+                        nodes,
                     )
                 )
             return _Waiting(
@@ -210,7 +212,7 @@ def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, Pen
     overlay = cycle.overlays[flavor]
     if cycle.known_not_to_fit(job, flavor):
         return _NO_FIT, _capacity_reason(cycle, job, flavor, None)
-    allow = cycle.reservation_filter(flavor)
+    allow = cycle.reservation_filter(job.id)
     attempt = cycle.try_place(job, flavor, allow)
     if attempt.fits:
         return attempt, None
@@ -224,7 +226,9 @@ def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, Pen
             if probe.fits:
                 for p in probe.placements:
                     overlay.give(p.node, p.gpu_ids, p.cpu_millis, p.memory)
-                first = min(cycle.reservations, key=lambda r: r.at)
+                first = min(
+                    (r for r in cycle.reservations if r.job_id != job.id), key=lambda r: r.at
+                )
                 return _NO_FIT, PendingReason(
                     ReasonCode.BLOCKED_BY_RESERVATION,
                     f"would fit now, but on GPUs reserved for job {first.job_id} from "

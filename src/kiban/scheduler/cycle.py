@@ -45,7 +45,7 @@ class Cycle:
     running_by_flavor: dict[str, list[RunningJob]]
     charged: dict[str, float] = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
-    reserved_nodes: dict[str, set[str]] = field(default_factory=dict)
+    reserved_by: dict[str, str] = field(default_factory=dict)  # node -> the job it is kept for
     victims: set[str] = field(default_factory=set)
     stopping_for: dict[str, list[str]] = field(default_factory=dict)
     preemption_searches: int = 0
@@ -64,7 +64,7 @@ class Cycle:
                 running_by_flavor.setdefault(flavor, []).append(job)
             if job.preempted_by is not None:
                 stopping_for.setdefault(job.preempted_by, []).append(job.id)
-        return cls(
+        cycle = cls(
             snapshot=snapshot,
             policy=policy,
             overlays={name: CapacityOverlay(nodes) for name, nodes in by_flavor.items()},
@@ -74,6 +74,22 @@ class Cycle:
             running_by_flavor=running_by_flavor,
             stopping_for=stopping_for,
         )
+        # Capacity freed by a preemption is kept for the preemptor, from now on.
+        flavor_of = {n.name: n.flavor for n in snapshot.nodes if n.flavor is not None}
+        for waiting in snapshot.pending:
+            nominated: dict[str, set[str]] = {}
+            for name in waiting.nominated_nodes:
+                if name in flavor_of:
+                    nominated.setdefault(flavor_of[name], set()).add(name)
+            for flavor in sorted(nominated):
+                kept = frozenset(nominated[flavor])
+                cycle.add_reservation(Reservation(waiting.id, flavor, snapshot.now, kept))
+        return cycle
+
+    def add_reservation(self, reservation: Reservation) -> None:
+        self.reservations.append(reservation)
+        for node in reservation.nodes:
+            self.reserved_by.setdefault(node, reservation.job_id)
 
     # -- fair share ------------------------------------------------------------------------------
     def standing(self, tenant: str) -> float:
@@ -108,14 +124,16 @@ class Cycle:
             )
         return place_gang(job, overlay, allow)
 
-    def reservation_filter(self, flavor: str) -> NodeFilter | None:
-        reserved = self.reserved_nodes.get(flavor)
+    def reservation_filter(self, job_id: str) -> NodeFilter | None:
+        """Keeps a job off nodes reserved for other jobs (None: nothing is reserved)."""
+        reserved = self.reserved_by
         if not reserved:
             return None
-        return lambda node: node.name not in reserved
+        return lambda node: reserved.get(node.name, job_id) == job_id
 
-    def earliest_reservation(self, flavor: str) -> float | None:
-        times = [r.at for r in self.reservations if r.flavor == flavor]
+    def earliest_reservation(self, flavor: str, job_id: str) -> float | None:
+        """When the first reservation of another job on the flavor starts."""
+        times = [r.at for r in self.reservations if r.flavor == flavor and r.job_id != job_id]
         return min(times) if times else None
 
     def shape(self, job: PendingJob) -> tuple[int, int, int, int] | None:

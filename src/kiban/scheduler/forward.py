@@ -29,13 +29,19 @@ def advance(snapshot: Snapshot, decisions: Decisions, protect_s: float = 0.0) ->
     """The snapshot after the decisions take effect (preempted jobs stop at once)."""
     victims = {p.victim_id for p in decisions.preempted}
     pending = {j.id: j for j in snapshot.pending}
+    nominated: dict[str, set[str]] = {}
+    for p in decisions.preempted:
+        nominated.setdefault(p.preemptor_id, set()).update(p.nodes)
+    for job_id, nodes in nominated.items():
+        if job_id in pending:
+            pending[job_id] = replace(pending[job_id], nominated_nodes=tuple(sorted(nodes)))
     started = [
         _as_running(pending.pop(a.job_id), a, snapshot, protect_s) for a in decisions.admitted
     ]
     preemptor = {p.victim_id: p.preemptor_id for p in decisions.preempted}
     stopped = [r for r in snapshot.running if r.id in victims]
     still = [r for r in snapshot.running if r.id not in victims]
-    requeued = [_as_pending(r, preemptor[r.id]) for r in stopped]
+    requeued = [as_pending(r, preemptor[r.id]) for r in stopped]
     return _changed(
         snapshot,
         running=[*still, *started],
@@ -105,7 +111,7 @@ def _as_running(job: PendingJob, admit: Admit, snapshot: Snapshot, protect_s: fl
     )
 
 
-def _as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
+def as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
     """A preempted job back in its queue, keeping its submit time; its shape from its replicas."""
     tasks = tuple(
         TaskDemand(f"r{i}", 1, len(r.gpu_ids), r.cpu_millis, r.memory)

@@ -135,6 +135,7 @@ class PendingJob:
     topology: TopologyRequest | None = None
     preempts: bool = False
     preempted_by: str | None = None  # the job that preempted it last, which it may not preempt
+    nominated_nodes: tuple[str, ...] = ()  # freed for it by its preemptions: others keep off
 
     @property
     def total_replicas(self) -> int:
