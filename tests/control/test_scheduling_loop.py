@@ -33,6 +33,7 @@ def test_high_priority_preempts_and_the_victim_returns_keeping_its_submit_time(
     run_passes(platform, clock)
     assert state(platform, low) == "Stopping"
     assert get(platform, high).reason_code == "WaitingForPreemption"
+    assert get(platform, high).nominated_nodes  # the victim's nodes are kept for it
     run_passes(platform, clock, 2)
 
     assert state(platform, high) == "Running"

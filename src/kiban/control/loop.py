@@ -478,6 +478,12 @@ class ControlLoop:
             self._stop_for(job.id, "requeue", "NodeUnhealthy", f"node(s) unhealthy: {nodes}", now)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
+        with self.sessions() as session:
+            preemptor = session.get(Job, preempt.preemptor_id, with_for_update=True)
+            if preemptor is not None and preemptor.state == JobState.PENDING.value:
+                nodes = set(preemptor.nominated_nodes or ()) | set(preempt.nodes)
+                preemptor.nominated_nodes = sorted(nodes)
+                session.commit()
         self._stop_for(
             preempt.victim_id,
             "preempt",
@@ -573,6 +579,7 @@ class ControlLoop:
         """Record the placement (resources held from here on), then start the replicas."""
         spec = self.specs.get(job)
         job.master_port = self.executor.pick_master_port()
+        job.nominated_nodes = None
         rows = []
         for p in placements:
             row = Replica(

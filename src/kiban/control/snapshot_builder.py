@@ -15,6 +15,7 @@ from kiban.domain.jobspec import JobSpec
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.domain.usage import decay, standing
+from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import (
     PendingJob,
     QueueStrategy,
@@ -269,6 +270,7 @@ def _pending_jobs(
         Job.preempted_by,
         Job.cluster_position,
         Job.eta,
+        Job.nominated_nodes,
     )
     rows: list[Row[Any]] = []
     for queue in queues:
@@ -301,6 +303,11 @@ def _pending_jobs(
                 topology=topology,
                 preempts=level.preempts if level else False,
                 preempted_by=row.preempted_by,
+                nominated_nodes=(
+                    tuple(row.nominated_nodes or ())
+                    if row.reason_code == ReasonCode.WAITING_FOR_PREEMPTION.value
+                    else ()
+                ),
             )
         )
         if recorded is not None:

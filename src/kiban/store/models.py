@@ -147,6 +147,8 @@ class Job(Base):
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The job that preempted it: while it stops, and afterwards (it may not preempt that one).
     preempted_by: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    # Nodes its preemptions free, kept for it while it waits for them (WaitingForPreemption).
+    nominated_nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     eta: Mapped[float | None] = mapped_column(Float, nullable=True)  # forecast start time
     cluster_position: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -20,6 +20,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("preempted_by", sa.String(length=80), nullable=True))
+        batch_op.add_column(sa.Column("nominated_nodes", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("last_checkpoint_at", sa.Float(), nullable=True))
         batch_op.add_column(sa.Column("eta", sa.Float(), nullable=True))
         batch_op.add_column(sa.Column("cluster_position", sa.Integer(), nullable=True))
@@ -39,4 +40,5 @@ def downgrade() -> None:
         batch_op.drop_column("cluster_position")
         batch_op.drop_column("eta")
         batch_op.drop_column("last_checkpoint_at")
+        batch_op.drop_column("nominated_nodes")
         batch_op.drop_column("preempted_by")
