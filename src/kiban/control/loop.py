@@ -25,7 +25,6 @@ from kiban.clock import Clock, SystemClock
 from kiban.control.snapshot_builder import RecordedWait, SpecCache, build_snapshot
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState, ReplicaState
-from kiban.domain.usage import accrue, weighted_rate
 from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRef
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement, Wait
@@ -36,7 +35,8 @@ from kiban.scheduler.snapshot import RunningJob, Snapshot
 from kiban.services import events
 from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition
-from kiban.store.models import Job, Node, Replica, TenantUsage
+from kiban.services.usage import accrue_usage
+from kiban.store.models import Job, Node, Replica
 
 log = logging.getLogger("kiban.control")
 
@@ -439,30 +439,13 @@ class ControlLoop:
         if now - self._last_forecast < self.forecast_every_s:
             return
         self._last_forecast = now
-        self._etas = dict(forecast(snapshot, self.policy, max_cycles=50).starts)
+        self._etas = forecast(snapshot, self.policy, max_cycles=50)
 
     def _accrue_usage(
         self, running: tuple[RunningJob, ...], now: float, policy: ClusterPolicy
     ) -> None:
-        """Add what each tenant held since its last update to its decayed usage."""
-        held: dict[str, dict[str, float]] = {}
-        for job in running:
-            mine = held.setdefault(job.tenant, {"gpu": 0.0, "cpu": 0.0, "memory": 0.0})
-            for r in job.replicas:
-                mine["gpu"] += len(r.gpu_ids)
-                mine["cpu"] += r.cpu_millis / 1000
-                mine["memory"] += r.memory / 2**30
-        weights = policy.fair_share.resource_weights.model_dump()
         with self.sessions() as session:
-            rows = {row.tenant: row for row in session.scalars(select(TenantUsage))}
-            for tenant in sorted(set(rows) | set(held)):
-                rate = weighted_rate(held.get(tenant, {}), weights)
-                row = rows.get(tenant)
-                if row is None:
-                    session.add(TenantUsage(tenant=tenant, usage=0.0, updated_at=now))
-                    continue
-                row.usage = accrue(row.usage, rate, now - row.updated_at, policy.half_life_s)
-                row.updated_at = now
+            accrue_usage(session, running, now, policy)
             session.commit()
 
     def _requeue_from_unhealthy_nodes(self, running: tuple[RunningJob, ...], now: float) -> None:

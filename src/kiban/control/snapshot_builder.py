@@ -14,7 +14,6 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.jobspec import JobSpec
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
-from kiban.domain.usage import decay, standing
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import (
     PendingJob,
@@ -27,7 +26,8 @@ from kiban.scheduler.snapshot import (
     TopologyRequest,
     node_view,
 )
-from kiban.store.models import Job, Node, Queue, Replica, TenantUsage
+from kiban.services.usage import standings
+from kiban.store.models import Job, Node, Queue, Replica
 
 
 class SpecCache:
@@ -160,20 +160,6 @@ def build_snapshot(
         standings=standings(session, now, policy, queues),
         topology_levels=policy.topology_levels,
     )
-
-
-def standings(
-    session: Session, now: float, policy: ClusterPolicy, queues: Iterable[QueueView]
-) -> dict[str, float]:
-    """Each tenant's decayed usage as of ``now`` per its weight (its queues' largest)."""
-    weights: dict[str, float] = {}
-    for q in queues:
-        weights[q.tenant] = max(weights.get(q.tenant, 0.0), q.weight)
-    result = {}
-    for row in session.scalars(select(TenantUsage)):
-        usage = decay(row.usage, now - row.updated_at, policy.half_life_s)
-        result[row.tenant] = standing(usage, weights.get(row.tenant, 1.0))
-    return result
 
 
 _HOLDING = (JobState.ADMITTED.value, JobState.RUNNING.value, JobState.STOPPING.value)

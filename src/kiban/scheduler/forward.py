@@ -10,8 +10,7 @@ behind one with no maxRuntime gets no estimate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Decisions
@@ -59,18 +58,11 @@ def finish(snapshot: Snapshot, job_ids: set[str], now: float) -> Snapshot:
     return replace(after, now=now)
 
 
-@dataclass(frozen=True, slots=True)
-class Forecast:
-    """Estimated start time per pending job (None: no estimate within the horizon)."""
-
-    starts: Mapping[str, float | None]
-    cycles: int
-
-
 def forecast(
     snapshot: Snapshot, policy: Policy, horizon_s: float = 30 * 86400, max_cycles: int = 200
-) -> Forecast:
-    """Run the core forward over the running jobs' maxRuntimes to estimate start times."""
+) -> dict[str, float | None]:
+    """Estimated start time per pending job (None: none within the horizon or the cycles),
+    from the core run forward over the running jobs' maxRuntimes."""
     what_if = replace(policy, preemption=False)
     starts: dict[str, float | None] = {j.id: None for j in snapshot.pending}
     state = snapshot
@@ -90,7 +82,7 @@ def forecast(
             break
         ended = {r.id for r in state.running if r.expected_end is not None and r.expected_end <= at}
         state = finish(state, ended, at)
-    return Forecast(starts, cycles)
+    return starts
 
 
 # -- rebuilding snapshots ------------------------------------------------------------------------

@@ -20,10 +20,9 @@ from kiban.scheduler.snapshot import QueueView
 
 @dataclass(frozen=True, slots=True)
 class QuotaVerdict:
-    """Whether ``gpus`` more fit the queue's quota of a flavor, and how many would be borrowed."""
+    """Whether ``gpus`` more fit the queue's quota of a flavor, and if not, why."""
 
     fits: bool
-    borrowed: int = 0
     reason: PendingReason | None = None
 
 
@@ -36,7 +35,6 @@ class QuotaBook:
     def __init__(self, queues: Iterable[QueueView]) -> None:
         self.queues = {q.name: q for q in queues}
         self._used: dict[tuple[str, str], int] = {}
-        self._members: dict[str, list[str]] = {}
         self._pool: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> shared GPUs
         self._drawn: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> drawn on them
         for q in self.queues.values():
@@ -44,7 +42,6 @@ class QuotaBook:
                 self._used[(q.name, flavor)] = gpus
             if q.cohort is None:
                 continue
-            self._members.setdefault(q.cohort, []).append(q.name)
             for flavor in set(q.nominal or ()) | set(q.used):
                 key = (q.cohort, flavor)
                 self._pool[key] = self._pool.get(key, 0) + self.shared(q.name, flavor)
@@ -82,21 +79,6 @@ class QuotaBook:
         nominal = self.nominal(queue, flavor)
         return 0 if nominal is None else max(self.used(queue, flavor) - nominal, 0)
 
-    def lent(self, queue: str, flavor: str) -> int:
-        """Of the queue's unused nominal quota, what others use now (its share of the draws)."""
-        q = self.queues.get(queue)
-        if q is None or q.cohort is None:
-            return 0
-        key = (q.cohort, flavor)
-        others_borrow = sum(
-            self.borrowed(m, flavor) for m in self._members.get(q.cohort, []) if m != queue
-        )
-        unused_shared = max(self.shared(queue, flavor) - self.draw(queue, flavor), 0)
-        pool_unused = self._pool.get(key, 0) - self._drawn.get(key, 0) + others_borrow
-        if pool_unused <= 0 or others_borrow == 0:
-            return 0
-        return min(unused_shared, others_borrow * unused_shared // pool_unused)
-
     def cohort_can_lend(self, queue: str, flavor: str) -> int:
         """GPUs of the pool the queue could use beyond its nominal quota now."""
         q = self.queues.get(queue)
@@ -106,9 +88,6 @@ class QuotaBook:
         free = self._pool.get(key, 0) - self._drawn.get(key, 0)
         own_unused = max(self.shared(queue, flavor) - self.draw(queue, flavor), 0)
         return max(free - own_unused, 0)
-
-    def members(self, cohort: str) -> list[str]:
-        return self._members.get(cohort, [])
 
     def ceiling(self, queue: str, flavor: str) -> int | None:
         """The most GPUs of a flavor the queue could ever hold (None: no limit)."""
@@ -198,7 +177,7 @@ class QuotaBook:
                     {**details, "cohort": q.cohort, "cohort_can_lend_gpus": can_lend},
                 ),
             )
-        return QuotaVerdict(True, borrowed=borrow - already)
+        return FITS
 
     # -- changing --------------------------------------------------------------------------------
     def take(self, queue: str, flavor: str, gpus: int) -> None:
