@@ -4,6 +4,7 @@ decayed usage, unhealthy nodes, and start-time forecasts (fake executor, manual 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from loop_support import events, get, manifest, state, submit
 from sqlalchemy import select
 
 from kiban.platform import Platform
+from kiban.scheduler.policy import Policy
 from kiban.store.models import Node, Replica, TenantUsage
 from kiban.testing import FakeExecutor, ManualClock
 
@@ -119,3 +121,23 @@ def test_a_waiting_job_gets_a_start_time_forecast(platform: Platform, clock: Man
     assert waiting.state == "Pending"
     assert waiting.eta == round(started + 600)
     assert waiting.cluster_position == 1
+
+
+def test_a_pass_stopped_at_its_placement_budget_is_followed_by_another_at_once(
+    platform: Platform, clock: ManualClock
+) -> None:
+    """The clock stands still, so only the budget's follow-up passes can start the later jobs
+    (a burst of asked-for passes is otherwise spaced by min_interval_s)."""
+    platform.loop.policy = Policy(max_placements_per_cycle=1)
+    ids = [submit(platform, manifest(f"j{i}", replicas=1, gpu=1)) for i in range(3)]
+    platform.loop.start()
+    try:
+        platform.loop.wake()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if all(state(platform, job_id) != "Pending" for job_id in ids):
+                break
+            time.sleep(0.02)
+    finally:
+        platform.loop.stop()
+    assert all(state(platform, job_id) != "Pending" for job_id in ids)

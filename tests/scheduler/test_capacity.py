@@ -25,7 +25,7 @@ def overlay(running: dict[str, int | list[int]] | None = None) -> CapacityOverla
         .node("off", gpus=8)
         .cordoned("off")
     )
-    return CapacityOverlay(nodes.build(running_gpus=running))
+    return CapacityOverlay.of(nodes.build(running_gpus=running))
 
 
 def observe(o: CapacityOverlay) -> dict[str, Any]:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from kiban.scheduler import Decisions, ReasonCode, Snapshot, Wait, schedule
+from kiban.scheduler.forward import advance, forecast
+from kiban.scheduler.policy import Policy
 from kiban.testing import ClusterBuilder, cluster, job, queue, snapshot
 
 
@@ -488,3 +490,41 @@ def test_reason_serializes_for_the_store() -> None:
     assert data["code"] == "InsufficientCapacity"
     assert data["details"]["gang_size"] == 2
     assert isinstance(data["message"], str)
+
+
+# -- the placement budget of a cycle -------------------------------------------------------------
+
+
+def test_a_cycle_stops_at_its_placement_budget_and_the_next_goes_on() -> None:
+    """Five 2-replica jobs, a budget of 4 replicas: two jobs per cycle, in order, and the jobs
+    not reached wait unconsidered, keeping their order for the next cycle."""
+    snap = snapshot(
+        nodes=cluster().nodes(10, gpus=1),
+        pending=[job(f"j{i}").replicas(2, gpu=1).submitted(float(i)) for i in range(5)],
+    )
+    policy = Policy(max_placements_per_cycle=4)
+    first = schedule(snap, policy)
+    assert admitted_ids(first) == ["j0", "j1"]
+    assert first.more
+    assert [(w.job_id, w.reason.code) for w in first.waiting] == [
+        ("j2", ReasonCode.QUEUE_BACKLOG),
+        ("j3", ReasonCode.QUEUE_BACKLOG),
+        ("j4", ReasonCode.QUEUE_BACKLOG),
+    ]
+    assert "placing 4 replicas" in first.waiting[0].reason.message
+    second = schedule(advance(snap, first), policy)
+    assert admitted_ids(second) == ["j2", "j3"]
+    third = schedule(advance(advance(snap, first), second), policy)
+    assert admitted_ids(third) == ["j4"]
+    assert not third.more
+
+
+def test_the_forecast_runs_budgeted_cycles_at_the_same_time() -> None:
+    """Jobs that a budget-cut cycle did not reach can start now: their estimate is now."""
+    snap = snapshot(
+        nodes=cluster().nodes(6, gpus=1),
+        pending=[job(f"j{i}").replicas(1, gpu=1).max_runtime(100).submitted(i) for i in range(8)],
+        now=10.0,
+    )
+    starts = forecast(snap, Policy(max_placements_per_cycle=2))
+    assert [starts[f"j{i}"] for i in range(8)] == [10.0] * 6 + [110.0, 110.0]

@@ -56,6 +56,7 @@ from kiban.bench.synthetic import (
     load_philly,
 )
 from kiban.scheduler import Decisions, schedule
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.forward import as_pending
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
@@ -166,6 +167,7 @@ class CycleRunner:
         self.finished = 0
         self.quiet = 0  # cycles in a row that admitted nothing
         self.preempted = 0
+        self.cache = CapacityCache()  # the core's capacity index, kept as the control loop does
 
     @property
     def pending(self) -> int:
@@ -359,6 +361,9 @@ def run_case(
     window_max = 0
     first: tuple[float, int, int] | None = None
     stopped = "every job admitted"
+    t_index = time.perf_counter()
+    runner.cache.indexes(runner.views)  # built once at start-up, then kept up to date
+    index_build_s = time.perf_counter() - t_index
     started = time.perf_counter()
     next_note = started + 10
     while runner.pending:
@@ -373,7 +378,7 @@ def run_case(
         t1 = time.perf_counter()
         if profiler is not None:
             profiler.enable()
-        decisions = schedule(snapshot, runner.policy)
+        decisions = schedule(snapshot, runner.policy, runner.cache)
         if profiler is not None:
             profiler.disable()
         t2 = time.perf_counter()
@@ -430,6 +435,7 @@ def run_case(
         "max_jobs_in_snapshot": window_max,
         "core_s": round(core_s, 3),
         "snapshot_build_s": round(rebuild_s, 3),
+        "index_build_s": round(index_build_s, 3),
         "apply_s": round(apply_s, 3),
         "wall_s": round(wall_s, 3),
         "simulated_s": round(runner.now - scenario.now, 1),

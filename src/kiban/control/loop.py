@@ -22,15 +22,16 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
-from kiban.control.snapshot_builder import RecordedWait, SpecCache, build_snapshot
+from kiban.control.snapshot_builder import NodeViews, RecordedWait, SpecCache, build_snapshot
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState, ReplicaState
 from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRef
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement, Wait
 from kiban.scheduler.forward import forecast
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
-from kiban.scheduler.reasons import SCHEDULING_WINDOW
+from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
 from kiban.scheduler.snapshot import RunningJob, Snapshot
 from kiban.services import events
 from kiban.services.policy import PolicyCache
@@ -81,6 +82,8 @@ class ControlLoop:
         self.policy = policy
         self.tick_s = tick_s
         self.specs = SpecCache()
+        self.capacity = CapacityCache()  # the core's capacity index, kept between passes
+        self.node_views = NodeViews()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,6 +92,7 @@ class ControlLoop:
         self.resync_s = 5.0
         self.min_interval_s = 0.1
         self._last_pass_wanted = False
+        self._more = False  # the last cycle stopped at its placement budget: run the next now
         self.window = SCHEDULING_WINDOW  # pending jobs per queue that a pass considers
         self._last_schedule = float("-inf")
         self.policies = PolicyCache()
@@ -117,7 +121,9 @@ class ControlLoop:
         wanted = False  # a scheduling pass was asked for and has not run yet
         while not self._stopping.is_set():
             timeout = self.tick_s
-            if wanted:
+            if self._more:
+                timeout = 0.0
+            elif wanted:
                 since = self.clock.now() - self._last_schedule
                 timeout = min(timeout, max(self.min_interval_s - since, 0.0))
             wanted = self._wake.wait(timeout) or wanted
@@ -150,14 +156,14 @@ class ControlLoop:
         since = now - self._last_schedule
         in_burst = wanted and self._last_pass_wanted and since < gap
         scheduled = False
-        if ((wanted or changed) and not in_burst) or since >= self.resync_s:
-            self.schedule(now)
+        if self._more or ((wanted or changed) and not in_burst) or since >= self.resync_s:
+            self._more = self.schedule(now)
             self._last_pass_wanted = wanted
             scheduled = True
         self.passes += 1
         if self._on_pass is not None:
             self._on_pass()
-        return scheduled or not (wanted or changed)
+        return (scheduled and not self._more) or not (wanted or changed or self._more)
 
     def recover(self) -> None:
         """After a restart: a launch cut short is undone and its job requeued.
@@ -407,17 +413,20 @@ class ControlLoop:
         self.specs.forget(job.id)
 
     # -- scheduling ----------------------------------------------------------------------------
-    def schedule(self, now: float) -> None:
+    def schedule(self, now: float) -> bool:
+        """One scheduling pass; True when its cycle stopped at the placement budget."""
         recorded: dict[str, RecordedWait] = {}
         with self.sessions() as session:
             policy = self.policies.get(session)
-            snapshot = build_snapshot(session, self.specs, now, recorded, self.window, policy)
+            snapshot = build_snapshot(
+                session, self.specs, now, recorded, self.window, policy, self.node_views
+            )
         self._last_schedule = now
         self._accrue_usage(snapshot.running, now, policy)
         self._requeue_from_unhealthy_nodes(snapshot.running, now)
         if not snapshot.pending:
-            return
-        decisions = schedule(snapshot, self.policy)
+            return False
+        decisions = schedule(snapshot, self.policy, self.capacity)
         for preempt in decisions.preempted:
             self._preempt(preempt, now)
         for admit in decisions.admitted:
@@ -426,13 +435,15 @@ class ControlLoop:
         changed = [
             w
             for w in decisions.waiting
-            if self._wait_changed(w, recorded.get(w.job_id), self._etas.get(w.job_id))
+            if w.reason.code is not ReasonCode.QUEUE_BACKLOG  # unconsidered: the next cycle's
+            and self._wait_changed(w, recorded.get(w.job_id), self._etas.get(w.job_id))
         ]
         if changed:
             with self.sessions() as session:
                 for wait in changed:
                     self._record_wait(session, wait, recorded.get(wait.job_id), now)
                 session.commit()
+        return decisions.more
 
     def _refresh_forecast(self, snapshot: Snapshot, now: float) -> None:
         """Start-time estimates, from the core run forward; at most every few seconds."""

@@ -16,6 +16,7 @@ from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import (
+    NodeView,
     PendingJob,
     QueueStrategy,
     QueueView,
@@ -82,6 +83,21 @@ def demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
     )
 
 
+class NodeViews:
+    """The last view of each node, handed out again while the node is unchanged, so that the
+    core's capacity cache (which compares views by identity) updates only changed nodes."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, NodeView] = {}
+
+    def reuse(self, view: NodeView) -> NodeView:
+        last = self._last.get(view.name)
+        if last is not None and last == view:
+            return last
+        self._last[view.name] = view
+        return view
+
+
 def build_snapshot(
     session: Session,
     specs: SpecCache,
@@ -89,6 +105,7 @@ def build_snapshot(
     recorded: dict[str, RecordedWait] | None = None,
     window: int = 256,
     policy: ClusterPolicy | None = None,
+    views: NodeViews | None = None,
 ) -> Snapshot:
     """Nodes with what is free on them, queues with what they use, running and pending jobs.
 
@@ -113,25 +130,28 @@ def build_snapshot(
         for flavor, gpus in job.flavor_gpus.items():
             per_flavor[flavor] = per_flavor.get(flavor, 0) + gpus
 
+    views = views or NodeViews()
     nodes = []
     for row in node_rows:
         reason = "" if row.healthy else (row.health_message or "unhealthy")
         if row.cordoned:
             reason = "cordoned"
         nodes.append(
-            node_view(
-                name=row.name,
-                gpus=row.gpus,
-                cpu_millis=row.cpu_millis,
-                memory=row.memory,
-                used_gpu_ids=used_gpus.get(row.name, set()),
-                used_cpu_millis=used_cpu.get(row.name, 0),
-                used_memory=used_memory.get(row.name, 0),
-                labels=row.labels or {},
-                schedulable=row.healthy and not row.cordoned,
-                unschedulable_reason=reason,
-                flavor=flavor_of[row.name],
-                topology=policy.topology_path(row.labels or {}),
+            views.reuse(
+                node_view(
+                    name=row.name,
+                    gpus=row.gpus,
+                    cpu_millis=row.cpu_millis,
+                    memory=row.memory,
+                    used_gpu_ids=used_gpus.get(row.name, set()),
+                    used_cpu_millis=used_cpu.get(row.name, 0),
+                    used_memory=used_memory.get(row.name, 0),
+                    labels=row.labels or {},
+                    schedulable=row.healthy and not row.cordoned,
+                    unschedulable_reason=reason,
+                    flavor=flavor_of[row.name],
+                    topology=policy.topology_path(row.labels or {}),
+                )
             )
         )
     queue_rows = list(session.scalars(select(Queue).order_by(Queue.name)))

@@ -23,7 +23,7 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     ending = sorted(
         (
             (now if r.id in cycle.victims else r.expected_end, r.id, r)
-            for r in cycle.running_by_flavor.get(flavor, ())
+            for r in cycle.running_on(flavor)
             if r.expected_end is not None or r.id in cycle.victims
         ),
         key=lambda item: (item[0], item[1]),

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from kiban.scheduler.capacity_index import CapacityIndex
 from kiban.scheduler.snapshot import NodeView
 
 NodeFilter = Callable[[NodeView], bool]
@@ -40,41 +41,31 @@ class Transaction:
 class CapacityOverlay:
     """Free GPUs, CPU and memory per schedulable node, bucketed by free GPU count.
 
+    A cycle's scratch copy of a ``CapacityIndex``: changes made here never reach the index.
     Each bucket keeps its node names sorted, so choices depend only on free capacity, never on
     the order of earlier takes and gives (a rolled-back transaction changes nothing). Free GPUs
     are also summed per topology domain (every prefix of a node's topology path).
     """
 
-    def __init__(self, nodes: Collection[NodeView]) -> None:
-        self.nodes: dict[str, NodeView] = {n.name: n for n in nodes}
-        self._gpu_ids: dict[str, list[int]] = {}
-        self._cpu: dict[str, int] = {}
-        self._memory: dict[str, int] = {}
-        self._buckets: dict[int, list[str]] = {}
-        self._total_free = 0
-        self.levels = max((len(n.topology) for n in nodes), default=0)
-        self._domain_free: list[dict[tuple[str, ...], int]] = [{} for _ in range(self.levels)]
-        self._domain_nodes: list[dict[tuple[str, ...], list[str]]] = [
-            {} for _ in range(self.levels)
-        ]
-        for node in sorted(nodes, key=lambda n: n.name):
-            if not node.schedulable:
-                continue
-            free = sorted(node.free_gpu_ids)
-            self._gpu_ids[node.name] = free
-            self._cpu[node.name] = node.free_cpu_millis
-            self._memory[node.name] = node.free_memory
-            self._buckets.setdefault(len(free), []).append(node.name)
-            self._total_free += len(free)
-            for level in range(len(node.topology)):
-                domain = node.topology[: level + 1]
-                self._domain_nodes[level].setdefault(domain, []).append(node.name)
-                self._domain_free[level][domain] = self._domain_free[level].get(domain, 0) + len(
-                    free
-                )
-        self._max_free = max(self._buckets, default=0)
+    def __init__(self, index: CapacityIndex) -> None:
+        self.index = index
+        self.nodes: dict[str, NodeView] = index.nodes
+        self.levels = index.levels
+        self._gpu_ids = dict(index.gpu_ids)  # lists are replaced, never changed in place
+        self._cpu = dict(index.cpu)
+        self._memory = dict(index.memory)
+        self._buckets = dict(index.buckets)  # a bucket's list is copied before its first change
+        self._own_buckets: set[int] = set()
+        self._total_free = index.total_free
+        self._max_free = index.max_free
+        self._domain_free = [dict(level) for level in index.domain_free]
         self._transactions: list[Transaction] = []
         self._undoing = False
+
+    @classmethod
+    def of(cls, nodes: Collection[NodeView]) -> CapacityOverlay:
+        """An overlay of these nodes, indexed afresh."""
+        return cls(CapacityIndex(nodes))
 
     def free_gpus(self, node: str) -> int:
         return len(self._gpu_ids.get(node, ()))
@@ -83,7 +74,10 @@ class CapacityOverlay:
         return self._total_free
 
     def schedulable_nodes(self) -> list[str]:
-        return list(self._gpu_ids)
+        return sorted(self._gpu_ids)
+
+    def schedulable_count(self) -> int:
+        return len(self._gpu_ids)
 
     def domains(self, level: int) -> dict[tuple[str, ...], int]:
         """Free GPUs of each domain of a topology level (0 = outermost)."""
@@ -91,7 +85,7 @@ class CapacityOverlay:
 
     def domain_nodes(self, level: int, domain: tuple[str, ...]) -> list[str]:
         """The schedulable nodes of one domain, by name."""
-        return self._domain_nodes[level].get(domain, [])
+        return self.index.domain_nodes[level].get(domain, [])
 
     def fits(self, node: str, gpus: int, cpu_millis: int, memory: int) -> bool:
         return (
@@ -199,9 +193,9 @@ class CapacityOverlay:
     def _resize(self, node: str, old_free: int, new_free: int) -> None:
         if old_free == new_free:
             return
-        old = self._buckets[old_free]
+        old = self._own_bucket(old_free)
         del old[bisect.bisect_left(old, node)]
-        bisect.insort(self._buckets.setdefault(new_free, []), node)
+        bisect.insort(self._own_bucket(new_free), node)
         self._max_free = max(self._max_free, new_free)
         delta = new_free - old_free
         self._total_free += delta
@@ -209,3 +203,10 @@ class CapacityOverlay:
         for level in range(len(topology)):
             domain = topology[: level + 1]
             self._domain_free[level][domain] += delta
+
+    def _own_bucket(self, free: int) -> list[str]:
+        """The bucket's list, copied from the index's before this overlay first changes it."""
+        if free not in self._own_buckets:
+            self._own_buckets.add(free)
+            self._buckets[free] = list(self._buckets.get(free, ()))
+        return self._buckets[free]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kiban.scheduler.backfill import may_backfill, reserve
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.cycle import Cycle
 from kiban.scheduler.decisions import Admit, Decisions, Preempt, Wait
 from kiban.scheduler.placement import (
@@ -28,8 +29,13 @@ class _Waiting:
     reserved_at: float | None = None
 
 
-def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
+def schedule(
+    snapshot: Snapshot, policy: Policy = DEFAULT_POLICY, cache: CapacityCache | None = None
+) -> Decisions:
     """Decide which pending jobs start now and where, whom to preempt, and why others wait.
+
+    ``cache`` keeps the capacity index between the calls of one caller; the decisions are the
+    same with or without it.
 
     1. Take a scratch cycle: free capacity per flavor, quotas and cohort totals, no
        reservations yet.
@@ -44,15 +50,25 @@ def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
        (priority, reclaim, fair share) after whose stop it would fit, and preempt them.
     6. Otherwise, if free capacity (not quota) is what it lacks, reserve GPUs for it at the
        earliest time the running jobs' maxRuntime frees enough.
-    7. Number the waiting jobs within their queues and within the cluster, in the order visited.
+    7. Once the cycle has placed ``max_placements_per_cycle`` replicas, the jobs after wait
+       unconsidered for the next cycle, which the caller runs at once (``Decisions.more``).
+    8. Number the waiting jobs within their queues and within the cluster, in the order visited.
     """
-    cycle = Cycle.start(snapshot, policy)
+    cycle = Cycle.start(snapshot, policy, cache)
     blocked_by: dict[str, str] = {}
     admitted: list[Admit] = []
     preempted: list[Preempt] = []
     waiting: list[_Waiting] = []
+    budget = policy.max_placements_per_cycle
+    placed = 0
+    more = False
 
+    considered: set[str] = set()
     for job in _fair_order(cycle):
+        if budget is not None and placed >= budget:
+            more = True
+            break
+        considered.add(job.id)
         queue = cycle.queues.get(job.queue)
         if queue is None:
             waiting.append(_Waiting(job, _queue_not_found(job)))
@@ -64,10 +80,15 @@ def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
         outcome = _admit_or_explain(cycle, job, queue, preempted)
         if isinstance(outcome, Admit):
             admitted.append(outcome)
+            placed += len(outcome.placements)
             continue
         waiting.append(outcome)
         if queue.strategy is QueueStrategy.STRICT_FIFO:
             blocked_by[queue.name] = job.id
+    if more:  # the rest wait for the next cycle, in the snapshot's order
+        assert budget is not None
+        reason = _over_budget(budget)
+        waiting.extend(_Waiting(j, reason) for j in snapshot.pending if j.id not in considered)
 
     queue_positions: dict[str, int] = {}
     waits = []
@@ -82,7 +103,7 @@ def schedule(snapshot: Snapshot, policy: Policy = DEFAULT_POLICY) -> Decisions:
                 reserved_at=entry.reserved_at,
             )
         )
-    return Decisions(tuple(admitted), tuple(waits), tuple(preempted))
+    return Decisions(tuple(admitted), tuple(waits), tuple(preempted), more=more)
 
 
 def _fair_order(cycle: Cycle) -> Iterator[PendingJob]:
@@ -288,7 +309,7 @@ def _capacity_reason(
     return PendingReason(
         ReasonCode.INSUFFICIENT_CAPACITY,
         f"needs {job.gang_size} replicas together ({shape}){where}; {fit_now}"
-        f"{gpus(free, flavor)} free on {len(overlay.schedulable_nodes())} schedulable nodes",
+        f"{gpus(free, flavor)} free on {overlay.schedulable_count()} schedulable nodes",
         details,
     )
 
@@ -331,6 +352,15 @@ def _no_flavor(cycle: Cycle, job: PendingJob, queue: QueueView) -> PendingReason
 def _queue_not_found(job: PendingJob) -> PendingReason:
     return PendingReason(
         ReasonCode.QUEUE_NOT_FOUND, f"queue {job.queue} does not exist", {"queue": job.queue}
+    )
+
+
+def _over_budget(budget: int) -> PendingReason:
+    return PendingReason(
+        ReasonCode.QUEUE_BACKLOG,
+        f"not yet considered: this cycle stopped after placing {budget} replicas; the next "
+        f"cycle follows at once",
+        {"cycle_budget": budget},
     )
 
 

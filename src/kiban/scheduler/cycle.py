@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
+from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex
 from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.snapshot import (
     FlavorView,
-    NodeView,
     PendingJob,
     QueueView,
     RunningJob,
@@ -42,7 +42,6 @@ class Cycle:
     quota: QuotaBook
     queues: dict[str, QueueView]
     flavors: dict[str, FlavorView]
-    running_by_flavor: dict[str, list[RunningJob]]
     charged: dict[str, float] = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
     reserved_by: dict[str, str] = field(default_factory=dict)  # node -> the job it is kept for
@@ -50,41 +49,56 @@ class Cycle:
     stopping_for: dict[str, list[str]] = field(default_factory=dict)
     preemption_searches: int = 0
     failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+    _running_by_flavor: dict[str, list[RunningJob]] | None = None
 
     @classmethod
-    def start(cls, snapshot: Snapshot, policy: Policy) -> Cycle:
-        by_flavor: dict[str, list[NodeView]] = {f.name: [] for f in snapshot.flavors}
-        for node in snapshot.nodes:
-            if node.flavor is not None and node.flavor in by_flavor:
-                by_flavor[node.flavor].append(node)
-        running_by_flavor: dict[str, list[RunningJob]] = {}
+    def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
+        indexes = (cache or CapacityCache()).indexes(snapshot.nodes)
         stopping_for: dict[str, list[str]] = {}
         for job in snapshot.running:
-            for flavor in job.flavor_gpus:
-                running_by_flavor.setdefault(flavor, []).append(job)
             if job.preempted_by is not None:
                 stopping_for.setdefault(job.preempted_by, []).append(job.id)
         cycle = cls(
             snapshot=snapshot,
             policy=policy,
-            overlays={name: CapacityOverlay(nodes) for name, nodes in by_flavor.items()},
+            overlays={
+                f.name: CapacityOverlay(indexes.get(f.name) or CapacityIndex())
+                for f in snapshot.flavors
+            },
             quota=QuotaBook(snapshot.queues),
             queues={q.name: q for q in snapshot.queues},
             flavors={f.name: f for f in snapshot.flavors},
-            running_by_flavor=running_by_flavor,
             stopping_for=stopping_for,
         )
         # Capacity freed by a preemption is kept for the preemptor, from now on.
-        flavor_of = {n.name: n.flavor for n in snapshot.nodes if n.flavor is not None}
         for waiting in snapshot.pending:
             nominated: dict[str, set[str]] = {}
             for name in waiting.nominated_nodes:
-                if name in flavor_of:
-                    nominated.setdefault(flavor_of[name], set()).add(name)
+                flavor = cycle.flavor_of_node(name)
+                if flavor is not None:
+                    nominated.setdefault(flavor, set()).add(name)
             for flavor in sorted(nominated):
                 kept = frozenset(nominated[flavor])
                 cycle.add_reservation(Reservation(waiting.id, flavor, snapshot.now, kept))
         return cycle
+
+    def flavor_of_node(self, name: str) -> str | None:
+        """The flavor of a node of the cycle's flavors (None: no such node)."""
+        for flavor, overlay in self.overlays.items():
+            if name in overlay.nodes:
+                return flavor
+        return None
+
+    def running_on(self, flavor: str) -> list[RunningJob]:
+        """The running jobs holding GPUs of the flavor (found on first use: most cycles never
+        ask, and a large cluster runs tens of thousands of jobs)."""
+        if self._running_by_flavor is None:
+            by_flavor: dict[str, list[RunningJob]] = {}
+            for job in self.snapshot.running:
+                for name in job.flavor_gpus:
+                    by_flavor.setdefault(name, []).append(job)
+            self._running_by_flavor = by_flavor
+        return self._running_by_flavor.get(flavor, [])
 
     def add_reservation(self, reservation: Reservation) -> None:
         self.reservations.append(reservation)

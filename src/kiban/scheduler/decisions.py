@@ -56,8 +56,13 @@ class Preempt:
 
 @dataclass(frozen=True, slots=True)
 class Decisions:
-    """The outcome of one cycle, in the order the core made them."""
+    """The outcome of one cycle, in the order the core made them.
+
+    ``more``: the cycle stopped at its placement budget with jobs it did not consider; the
+    caller should run the next cycle at once.
+    """
 
     admitted: tuple[Admit, ...]
     waiting: tuple[Wait, ...]
     preempted: tuple[Preempt, ...] = ()
+    more: bool = False

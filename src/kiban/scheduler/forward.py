@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Decisions
 from kiban.scheduler.policy import Policy
@@ -67,12 +68,15 @@ def forecast(
     starts: dict[str, float | None] = {j.id: None for j in snapshot.pending}
     state = snapshot
     cycles = 0
+    cache = CapacityCache()
     while state.pending and cycles < max_cycles:
-        decisions = schedule(state, what_if)
+        decisions = schedule(state, what_if, cache)
         cycles += 1
         for admit in decisions.admitted:
             starts[admit.job_id] = state.now
         state = advance(state, decisions)
+        if decisions.more:
+            continue  # the cycle stopped at its budget: the next one runs at the same time
         ends = [r.expected_end for r in state.running if r.expected_end is not None]
         upcoming = [e for e in ends if e > state.now]
         if not state.pending or not ends:
@@ -129,14 +133,24 @@ def _changed(
     started: list[RunningJob],
     stopped: list[RunningJob],
 ) -> Snapshot:
-    """Nodes' free capacity and queues' usage adjusted for the jobs started and stopped."""
-    gpu_ids = {n.name: set(n.free_gpu_ids) for n in snapshot.nodes}
-    cpu = {n.name: n.free_cpu_millis for n in snapshot.nodes}
-    memory = {n.name: n.free_memory for n in snapshot.nodes}
+    """Nodes' free capacity and queues' usage adjusted for the jobs started and stopped.
+
+    Views of nodes no job touched are kept as they are (a ``CapacityCache`` relies on it)."""
+    by_name = {n.name: n for n in snapshot.nodes}
+    gpu_ids: dict[str, set[int]] = {}
+    cpu: dict[str, int] = {}
+    memory: dict[str, int] = {}
     used = {q.name: dict(q.used) for q in snapshot.queues}
     for jobs, sign in ((started, -1), (stopped, 1)):
         for job in jobs:
             for r in job.replicas:
+                if r.node not in by_name:
+                    continue
+                if r.node not in gpu_ids:
+                    node = by_name[r.node]
+                    gpu_ids[r.node] = set(node.free_gpu_ids)
+                    cpu[r.node] = node.free_cpu_millis
+                    memory[r.node] = node.free_memory
                 if sign < 0:
                     gpu_ids[r.node].difference_update(r.gpu_ids)
                 else:
@@ -153,9 +167,13 @@ def _changed(
             free_cpu_millis=cpu[n.name],
             free_memory=memory[n.name],
         )
+        if n.name in gpu_ids
+        else n
         for n in snapshot.nodes
     )
-    queues = tuple(replace(q, used=used[q.name]) for q in snapshot.queues)
+    queues = tuple(
+        replace(q, used=used[q.name]) if used[q.name] != q.used else q for q in snapshot.queues
+    )
     return replace(
         snapshot, nodes=nodes, queues=queues, running=tuple(running), pending=tuple(pending)
     )

@@ -122,28 +122,18 @@ def domain_could_hold(job: PendingJob, overlay: CapacityOverlay, level: int) -> 
     if level >= overlay.levels:
         return False
     needed = gang_gpus(job)
-    sizes: dict[tuple[str, ...], int] = {}
-    for node in overlay.nodes.values():
-        if node.schedulable and len(node.topology) > level:
-            domain = node.topology[: level + 1]
-            sizes[domain] = sizes.get(domain, 0) + node.gpus
-    return any(size >= needed for size in sizes.values())
+    return any(size >= needed for size in overlay.index.domain_size[level].values())
 
 
 def task_fits_some_node(task: TaskDemand, overlay: CapacityOverlay) -> tuple[bool, int]:
     """Whether an idle schedulable node could hold one replica, and how many unschedulable could."""
     fits = False
     blocked = 0
-    for node in overlay.nodes.values():
-        big_enough = (
-            node.gpus >= task.gpu
-            and node.cpu_millis >= task.cpu_millis
-            and node.memory >= task.memory
-        )
-        if not big_enough:
+    for (gpus, cpu_millis, memory, schedulable), count in overlay.index.shapes.items():
+        if gpus < task.gpu or cpu_millis < task.cpu_millis or memory < task.memory:
             continue
-        if node.schedulable:
+        if schedulable:
             fits = True
         else:
-            blocked += 1
+            blocked += count
     return fits, blocked

@@ -29,12 +29,18 @@ class Policy:
     GPU-seconds of usage in its standing, so that one cycle does not give a low-usage team
     everything before the next pass sees its new usage. ``max_reservations`` bounds the
     backfill reservations made per cycle, ``max_preemption_searches`` the victim searches.
+    ``max_placements_per_cycle`` bounds the replicas one cycle places: past it the cycle
+    admits no more and says so (``Decisions.more``), and the caller runs the next cycle at
+    once. A backlog is then worked through in short cycles, as kube-scheduler (one pod per
+    cycle) and Kueue (one head per queue) do, so a change such as a cancellation or an urgent
+    job is seen within one short cycle rather than after a long one (None: no bound).
     """
 
     order_key: OrderKey = priority_then_fifo
     admission_charge_s: float = 3600.0
     max_reservations: int = 16
     max_preemption_searches: int = 16
+    max_placements_per_cycle: int | None = 2048
     preemption: bool = True
     backfill: bool = True
 

@@ -48,7 +48,7 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> list[tuple[Running
     )
     standing_after = cycle.standing(job.tenant) + cycle.charge(job)
     found: list[tuple[tuple[float | int | str, ...], RunningJob, str]] = []
-    for victim in cycle.running_by_flavor.get(flavor, ()):
+    for victim in cycle.running_on(flavor):
         if victim.id in cycle.victims or victim.stopping or victim.preempted_by is not None:
             continue
         if victim.id == job.preempted_by:

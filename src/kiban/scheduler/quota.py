@@ -29,6 +29,17 @@ class QuotaVerdict:
 FITS = QuotaVerdict(True)
 
 
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    """What a queue's policy fixes of one flavor for the whole cycle."""
+
+    nominal: int | None
+    shared: int
+    own: int
+    cohort: str | None
+    borrowing_limit: int | None
+
+
 class QuotaBook:
     """GPUs in use per (queue, flavor), with each cohort's shared pool and what is drawn on it."""
 
@@ -37,6 +48,7 @@ class QuotaBook:
         self._used: dict[tuple[str, str], int] = {}
         self._pool: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> shared GPUs
         self._drawn: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> drawn on them
+        self._terms: dict[tuple[str, str], _Terms] = {}
         for q in self.queues.values():
             for flavor, gpus in q.used.items():
                 self._used[(q.name, flavor)] = gpus
@@ -48,31 +60,43 @@ class QuotaBook:
                 self._drawn[key] = self._drawn.get(key, 0) + self.draw(q.name, flavor)
 
     # -- reading ---------------------------------------------------------------------------------
+    def terms(self, queue: str, flavor: str) -> _Terms:
+        """The queue's nominal, shared and own parts of a flavor and its limits (memoized)."""
+        key = (queue, flavor)
+        terms = self._terms.get(key)
+        if terms is None:
+            terms = self._terms[key] = self._compute_terms(queue, flavor)
+        return terms
+
+    def _compute_terms(self, queue: str, flavor: str) -> _Terms:
+        q = self.queues.get(queue)
+        if q is None or q.nominal is None:
+            return _Terms(None, 0, 0, None if q is None else q.cohort, None)
+        nominal = q.nominal.get(flavor, 0)
+        shared = 0
+        if q.cohort is not None:
+            limit = q.lending_limit.get(flavor)
+            shared = nominal if limit is None else min(limit, nominal)
+        return _Terms(nominal, shared, nominal - shared, q.cohort, q.borrowing_limit.get(flavor))
+
     def used(self, queue: str, flavor: str) -> int:
         return self._used.get((queue, flavor), 0)
 
     def nominal(self, queue: str, flavor: str) -> int | None:
         """The queue's nominal GPUs of a flavor; None when it has no quota (or is not known)."""
-        q = self.queues.get(queue)
-        return None if q is None or q.nominal is None else q.nominal.get(flavor, 0)
+        return self.terms(queue, flavor).nominal
 
     def shared(self, queue: str, flavor: str) -> int:
         """The part of the queue's nominal quota that it puts into its cohort's pool."""
-        q = self.queues.get(queue)
-        nominal = self.nominal(queue, flavor)
-        if q is None or nominal is None or q.cohort is None:
-            return 0
-        limit = q.lending_limit.get(flavor)
-        return nominal if limit is None else min(limit, nominal)
+        return self.terms(queue, flavor).shared
 
     def own(self, queue: str, flavor: str) -> int:
         """The part of its nominal quota that only the queue itself may use."""
-        nominal = self.nominal(queue, flavor) or 0
-        return nominal - self.shared(queue, flavor)
+        return self.terms(queue, flavor).own
 
     def draw(self, queue: str, flavor: str, extra: int = 0) -> int:
         """What the queue's use (plus ``extra``) takes from its cohort's pool."""
-        return max(self.used(queue, flavor) + extra - self.own(queue, flavor), 0)
+        return max(self.used(queue, flavor) + extra - self.terms(queue, flavor).own, 0)
 
     def borrowed(self, queue: str, flavor: str) -> int:
         """GPUs the queue uses beyond its nominal quota."""
@@ -104,13 +128,21 @@ class QuotaBook:
     # -- checking --------------------------------------------------------------------------------
     def check(self, queue: str, flavor: str, gpus: int) -> QuotaVerdict:
         """Whether the queue may take ``gpus`` more of a flavor now, and why not if it may not."""
-        q = self.queues[queue]
-        nominal = self.nominal(queue, flavor)
+        terms = self.terms(queue, flavor)
+        nominal = terms.nominal
         if nominal is None or gpus == 0:
             return FITS
-        used = self.used(queue, flavor)
-        if used + gpus <= self.own(queue, flavor):
+        used = self._used.get((queue, flavor), 0)
+        if used + gpus <= terms.own:
             return FITS
+        if terms.cohort is not None and (
+            terms.borrowing_limit is None or used + gpus - nominal <= terms.borrowing_limit
+        ):
+            key = (terms.cohort, flavor)
+            more = max(used + gpus - terms.own, 0) - max(used - terms.own, 0)
+            if self._drawn.get(key, 0) + more <= self._pool.get(key, 0):
+                return FITS
+        q = self.queues[queue]
         free = max(nominal - used, 0)
         details: dict[str, object] = {
             "queue": queue,

@@ -1,0 +1,190 @@
+"""Free capacity of one flavor's nodes, indexed for best-fit and kept up to date node by node.
+
+Building the index for 16,384 nodes costs more than the rest of a scheduling cycle, while
+between two cycles only the nodes where jobs started or ended change. ``CapacityCache`` keeps
+one index per flavor across cycles and updates only the nodes whose view changed. The index is
+canonical (every list sorted by node name, empty entries dropped), so one kept up to date equals
+one built afresh, and decisions never depend on the cache's history.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from kiban.scheduler.snapshot import NodeView
+
+NodeShape = tuple[int, int, int, bool]
+"""A node's capacity (GPUs, CPU millis, memory) and whether it is schedulable."""
+
+
+def _insert(items: list[str], name: str) -> None:
+    bisect.insort(items, name)
+
+
+def _remove(items: list[str], name: str) -> None:
+    del items[bisect.bisect_left(items, name)]
+
+
+class CapacityIndex:
+    """What is free on each schedulable node of a flavor, bucketed by free GPU count.
+
+    Also kept: free and total GPUs per topology domain (every prefix of a node's topology
+    path) and how many nodes have each capacity shape, so that "could any node or domain ever
+    hold this" is answered without visiting every node.
+    """
+
+    def __init__(self, nodes: Iterable[NodeView] = ()) -> None:
+        self.nodes: dict[str, NodeView] = {}
+        self.gpu_ids: dict[str, list[int]] = {}  # schedulable nodes only, as are the next ones
+        self.cpu: dict[str, int] = {}
+        self.memory: dict[str, int] = {}
+        self.buckets: dict[int, list[str]] = {}
+        self.total_free = 0
+        self.max_free = 0
+        self.levels = 0
+        self.domain_free: list[dict[tuple[str, ...], int]] = []
+        self.domain_size: list[dict[tuple[str, ...], int]] = []
+        self.domain_nodes: list[dict[tuple[str, ...], list[str]]] = []
+        self.shapes: Counter[NodeShape] = Counter()
+        for node in sorted(nodes, key=lambda n: n.name):
+            self.add(node)
+
+    def add(self, node: NodeView) -> None:
+        """Index a node not indexed yet."""
+        self.nodes[node.name] = node
+        self.shapes[(node.gpus, node.cpu_millis, node.memory, node.schedulable)] += 1
+        if not node.schedulable:
+            return
+        free = sorted(node.free_gpu_ids)
+        self.gpu_ids[node.name] = free
+        self.cpu[node.name] = node.free_cpu_millis
+        self.memory[node.name] = node.free_memory
+        _insert(self.buckets.setdefault(len(free), []), node.name)
+        self.total_free += len(free)
+        self.max_free = max(self.max_free, len(free))
+        while self.levels < len(node.topology):
+            self.domain_free.append({})
+            self.domain_size.append({})
+            self.domain_nodes.append({})
+            self.levels += 1
+        for level in range(len(node.topology)):
+            domain = node.topology[: level + 1]
+            self.domain_free[level][domain] = self.domain_free[level].get(domain, 0) + len(free)
+            self.domain_size[level][domain] = self.domain_size[level].get(domain, 0) + node.gpus
+            _insert(self.domain_nodes[level].setdefault(domain, []), node.name)
+
+    def remove(self, name: str) -> None:
+        """Forget a node (it changed, moved to another flavor, or left the cluster)."""
+        node = self.nodes.pop(name)
+        shape = (node.gpus, node.cpu_millis, node.memory, node.schedulable)
+        self.shapes[shape] -= 1
+        if not self.shapes[shape]:
+            del self.shapes[shape]
+        if not node.schedulable:
+            return
+        free = len(self.gpu_ids.pop(name))
+        del self.cpu[name], self.memory[name]
+        bucket = self.buckets[free]
+        _remove(bucket, name)
+        if not bucket:
+            del self.buckets[free]
+            if free == self.max_free:
+                self.max_free = max(self.buckets, default=0)
+        self.total_free -= free
+        for level in range(len(node.topology)):
+            domain = node.topology[: level + 1]
+            members = self.domain_nodes[level][domain]
+            _remove(members, name)
+            if not members:
+                del self.domain_nodes[level][domain]
+                del self.domain_free[level][domain]
+                del self.domain_size[level][domain]
+                continue
+            self.domain_free[level][domain] -= free
+            self.domain_size[level][domain] -= node.gpus
+
+    def update(self, old: NodeView, new: NodeView) -> None:
+        """Re-index a node whose view changed (usually only what is free on it)."""
+        same_shape = (
+            old.schedulable
+            and new.schedulable
+            and old.topology == new.topology
+            and old.gpus == new.gpus
+            and old.cpu_millis == new.cpu_millis
+            and old.memory == new.memory
+        )
+        if not same_shape:
+            self.remove(old.name)
+            self.add(new)
+            return
+        name = new.name
+        self.nodes[name] = new
+        before = len(self.gpu_ids[name])
+        free = sorted(new.free_gpu_ids)
+        self.gpu_ids[name] = free
+        self.cpu[name] = new.free_cpu_millis
+        self.memory[name] = new.free_memory
+        delta = len(free) - before
+        if not delta:
+            return
+        bucket = self.buckets[before]
+        _remove(bucket, name)
+        if not bucket:
+            del self.buckets[before]
+        _insert(self.buckets.setdefault(len(free), []), name)
+        self.max_free = max(self.buckets, default=0)
+        self.total_free += delta
+        for level in range(len(new.topology)):
+            self.domain_free[level][new.topology[: level + 1]] += delta
+
+
+class CapacityCache:
+    """One ``CapacityIndex`` per flavor, kept across the cycles of one caller.
+
+    Nodes are compared by identity: a caller that reuses the ``NodeView`` of an unchanged node
+    (the control loop, the benchmark and the forecast do) pays only for the nodes that changed;
+    one that rebuilds every view pays a full rebuild, as without a cache. Indexes handed out are
+    valid until the next call.
+    """
+
+    def __init__(self) -> None:
+        self._views: dict[str, NodeView] = {}
+        self._indexes: dict[str | None, CapacityIndex] = {}
+
+    def indexes(self, nodes: Sequence[NodeView]) -> dict[str | None, CapacityIndex]:
+        """The index of each flavor's nodes (key None: nodes of no flavor), up to date."""
+        views = self._views
+        if views and self._mostly_new(nodes):
+            views.clear()
+            self._indexes.clear()
+        for node in nodes:
+            old = views.get(node.name)
+            if old is node:
+                continue
+            if old is None:
+                self._index(node.flavor).add(node)
+            elif old.flavor == node.flavor:
+                self._indexes[old.flavor].update(old, node)
+            else:
+                self._indexes[old.flavor].remove(old.name)
+                self._index(node.flavor).add(node)
+            views[node.name] = node
+        if len(views) != len(nodes):
+            present = {node.name for node in nodes}
+            for name in [name for name in views if name not in present]:
+                self._indexes[views.pop(name).flavor].remove(name)
+        return self._indexes
+
+    def _index(self, flavor: str | None) -> CapacityIndex:
+        index = self._indexes.get(flavor)
+        if index is None:
+            index = self._indexes[flavor] = CapacityIndex()
+        return index
+
+    def _mostly_new(self, nodes: Sequence[NodeView]) -> bool:
+        """Whether most views differ from the cached ones (a fresh build is then cheaper)."""
+        sample = nodes[:: max(1, len(nodes) // 64)]
+        changed = sum(1 for node in sample if self._views.get(node.name) is not node)
+        return changed * 2 > len(sample)
