@@ -182,3 +182,54 @@ def test_preemptor_waits_for_its_stopping_victims_and_takes_no_more() -> None:
     assert victims(decisions) == []
     assert decisions.waiting[0].reason.code is ReasonCode.WAITING_FOR_PREEMPTION
     assert "going" in decisions.waiting[0].reason.message
+
+
+def test_a_returned_victim_does_not_pass_its_loss_on_by_fair_share() -> None:
+    """A job preempted for another may reclaim its own quota or preempt by priority, but not
+    take a borrower's GPUs by fair share: else one reclaim cascades through the cohort, each
+    step stopping a job, round after round."""
+
+    def decide(returned: bool) -> Decisions:
+        light = job("l1").queue("light").tenant("light").replicas(1, gpu=8)
+        if returned:
+            light.preempted_by("someone")
+        return schedule(
+            snapshot(
+                nodes=cluster().nodes(2, gpus=8),
+                queues=[
+                    queue("light").tenant("light").quota(4).cohort("c"),
+                    queue("heavy").tenant("heavy").quota(12).cohort("c"),
+                    queue("third").tenant("third").quota(0).cohort("c"),
+                ],
+                running=[
+                    running("h1").queue("heavy").tenant("heavy").on("node-0", gpus=8),
+                    running("h2").queue("third").tenant("third").on("node-1", gpus=8),
+                ],
+                pending=[light],
+                standings={"light": 0.0, "third": 10.0**9},
+            )
+        )
+
+    assert victims(decide(returned=False)) == ["h2"]
+    assert victims(decide(returned=True)) == []
+
+
+def test_a_job_victims_were_stopped_for_goes_before_the_fair_order() -> None:
+    """The GPUs and quota freed by a preemption go to its preemptor, even when another tenant
+    with a lower standing waits for the same quota (on other free GPUs)."""
+    decisions = schedule(
+        snapshot(
+            nodes=cluster().nodes(2, gpus=8),
+            queues=[
+                queue("a").tenant("a").quota(8).cohort("c"),
+                queue("b").tenant("b").quota(0).cohort("c"),
+            ],
+            pending=[
+                job("thrifty").queue("b").tenant("b").replicas(1, gpu=8),
+                job("preemptor").queue("a").tenant("a").replicas(1, gpu=8).nominated("node-0"),
+            ],
+            standings={"a": 10.0**9, "b": 0.0},
+        )
+    )
+    assert [a.job_id for a in decisions.admitted] == ["preemptor"]
+    assert decisions.waiting[0].reason.code is ReasonCode.COHORT_EXHAUSTED

@@ -124,10 +124,9 @@ class SchedulerBenchOptions:
             raise ValueError("--time-limit must be positive")
 
 
-BENCH_POLICY = dataclasses.replace(DEFAULT_POLICY, preemption=False)
-"""Preemption is off in the benchmark: with Kueue's baseline (every job may preempt) and
-cohort reclaim, the core was seen to preempt the same jobs over and over (an open problem);
-the figures measure ordering, quotas, borrowing, placement and backfill."""
+BENCH_POLICY = DEFAULT_POLICY
+"""The default policy, preemption included: the Philly-sized jobs' priority classes (Kueue's
+baseline) may preempt lower ones, and queues below nominal reclaim what their cohort lent."""
 
 
 class CycleRunner:

@@ -109,13 +109,22 @@ def schedule(
 def _fair_order(cycle: Cycle) -> Iterator[PendingJob]:
     """Jobs in order: each queue's own order, queue heads by standing (lowest first).
 
-    Jobs of unknown queues come last. A heap entry's standing may be stale after an admission
-    of the same tenant; such an entry is pushed back with its new standing before it is used.
+    Jobs for which victims were stopped (they hold nominated nodes) come first: the fair order
+    chose them when it preempted for them, and the quota and nodes freed are theirs; were they
+    left to the fair order again, a borrower could take that room back and be preempted again,
+    round after round. Jobs of unknown queues come last. A heap entry's standing may be stale
+    after an admission of the same tenant; such an entry is pushed back with its new standing
+    before it is used.
     """
     order_key = cycle.policy.order_key
     by_queue: dict[str, list[PendingJob]] = {}
+    preemptors: list[PendingJob] = []
     for job in cycle.snapshot.pending:
+        if job.nominated_nodes and job.queue in cycle.queues:
+            preemptors.append(job)
+            continue
         by_queue.setdefault(job.queue, []).append(job)
+    yield from sorted(preemptors, key=order_key)
     unknown: list[PendingJob] = []
     heap: list[tuple[float, tuple[float | int | str, ...], str]] = []
     for name, jobs in by_queue.items():

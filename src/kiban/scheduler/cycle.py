@@ -22,6 +22,13 @@ from kiban.scheduler.snapshot import (
 )
 
 
+def loss_order(job: RunningJob, now: float) -> tuple[float | int | str, ...]:
+    """What preempting the job loses, as a sort key: lower priority, then the least work since
+    its last checkpoint (or start), then the most recently started."""
+    progress = job.last_progress_at if job.last_progress_at is not None else job.started_at
+    return (job.priority, now - progress, -job.started_at, job.id)
+
+
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """GPUs on ``nodes`` kept from ``at`` on for a waiting job (EASY backfill)."""
@@ -50,6 +57,9 @@ class Cycle:
     preemption_searches: int = 0
     failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
+    _running_by_queue: dict[tuple[str, str], list[RunningJob]] | None = None
+    _sorted_queues: set[tuple[str, str]] = field(default_factory=set)
+    _cohorts: dict[str, list[QueueView]] | None = None
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
@@ -88,6 +98,34 @@ class Cycle:
             if name in overlay.nodes:
                 return flavor
         return None
+
+    def cohort_members(self, cohort: str) -> list[QueueView]:
+        """The queues of a cohort, by name."""
+        if self._cohorts is None:
+            cohorts: dict[str, list[QueueView]] = {}
+            for q in sorted(self.queues.values(), key=lambda q: q.name):
+                if q.cohort is not None:
+                    cohorts.setdefault(q.cohort, []).append(q)
+            self._cohorts = cohorts
+        return self._cohorts.get(cohort, [])
+
+    def running_in(self, queue: str, flavor: str) -> list[RunningJob]:
+        """The queue's running jobs holding GPUs of the flavor, least loss first (see
+        ``loss_order``); sorted once per cycle, when first asked."""
+        if self._running_by_queue is None:
+            by_queue: dict[tuple[str, str], list[RunningJob]] = {}
+            for job in self.snapshot.running:
+                for name in job.flavor_gpus:
+                    by_queue.setdefault((job.queue, name), []).append(job)
+            self._running_by_queue = by_queue
+            self._sorted_queues = set()
+        key = (queue, flavor)
+        jobs = self._running_by_queue.get(key, [])
+        if key not in self._sorted_queues:
+            now = self.snapshot.now
+            jobs.sort(key=lambda job: loss_order(job, now))
+            self._sorted_queues.add(key)
+        return jobs
 
     def running_on(self, flavor: str) -> list[RunningJob]:
         """The running jobs holding GPUs of the flavor (found on first use: most cycles never

@@ -8,7 +8,10 @@ Three grounds, each one-directional so that two jobs can never preempt each othe
 - fair share: in the cohort, a job of a borrowing queue whose tenant's standing is higher than
   the preemptor tenant's standing *after* admission.
 
-A job is also never a victim of the job it preempted last, whatever the ground. Victims are
+A job is also never a victim of the job it preempted last, whatever the ground, and a job
+back in its queue after a preemption does not preempt on the fair-share ground (it may reclaim
+its own quota or preempt by priority): otherwise one reclaim cascades through the cohort, each
+borrower stopped passing the loss on to the next, round after round. Victims are
 tried in the order that loses the least: lower priority first, borrowed before
 nominal, the least work since the last checkpoint, then the most recently started. A job
 inside its class's minRuntime is never a victim. Victims are taken greedily in that order until
@@ -17,9 +20,11 @@ the job fits quota and placement together; if it never fits, nobody is preempted
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kiban.scheduler.cycle import Cycle
+from kiban.scheduler.cycle import Cycle, loss_order
 from kiban.scheduler.placement import gang_gpus
 from kiban.scheduler.snapshot import PendingJob, RunningJob
 
@@ -32,14 +37,14 @@ class VictimChoice:
     victims: tuple[tuple[RunningJob, str], ...]
 
 
-def victim_order(job: RunningJob, borrowing: bool, now: float) -> tuple[float | int | str, ...]:
-    """Sort key of victims: least loss first."""
-    progress = job.last_progress_at if job.last_progress_at is not None else job.started_at
-    return (job.priority, 0 if borrowing else 1, now - progress, -job.started_at, job.id)
+Candidate = tuple[RunningJob, str]
 
 
-def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> list[tuple[RunningJob, str]]:
-    """Running jobs that may be preempted for ``job`` on ``flavor``, each with its ground."""
+def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate]:
+    """Running jobs that may be preempted for ``job`` on ``flavor``, each with its ground, least
+    loss first: lower priority, borrowed before nominal, least work since the last checkpoint,
+    most recently started. Lazily merged from per-queue lists, so that a search which finds
+    room after a few victims does not visit the cluster's every running job."""
     queue = cycle.queues[job.queue]
     now = cycle.snapshot.now
     nominal = cycle.quota.nominal(job.queue, flavor)
@@ -47,37 +52,41 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> list[tuple[Running
         nominal is not None and cycle.quota.used(job.queue, flavor) + job.total_gpus <= nominal
     )
     standing_after = cycle.standing(job.tenant) + cycle.charge(job)
-    found: list[tuple[tuple[float | int | str, ...], RunningJob, str]] = []
-    for victim in cycle.running_on(flavor):
+    groups: list[Iterator[tuple[tuple[float | int | str, ...], Candidate]]] = []
+    if job.preempts:
+        own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
+        groups.append(_group(cycle, job.queue, flavor, "priority", own_borrows, now))
+    if queue.cohort is not None:
+        for other in cycle.cohort_members(queue.cohort):
+            if other.name == job.queue or cycle.quota.borrowed(other.name, flavor) <= 0:
+                continue
+            if within_nominal:
+                groups.append(_group(cycle, other.name, flavor, "reclaim", True, now))
+            elif job.preempted_by is None and standing_after < cycle.standing(other.tenant):
+                groups.append(_group(cycle, other.name, flavor, "fair-share", True, now))
+    for _key, (victim, ground) in heapq.merge(*groups, key=lambda item: item[0]):
         if victim.id in cycle.victims or victim.stopping or victim.preempted_by is not None:
             continue
-        if victim.id == job.preempted_by:
+        if victim.id == job.preempted_by or now < victim.protected_until:
             continue
-        if now < victim.protected_until:
+        if ground == "priority" and victim.priority >= job.priority:
             continue
-        borrowing = cycle.quota.borrowed(victim.queue, flavor) > 0
-        if victim.queue == job.queue:
-            if job.preempts and victim.priority < job.priority:
-                found.append((victim_order(victim, borrowing, now), victim, "priority"))
+        if ground == "fair-share" and not standing_after < cycle.standing(victim.tenant):
             continue
-        victim_queue = cycle.queues.get(victim.queue)
-        if victim_queue is None or queue.cohort is None or victim_queue.cohort != queue.cohort:
-            continue
-        if not borrowing:
-            continue
-        if within_nominal:
-            found.append((victim_order(victim, borrowing, now), victim, "reclaim"))
-        elif standing_after < cycle.standing(victim.tenant):
-            found.append((victim_order(victim, borrowing, now), victim, "fair-share"))
-    found.sort(key=lambda item: item[0])
-    return [(victim, ground) for _key, victim, ground in found]
+        yield victim, ground
+
+
+def _group(
+    cycle: Cycle, queue: str, flavor: str, ground: str, borrowing: bool, now: float
+) -> Iterator[tuple[tuple[float | int | str, ...], Candidate]]:
+    for victim in cycle.running_in(queue, flavor):
+        key = loss_order(victim, now)
+        yield (key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
 
 
 def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | None:
     """The fewest victims, in loss order, after whose stop the job fits; None if none do."""
     ordered = candidates(cycle, job, flavor)
-    if not ordered:
-        return None
     overlay = cycle.overlays[flavor]
     needed = gang_gpus(job)
     chosen: list[tuple[RunningJob, str]] = []

@@ -269,6 +269,8 @@ class JobBuilder:
     _max_runtime: float | None = None
     _topology: TopologyRequest | None = None
     _preempts: bool = False
+    _preempted_by: str | None = None
+    _nominated: tuple[str, ...] = ()
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -280,6 +282,16 @@ class JobBuilder:
 
     def max_runtime(self, seconds: float) -> Self:
         self._max_runtime = seconds
+        return self
+
+    def preempted_by(self, job_id: str) -> Self:
+        """It ran, and returned to its queue when this job preempted it."""
+        self._preempted_by = job_id
+        return self
+
+    def nominated(self, *nodes: str) -> Self:
+        """Victims were stopped for it on these nodes (they are kept for it)."""
+        self._nominated = nodes
         return self
 
     def topology(self, level: str, *, required: bool = True) -> Self:
@@ -338,6 +350,8 @@ class JobBuilder:
             max_runtime=self._max_runtime,
             topology=self._topology,
             preempts=self._preempts,
+            preempted_by=self._preempted_by,
+            nominated_nodes=self._nominated,
         )
 
 
