@@ -210,6 +210,14 @@ def list_jobs(
     return list(session.scalars(query))
 
 
+def requested(spec: dict[str, Any]) -> tuple[int, int]:
+    """Replicas and GPUs a stored (already validated) manifest asks for, without parsing it."""
+    tasks = spec.get("spec", {}).get("tasks", [])
+    count = sum(int(t.get("replicas", 1)) for t in tasks)
+    gpus = sum(int(t.get("replicas", 1)) * int(t.get("resources", {}).get("gpu", 0)) for t in tasks)
+    return count, gpus
+
+
 def replicas_of(session: Session, job: Job) -> list[Replica]:
     """The replicas of the job's current attempt, in rank order."""
     query = (
@@ -257,3 +265,4 @@ def parse_grace(job: Job) -> float:
     """The job's termination grace period in seconds."""
     manifest = parse_job_manifest(job.spec)
     return manifest.spec.termination_grace_period or 0.0
+
