@@ -1,4 +1,4 @@
-"""``kiban ls`` and ``describe``: reasons, positions, forecasts, standings.
+"""``kiban ls``, ``describe`` and ``checkpoint``: reasons, positions, forecasts, standings.
 
 The CLI runs in-process against the app (see conftest.py); jobs are scheduled by real passes
 of the control loop over the fake executor (3 nodes x 2 GPUs) and a manual clock, which the
@@ -8,10 +8,11 @@ CLI's "now" follows.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from cli_support import Run
+from cli_support import Run, one_error_line
 
 from kiban.cli import render
 from kiban.platform import Platform
@@ -115,3 +116,37 @@ def test_describe_says_where_a_job_stands_and_when_it_should_start(
 def test_describe_without_a_forecast_says_so() -> None:
     job = {"state": "Pending", "queue": "q", "tenant": "t", "queuePosition": 1, "eta": None}
     assert dict(render.waiting_lines(job, now=0.0))["Starts"].startswith("no estimate")
+
+
+def test_checkpoint_of_a_running_job_is_recorded_and_described(
+    kiban: Run, jobs: Jobs, clock: ManualClock
+) -> None:
+    clock.advance(60)
+    done = kiban("checkpoint", jobs.big)
+    assert (done.code, done.out) == (0, "")
+    assert f"job {jobs.big}: checkpoint recorded at {render.when(clock.now())}" in done.err
+    clock.advance(90)
+    described = " ".join(kiban("describe", jobs.big).out.split())
+    assert f"Checkpoint {render.when(clock.now() - 90)} (1m30s ago)" in described
+    assert "Checkpointed checkpoint reported by admin" in described  # the event
+
+
+def test_checkpoint_inside_a_job_needs_no_id(
+    kiban: Run, jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KIBAN_JOB_ID", jobs.big)
+    done = kiban("checkpoint")
+    assert done.code == 0, done.err
+    assert f"job {jobs.big}: checkpoint recorded" in done.err
+
+
+def test_checkpoint_errors_are_one_line(
+    kiban: Run, run_as: Callable[[str], Run], jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KIBAN_JOB_ID", raising=False)
+    one_error_line(kiban("checkpoint"), "which job?", "KIBAN_JOB_ID")
+    one_error_line(kiban("checkpoint", jobs.waiting), "is Pending", "only a running job can report")
+    one_error_line(kiban("checkpoint", "no-such-job"), "job no-such-job not found")
+    assert kiban("admin", "create-tenant", "speech").code == 0
+    bob = run_as(kiban("admin", "create-token", "speech", "bob").out.strip())
+    one_error_line(bob("checkpoint", jobs.big), f"job {jobs.big} not found")

@@ -271,6 +271,23 @@ def cancel(job_id: Annotated[str, typer.Argument(help="job id")]) -> None:
 
 
 @app.command()
+def checkpoint(
+    job_id: Annotated[
+        str | None, typer.Argument(help="job id (default: $KIBAN_JOB_ID, inside a job)")
+    ] = None,
+) -> None:
+    """Report that a running job saved a checkpoint now (preemption prefers jobs that lose less)."""
+    job_id = job_id or os.environ.get("KIBAN_JOB_ID")
+    if not job_id:
+        fail("which job? give its id, or run this inside a job (KIBAN_JOB_ID is not set)")
+    with client() as api:
+        job = api.checkpoint(job_id)
+    render.err.print(
+        escape(f"job {job_id}: checkpoint recorded at {render.when(job['lastCheckpointAt'])}")
+    )
+
+
+@app.command()
 def queues(output: OutputOpt = "table") -> None:
     """Queues per flavor: nominal, used, borrowed, lent, pending; the tenant's usage, standing."""
     check_output(output)

@@ -1,4 +1,4 @@
-"""Jobs: submit, list, get, cancel, events, logs (with follow streaming)."""
+"""Jobs: submit, list, get, cancel, checkpoint, events, logs (with follow streaming)."""
 
 from __future__ import annotations
 
@@ -166,6 +166,20 @@ def cancel_job(
     job = jobs.cancel(session, principal, job_id, platform.clock.now())
     session.commit()
     platform.loop.wake()
+    return job_out(job)
+
+
+@router.post(
+    "/{job_id}/checkpoint",
+    response_model=JobOut,
+    responses={404: {"description": "no such job (or another tenant's)"}, 409: {}},
+)
+def checkpoint_job(
+    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> JobOut:
+    """A running job reports that it saved a checkpoint now (409 if it is not running)."""
+    job = jobs.report_checkpoint(session, principal, job_id, platform.clock.now())
+    session.commit()
     return job_out(job)
 
 
