@@ -113,6 +113,21 @@ def test_describe_says_where_a_job_stands_and_when_it_should_start(
     assert described["standing"] == pytest.approx(3 * HOUR, rel=0.01)
 
 
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "-"),
+        (0.0, "0.0"),
+        (20.5, "0.0057"),
+        (170.0, "0.047"),
+        (180.0, "0.1"),
+        (4.5 * HOUR, "4.5"),
+    ],
+)
+def test_gpu_hours(seconds: float | None, shown: str) -> None:
+    assert render.gpu_hours(seconds) == shown
+
+
 def test_describe_without_a_forecast_says_so() -> None:
     job = {"state": "Pending", "queue": "q", "tenant": "t", "queuePosition": 1, "eta": None}
     assert dict(render.waiting_lines(job, now=0.0))["Starts"].startswith("no estimate")

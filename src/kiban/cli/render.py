@@ -125,8 +125,12 @@ def gpus_per_flavor(amounts: dict[str, Any] | None, none: str = "-") -> str:
 
 
 def gpu_hours(seconds: float | None) -> str:
-    """GPU-seconds (or weighted resource-seconds) as hours: ``4.0``."""
-    return "-" if seconds is None else f"{seconds / 3600:.1f}"
+    """GPU-seconds (or weighted resource-seconds) as hours: ``4.0``; two significant digits
+    below 0.05 (``0.0057``), so that a little recent use does not read as none."""
+    if seconds is None:
+        return "-"
+    hours = seconds / 3600
+    return f"{hours:.2g}" if 0 < hours < 0.05 else f"{hours:.1f}"
 
 
 def pending_text(jobs: int, gpus: int) -> str:
