@@ -179,10 +179,11 @@ def lent_gpus(book: QuotaBook, flavor: str) -> dict[str, int]:
         total = min(borrowed, pool)
         if total == 0:
             continue
-        shares = {name: total * amount / pool for name, amount in idle.items() if amount}
-        floors = {name: int(share) for name, share in shares.items()}
+        # total * idle / pool for each lender, in whole GPUs: floors, then the largest remainders.
+        floors = {name: total * amount // pool for name, amount in idle.items() if amount}
+        remainders = {name: total * idle[name] % pool for name in floors}
         left = total - sum(floors.values())
-        by_remainder = sorted(shares, key=lambda name: (-(shares[name] - floors[name]), name))
+        by_remainder = sorted(floors, key=lambda name: (-remainders[name], name))
         for name in by_remainder[:left]:
             floors[name] += 1
         for name, amount in floors.items():
