@@ -12,6 +12,7 @@ EXPECTED = {
     "/api/v1/jobs": {"get", "post"},
     "/api/v1/jobs/{job_id}": {"get"},
     "/api/v1/jobs/{job_id}/cancel": {"post"},
+    "/api/v1/jobs/{job_id}/checkpoint": {"post"},
     "/api/v1/jobs/{job_id}/events": {"get"},
     "/api/v1/jobs/{job_id}/logs": {"get"},
     "/api/v1/whoami": {"get"},

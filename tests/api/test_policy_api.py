@@ -118,6 +118,7 @@ def test_an_admin_replaces_the_policy(api: TestClient, platform: Platform) -> No
     assert versions[0]["document"] == POLICY
     assert [v["version"] for v in api.get("/api/v1/policy/versions?limit=1").json()] == [2]
     queues = {q["name"]: q for q in api.get("/api/v1/queues").json()}
+    flavors = queues["vision"].pop("flavors")
     assert queues["vision"] | {"gpusInUse": 0} == {
         "name": "vision",
         "tenant": "vision",
@@ -131,7 +132,17 @@ def test_an_admin_replaces_the_policy(api: TestClient, platform: Platform) -> No
         "gpusInUse": 0,
         "pending": 0,
         "running": 0,
+        "pendingGpus": 0,
+        "borrowed": 0,
+        "lent": 0,
+        "usage": 0.0,
+        "usageGpuHours": 0.0,
+        "standing": 0.0,
     }
+    assert [(f["flavor"], f["nominal"], f["borrowingLimit"], f["used"]) for f in flavors] == [
+        ("large", 4, None, 0),
+        ("small", 0, 2, 0),
+    ]
     assert platform.policy.flavor_names == ("small", "large")
 
 

@@ -7,20 +7,15 @@ is the app's test client); each command's exit code, stdout and stderr are check
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
+from cli_support import Run, one_error_line
 
-from kiban.api.app import create_app
-from kiban.cli import admin, main, policy, render
-from kiban.platform import Platform
-from kiban.sdk.client import Client
+from kiban.cli import render
 
 POLICY_FILE = """\
 nodes:                       # read by kiban up; kiban policy apply leaves them out
@@ -40,66 +35,6 @@ queues:
 priorityClasses:
   - {name: normal, value: 1000, default: true, minRuntime: 10m}
 """
-
-
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-
-
-Run = Callable[..., Done]
-
-
-@pytest.fixture
-def run_as(
-    platform: Platform, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Callable[[str], Run]:
-    """``run_as(token)("policy", "show")``: the CLI's exit code, stdout and stderr."""
-
-    def with_token(token: str) -> Run:
-        def connect() -> Client:
-            client = Client(url="http://testserver", token=token)
-            client._http.close()
-            client._http = TestClient(
-                create_app(platform), headers={"Authorization": f"Bearer {token}"}
-            )
-            return client
-
-        def run(*args: str) -> Done:
-            for module in (main, policy, admin):
-                monkeypatch.setattr(module, "Client", connect)
-            monkeypatch.setattr(sys, "argv", ["kiban", *args])
-            capsys.readouterr()
-            try:
-                main.main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            captured = capsys.readouterr()
-            return Done(code, captured.out, captured.err)
-
-        return run
-
-    return with_token
-
-
-@pytest.fixture
-def kiban(run_as: Callable[[str], Run], admin_token: str) -> Run:
-    return run_as(admin_token)
-
-
-def one_error_line(done: Done, *needles: str) -> None:
-    """Exit 1, nothing on stdout, one ``error:`` line naming ``needles``, no traceback."""
-    assert done.code == 1, done
-    assert done.out == ""
-    assert "Traceback" not in done.err
-    lines = done.err.strip().splitlines()
-    assert len(lines) == 1, done.err
-    assert lines[0].startswith("error: ")
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def test_policy_apply_show_and_history(kiban: Run, tmp_path: Path) -> None:
@@ -212,54 +147,83 @@ def test_queues_show_quota_per_flavor_and_cohort(kiban: Run, tmp_path: Path) -> 
         kiban("admin", "create-queue", "asr", "--tenant", "vision", "--gpu-quota", "2"),
         "quota: this policy declares flavors (first, rest): name the flavor",
     )
-    rows = {line.split()[0]: line.split() for line in kiban("queues").out.strip().splitlines()}
-    assert rows["QUEUE"] == [
+    lines = kiban("queues").out.strip().splitlines()
+    assert lines[0].split() == [
         "QUEUE",
         "TENANT",
         "COHORT",
         "STRATEGY",
-        "QUOTA",
-        "GPUS",
-        "IN",
-        "USE",
+        "FLAVOR",
+        "NOMINAL",
+        "USED",
+        "BORROWED",
+        "LENT",
         "PENDING",
         "RUNNING",
+        "USAGE",
+        "STANDING",
     ]
-    assert rows["vision"][:6] == [
-        "vision",
-        "vision",
-        "research",
-        "BestEffortFIFO",
-        "first:2",
-        "rest:4",
+    # A queue with two flavors: its totals, then a row per flavor; with one: a single row.
+    assert [" ".join(line.split()) for line in lines[1:]] == [
+        "default default - StrictFIFO rest 4 0 0 0 0 0 0.0 GPU-h 0.0",
+        "nlp vision research StrictFIFO rest 3 0 0 0 0 0 0.0 GPU-h 0.0",
+        "vision vision research BestEffortFIFO all 6 0 0 0 0 0 0.0 GPU-h 0.0",
+        "first 2 0 0 0 0",
+        "rest 4 0 0 0 0",
     ]
-    assert rows["default"][:5] == ["default", "default", "-", "StrictFIFO", "rest:4"]
-    assert rows["nlp"][:5] == ["nlp", "vision", "research", "StrictFIFO", "rest:3"]
+
+
+def flavor(name: str, nominal: int | None, **numbers: int) -> dict[str, Any]:
+    keys = ("used", "borrowed", "lent", "pendingJobs", "pendingGpus")
+    return {"flavor": name, "nominal": nominal, **{k: numbers.get(k, 0) for k in keys}}
+
+
+QUEUE = {
+    "name": "q",
+    "tenant": "t",
+    "strategy": "StrictFIFO",
+    "gpusInUse": 20,
+    "pending": 3,
+    "pendingGpus": 24,
+    "running": 2,
+    "borrowed": 4,
+    "lent": 2,
+    "usage": 4.5 * 3600,
+    "standing": 2.25 * 3600,
+}
 
 
 @pytest.mark.parametrize(
-    ("queue", "cells"),
+    ("queue", "rows"),
     [
         (
-            {"quota": {"h100": {"gpu": 16}, "a100": {"gpu": 8}}, "cohort": "research"},
-            ["research", "h100:16 a100:8"],
+            {
+                "cohort": "research",
+                "gpuQuota": 24,
+                "flavors": [
+                    flavor("h100", 16, used=20, borrowed=4, pendingJobs=2, pendingGpus=16),
+                    flavor("a100", 8, lent=2),
+                ],
+            },
+            [
+                ["q", "t", "research", "StrictFIFO", "all", "24", "20", "4", "2", "3 (24 GPUs)",
+                 "2", "4.5 GPU-h", "2.2"],
+                ["", "", "", "", "h100", "16", "20", "4", "0", "2 (16 GPUs)", "", "", ""],
+                ["", "", "", "", "a100", "8", "0", "0", "2", "0", "", "", ""],
+            ],
         ),
-        ({"quota": {"default": {"gpu": 8}}, "cohort": None}, ["-", "8"]),  # no flavors declared
-        ({"quota": None, "cohort": None}, ["-", "-"]),  # no quota
-        ({"quota": {}, "cohort": None}, ["-", "0"]),
+        (  # no flavors declared: the one implicit flavor, shown as "-"
+            {"cohort": None, "gpuQuota": 8, "flavors": [flavor("default", 8, used=20)]},
+            [["q", "t", "-", "StrictFIFO", "-", "8", "20", "0", "0", "0", "2", "4.5 GPU-h", "2.2"]],
+        ),
+        (  # no quota and no flavor in use or named by a reason: the totals alone
+            {"cohort": None, "gpuQuota": None, "flavors": []},
+            [["q", "t", "-", "StrictFIFO", "-", "-", "20", "4", "2", "3 (24 GPUs)",
+              "2", "4.5 GPU-h", "2.2"]],
+        ),
     ],
-)
-def test_one_queue_row(queue: dict[str, Any], cells: list[str]) -> None:
-    row = render.queue_row(
-        {
-            "name": "q",
-            "tenant": "t",
-            "strategy": "StrictFIFO",
-            "gpusInUse": 2,
-            "pending": 1,
-            "running": 1,
-            **queue,
-        }
-    )
-    assert len(row) == len(render.QUEUE_COLUMNS)
-    assert [row[2], row[4]] == cells
+)  # fmt: skip
+def test_queue_rows(queue: dict[str, Any], rows: list[list[str]]) -> None:
+    got = render.queue_rows({**QUEUE, **queue})
+    assert all(len(row) == len(render.QUEUE_COLUMNS) for row in got)
+    assert got == rows

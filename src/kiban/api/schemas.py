@@ -9,8 +9,10 @@ from pydantic.alias_generators import to_camel
 
 from kiban.domain.states import JobState
 from kiban.scheduler.reasons import awaiting_pass
+from kiban.services.jobs import requested
 from kiban.services.policy import PolicyChange, PolicyRecord
-from kiban.store.models import Event, Job, Node, PolicyVersion, Queue, Replica, Tenant
+from kiban.services.queue_status import FlavorStatus, QueueStatus
+from kiban.store.models import Event, Job, Node, PolicyVersion, Replica, Tenant
 
 
 class ApiModel(BaseModel):
@@ -37,6 +39,10 @@ class ReplicaOut(ApiModel):
 
 
 class JobOut(ApiModel):
+    """A job. While it waits: its reason, its places in its queue and in the cluster (1 = next),
+    and ``eta``, its forecast start (UNIX seconds; None when the forecast has none). ``standing``
+    is its tenant's fair-share standing (decayed usage per unit of weight; lower goes first)."""
+
     id: str
     name: str
     tenant: str
@@ -50,6 +56,11 @@ class JobOut(ApiModel):
     finished_at: float | None
     reason: ReasonOut | None
     queue_position: int | None
+    cluster_position: int | None = None
+    eta: float | None = None
+    standing: float | None = None
+    preempted_by: str | None = None
+    last_checkpoint_at: float | None = None
     message: str | None
     master_port: int | None
     gpus: int = 0
@@ -66,8 +77,28 @@ class EventOut(ApiModel):
     at: float
 
 
+class FlavorUsageOut(ApiModel):
+    """A queue's quota and use of one flavor, in GPUs; see ``kiban.services.queue_status`` for
+    what borrowed and lent mean. Limits are None when the policy sets none."""
+
+    flavor: str
+    nominal: int | None
+    borrowing_limit: int | None
+    lending_limit: int | None
+    used: int
+    borrowed: int
+    lent: int
+    pending_jobs: int
+    pending_gpus: int
+
+
 class QueueOut(ApiModel):
-    """A queue: nominal GPUs per flavor (``{"h100": {"gpu": 16}}``; None: no quota) and use."""
+    """A queue: nominal GPUs per flavor (``{"h100": {"gpu": 16}}``; None: no quota) and use.
+
+    ``flavors`` gives per flavor nominal, used, borrowed, lent and pending; ``borrowed`` and
+    ``lent`` are their sums. ``usage`` is the tenant's decayed usage (weighted resource-seconds;
+    ``usageGpuHours`` the same in hours) and ``standing`` its usage per unit of weight.
+    """
 
     name: str
     tenant: str
@@ -81,6 +112,13 @@ class QueueOut(ApiModel):
     gpus_in_use: int
     pending: int
     running: int
+    pending_gpus: int = 0
+    borrowed: int = 0
+    lent: int = 0
+    flavors: list[FlavorUsageOut] = Field(default_factory=list)
+    usage: float = 0.0
+    usage_gpu_hours: float = 0.0
+    standing: float = 0.0
 
 
 class NodeOut(ApiModel):
@@ -180,16 +218,16 @@ class WhoAmI(ApiModel):
     is_admin: bool
 
 
-def requested(spec: dict[str, Any]) -> tuple[int, int]:
-    """Replicas and GPUs a stored (already validated) manifest asks for."""
-    tasks = spec.get("spec", {}).get("tasks", [])
-    count = sum(int(t.get("replicas", 1)) for t in tasks)
-    gpus = sum(int(t.get("replicas", 1)) * int(t.get("resources", {}).get("gpu", 0)) for t in tasks)
-    return count, gpus
-
-
-def job_out(job: Job, replicas: list[Replica] | None = None, with_spec: bool = False) -> JobOut:
+def job_out(
+    job: Job,
+    replicas: list[Replica] | None = None,
+    with_spec: bool = False,
+    standing: float | None = None,
+) -> JobOut:
+    """The job as the API shows it; forecasts and positions only while it is pending (the
+    store keeps the last ones after it starts)."""
     count, gpus = requested(job.spec)
+    waiting = job.state == JobState.PENDING.value
     reason = None
     if job.reason_code:
         reason = ReasonOut(
@@ -213,7 +251,12 @@ def job_out(job: Job, replicas: list[Replica] | None = None, with_spec: bool = F
         started_at=job.started_at,
         finished_at=job.finished_at,
         reason=reason,
-        queue_position=job.queue_position,
+        queue_position=job.queue_position if waiting else None,
+        cluster_position=job.cluster_position if waiting else None,
+        eta=job.eta if waiting else None,
+        standing=standing,
+        preempted_by=job.preempted_by,
+        last_checkpoint_at=job.last_checkpoint_at,
         message=job.message,
         master_port=job.master_port,
         gpus=gpus,
@@ -242,7 +285,22 @@ def event_out(e: Event) -> EventOut:
     return EventOut(id=e.id, type=e.type, reason=e.reason, message=e.message, at=e.at)
 
 
-def queue_out(q: Queue, usage: dict[str, int]) -> QueueOut:
+def flavor_usage_out(f: FlavorStatus) -> FlavorUsageOut:
+    return FlavorUsageOut(
+        flavor=f.flavor,
+        nominal=f.nominal,
+        borrowing_limit=f.borrowing_limit,
+        lending_limit=f.lending_limit,
+        used=f.used,
+        borrowed=f.borrowed,
+        lent=f.lent,
+        pending_jobs=f.pending_jobs,
+        pending_gpus=f.pending_gpus,
+    )
+
+
+def queue_out(status: QueueStatus) -> QueueOut:
+    q = status.queue
     return QueueOut(
         name=q.name,
         tenant=q.tenant,
@@ -253,9 +311,16 @@ def queue_out(q: Queue, usage: dict[str, int]) -> QueueOut:
         strategy=q.strategy,
         fair_share_weight=q.fair_share_weight,
         gpu_quota=q.gpu_quota,
-        gpus_in_use=usage.get("gpus_in_use", 0),
-        pending=usage.get("pending", 0),
-        running=usage.get("running", 0),
+        gpus_in_use=status.gpus_in_use,
+        pending=status.pending_jobs,
+        running=status.running_jobs,
+        pending_gpus=status.pending_gpus,
+        borrowed=status.borrowed,
+        lent=status.lent,
+        flavors=[flavor_usage_out(f) for f in status.flavors],
+        usage=status.usage,
+        usage_gpu_hours=status.usage / 3600,
+        standing=status.standing,
     )
 
 

@@ -189,7 +189,7 @@ def list_jobs(
     queue: Annotated[str | None, typer.Option(help="filter by queue")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first; a waiting job's reason and forecast start (ETA)."""
     check_output(output)
     with client() as api:
         jobs = api.jobs(state=state, queue=queue, limit=limit)
@@ -203,7 +203,8 @@ def list_jobs(
 def describe(
     job_id: Annotated[str, typer.Argument(help="job id")], output: OutputOpt = "table"
 ) -> None:
-    """A job's spec, state, placement, pending reason, queue position and events."""
+    """A job's spec, state, placement, pending reason, positions, forecast start, its tenant's
+    standing, preemptor, last checkpoint and events."""
     check_output(output)
     with client() as api:
         job = api.job(job_id)
@@ -270,8 +271,25 @@ def cancel(job_id: Annotated[str, typer.Argument(help="job id")]) -> None:
 
 
 @app.command()
+def checkpoint(
+    job_id: Annotated[
+        str | None, typer.Argument(help="job id (default: $KIBAN_JOB_ID, inside a job)")
+    ] = None,
+) -> None:
+    """Report that a running job saved a checkpoint now (preemption prefers jobs that lose less)."""
+    job_id = job_id or os.environ.get("KIBAN_JOB_ID")
+    if not job_id:
+        fail("which job? give its id, or run this inside a job (KIBAN_JOB_ID is not set)")
+    with client() as api:
+        job = api.checkpoint(job_id)
+    render.err.print(
+        escape(f"job {job_id}: checkpoint recorded at {render.when(job['lastCheckpointAt'])}")
+    )
+
+
+@app.command()
 def queues(output: OutputOpt = "table") -> None:
-    """Queues with their quotas and use."""
+    """Queues per flavor: nominal, used, borrowed, lent, pending; the tenant's usage, standing."""
     check_output(output)
     with client() as api:
         rows = api.queues()

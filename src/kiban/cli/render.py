@@ -22,6 +22,11 @@ def cells(*values: object) -> list[str]:
     return [escape(str(v)) for v in values]
 
 
+def current_time() -> float:
+    """Now, for ages and forecasts (tests replace it to match the server's manual clock)."""
+    return time.time()
+
+
 def when(ts: float | None) -> str:
     if ts is None:
         return "-"
@@ -31,19 +36,46 @@ def when(ts: float | None) -> str:
 def age(ts: float | None, now: float | None = None) -> str:
     if ts is None:
         return "-"
-    return format_duration(max((now or time.time()) - ts, 0))
+    return format_duration(max((now or current_time()) - ts, 0))
 
 
 def duration(job: dict[str, Any]) -> str:
     start = job.get("startedAt")
     if start is None:
         return "-"
-    return format_duration((job.get("finishedAt") or time.time()) - start)
+    return format_duration((job.get("finishedAt") or current_time()) - start)
 
 
-def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+def rough_duration(seconds: float) -> str:
+    """A duration to the minute once it is a minute or more: ``45s``, ``12m``, ``1h05m``."""
+    total = round(seconds)
+    if total < 60:
+        return f"{total}s"
+    minutes = round(total / 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def eta(job: dict[str, Any], now: float | None = None) -> str:
+    """When a waiting job should start, relative to now: ``in 12m``; ``-`` when there is no
+    forecast; ``now`` when the forecast time has come; nothing for a job that is not waiting."""
+    if job.get("state") != "Pending":
+        return ""
+    start = job.get("eta")
+    if start is None:
+        return "-"
+    ahead = start - (current_time() if now is None else now)
+    return "now" if ahead < 1 else f"in {rough_duration(ahead)}"
+
+
+def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("ID", "QUEUE", "STATE", "REPLICAS", "GPUS", "AGE", "RUNTIME", "REASON"):
+    for column in ("ID", "QUEUE", "STATE", "REPLICAS", "GPUS", "AGE", "RUNTIME", "REASON", "ETA"):
         table.add_column(column)
     for job in jobs:
         reason = job.get("reason") or {}
@@ -57,9 +89,10 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
                 job["state"],
                 job.get("replicaCount", ""),
                 job.get("gpus", ""),
-                age(job["submittedAt"]),
+                age(job["submittedAt"], now),
                 duration(job),
                 reason_text,
+                eta(job, now),
             )
         )
     return table
@@ -70,10 +103,15 @@ QUEUE_COLUMNS = (
     "TENANT",
     "COHORT",
     "STRATEGY",
-    "QUOTA",
-    "GPUS IN USE",
+    "FLAVOR",
+    "NOMINAL",
+    "USED",
+    "BORROWED",
+    "LENT",
     "PENDING",
     "RUNNING",
+    "USAGE",
+    "STANDING",
 )
 
 
@@ -86,18 +124,67 @@ def gpus_per_flavor(amounts: dict[str, Any] | None, none: str = "-") -> str:
     return " ".join(f"{flavor}:{amount.get('gpu', 0)}" for flavor, amount in amounts.items()) or "0"
 
 
-def queue_row(q: dict[str, Any]) -> list[str]:
-    """One queue's cells, in the order of QUEUE_COLUMNS."""
-    return cells(
+def gpu_hours(seconds: float | None) -> str:
+    """GPU-seconds (or weighted resource-seconds) as hours: ``4.0``; two significant digits
+    below 0.05 (``0.0057``), so that a little recent use does not read as none."""
+    if seconds is None:
+        return "-"
+    hours = seconds / 3600
+    return f"{hours:.2g}" if 0 < hours < 0.05 else f"{hours:.1f}"
+
+
+def pending_text(jobs: int, gpus: int) -> str:
+    """``3 (24 GPUs)``, or ``0``."""
+    return f"{jobs} ({gpus} GPUs)" if jobs else "0"
+
+
+def flavor_name(flavor: str) -> str:
+    """The implicit flavor of a policy that declares none is shown as ``-``."""
+    return "-" if flavor == "default" else flavor
+
+
+def _flavor_cells(f: dict[str, Any]) -> list[object]:
+    return [
+        flavor_name(f["flavor"]),
+        "-" if f.get("nominal") is None else f["nominal"],
+        f["used"],
+        f["borrowed"],
+        f["lent"],
+        pending_text(f["pendingJobs"], f["pendingGpus"]),
+    ]
+
+
+def queue_rows(q: dict[str, Any]) -> list[list[str]]:
+    """A queue's rows, in the order of QUEUE_COLUMNS: one when it has at most one flavor;
+    otherwise its totals (FLAVOR ``all``) and then one row per flavor."""
+    flavors = q.get("flavors") or []
+    queue_cells: list[object] = [
         q["name"],
         q["tenant"],
         q.get("cohort") or "-",
         q["strategy"],
-        gpus_per_flavor(q.get("quota")),
-        q["gpusInUse"],
-        q["pending"],
+    ]
+    tenant_cells: list[object] = [
         q["running"],
-    )
+        f"{gpu_hours(q.get('usage'))} GPU-h",
+        gpu_hours(q.get("standing")),
+    ]
+    if len(flavors) == 1:
+        return [cells(*queue_cells, *_flavor_cells(flavors[0]), *tenant_cells)]
+    nominal = q.get("gpuQuota")
+    totals: list[object] = [
+        "all" if flavors else "-",
+        "-" if nominal is None else nominal,
+        q["gpusInUse"],
+        q.get("borrowed", 0),
+        q.get("lent", 0),
+        pending_text(q["pending"], q.get("pendingGpus", 0)),
+    ]
+    rows = [cells(*queue_cells, *totals, *tenant_cells)]
+    blank = [""] * 4
+    for f in flavors:
+        rows.append(cells(*blank, *_flavor_cells(f), "", "", ""))
+    return rows
 
 
 def queues_table(queues: list[dict[str, Any]]) -> Table:
@@ -105,7 +192,8 @@ def queues_table(queues: list[dict[str, Any]]) -> Table:
     for column in QUEUE_COLUMNS:
         table.add_column(column)
     for q in queues:
-        table.add_row(*queue_row(q))
+        for row in queue_rows(q):
+            table.add_row(*row)
     return table
 
 
@@ -154,8 +242,47 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
     return table
 
 
-def describe_job(job: dict[str, Any], events: list[dict[str, Any]]) -> None:
-    """Spec summary, state, placement, the pending reason with its numbers, and the timeline."""
+def waiting_lines(job: dict[str, Any], now: float | None = None) -> list[tuple[str, str]]:
+    """``describe``'s lines on positions, forecast start, fair share, preemption, checkpoint."""
+    lines: list[tuple[str, str]] = []
+    now = current_time() if now is None else now
+    if job.get("state") == "Pending":
+        places = []
+        if job.get("queuePosition"):
+            places.append(f"#{job['queuePosition']} in queue {job['queue']}")
+        if job.get("clusterPosition"):
+            places.append(f"#{job['clusterPosition']} in the cluster")
+        if places:
+            lines.append(("Position", ", ".join(places)))
+        if job.get("eta") is None:
+            lines.append(
+                ("Starts", "no estimate (a job it waits for has no maxRuntime, or none yet)")
+            )
+        else:
+            lines.append(("Starts", f"{eta(job, now)} (about {when(job['eta'])}; forecast)"))
+    if job.get("standing") is not None:
+        lines.append(
+            (
+                "Standing",
+                f"{gpu_hours(job['standing'])} GPU-hours per unit of weight "
+                f"(tenant {job['tenant']}'s decayed usage; lower goes first)",
+            )
+        )
+    if job.get("preemptedBy"):
+        lines.append(("Preempted", f"by job {job['preemptedBy']}"))
+    checkpoint = job.get("lastCheckpointAt")
+    if checkpoint is not None:
+        lines.append(("Checkpoint", f"{when(checkpoint)} ({age(checkpoint, now)} ago)"))
+    elif job.get("state") == "Running":
+        lines.append(("Checkpoint", "none reported"))
+    return lines
+
+
+def describe_job(
+    job: dict[str, Any], events: list[dict[str, Any]], now: float | None = None
+) -> None:
+    """Spec summary, state, placement, the pending reason with its numbers, where it stands and
+    when it should start, and the timeline."""
     spec = job.get("spec") or {}
     body = spec.get("spec", {})
     e = escape
@@ -169,8 +296,8 @@ def describe_job(job: dict[str, Any], events: list[dict[str, Any]]) -> None:
     reason = job.get("reason")
     if reason:
         out.print(f"Waiting    [yellow]{e(reason['code'])}[/yellow]: {e(reason['message'])}")
-        if job.get("queuePosition"):
-            out.print(f"Position   #{job['queuePosition']} in queue {e(job['queue'])}")
+    for label, text in waiting_lines(job, now):
+        out.print(f"{label:<11}{e(text)}")
     out.print(
         f"Submitted  {when(job['submittedAt'])}    Started {when(job.get('startedAt'))}    "
         f"Finished {when(job.get('finishedAt'))}    Runtime {duration(job)}"

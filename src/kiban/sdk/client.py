@@ -1,7 +1,9 @@
 """A thin client of the HTTP API. The CLI uses it; so can notebooks and scripts.
 
 It finds the server and token from ``KIBAN_URL``/``KIBAN_TOKEN``, else from the kiban home
-(``KIBAN_HOME``, default ``~/.kiban``): ``kiban up`` writes ``url`` and ``token`` there.
+(``KIBAN_HOME``, default ``~/.kiban``): ``kiban up`` writes ``url`` and ``token`` there. A job
+finds its own id in ``KIBAN_JOB_ID``, so ``Client().checkpoint()`` inside it reports its own
+checkpoint (given a URL and token it can reach).
 """
 
 from __future__ import annotations
@@ -113,6 +115,14 @@ class Client:
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         return dict(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))
+
+    def checkpoint(self, job_id: str | None = None) -> dict[str, Any]:
+        """Report that a running job saved a checkpoint now; preemption then prefers victims
+        that lose less work. Inside a job, ``job_id`` defaults to ``$KIBAN_JOB_ID``."""
+        job_id = job_id or os.environ.get("KIBAN_JOB_ID")
+        if not job_id:
+            raise ValueError("no job id: pass one, or call this inside a job (KIBAN_JOB_ID)")
+        return dict(self._request("POST", f"/api/v1/jobs/{quote(job_id, safe='')}/checkpoint"))
 
     def events(self, job_id: str, after: int = 0) -> list[dict[str, Any]]:
         return list(self._request("GET", f"/api/v1/jobs/{job_id}/events", params={"after": after}))

@@ -210,6 +210,14 @@ def list_jobs(
     return list(session.scalars(query))
 
 
+def requested(spec: dict[str, Any]) -> tuple[int, int]:
+    """Replicas and GPUs a stored (already validated) manifest asks for, without parsing it."""
+    tasks = spec.get("spec", {}).get("tasks", [])
+    count = sum(int(t.get("replicas", 1)) for t in tasks)
+    gpus = sum(int(t.get("replicas", 1)) * int(t.get("resources", {}).get("gpu", 0)) for t in tasks)
+    return count, gpus
+
+
 def replicas_of(session: Session, job: Job) -> list[Replica]:
     """The replicas of the job's current attempt, in rank order."""
     query = (
@@ -257,3 +265,26 @@ def parse_grace(job: Job) -> float:
     """The job's termination grace period in seconds."""
     manifest = parse_job_manifest(job.spec)
     return manifest.spec.termination_grace_period or 0.0
+
+
+def report_checkpoint(session: Session, principal: Principal, job_id: str, at: float) -> Job:
+    """Record that a running job saved a checkpoint at ``at``: preemption then prefers victims
+    that lose the least work since their last checkpoint.
+
+    NotFound for a job the caller may not see; Conflict unless the job is running.
+    """
+    job = get_visible(session, principal, job_id)
+    session.refresh(job, with_for_update=True)  # the control loop may be finishing it now
+    if job.state != JobState.RUNNING.value:
+        raise Conflict(f"job {job.id} is {job.state}; only a running job can report a checkpoint")
+    job.last_checkpoint_at = max(job.last_checkpoint_at or 0.0, at)
+    events.record(
+        session,
+        kind="Job",
+        name=job.id,
+        tenant=job.tenant,
+        reason="Checkpointed",
+        message=f"checkpoint reported by {principal.name} (attempt {job.attempt})",
+        at=at,
+    )
+    return job

@@ -18,7 +18,7 @@ from kiban.api.schemas import (
     queue_out,
     tenant_out,
 )
-from kiban.services import nodes, policy, tenants
+from kiban.services import nodes, policy, queue_status, tenants
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"])
 
@@ -29,9 +29,15 @@ def whoami(principal: PrincipalDep) -> WhoAmI:
 
 
 @router.get("/queues", response_model=list[QueueOut])
-def list_queues(principal: PrincipalDep, session: SessionDep) -> list[QueueOut]:
-    usage = tenants.queue_usage(session)
-    return [queue_out(q, usage.get(q.name, {})) for q in tenants.list_queues(session, principal)]
+def list_queues(
+    platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> list[QueueOut]:
+    """The caller's queues: quota and use per flavor (nominal, used, borrowed, lent, pending)
+    and the tenant's fair-share usage and standing."""
+    statuses = queue_status.queue_statuses(
+        session, principal, platform.policy, platform.clock.now()
+    )
+    return [queue_out(s) for s in statuses]
 
 
 @router.post("/queues", status_code=201, response_model=QueueOut)
@@ -42,7 +48,10 @@ def create_queue(
     queue = policy.add_queue(session, principal, body.entry(), platform.clock.now())
     session.commit()
     platform.policy_changed()
-    return queue_out(queue, {})
+    statuses = queue_status.queue_statuses(
+        session, principal, platform.policy, platform.clock.now()
+    )
+    return queue_out(next(s for s in statuses if s.queue.name == queue.name))
 
 
 @router.get("/nodes", response_model=list[NodeOut])

@@ -1,4 +1,4 @@
-"""Jobs: submit, list, get, cancel, events, logs (with follow streaming)."""
+"""Jobs: submit, list, get, cancel, checkpoint, events, logs (with follow streaming)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
-from kiban.api.schemas import EventOut, JobOut, event_out, job_out, requested
+from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.manifests import load_document
 from kiban.domain.states import JobState
 from kiban.platform import Platform
-from kiban.services import events, jobs
+from kiban.services import events, jobs, queue_status
 from kiban.services.auth import Principal, authenticate
 from kiban.services.errors import invalid
 from kiban.store.models import Event, Job, Queue
@@ -125,8 +126,15 @@ async def submit_job(
     return Response(body, status_code=201, media_type="application/json")
 
 
+def _standings(platform: Platform, session: Session) -> dict[str, float]:
+    """Each tenant's fair-share standing now (a caller is shown only its own jobs' tenants)."""
+    shares = queue_status.tenant_shares(session, platform.policy, platform.clock.now())
+    return {tenant: share.standing for tenant, share in shares.items()}
+
+
 @router.get("", response_model=list[JobOut])
 def list_jobs(
+    platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
     state: Annotated[list[str] | None, Query(description="filter by state (repeatable)")] = None,
@@ -138,13 +146,17 @@ def list_jobs(
     rows = jobs.list_jobs(
         session, principal, states=state or (), queue=queue, tenant=tenant, name=name, limit=limit
     )
-    return [job_out(j) for j in rows]
+    standing = _standings(platform, session) if rows else {}
+    return [job_out(j, standing=standing.get(j.tenant)) for j in rows]
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: str, principal: PrincipalDep, session: SessionDep) -> JobOut:
+def get_job(
+    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> JobOut:
     job = jobs.get_visible(session, principal, job_id)
-    return job_out(job, jobs.replicas_of(session, job), with_spec=True)
+    standing = _standings(platform, session).get(job.tenant)
+    return job_out(job, jobs.replicas_of(session, job), with_spec=True, standing=standing)
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
@@ -154,6 +166,20 @@ def cancel_job(
     job = jobs.cancel(session, principal, job_id, platform.clock.now())
     session.commit()
     platform.loop.wake()
+    return job_out(job)
+
+
+@router.post(
+    "/{job_id}/checkpoint",
+    response_model=JobOut,
+    responses={404: {"description": "no such job (or another tenant's)"}, 409: {}},
+)
+def checkpoint_job(
+    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> JobOut:
+    """A running job reports that it saved a checkpoint now (409 if it is not running)."""
+    job = jobs.report_checkpoint(session, principal, job_id, platform.clock.now())
+    session.commit()
     return job_out(job)
 
 
@@ -172,7 +198,7 @@ def _job_state(platform: Platform, principal: Principal, job_id: str) -> tuple[J
     """The job's state and how many replicas it has (NotFound if the caller may not see it)."""
     with platform.sessions() as session:
         job = jobs.get_visible(session, principal, job_id)
-        return JobState(job.state), requested(job.spec)[0]
+        return JobState(job.state), jobs.requested(job.spec)[0]
 
 
 @router.get(

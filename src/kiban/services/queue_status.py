@@ -1,0 +1,250 @@
+"""What each queue holds and waits for, per flavor, and its tenant's fair-share usage and standing.
+
+The numbers come from the same model the scheduler decides with (``kiban.scheduler.quota``,
+Kueue's): of its nominal quota of a flavor a queue keeps ``nominal - lendingLimit`` to itself
+and puts the rest into its cohort's shared pool; use beyond its own part draws on the pool.
+
+- **used**: GPUs of the flavor held by the queue's admitted, running and stopping jobs.
+- **borrowed**: GPUs the queue uses beyond its nominal quota (``QuotaBook.borrowed``). Within a
+  cohort they come from other queues' idle shared quota; a queue outside any cohort shows some
+  only while it drains after its quota was lowered below its use.
+- **lent**: the part of the queue's nominal quota, within its lending limit, that other queues
+  of its cohort use. The pool is shared, so a borrower's GPUs come from no lender in
+  particular: per cohort and flavor, what its queues borrow is attributed to the lenders in
+  proportion to their idle shared quota (``shared - draw``), rounded by largest remainder (ties
+  by queue name). So lent never exceeds a queue's idle shared quota, and the cohort's lent
+  equals its borrowed (less any excess left by a lowered quota, which no lender covers).
+- **pending**: waiting jobs and the GPUs they ask for. Per flavor, only the jobs whose
+  current reason names that flavor (a waiting job has no flavor until it is admitted).
+
+Usage is the tenant's decayed weighted resource-seconds (``kiban.services.usage``); the
+standing is usage per unit of fair-share weight, the number the scheduler orders tenants by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kiban.domain.cluster import ClusterPolicy
+from kiban.domain.states import JobState
+from kiban.domain.usage import decay
+from kiban.scheduler.quota import QuotaBook
+from kiban.scheduler.snapshot import QueueStrategy, QueueView
+from kiban.services.auth import Principal
+from kiban.services.jobs import requested
+from kiban.services.tenants import queue_usage
+from kiban.services.usage import standings
+from kiban.store.models import Job, Node, Queue, Replica, TenantUsage
+
+HOLDING = tuple(s.value for s in JobState if s.holds_resources)
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorStatus:
+    """One queue's quota and use of one flavor, in GPUs (limits: None when not set)."""
+
+    flavor: str
+    nominal: int | None
+    borrowing_limit: int | None
+    lending_limit: int | None
+    used: int = 0
+    borrowed: int = 0
+    lent: int = 0
+    pending_jobs: int = 0
+    pending_gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """One queue: its flavors, its jobs, and its tenant's decayed usage and standing."""
+
+    queue: Queue
+    flavors: tuple[FlavorStatus, ...]
+    gpus_in_use: int  # on any node, including one that matches no flavor
+    pending_jobs: int
+    pending_gpus: int
+    running_jobs: int
+    usage: float  # the tenant's decayed weighted resource-seconds
+    standing: float  # usage per unit of fair-share weight
+
+    @property
+    def borrowed(self) -> int:
+        return sum(f.borrowed for f in self.flavors)
+
+    @property
+    def lent(self) -> int:
+        return sum(f.lent for f in self.flavors)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantShare:
+    """A tenant's decayed usage (weighted resource-seconds) and its standing (usage / weight)."""
+
+    usage: float
+    standing: float
+
+
+def queue_view(q: Queue, used: Mapping[str, int] | None = None) -> QueueView:
+    """The queue as the scheduler's snapshot sees it (as ``build_snapshot`` makes it)."""
+    return QueueView(
+        name=q.name,
+        tenant=q.tenant,
+        nominal=q.nominal,
+        used=dict(used or {}),
+        strategy=QueueStrategy(q.strategy),
+        cohort=q.cohort,
+        borrowing_limit=q.borrowing,
+        lending_limit=q.lending,
+        weight=q.fair_share_weight,
+    )
+
+
+def tenant_shares(
+    session: Session, policy: ClusterPolicy, now: float, queues: Iterable[Queue] | None = None
+) -> dict[str, TenantShare]:
+    """Every tenant's usage and standing as of ``now``; a tenant with no usage yet has zeros.
+
+    ``queues`` (default: all) give the weights, as the scheduler takes them.
+    """
+    rows = list(session.scalars(select(Queue))) if queues is None else list(queues)
+    views = [queue_view(q) for q in rows]
+    standing = standings(session, now, policy, views)
+    shares = {q.tenant: TenantShare(0.0, 0.0) for q in rows}
+    for row in session.scalars(select(TenantUsage)):
+        usage = decay(row.usage, now - row.updated_at, policy.half_life_s)
+        shares[row.tenant] = TenantShare(usage, standing.get(row.tenant, 0.0))
+    return shares
+
+
+def used_per_flavor(session: Session, policy: ClusterPolicy) -> dict[str, dict[str, int]]:
+    """GPUs held per queue and flavor, counted as the scheduler's snapshot counts them: active
+    replicas of admitted, running and stopping jobs, on nodes that match a flavor."""
+    flavor_of = {
+        name: policy.flavor_of(labels or {})
+        for name, labels in session.execute(select(Node.name, Node.labels)).all()
+    }
+    per_flavor: dict[str, dict[str, int]] = {}
+    for queue, node, gpu_ids in session.execute(
+        select(Job.queue, Replica.node, Replica.gpu_ids)
+        .join(Replica, Replica.job_id == Job.id)
+        .where(Replica.active.is_(True), Job.state.in_(HOLDING))
+    ).all():
+        flavor = flavor_of.get(node)
+        if flavor is not None and gpu_ids:
+            mine = per_flavor.setdefault(queue, {})
+            mine[flavor] = mine.get(flavor, 0) + len(gpu_ids)
+    return per_flavor
+
+
+def _pending(
+    session: Session,
+) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, str], tuple[int, int]]]:
+    """Pending jobs and GPUs per queue, and per (queue, flavor) its current reason names."""
+    per_queue: dict[str, tuple[int, int]] = {}
+    per_flavor: dict[tuple[str, str], tuple[int, int]] = {}
+    for queue, spec, details in session.execute(
+        select(Job.queue, Job.spec, Job.reason_details).where(Job.state == JobState.PENDING.value)
+    ).all():
+        gpus = requested(spec)[1]
+        jobs, total = per_queue.get(queue, (0, 0))
+        per_queue[queue] = (jobs + 1, total + gpus)
+        flavor = (details or {}).get("flavor")
+        if isinstance(flavor, str):
+            jobs, total = per_flavor.get((queue, flavor), (0, 0))
+            per_flavor[(queue, flavor)] = (jobs + 1, total + gpus)
+    return per_queue, per_flavor
+
+
+def lent_gpus(book: QuotaBook, flavor: str) -> dict[str, int]:
+    """Per queue, the GPUs of its shared quota of ``flavor`` that others of its cohort use.
+
+    Each cohort's borrowed GPUs are split among its lenders in proportion to their idle shared
+    quota, by largest remainder (ties by queue name), so the split adds up exactly.
+    """
+    cohorts: dict[str, list[str]] = {}
+    for name, q in sorted(book.queues.items()):
+        if q.cohort is not None:
+            cohorts.setdefault(q.cohort, []).append(name)
+    lent: dict[str, int] = {}
+    for members in cohorts.values():
+        borrowed = sum(book.borrowed(name, flavor) for name in members)
+        idle = {
+            name: max(book.shared(name, flavor) - book.draw(name, flavor), 0) for name in members
+        }
+        pool = sum(idle.values())
+        total = min(borrowed, pool)
+        if total == 0:
+            continue
+        # total * idle / pool for each lender, in whole GPUs: floors, then the largest remainders.
+        floors = {name: total * amount // pool for name, amount in idle.items() if amount}
+        remainders = {name: total * idle[name] % pool for name in floors}
+        left = total - sum(floors.values())
+        by_remainder = sorted(floors, key=lambda name: (-remainders[name], name))
+        for name in by_remainder[:left]:
+            floors[name] += 1
+        for name, amount in floors.items():
+            if amount:
+                lent[name] = amount
+    return lent
+
+
+def queue_statuses(
+    session: Session, principal: Principal, policy: ClusterPolicy, now: float
+) -> list[QueueStatus]:
+    """The queues the caller may see, by name, each with its per-flavor accounting.
+
+    Lending is computed over every queue (another tenant's use of a cohort is what makes a
+    queue's quota lent), but only the caller's own queues are returned.
+    """
+    rows = list(session.scalars(select(Queue).order_by(Queue.name)))
+    used = used_per_flavor(session, policy)
+    book = QuotaBook(queue_view(q, used.get(q.name)) for q in rows)
+    counts = queue_usage(session)
+    pending, pending_by_flavor = _pending(session)
+    lent: dict[str, dict[str, int]] = {}
+    shares = tenant_shares(session, policy, now, rows)
+    result = []
+    for q in rows:
+        if not principal.can_see(q.tenant):
+            continue
+        nominal = q.nominal
+        names = list(nominal or ())
+        extra = set(used.get(q.name, {})) | {f for (name, f) in pending_by_flavor if name == q.name}
+        names += sorted(extra - set(names))
+        flavors = []
+        for flavor in names:
+            if flavor not in lent:
+                lent[flavor] = lent_gpus(book, flavor)
+            jobs, gpus = pending_by_flavor.get((q.name, flavor), (0, 0))
+            flavors.append(
+                FlavorStatus(
+                    flavor=flavor,
+                    nominal=None if nominal is None else nominal.get(flavor, 0),
+                    borrowing_limit=q.borrowing.get(flavor),
+                    lending_limit=q.lending.get(flavor),
+                    used=book.used(q.name, flavor),
+                    borrowed=book.borrowed(q.name, flavor),
+                    lent=lent[flavor].get(q.name, 0),
+                    pending_jobs=jobs,
+                    pending_gpus=gpus,
+                )
+            )
+        share = shares.get(q.tenant, TenantShare(0.0, 0.0))
+        jobs, gpus = pending.get(q.name, (0, 0))
+        result.append(
+            QueueStatus(
+                queue=q,
+                flavors=tuple(flavors),
+                gpus_in_use=counts.get(q.name, {}).get("gpus_in_use", 0),
+                pending_jobs=jobs,
+                pending_gpus=gpus,
+                running_jobs=counts.get(q.name, {}).get("running", 0),
+                usage=share.usage,
+                standing=share.standing,
+            )
+        )
+    return result

@@ -1,0 +1,291 @@
+"""Queue accounting per flavor: used, borrowed and lent across a cohort, pending, and standings.
+
+The state is built in a real store through the services (nodes, the policy) and store rows for
+the jobs that hold GPUs; the accounting is then read back as the API reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from kiban.executors.base import NodeInfo
+from kiban.services.auth import Principal
+from kiban.services.nodes import sync_nodes
+from kiban.services.policy import apply_policy, current_policy
+from kiban.services.queue_status import QueueStatus, queue_statuses, tenant_shares
+from kiban.store.db import make_engine, migrate, session_factory
+from kiban.store.models import Job, Replica, TenantUsage
+
+ADMIN = Principal(name="admin", tenant=None, is_admin=True)
+HOUR = 3600.0
+
+NODES = [
+    NodeInfo(
+        name=f"{product.lower()}-{i}",
+        gpus=8,
+        cpu_millis=64000,
+        memory=512 * 2**30,
+        labels={"gpu.product": product},
+    )
+    for product, count in (("H100", 4), ("A100", 2))
+    for i in range(count)
+]
+
+POLICY: dict[str, Any] = {
+    "flavors": [
+        {"name": "h100", "nodeLabels": {"gpu.product": "H100"}},
+        {"name": "a100", "nodeLabels": {"gpu.product": "A100"}},
+    ],
+    "cohorts": [{"name": "research"}],
+    "queues": [
+        {
+            "name": "vision",
+            "tenant": "vision",
+            "cohort": "research",
+            "quota": {"h100": {"gpu": 8}, "a100": {"gpu": 8}},
+            "lendingLimit": {"a100": {"gpu": 4}},
+            "fairShareWeight": 2,
+        },
+        {"name": "speech", "tenant": "speech", "cohort": "research", "quota": {"h100": {"gpu": 8}}},
+        {
+            "name": "nlp",
+            "tenant": "nlp",
+            "cohort": "research",
+            "quota": {"h100": {"gpu": 8}, "a100": {"gpu": 0}},
+            "lendingLimit": {"h100": {"gpu": 2}},
+        },
+        {"name": "solo", "tenant": "solo", "quota": {"h100": {"gpu": 4}}},
+    ],
+    "fairShare": {"halfLife": "1h"},
+}
+
+
+@dataclass
+class Store:
+    """A migrated store with the nodes and the policy above, and a way to make GPUs busy."""
+
+    session: Session
+    free: dict[str, list[int]] = field(
+        default_factory=lambda: {n.name: list(range(n.gpus)) for n in NODES}
+    )
+    jobs: int = 0
+
+    def hold(self, queue: str, flavor: str, gpus: int, state: str = "Running") -> None:
+        """A job of ``queue`` holding ``gpus`` GPUs of ``flavor`` (one replica per node)."""
+        self.jobs += 1
+        job = self._job(queue, state, gpus)
+        self.session.add(job)
+        rank = 0
+        for node in (n for n in NODES if n.labels["gpu.product"].lower() == flavor):
+            take, self.free[node.name] = self.free[node.name][:gpus], self.free[node.name][gpus:]
+            if take:
+                self.session.add(
+                    Replica(
+                        job_id=job.id,
+                        attempt=1,
+                        task="worker",
+                        index=rank,
+                        rank=rank,
+                        node=node.name,
+                        gpu_ids=take,
+                        cpu_millis=1000,
+                        memory=2**30,
+                        active=True,
+                        state="Running",
+                    )
+                )
+                rank += 1
+                gpus -= len(take)
+        assert gpus == 0, "not enough free GPUs of that flavor in the test cluster"
+        self.session.commit()
+
+    def wait(self, queue: str, gpus: int, flavor: str | None = None) -> None:
+        """A pending job of ``queue``; its recorded reason names ``flavor`` when given."""
+        self.jobs += 1
+        job = self._job(queue, "Pending", gpus)
+        if flavor is not None:
+            job.reason_code = "QueueQuotaExhausted"
+            job.reason_message = "needs more"
+            job.reason_details = {"flavor": flavor, "needed_gpus": gpus}
+        self.session.add(job)
+        self.session.commit()
+
+    def _job(self, queue: str, state: str, gpus: int) -> Job:
+        tenant = next(q["tenant"] for q in POLICY["queues"] if q["name"] == queue)
+        spec = {
+            "apiVersion": "kiban/v1",
+            "kind": "Job",
+            "metadata": {"name": "j"},
+            "spec": {
+                "queue": queue,
+                "tasks": [{"replicas": 1, "resources": {"gpu": gpus}, "command": ["t"]}],
+            },
+        }
+        return Job(
+            id=f"j-{self.jobs:06d}",
+            name="j",
+            tenant=tenant,
+            queue=queue,
+            state=state,
+            spec=spec,
+            submitted_at=0.0,
+        )
+
+    def statuses(self, principal: Principal = ADMIN, now: float = 0.0) -> dict[str, QueueStatus]:
+        policy = current_policy(self.session)
+        return {s.queue.name: s for s in queue_statuses(self.session, principal, policy, now)}
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    engine = make_engine(db_url)
+    migrate(engine)
+    with session_factory(engine)() as session:
+        sync_nodes(session, NODES, 0.0)
+        apply_policy(session, POLICY, actor="test", at=0.0)
+        session.commit()
+        yield Store(session)
+    engine.dispose()
+
+
+Holdings = dict[tuple[str, str], int]  # (queue, flavor) -> GPUs held
+Expected = dict[tuple[str, str], tuple[int, int, int]]  # (queue, flavor) -> used, borrowed, lent
+
+CASES: list[tuple[str, Holdings, Expected]] = [
+    ("idle cluster", {}, {}),
+    ("within nominal", {("vision", "h100"): 6}, {("vision", "h100"): (6, 0, 0)}),
+    (
+        # speech borrows 4; nlp uses all its own, so vision's idle h100 is what is lent
+        "one lender",
+        {("speech", "h100"): 12, ("nlp", "h100"): 8},
+        {("speech", "h100"): (12, 4, 0), ("nlp", "h100"): (8, 0, 0), ("vision", "h100"): (0, 0, 4)},
+    ),
+    (
+        # idle shared quota: vision 8, nlp 2 (its lending limit): 4 borrowed split 3.2 / 0.8
+        "two lenders in proportion",
+        {("speech", "h100"): 12},
+        {("speech", "h100"): (12, 4, 0), ("vision", "h100"): (0, 0, 3), ("nlp", "h100"): (0, 0, 1)},
+    ),
+    (
+        # nlp shares only 2 of its 8 h100 (its own 6 are in use); 2 borrowed are split
+        # vision 8 : nlp 2, i.e. 1.6 and 0.4, rounded to 2 and 0
+        "lending limit and rounding",
+        {("speech", "h100"): 10, ("nlp", "h100"): 6},
+        {("speech", "h100"): (10, 2, 0), ("nlp", "h100"): (6, 0, 0), ("vision", "h100"): (0, 0, 2)},
+    ),
+    (
+        # vision lends at most 4 of its 8 a100; nlp (nominal 0) borrows 3 of them
+        "borrowing a flavor with no nominal quota",
+        {("nlp", "a100"): 3},
+        {("nlp", "a100"): (3, 3, 0), ("vision", "a100"): (0, 0, 3)},
+    ),
+    (
+        # vision uses 6 a100: its own 4 and 2 of its shared 4; 2 idle are left, nlp uses them
+        "lender using part of what it shares",
+        {("vision", "a100"): 6, ("nlp", "a100"): 2},
+        {("vision", "a100"): (6, 0, 2), ("nlp", "a100"): (2, 2, 0)},
+    ),
+    (
+        # outside any cohort, use beyond nominal is only possible after a quota was lowered
+        "no cohort: beyond nominal, lent by no one",
+        {("solo", "h100"): 6},
+        {("solo", "h100"): (6, 2, 0), ("vision", "h100"): (0, 0, 0)},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("holdings", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_used_borrowed_and_lent_per_flavor(
+    store: Store, holdings: Holdings, expected: Expected
+) -> None:
+    for (queue, flavor), gpus in holdings.items():
+        store.hold(queue, flavor, gpus)
+    statuses = store.statuses()
+    assert list(statuses) == ["nlp", "solo", "speech", "vision"]
+    seen: Expected = {
+        (name, f.flavor): (f.used, f.borrowed, f.lent)
+        for name, s in statuses.items()
+        for f in s.flavors
+    }
+    for key, numbers in seen.items():
+        assert numbers == expected.get(key, (0, 0, 0)), key
+    # Within the cohort what is borrowed is exactly what is lent, flavor by flavor.
+    for flavor in ("h100", "a100"):
+        cohort = [statuses[q] for q in ("vision", "speech", "nlp")]
+        flavors = [f for s in cohort for f in s.flavors if f.flavor == flavor]
+        assert sum(f.borrowed for f in flavors) == sum(f.lent for f in flavors)
+    for s in statuses.values():
+        assert (s.borrowed, s.lent) == (
+            sum(f.borrowed for f in s.flavors),
+            sum(f.lent for f in s.flavors),
+        )
+        assert s.gpus_in_use == sum(f.used for f in s.flavors)
+
+
+def test_stopping_jobs_hold_their_gpus_and_pending_ones_do_not(store: Store) -> None:
+    store.hold("speech", "h100", 9, state="Stopping")
+    store.wait("speech", 8, flavor="h100")
+    speech = store.statuses()["speech"].flavors[0]
+    assert (speech.used, speech.borrowed, speech.pending_jobs, speech.pending_gpus) == (9, 1, 1, 8)
+
+
+def test_flavors_are_listed_in_quota_order_with_their_limits(store: Store) -> None:
+    vision = store.statuses()["vision"]
+    assert [(f.flavor, f.nominal, f.borrowing_limit, f.lending_limit) for f in vision.flavors] == [
+        ("h100", 8, None, None),
+        ("a100", 8, None, 4),
+    ]
+    # A flavor in use beyond the quota's flavors (e.g. after a quota change) is listed after.
+    store.hold("speech", "a100", 2)
+    speech = store.statuses()["speech"]
+    assert [(f.flavor, f.nominal, f.used, f.borrowed) for f in speech.flavors] == [
+        ("h100", 8, 0, 0),
+        ("a100", 0, 2, 2),
+    ]
+
+
+def test_pending_jobs_and_gpus_per_queue_and_per_flavor_named_by_their_reason(
+    store: Store,
+) -> None:
+    store.wait("vision", 4, flavor="h100")
+    store.wait("vision", 2, flavor="a100")
+    store.wait("vision", 16)  # no pass has judged it yet: no flavor
+    store.hold("vision", "h100", 2)
+    vision = store.statuses()["vision"]
+    assert (vision.pending_jobs, vision.pending_gpus, vision.running_jobs) == (3, 22, 1)
+    assert [(f.flavor, f.pending_jobs, f.pending_gpus) for f in vision.flavors] == [
+        ("h100", 1, 4),
+        ("a100", 1, 2),
+    ]
+
+
+def test_a_member_sees_only_its_queues_but_lending_counts_the_whole_cohort(store: Store) -> None:
+    store.hold("speech", "h100", 12)  # another tenant borrows vision's idle quota
+    member = Principal(name="alice", tenant="vision", is_admin=False)
+    statuses = store.statuses(member)
+    assert list(statuses) == ["vision"]
+    assert [(f.flavor, f.lent) for f in statuses["vision"].flavors] == [("h100", 3), ("a100", 0)]
+
+
+def test_usage_decays_and_standing_divides_it_by_the_weight(store: Store) -> None:
+    store.session.add_all(
+        [
+            TenantUsage(tenant="vision", usage=8 * HOUR, updated_at=0.0),  # 8 GPU-hours
+            TenantUsage(tenant="speech", usage=2 * HOUR, updated_at=0.0),
+        ]
+    )
+    store.session.commit()
+    statuses = store.statuses(now=HOUR)  # one half-life later
+    assert statuses["vision"].usage == pytest.approx(4 * HOUR)
+    assert statuses["vision"].standing == pytest.approx(2 * HOUR)  # fairShareWeight 2
+    assert statuses["speech"].standing == pytest.approx(HOUR)
+    assert (statuses["nlp"].usage, statuses["nlp"].standing) == (0.0, 0.0)  # nothing used yet
+    shares = tenant_shares(store.session, current_policy(store.session), HOUR)
+    assert shares["vision"].standing == statuses["vision"].standing
