@@ -28,6 +28,7 @@ up`` sets it (objects made at start-up frozen, generation 0 threshold 50,000).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import cProfile
 import dataclasses
@@ -203,8 +204,9 @@ class CycleRunner:
         )
 
     def evict(self, decisions: Decisions) -> None:
-        """Stop the preempted jobs at once; they wait again, first in their queues. The nodes
-        they free are nominated for their preemptors, as the control loop does."""
+        """Stop the preempted jobs at once; they wait again in their queues' order (keeping
+        their submit time). The nodes their preemptors are to start on are nominated for them,
+        as the control loop does."""
         nominated: dict[str, set[str]] = {}
         for preempt in decisions.preempted:
             nominated.setdefault(preempt.preemptor_id, set()).update(preempt.nodes)
@@ -212,7 +214,11 @@ class CycleRunner:
             if job is None:
                 raise BenchError(f"the core preempted {preempt.victim_id}, which was not running")
             self._release(job)
-            self.waiting[job.queue].insert(0, as_pending(job, preempt.preemptor_id))
+            bisect.insort(
+                self.waiting[job.queue],
+                as_pending(job, preempt.preemptor_id),
+                key=self.policy.order_key,
+            )
             self.preempted += 1
         for name, jobs in self.waiting.items():
             if any(j.id in nominated for j in jobs):

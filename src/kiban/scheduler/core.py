@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from kiban.scheduler.backfill import may_backfill, reserve
 from kiban.scheduler.capacity_index import CapacityCache
-from kiban.scheduler.cycle import Cycle
+from kiban.scheduler.cycle import Cycle, Reservation
 from kiban.scheduler.decisions import Admit, Decisions, Preempt, Wait
 from kiban.scheduler.placement import (
     GangAttempt,
@@ -192,9 +192,12 @@ def _admit_or_explain(
             if choice is None:
                 continue
             names = [victim.id for victim, _ in choice.victims]
+            # The nodes it will start on (its victims' and the free GPUs it counted on) are
+            # kept for it from now on, in this cycle and, nominated, in the next ones.
+            nodes = tuple(sorted(choice.nodes))
+            cycle.add_reservation(Reservation(job.id, flavor, cycle.snapshot.now, choice.nodes))
             for victim, ground in choice.victims:
                 cycle.victims.add(victim.id)
-                nodes = tuple(sorted({r.node for r in victim.replicas}))
                 preempted.append(
                     Preempt(
                         victim.id,

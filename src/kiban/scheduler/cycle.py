@@ -57,8 +57,8 @@ class Cycle:
     preemption_searches: int = 0
     failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
-    _running_by_queue: dict[tuple[str, str], list[RunningJob]] | None = None
-    _sorted_queues: set[tuple[str, str]] = field(default_factory=set)
+    _running_by_queue: dict[str, list[RunningJob]] | None = None
+    _running_sorted: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
     _cohorts: dict[str, list[QueueView]] | None = None
 
     @classmethod
@@ -113,18 +113,17 @@ class Cycle:
         """The queue's running jobs holding GPUs of the flavor, least loss first (see
         ``loss_order``); sorted once per cycle, when first asked."""
         if self._running_by_queue is None:
-            by_queue: dict[tuple[str, str], list[RunningJob]] = {}
+            by_queue: dict[str, list[RunningJob]] = {}
             for job in self.snapshot.running:
-                for name in job.flavor_gpus:
-                    by_queue.setdefault((job.queue, name), []).append(job)
+                by_queue.setdefault(job.queue, []).append(job)
             self._running_by_queue = by_queue
-            self._sorted_queues = set()
         key = (queue, flavor)
-        jobs = self._running_by_queue.get(key, [])
-        if key not in self._sorted_queues:
+        jobs = self._running_sorted.get(key)
+        if jobs is None:
             now = self.snapshot.now
+            jobs = [j for j in self._running_by_queue.get(queue, ()) if flavor in j.flavor_gpus]
             jobs.sort(key=lambda job: loss_order(job, now))
-            self._sorted_queues.add(key)
+            self._running_sorted[key] = jobs
         return jobs
 
     def running_on(self, flavor: str) -> list[RunningJob]:

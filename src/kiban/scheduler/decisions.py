@@ -51,7 +51,7 @@ class Preempt:
     victim_id: str
     preemptor_id: str
     reason: PendingReason
-    nodes: tuple[str, ...] = ()  # where the victim's GPUs free up: nominated for the preemptor
+    nodes: tuple[str, ...] = ()  # where the preemptor is to start: nominated for it
 
 
 @dataclass(frozen=True, slots=True)

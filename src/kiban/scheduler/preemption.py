@@ -35,6 +35,7 @@ class VictimChoice:
 
     flavor: str
     victims: tuple[tuple[RunningJob, str], ...]
+    nodes: frozenset[str]  # where the job would start once they stop
 
 
 Candidate = tuple[RunningJob, str]
@@ -55,21 +56,19 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
     groups: list[Iterator[tuple[tuple[float | int | str, ...], Candidate]]] = []
     if job.preempts:
         own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
-        groups.append(_group(cycle, job.queue, flavor, "priority", own_borrows, now))
+        groups.append(_group(cycle, job.queue, flavor, "priority", own_borrows, now, job.priority))
     if queue.cohort is not None:
         for other in cycle.cohort_members(queue.cohort):
             if other.name == job.queue or cycle.quota.borrowed(other.name, flavor) <= 0:
                 continue
             if within_nominal:
-                groups.append(_group(cycle, other.name, flavor, "reclaim", True, now))
+                groups.append(_group(cycle, other.name, flavor, "reclaim", True, now, 0))
             elif job.preempted_by is None and standing_after < cycle.standing(other.tenant):
-                groups.append(_group(cycle, other.name, flavor, "fair-share", True, now))
+                groups.append(_group(cycle, other.name, flavor, "fair-share", True, now, 0))
     for _key, (victim, ground) in heapq.merge(*groups, key=lambda item: item[0]):
         if victim.id in cycle.victims or victim.stopping or victim.preempted_by is not None:
             continue
         if victim.id == job.preempted_by or now < victim.protected_until:
-            continue
-        if ground == "priority" and victim.priority >= job.priority:
             continue
         if ground == "fair-share" and not standing_after < cycle.standing(victim.tenant):
             continue
@@ -77,9 +76,16 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
 
 
 def _group(
-    cycle: Cycle, queue: str, flavor: str, ground: str, borrowing: bool, now: float
+    cycle: Cycle, queue: str, flavor: str, ground: str, borrowing: bool, now: float, below: int
 ) -> Iterator[tuple[tuple[float | int | str, ...], Candidate]]:
-    for victim in cycle.running_in(queue, flavor):
+    """One queue's candidates: on the priority ground those below the preemptor's priority; on
+    a cohort ground only while the queue still borrows (the search gives back its victims'
+    quota as it goes)."""
+    for victim in cycle.running_in(queue, flavor):  # lowest priority first
+        if ground == "priority" and victim.priority >= below:
+            return
+        if ground != "priority" and cycle.quota.borrowed(queue, flavor) <= 0:
+            return
         key = loss_order(victim, now)
         yield (key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
 
@@ -108,7 +114,8 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
                     continue
                 attempt = cycle.try_place(job, flavor)
                 if attempt.fits:
-                    return VictimChoice(flavor, tuple(chosen))
+                    nodes = frozenset(p.node for p in attempt.placements)
+                    return VictimChoice(flavor, tuple(chosen), nodes)
     finally:
         for queue, gpus in given_quota:
             cycle.quota.take(queue, flavor, gpus)

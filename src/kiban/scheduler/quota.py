@@ -49,6 +49,8 @@ class QuotaBook:
         self._pool: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> shared GPUs
         self._drawn: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> drawn on them
         self._terms: dict[tuple[str, str], _Terms] = {}
+        self._version = 0  # bumped by every change; refusals are remembered per version
+        self._refusals: dict[tuple[str, str, int], tuple[int, QuotaVerdict]] = {}
         for q in self.queues.values():
             for flavor, gpus in q.used.items():
                 self._used[(q.name, flavor)] = gpus
@@ -142,6 +144,15 @@ class QuotaBook:
             more = max(used + gpus - terms.own, 0) - max(used - terms.own, 0)
             if self._drawn.get(key, 0) + more <= self._pool.get(key, 0):
                 return FITS
+        remembered = self._refusals.get((queue, flavor, gpus))
+        if remembered is not None and remembered[0] == self._version:
+            return remembered[1]  # nothing changed since: the same reason, numbers and all
+        verdict = self._refusal(queue, flavor, gpus, nominal, used)
+        self._refusals[(queue, flavor, gpus)] = (self._version, verdict)
+        return verdict
+
+    def _refusal(self, queue: str, flavor: str, gpus: int, nominal: int, used: int) -> QuotaVerdict:
+        """Why ``gpus`` more do not fit (the caller found that they do not)."""
         q = self.queues[queue]
         free = max(nominal - used, 0)
         details: dict[str, object] = {
@@ -222,6 +233,7 @@ class QuotaBook:
         q = self.queues.get(queue)
         if q is None or delta == 0:
             return
+        self._version += 1
         before = self.draw(queue, flavor)
         self._used[(queue, flavor)] = self.used(queue, flavor) + delta
         if q.cohort is None:
