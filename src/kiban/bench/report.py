@@ -175,6 +175,8 @@ def scheduler_table(report: dict[str, Any]) -> Table:
         ),
         ("peak RSS", "peak_rss_mb", None, " MB", "the process's, so far (ru_maxrss)"),
         ("jobs admitted", "jobs_admitted", None, "", "of the jobs waiting at the start"),
+        ("starts", "starts", None, "", "admissions, restarts of preempted jobs included"),
+        ("jobs preempted", "jobs_preempted", None, "", "victims stopped (they wait again)"),
         ("replicas placed", "replicas_placed", None, "", "each admitted job's gang"),
         ("cycles", "cycles", None, "", "calls of schedule()"),
         ("admitting cycles", "admitting_cycles", None, "", "cycles that admitted a job"),

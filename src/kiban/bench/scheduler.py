@@ -161,7 +161,9 @@ class CycleRunner:
             self.tenant_gpus[running.tenant] = (
                 self.tenant_gpus.get(running.tenant, 0) + running.gpus
             )
-        self.admitted = 0
+        self.admitted = 0  # starts, a preempted job's restart included
+        self.waited = {job.id for job in scenario.pending}
+        self.started_once: set[str] = set()  # of the jobs waiting at the start
         self.replicas_placed = 0
         self.gpus_placed = 0
         self.finished = 0
@@ -295,6 +297,8 @@ class CycleRunner:
             self.tenant_gpus[job.tenant] = self.tenant_gpus.get(job.tenant, 0) + gpus
             touched.add(job.queue)
             self.admitted += 1
+            if job.id in self.waited:
+                self.started_once.add(job.id)
             self.gpus_placed += gpus
             placed += len(replicas)
         self.queues_dirty.update(touched)
@@ -430,9 +434,11 @@ def run_case(
         "cycles": len(cycle_s),
         "admitting_cycles": len(admitting_s),
         "jobs": len(scenario.pending),
-        "jobs_admitted": runner.admitted,
+        "jobs_admitted": len(runner.started_once),
+        "starts": runner.admitted,
         "jobs_preempted": runner.preempted,
-        "jobs_left_waiting": runner.pending,
+        "jobs_left_waiting": len(runner.waited - runner.started_once),
+        "waiting_at_end": runner.pending,
         "replicas_placed": runner.replicas_placed,
         "gpus_placed": runner.gpus_placed,
         "running_jobs_at_start": len(scenario.running),
