@@ -111,4 +111,5 @@ def kwok_args(
         f"--server-address=127.0.0.1:{ports.kwok}",
         f"--node-ip={FAKE_NODE_IP}",
         f"--cidr={POD_CIDR}",
+        "--v=WARN",  # not a line per patch: thousands of pods would spend CPU on logs
     ]

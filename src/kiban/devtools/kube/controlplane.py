@@ -243,8 +243,9 @@ def start_control_plane(
         kwok = start("kwok", components.kwok_args(binaries, kubeconfig, configs, ports))
         _wait("kwok", _http_ok(f"http://127.0.0.1:{ports.kwok}/healthz"), kwok, timeout)
 
-        names = _create_nodes(kubeconfig, options)  # 5.
-        _wait("fake nodes", _nodes_ready(kubeconfig, set(names)), kwok, timeout)
+        with _core_api(kubeconfig, pool=options.node_creation_workers) as core:  # 5.
+            names = _create_nodes(core, options)
+            _wait("fake nodes", _nodes_ready(core, set(names)), kwok, timeout)
     except BaseException:
         stop_control_plane(directory)
         raise
@@ -282,26 +283,28 @@ def _core_api(kubeconfig: Path, pool: int = 16) -> Iterator[Any]:
         api_client.close()  # type: ignore[no-untyped-call]
 
 
-def _create_nodes(kubeconfig: Path, options: ControlPlaneOptions) -> list[str]:
+def _create_nodes(core: Any, options: ControlPlaneOptions) -> list[str]:
+    """Create the fake nodes, several requests at a time; return their names in order."""
     spec = options.nodes
-    if spec.count == 0:
-        return []
     workers = max(1, options.node_creation_workers)
-    with _core_api(kubeconfig, pool=workers) as core, ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(workers) as pool:
         created = pool.map(lambda i: core.create_node(body=spec.node(i)), range(spec.count))
         return [node.metadata.name for node in created]
 
 
-def _nodes_ready(kubeconfig: Path, names: set[str]) -> Callable[[], bool]:
+def _nodes_ready(core: Any, names: set[str]) -> Callable[[], bool]:
+    """A check that every node in names is Ready (the raw JSON: thousands of nodes are read)."""
+
     def check() -> bool:
         if not names:
             return True
-        with _core_api(kubeconfig, pool=1) as core:
-            ready = set()
-            for node in core.list_node().items:
-                for condition in node.status.conditions or []:
-                    if condition.type == "Ready" and condition.status == "True":
-                        ready.add(node.metadata.name)
-            return names <= ready
+        response = core.list_node(resource_version="0", _preload_content=False)
+        ready = {
+            node["metadata"]["name"]
+            for node in json.loads(response.data)["items"]
+            for condition in node.get("status", {}).get("conditions") or []
+            if condition["type"] == "Ready" and condition["status"] == "True"
+        }
+        return names <= ready
 
     return check
