@@ -16,19 +16,18 @@ def unique(prefix: str) -> str:
 
 def pod_body(
     name: str,
-    node: str,
+    node: str | None,
     *,
     annotations: dict[str, str] | None = None,
     restart_policy: str = "Never",
     gpus: int = 1,
 ) -> dict[str, Any]:
-    """A one-container pod bound to node by nodeName (no scheduler runs here)."""
-    return {
+    """A one-container pod bound to node by nodeName (None: left to a scheduler)."""
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "annotations": annotations or {}},
         "spec": {
-            "nodeName": node,
             "restartPolicy": restart_policy,
             "containers": [
                 {
@@ -39,6 +38,9 @@ def pod_body(
             ],
         },
     }
+    if node is not None:
+        body["spec"]["nodeName"] = node
+    return body
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:

@@ -9,7 +9,7 @@ import pytest
 from kube_support import NAMESPACE, pod_body, unique, wait_for, watch_phases
 from kubernetes.client.exceptions import ApiException
 
-from kiban.devtools.kube import ControlPlane
+from kiban.devtools.kube import ControlPlane, supervisor
 from kiban.devtools.kube.fakenodes import (
     GPU_PRODUCT_LABEL,
     HOSTNAME_LABEL,
@@ -57,6 +57,7 @@ def test_fake_nodes_have_gpus_labels_and_are_ready(control_plane: ControlPlane, 
         assert labels[NETWORK_BLOCK_LABEL] == "block-0-0"
         local_blocks.add(labels[LOCAL_BLOCK_LABEL])
         assert ready(node), f"{name} is not Ready: {node.status.conditions}"
+        assert not node.spec.taints  # schedulable: no not-ready taint left behind
     assert len(local_blocks) == 3  # 1x1x3: one node in each local block
 
 
@@ -143,3 +144,21 @@ def test_deleted_pod_disappears(control_plane: ControlPlane, core: Any) -> None:
         return False
 
     wait_for(f"pod {name} to be deleted", gone, timeout=20)
+
+
+def test_kube_scheduler_of_the_same_release_binds_a_pod(
+    control_plane: ControlPlane, core: Any
+) -> None:
+    """The scheduler the benchmark compares kiban with runs here and finds the fake nodes."""
+    record = control_plane.start_kube_scheduler()
+    try:
+        name = unique("sched")
+        core.create_namespaced_pod(NAMESPACE, pod_body(name, None, gpus=2))
+        watch_phases(core, name, until={"Running"})
+        pod = core.read_namespaced_pod(name, NAMESPACE)
+        assert pod.spec.node_name in control_plane.node_names
+    finally:
+        supervisor.stop_from_pid_file(
+            supervisor.pid_file(control_plane.directory / "run", record.name)
+        )
+    assert not supervisor.alive(record)

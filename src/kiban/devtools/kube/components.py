@@ -56,8 +56,10 @@ def etcd_args(binaries: KubeBinaries, data_dir: Path, ports: Ports) -> list[str]
 def apiserver_args(binaries: KubeBinaries, certs: ControlPlaneCerts, ports: Ports) -> list[str]:
     """kube-apiserver as envtest runs it (client certificates, RBAC), without rate limits.
 
-    No controller manager runs here, so nothing creates the ``default`` service account of a
-    namespace: the ServiceAccount admission plugin, which insists on it, is off.
+    No controller manager runs here, so two admission plugins that count on it are off:
+    ServiceAccount (nothing would create a namespace's ``default`` service account it insists
+    on) and TaintNodesByCondition (nothing would lift the ``node.kubernetes.io/not-ready`` taint
+    it puts on every new node once KWOK makes the node Ready).
     """
     return [
         str(binaries.kube_apiserver),
@@ -74,7 +76,7 @@ def apiserver_args(binaries: KubeBinaries, certs: ControlPlaneCerts, ports: Port
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--authorization-mode=RBAC",
         "--allow-privileged=true",
-        "--disable-admission-plugins=ServiceAccount",
+        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
         "--enable-priority-and-fairness=false",
         "--max-requests-inflight=0",
         "--max-mutating-requests-inflight=0",
@@ -112,4 +114,26 @@ def kwok_args(
         f"--node-ip={FAKE_NODE_IP}",
         f"--cidr={POD_CIDR}",
         "--v=WARN",  # not a line per patch: thousands of pods would spend CPU on logs
+    ]
+
+
+def scheduler_configuration(kubeconfig: Path) -> dict[str, Any]:
+    """kube-scheduler's settings: no leader election, client rate limits raised as kwokctl's
+    ``--disable-qps-limits`` raises them."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 5000, "burst": 10000},
+        "leaderElection": {"leaderElect": False},
+    }
+
+
+def scheduler_args(binaries: KubeBinaries, config: Path, port: int) -> list[str]:
+    """kube-scheduler of the same release, serving /healthz on a loopback port."""
+    return [
+        str(binaries.kube_scheduler),
+        f"--config={config}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        "--v=1",
     ]

@@ -11,7 +11,8 @@ these steps and returns once the API is healthy and the nodes are Ready:
 
 Its directory holds everything: ``kubeconfig``, ``pki/``, ``etcd/``, ``kwok/``, ``logs/``,
 ``run/*.pid`` and ``control-plane.json``. :func:`stop_control_plane` stops the processes the
-pid files name (KWOK, then the API server, then etcd) and keeps the logs.
+pid files name (kube-scheduler if one was started for a comparison, KWOK, the API server, then
+etcd) and keeps the logs.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ __all__ = [
     "stop_control_plane",
 ]
 
-# Started in this order, stopped in the reverse one.
-PROCESS_NAMES = ("etcd", "kube-apiserver", "kwok")
+# Started in this order (kube-scheduler only when asked for), stopped in the reverse one.
+PROCESS_NAMES = ("etcd", "kube-apiserver", "kwok", "kube-scheduler")
 STATE_FILE = "control-plane.json"
 
 
@@ -83,6 +84,30 @@ class ControlPlane:
 
     def stop(self) -> list[str]:
         return stop_control_plane(self.directory)
+
+    def start_kube_scheduler(self, timeout: float = 60.0) -> supervisor.ProcessRecord:
+        """Start kube-scheduler of the same release on this API (stopped with the rest).
+
+        kiban binds its pods itself; this one is for comparing with it.
+        """
+        run_dir = _run_dir(self.directory)
+        if any(r.name == "kube-scheduler" for r in running_processes(self.directory)):
+            raise ControlPlaneError(f"kube-scheduler already runs in {self.directory}")
+        config = self.directory / "kube-scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(components.scheduler_configuration(self.kubeconfig), sort_keys=False)
+        )
+        port = _free_port()
+        argv = components.scheduler_args(require_binaries(), config, port)
+        record = supervisor.start(
+            "kube-scheduler", argv, run_dir=run_dir, log_dir=self.directory / "logs"
+        )
+        try:
+            _wait("kube-scheduler", _http_ok(f"https://127.0.0.1:{port}/healthz"), record, timeout)
+        except BaseException:
+            supervisor.stop_from_pid_file(supervisor.pid_file(run_dir, "kube-scheduler"))
+            raise
+        return record
 
     def __enter__(self) -> Self:
         return self
