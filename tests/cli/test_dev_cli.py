@@ -55,3 +55,21 @@ def test_down_of_an_empty_directory_says_nothing_ran(tmp_path: Path) -> None:
     result = runner.invoke(app, ["dev", "kube", "down", "--dir", str(tmp_path)])
     assert result.exit_code == 0
     assert "nothing was running" in result.stderr
+
+
+def test_up_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    (tmp_path / "etcd").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    result = runner.invoke(app, ["dev", "kube", "up", "--dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "was not made by kiban dev kube up" in result.stderr
+    assert "--dir" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["etcd", "notes.txt"]
+
+
+def test_up_refuses_a_file_as_dir(tmp_path: Path) -> None:
+    path = tmp_path / "file"
+    path.write_text("x")
+    result = runner.invoke(app, ["dev", "kube", "up", "--dir", str(path)])
+    assert result.exit_code == 1
+    assert "is not a directory" in result.stderr

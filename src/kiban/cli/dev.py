@@ -77,15 +77,15 @@ def up(
         )
     except NodeSpecError as exc:
         _fail(str(exc))
-    if directory.exists() and not directory.is_dir():
-        _fail(f"--dir {directory} exists and is not a directory")
     render.err.print(f"starting a control plane in {directory} ...")
     try:
         plane = start_control_plane(
             directory, ControlPlaneOptions(nodes=spec, start_timeout=timeout)
         )
-    except (KubeBinariesMissing, ControlPlaneError) as exc:
+    except KubeBinariesMissing as exc:
         _fail(str(exc))
+    except ControlPlaneError as exc:
+        _fail(f"--dir {directory}: {exc}")
     except OSError as exc:
         _fail(f"cannot use --dir {directory}: {exc}")
     render.err.print(

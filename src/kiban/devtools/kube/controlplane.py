@@ -3,7 +3,7 @@
 ``kiban dev kube up`` and the kube test tier both use :func:`start_control_plane`, which runs
 these steps and returns once the API is healthy and the nodes are Ready:
 
-1. find the binaries (built by scripts/ensure-kube.sh) and refuse a directory still in use;
+1. refuse a directory in use or not ours; find the binaries (scripts/ensure-kube.sh builds them);
 2. make certificates and the admin kubeconfig, pick free loopback ports;
 3. start etcd, wait for /health; start kube-apiserver, wait for /readyz;
 4. start KWOK with our stages, wait for /healthz;
@@ -56,6 +56,8 @@ __all__ = [
 # Started in this order (kube-scheduler only when asked for), stopped in the reverse one.
 PROCESS_NAMES = ("etcd", "kube-apiserver", "kwok", "kube-scheduler")
 STATE_FILE = "control-plane.json"
+MARKER = ".kiban-dev-kube"
+"""Marks a directory as one of ours: only then does a new start clear what an old one left."""
 
 
 class ControlPlaneError(RuntimeError):
@@ -200,18 +202,30 @@ def _admin_tls(certs: ControlPlaneCerts) -> ssl.SSLContext:
     return context
 
 
-def _prepare(directory: Path) -> None:
-    """Make directory ready for a fresh start, removing only what a previous start left."""
+def _check_directory(directory: Path) -> None:
+    """Refuse a directory in use, or one with files that a start of ours did not make."""
+    if directory.exists() and not directory.is_dir():
+        raise ControlPlaneError(f"{directory} is not a directory")
+    if directory.is_dir() and not (directory / MARKER).exists() and any(directory.iterdir()):
+        raise ControlPlaneError(
+            f"{directory} is not empty and was not made by kiban dev kube up; "
+            "choose a new or an empty directory"
+        )
     if running_processes(directory):
         raise ControlPlaneError(
             f"a control plane is already running in {directory}; "
             f"stop it first (kiban dev kube down --dir {directory})"
         )
+
+
+def _prepare(directory: Path) -> None:
+    """Clear what a previous start left in directory (logs are appended to), mark it ours."""
     for name in ("pki", "etcd", "kwok", "run"):
         shutil.rmtree(directory / name, ignore_errors=True)
-    for name in ("kubeconfig", STATE_FILE):
+    for name in ("kubeconfig", STATE_FILE, "kube-scheduler.yaml"):
         (directory / name).unlink(missing_ok=True)
     directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("a local control plane of kiban dev kube up\n")
 
 
 def _write_kwok_config(directory: Path) -> list[Path]:
@@ -239,7 +253,8 @@ def start_control_plane(
     """
     options = options or ControlPlaneOptions()
     directory = directory.expanduser().resolve()
-    binaries = require_binaries()  # 1.
+    _check_directory(directory)  # 1.
+    binaries = require_binaries()
     _prepare(directory)
 
     certs = generate_certs(directory / "pki")  # 2.
