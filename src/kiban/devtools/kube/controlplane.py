@@ -22,18 +22,16 @@ import shutil
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import httpx
 import yaml
 
-from kiban.devtools.kube import components, stages, supervisor
+from kiban.devtools.kube import components, nodeapi, stages, supervisor
 from kiban.devtools.kube.binaries import (
     ETCD_VERSION,
     KUBERNETES_VERSION,
@@ -283,9 +281,9 @@ def start_control_plane(
         kwok = start("kwok", components.kwok_args(binaries, kubeconfig, configs, ports))
         _wait("kwok", _http_ok(f"http://127.0.0.1:{ports.kwok}/healthz"), kwok, timeout)
 
-        with _core_api(kubeconfig, pool=options.node_creation_workers) as core:  # 5.
-            names = _create_nodes(core, options)
-            _wait("fake nodes", _nodes_ready(core, set(names)), kwok, timeout)
+        with nodeapi.core_api(kubeconfig, pool=options.node_creation_workers) as core:  # 5.
+            names = nodeapi.create_nodes(core, options.nodes, options.node_creation_workers)
+            _wait("fake nodes", nodeapi.nodes_ready(core, set(names)), kwok, timeout)
     except BaseException:
         stop_control_plane(directory)
         raise
@@ -304,47 +302,3 @@ def start_control_plane(
     }
     (directory / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
     return ControlPlane(directory, server, kubeconfig, etcd_url, certs, tuple(names))
-
-
-@contextmanager
-def _core_api(kubeconfig: Path, pool: int = 16) -> Iterator[Any]:
-    """A CoreV1Api of the official client on kubeconfig, closed on exit."""
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=str(kubeconfig), client_configuration=configuration
-    )
-    configuration.connection_pool_maxsize = pool
-    api_client = client.ApiClient(configuration)
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()  # type: ignore[no-untyped-call]
-
-
-def _create_nodes(core: Any, options: ControlPlaneOptions) -> list[str]:
-    """Create the fake nodes, several requests at a time; return their names in order."""
-    spec = options.nodes
-    workers = max(1, options.node_creation_workers)
-    with ThreadPoolExecutor(workers) as pool:
-        created = pool.map(lambda i: core.create_node(body=spec.node(i)), range(spec.count))
-        return [node.metadata.name for node in created]
-
-
-def _nodes_ready(core: Any, names: set[str]) -> Callable[[], bool]:
-    """A check that every node in names is Ready (the raw JSON: thousands of nodes are read)."""
-
-    def check() -> bool:
-        if not names:
-            return True
-        response = core.list_node(resource_version="0", _preload_content=False)
-        ready = {
-            node["metadata"]["name"]
-            for node in json.loads(response.data)["items"]
-            for condition in node.get("status", {}).get("conditions") or []
-            if condition["type"] == "Ready" and condition["status"] == "True"
-        }
-        return names <= ready
-
-    return check
