@@ -25,12 +25,13 @@ typecheck: setup
 
 test: setup
 	bash scripts/ensure-postgres.sh
+	bash scripts/ensure-kube.sh
 	$(BIN)/ruff check src tests examples
 	$(BIN)/mypy
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
 
 unit: setup
-	$(BIN)/pytest -m "not e2e and not postgres"
+	$(BIN)/pytest -m "not e2e and not postgres and not kube"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

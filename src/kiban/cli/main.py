@@ -17,6 +17,7 @@ from rich.markup import escape
 from kiban.cli import render
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
+from kiban.cli.dev import dev_app
 from kiban.cli.policy import policy_app
 from kiban.domain.errors import SpecError
 from kiban.domain.manifests import load_document
@@ -32,6 +33,7 @@ app = typer.Typer(
 )
 app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
+app.add_typer(dev_app, name="dev")
 app.add_typer(policy_app, name="policy")
 
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json")]
