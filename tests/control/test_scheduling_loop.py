@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from kiban.platform import Platform
 from kiban.scheduler.policy import Policy
+from kiban.services.policy import apply_policy
 from kiban.store.models import Node, Replica, TenantUsage
 from kiban.testing import FakeExecutor, ManualClock
 
@@ -141,3 +142,25 @@ def test_a_pass_stopped_at_its_placement_budget_is_followed_by_another_at_once(
     finally:
         platform.loop.stop()
     assert all(state(platform, job_id) != "Pending" for job_id in ids)
+
+
+def test_nested_cohorts_lend_through_their_parent(platform: Platform, clock: ManualClock) -> None:
+    """A queue of a child cohort borrows the idle quota of a queue of its parent cohort; a queue
+    of a cohort outside that tree borrows nothing from it."""
+    policy = {
+        "cohorts": [{"name": "org"}, {"name": "vision", "parent": "org"}, {"name": "other"}],
+        "queues": [
+            {"name": "lender", "cohort": "org", "quota": {"gpu": 4}},
+            {"name": "child", "cohort": "vision", "quota": {"gpu": 0}},
+            {"name": "outsider", "cohort": "other", "quota": {"gpu": 0}},
+        ],
+    }
+    with platform.sessions() as session:
+        apply_policy(session, policy, actor="admin", at=clock.now())
+        session.commit()
+    child = submit(platform, manifest("child", replicas=2, gpu=2, queue="child"))
+    outsider = submit(platform, manifest("outsider", replicas=1, gpu=1, queue="outsider"))
+    run_passes(platform, clock)
+    assert state(platform, child) == "Running"
+    assert state(platform, outsider) == "Pending"
+    assert get(platform, outsider).reason_code == "ExceedsQueueQuota"

@@ -18,7 +18,6 @@ from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import (
     NodeView,
     PendingJob,
-    QueueStrategy,
     QueueView,
     RunningJob,
     RunningReplica,
@@ -27,6 +26,7 @@ from kiban.scheduler.snapshot import (
     TopologyRequest,
     node_view,
 )
+from kiban.services.queue_status import queue_view
 from kiban.services.usage import standings
 from kiban.store.models import Job, Node, Queue, Replica
 
@@ -155,20 +155,7 @@ def build_snapshot(
             )
         )
     queue_rows = list(session.scalars(select(Queue).order_by(Queue.name)))
-    queues = tuple(
-        QueueView(
-            name=q.name,
-            tenant=q.tenant,
-            nominal=q.nominal,
-            used=queue_used.get(q.name, {}),
-            strategy=QueueStrategy(q.strategy),
-            cohort=q.cohort,
-            borrowing_limit=q.borrowing,
-            lending_limit=q.lending,
-            weight=q.fair_share_weight,
-        )
-        for q in queue_rows
-    )
+    queues = tuple(queue_view(q, policy, queue_used.get(q.name)) for q in queue_rows)
     pending = _pending_jobs(session, specs, policy, queues, recorded, window)
     return Snapshot(
         now=now,

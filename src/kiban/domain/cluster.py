@@ -191,7 +191,8 @@ class FlavorDecl(SpecModel):
 
 
 class CohortDecl(SpecModel):
-    """Queues that lend idle quota to each other; cohorts may nest under a ``parent``."""
+    """Queues that lend idle quota to each other; cohorts may nest under a ``parent`` (a tree of
+    cohorts shares one pool, see ``ClusterPolicy.sharing_cohort``)."""
 
     name: str
     parent: str | None = None
@@ -604,6 +605,14 @@ class ClusterPolicy(SpecModel):
             path.append(current)
             current = parents[current]
         return tuple(path)
+
+    def sharing_cohort(self, name: str) -> str:
+        """The cohort whose pool a queue of cohort ``name`` lends to and borrows from: the root
+        of its tree. Nested cohorts lend and borrow through their parents (as Kueue's
+        hierarchical cohorts do); with no limits declared on cohorts themselves, the queues of
+        a whole tree share one pool, while a cohort outside the tree shares nothing with it."""
+        ancestry = self.cohort_ancestry(name)
+        return ancestry[-1] if ancestry else name
 
     @property
     def topology_levels(self) -> tuple[str, ...]:

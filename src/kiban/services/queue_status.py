@@ -88,15 +88,18 @@ class TenantShare:
     standing: float
 
 
-def queue_view(q: Queue, used: Mapping[str, int] | None = None) -> QueueView:
-    """The queue as the scheduler's snapshot sees it (as ``build_snapshot`` makes it)."""
+def queue_view(
+    q: Queue, policy: ClusterPolicy, used: Mapping[str, int] | None = None
+) -> QueueView:
+    """The queue as the scheduler sees it; its cohort is the one whose pool it shares (the
+    root of a nested cohort's tree)."""
     return QueueView(
         name=q.name,
         tenant=q.tenant,
         nominal=q.nominal,
         used=dict(used or {}),
         strategy=QueueStrategy(q.strategy),
-        cohort=q.cohort,
+        cohort=None if q.cohort is None else policy.sharing_cohort(q.cohort),
         borrowing_limit=q.borrowing,
         lending_limit=q.lending,
         weight=q.fair_share_weight,
@@ -111,7 +114,7 @@ def tenant_shares(
     ``queues`` (default: all) give the weights, as the scheduler takes them.
     """
     rows = list(session.scalars(select(Queue))) if queues is None else list(queues)
-    views = [queue_view(q) for q in rows]
+    views = [queue_view(q, policy) for q in rows]
     standing = standings(session, now, policy, views)
     shares = {q.tenant: TenantShare(0.0, 0.0) for q in rows}
     for row in session.scalars(select(TenantUsage)):
@@ -202,7 +205,7 @@ def queue_statuses(
     """
     rows = list(session.scalars(select(Queue).order_by(Queue.name)))
     used = used_per_flavor(session, policy)
-    book = QuotaBook(queue_view(q, used.get(q.name)) for q in rows)
+    book = QuotaBook(queue_view(q, policy, used.get(q.name)) for q in rows)
     counts = queue_usage(session)
     pending, pending_by_flavor = _pending(session)
     lent: dict[str, dict[str, int]] = {}
