@@ -1,0 +1,388 @@
+"""The entries of a cluster policy, each validated on its own: nodes of the local executor,
+flavors, cohorts, queues with their quotas and limits, priority classes, fair share, topology
+levels. ``kiban.domain.cluster`` puts them together and checks the rules across entries.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from kiban.domain.jobspec import CpuMillis, MemoryBytes, Seconds, SpecModel, check_dns_label
+from kiban.domain.priority import (
+    DEFAULT_PRIORITY_CLASS,
+    DEFAULT_PRIORITY_CLASSES,
+    PREEMPTING_PRIORITY_CLASSES,
+)
+from kiban.domain.quantity import parse_duration
+from kiban.scheduler.snapshot import DEFAULT_FLAVOR
+
+MAX_GPUS = 1_000_000  # far above any cluster, well inside the store's integer columns
+MAX_PRIORITY = 1_000_000_000  # as Kubernetes' user-defined priority classes
+MAX_WEIGHT = 1_000_000.0
+DEFAULT_HALF_LIFE_S = 7 * 86400.0
+DEFAULT_QUEUE = "default"
+
+LEVEL_NAME = re.compile(r"^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+LABEL_KEY = re.compile(rf"^({_DNS_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$")
+
+Loc = tuple[str | int, ...]
+
+
+def problems_error(title: str, problems: Iterable[tuple[Loc, str, Any]]) -> ValidationError:
+    """A pydantic error with one entry per ``(location, message, input)``.
+
+    Raised from a validator, its locations are taken relative to the validated value, so
+    checks across fields report the path of the field at fault, as shape errors do.
+    """
+    return ValidationError.from_exception_data(
+        title,
+        [
+            InitErrorDetails(
+                type=PydanticCustomError("policy", "{message}", {"message": message}),
+                loc=loc,
+                input=value,
+            )
+            for loc, message, value in problems
+        ],
+    )
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError("GPUs are whole numbers")
+    return value
+
+
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+GpuCount = Annotated[int, BeforeValidator(_whole), Field(ge=0, le=MAX_GPUS)]
+Duration = Annotated[float, BeforeValidator(_duration)]
+Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)]
+
+
+def check_label_key(value: str) -> str:
+    if len(value) > 317 or not LABEL_KEY.match(value):
+        raise ValueError(
+            f"{value!r} is not a label key (examples: gpu.product, kubernetes.io/hostname)"
+        )
+    return value
+
+
+class NodeDecl(SpecModel):
+    """A virtual node of the local executor."""
+
+    name: str
+    gpus: int = Field(default=0, ge=0, le=1024)
+    cpus: CpuMillis = 8000
+    memory: MemoryBytes = 32 * 2**30
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class GpuAmount(SpecModel):
+    """GPUs of one flavor. Quotas and limits count GPUs; CPU and memory come with the node."""
+
+    gpu: GpuCount
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_gpus(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = [key for key in data if key != "gpu"]
+            if unknown:
+                problems = [
+                    ((str(key),), f"unknown resource {key!r}; quotas count gpu", data[key])
+                    for key in unknown
+                ]
+                raise problems_error(cls.__name__, problems)
+        return data
+
+
+_GPUS_BY_FLAVOR: TypeAdapter[dict[str, GpuAmount]] = TypeAdapter(dict[str, GpuAmount])
+GpusByFlavor = dict[str, GpuAmount] | GpuAmount  # a GpuAmount alone: the default flavor's
+
+
+def _gpus_by_flavor(value: Any) -> GpusByFlavor | None:
+    """``{flavor: {gpu: N}}``, or ``{gpu: N}`` (the implicit default flavor's, kept as written)."""
+    if value is None or isinstance(value, GpuAmount):
+        return value
+    if (
+        isinstance(value, dict)
+        and value
+        and not any(isinstance(v, dict | GpuAmount) for v in value.values())
+    ):
+        return GpuAmount.model_validate(value)
+    return _GPUS_BY_FLAVOR.validate_python(value)
+
+
+def gpus_per_flavor(amounts: GpusByFlavor | None) -> dict[str, int]:
+    """``{flavor: GPUs}``; the resource form ``{gpu: N}`` counts for the default flavor."""
+    if amounts is None:
+        return {}
+    if isinstance(amounts, GpuAmount):
+        return {DEFAULT_FLAVOR: amounts.gpu}
+    return {flavor: amount.gpu for flavor, amount in amounts.items()}
+
+
+class FlavorDecl(SpecModel):
+    """A kind of GPU node: the nodes whose labels include all of ``nodeLabels``.
+
+    ``queues``, when given, restricts the flavor to those queues (e.g. the H100s only for the
+    teams allowed to use them).
+    """
+
+    name: str
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    queues: list[str] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "flavor name")
+
+    @field_validator("node_labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            check_label_key(key)
+        return value
+
+    @field_validator("queues")
+    @classmethod
+    def _queues(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("list at least one queue, or leave queues out to let every queue in")
+        return value
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == wanted for key, wanted in self.node_labels.items())
+
+    def labels_text(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(self.node_labels.items())) or "(any)"
+
+
+class CohortDecl(SpecModel):
+    """Queues that lend idle quota to each other; cohorts may nest under a ``parent`` (a tree of
+    cohorts shares one pool, see ``ClusterPolicy.sharing_cohort``)."""
+
+    name: str
+    parent: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "cohort name")
+
+
+class QueueDecl(SpecModel):
+    """A queue of a tenant: nominal quota per flavor, cohort limits, ordering and weight.
+
+    ``quota`` absent (or ``{}``) means no quota: every flavor, no limit. ``{gpu: N}`` is the
+    quota of a policy without flavors (the implicit ``default`` flavor). ``borrowingLimit``:
+    how much more than its nominal it may borrow from its cohort (a flavor not listed: no
+    limit); ``lendingLimit``: how much of its unused nominal it lends (not listed: all of it).
+    """
+
+    name: str
+    tenant: str = "default"
+    cohort: str | None = None
+    quota: GpusByFlavor | None = None
+    borrowing_limit: GpusByFlavor | None = None
+    lending_limit: GpusByFlavor | None = None
+    strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "StrictFIFO"
+    fair_share_weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
+
+    @field_validator("name", "tenant")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        return check_dns_label(value, "name")
+
+    @field_validator("quota", mode="plain")
+    @classmethod
+    def _quota(cls, value: Any) -> GpusByFlavor | None:
+        amounts = _gpus_by_flavor(value)
+        return None if amounts == {} else amounts
+
+    @field_validator("borrowing_limit", "lending_limit", mode="plain")
+    @classmethod
+    def _limits(cls, value: Any) -> GpusByFlavor | None:
+        return _gpus_by_flavor(value)
+
+    @field_serializer("quota", "borrowing_limit", "lending_limit")
+    def _dump_amounts(self, amounts: GpusByFlavor | None) -> dict[str, Any] | None:
+        if amounts is None or isinstance(amounts, GpuAmount):
+            return None if amounts is None else {"gpu": amounts.gpu}
+        return {flavor: {"gpu": amount.gpu} for flavor, amount in amounts.items()}
+
+    @property
+    def nominal(self) -> dict[str, int] | None:
+        """GPUs per flavor it may use, in the order written; None: no quota (any flavor)."""
+        return None if self.quota is None else gpus_per_flavor(self.quota)
+
+    @property
+    def borrowing(self) -> dict[str, int]:
+        return gpus_per_flavor(self.borrowing_limit)
+
+    @property
+    def lending(self) -> dict[str, int]:
+        return gpus_per_flavor(self.lending_limit)
+
+    @property
+    def gpu_quota(self) -> int | None:
+        """All its nominal GPUs together (None: no quota)."""
+        nominal = self.nominal
+        return None if nominal is None else sum(nominal.values())
+
+
+class PriorityClassDecl(SpecModel):
+    """A named priority; a job names one in ``spec.priorityClass`` (or gets the default).
+
+    ``preemptionPolicy: PreemptLowerPriority`` lets its jobs preempt lower-priority ones
+    (the default is Never); ``minRuntime`` protects its jobs from preemption after they start.
+    """
+
+    name: str
+    value: int = Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    default: bool = False
+    preemption_policy: Literal["Never", "PreemptLowerPriority"] = "Never"
+    min_runtime: Seconds = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "priority class name")
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _integer(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("a priority is a whole number")
+        return value
+
+    @property
+    def preempts(self) -> bool:
+        return self.preemption_policy == "PreemptLowerPriority"
+
+    @property
+    def min_runtime_s(self) -> float:
+        return self.min_runtime or 0.0
+
+
+def default_priority_classes() -> list[PriorityClassDecl]:
+    return [
+        PriorityClassDecl.model_validate(
+            {
+                "name": name,
+                "value": value,
+                "default": name == DEFAULT_PRIORITY_CLASS,
+                "preemptionPolicy": (
+                    "PreemptLowerPriority" if name in PREEMPTING_PRIORITY_CLASSES else "Never"
+                ),
+            }
+        )
+        for name, value in DEFAULT_PRIORITY_CLASSES.items()
+    ]
+
+
+def default_queues() -> list[QueueDecl]:
+    return [QueueDecl.model_validate({"name": DEFAULT_QUEUE})]
+
+
+@dataclass(frozen=True)
+class PriorityLevel:
+    """What a job's priority class means for it: its value, whether it preempts, minRuntime."""
+
+    name: str | None  # None: no class named and none is the default
+    value: int
+    preempts: bool = False
+    min_runtime_s: float = 0.0
+
+
+NO_PRIORITY_CLASS = PriorityLevel(name=None, value=0)
+
+
+class ResourceWeights(SpecModel):
+    """What one unit of use costs in fair share: per GPU, per CPU, per GiB of memory (per hour)."""
+
+    gpu: Weight = 1.0
+    cpu: Weight = 0.0
+    memory: Weight = 0.0
+
+
+class FairShareDecl(SpecModel):
+    """Fair share by past use: use decays with ``halfLife``; ``resourceWeights`` price it."""
+
+    half_life: Duration = DEFAULT_HALF_LIFE_S
+    resource_weights: ResourceWeights = Field(default_factory=ResourceWeights)
+
+    @field_validator("half_life")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if not 0 < value < math.inf:
+            raise ValueError("halfLife must be a positive duration (examples: 12h, 7d)")
+        return value
+
+    @field_validator("resource_weights")
+    @classmethod
+    def _some_weight(cls, value: ResourceWeights) -> ResourceWeights:
+        if not (value.gpu or value.cpu or value.memory):
+            raise ValueError("at least one resource weight must be positive")
+        return value
+
+
+class TopologyLevelDecl(SpecModel):
+    """A level of network locality and the node label that names a node's domain at it."""
+
+    name: str
+    label: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not LEVEL_NAME.match(value):
+            raise ValueError(
+                f"{value!r} must be lowercase letters, digits, '_' and '-', start with a letter"
+            )
+        return value
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        return check_label_key(value)
+
+
+class TopologyDecl(SpecModel):
+    """Topology levels, outermost first (e.g. island, network_block, local_block, host)."""
+
+    levels: list[TopologyLevelDecl] = Field(default_factory=list, max_length=16)
+
+
+def unknown_name(what: str, name: str, declared: list[str]) -> str:
+    return f"unknown {what} {name!r}; declared: {', '.join(declared) or 'none'}"
+
+
+def repeated_names(names: list[str]) -> Iterable[tuple[int, str, int]]:
+    """``(index, name, index of its first use)`` for every name used before."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in first:
+            yield i, name, first[name]
+        else:
+            first[name] = i
