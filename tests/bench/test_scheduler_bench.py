@@ -15,12 +15,6 @@ from kiban.bench.loadgen import BenchError
 from kiban.bench.scheduler import CycleRunner, run_case
 from kiban.bench.synthetic import (
     FLAVOR,
-    HOSTNAME_LABEL,
-    HOSTS_PER_LOCAL_BLOCK,
-    HOSTS_PER_NETWORK_BLOCK,
-    LOCAL_BLOCK_LABEL,
-    NETWORK_BLOCK_LABEL,
-    TOPOLOGY_LEVELS,
     TRACES_ENV,
     Cluster,
     Scenario,
@@ -30,9 +24,17 @@ from kiban.bench.synthetic import (
     draw_jobs,
     find_trace,
     load_philly,
-    split_gpus,
 )
 from kiban.scheduler import Admit, Decisions, ReplicaPlacement, schedule
+from kiban.sim.topology import (
+    HOSTNAME_LABEL,
+    HOSTS_PER_LOCAL_BLOCK,
+    HOSTS_PER_NETWORK_BLOCK,
+    LOCAL_BLOCK_LABEL,
+    NETWORK_BLOCK_LABEL,
+    TOPOLOGY_LEVELS,
+    split_gpus,
+)
 
 REQUIRED_KEYS = {"placements_per_s", "p50_cycle_ms", "p99_cycle_ms", "peak_rss_mb"}
 
