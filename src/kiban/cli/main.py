@@ -18,6 +18,7 @@ from kiban.cli import render
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.policy import policy_app
+from kiban.cli.sim import sim_command
 from kiban.domain.errors import SpecError
 from kiban.domain.manifests import load_document
 from kiban.sdk.client import ApiError, Client, default_home
@@ -33,6 +34,7 @@ app = typer.Typer(
 app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
 app.add_typer(policy_app, name="policy")
+app.command("sim")(sim_command)
 
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json")]
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
