@@ -100,6 +100,17 @@ def sim_command(
     console.print(sim_table(report))
     for note in report.prepared.notes:
         console.print(f"note: {note}", markup=False)
+    for result in report.results:
+        if result.error is not None:
+            console.print(f"error: {result.policy.name}: {result.error}", markup=False)
+            continue
+        loops = result.summary.extra["preemption_loops"]
+        if loops:
+            console.print(
+                f"warning: {result.policy.name}: at {loops:,} instants the core preempted the "
+                "same jobs for the same preemptors again (a preemption loop); the replay moved on",
+                markup=False,
+            )
     if plot is not None:
         from kiban.sim.plots import write_plots
 

@@ -47,6 +47,15 @@ OnCycle = Callable[[Snapshot, Decisions], None]
 MAX_CYCLES_PER_INSTANT = 64
 
 
+MAX_REPEATS = 3
+"""A job preempted for the same preemptor more often than this is a preemption loop."""
+
+
+class PreemptionLoop(RuntimeError):
+    """The core preempts the same job for the same preemptor again and again: the replay stops
+    rather than spin (the figures would measure the loop, not the policy)."""
+
+
 class ConservationError(AssertionError):
     """GPU-seconds served differ from the work done plus the work lost: a simulator bug."""
 
@@ -96,6 +105,7 @@ class SimOutcome:
     wall_s: float
     series: Series | None
     capped_instants: int
+    preemption_loops: int = 0
 
 
 class Simulator:
@@ -153,6 +163,9 @@ class Simulator:
         self.cycles = 0
         self.core_s = 0.0
         self.capped = 0
+        self.loops = 0
+        self.repeats: dict[tuple[str, str], int] = {}
+        self.start_s = self.now
         self.last_waits: dict[str, str] = {}
         self.on_cycle = on_cycle
 
@@ -190,6 +203,7 @@ class Simulator:
             wall_s=time.perf_counter() - started,
             series=self.series,
             capped_instants=self.capped,
+            preemption_loops=self.loops,
         )
         check_conservation(outcome)
         return outcome
@@ -232,6 +246,7 @@ class Simulator:
             run.started_at = None
 
     def _cycles(self) -> None:
+        seen: set[tuple[str, str]] = set()  # (victim, preemptor) pairs at this instant
         for _ in range(MAX_CYCLES_PER_INSTANT):
             snapshot = self.state.snapshot(self.now, self._standings())
             t0 = time.perf_counter()
@@ -241,9 +256,23 @@ class Simulator:
             if self.on_cycle is not None:
                 self.on_cycle(snapshot, decisions)
             self._apply(decisions)
-            again = bool(decisions.preempted) or (
-                bool(decisions.admitted) and self.state.beyond_window()
-            )
+            pairs = {(p.victim_id, p.preemptor_id) for p in decisions.preempted}
+            for pair in pairs:
+                self.repeats[pair] = self.repeats.get(pair, 0) + 1
+                if self.repeats[pair] > MAX_REPEATS:
+                    preempt = next(p for p in decisions.preempted if p.victim_id == pair[0])
+                    raise PreemptionLoop(
+                        f"at t={self.now - self.start_s:.0f} s the core preempted {pair[0]} for "
+                        f"{pair[1]} for the {self.repeats[pair]}th time "
+                        f"({preempt.reason.details.get('ground')}): the preemptor never starts"
+                    )
+            if pairs and pairs <= seen:
+                # The core preempts the same victims for the same jobs again: a loop (see
+                # docs/benchmarks.md). Move on to the next event rather than spin here.
+                self.loops += 1
+                return
+            seen |= pairs
+            again = bool(pairs) or (bool(decisions.admitted) and self.state.beyond_window())
             if not again:
                 return
         self.capped += 1

@@ -121,9 +121,15 @@ def summarize(outcome: SimOutcome, rho_by_tenant: Mapping[str, float] | None) ->
         "cycles": outcome.cycles,
         "core_s": round(outcome.core_s, 2),
         "instants_at_cycle_cap": outcome.capped_instants,
+        "preemption_loops": outcome.preemption_loops,
     }
     return Summary(figures, extra, dict(rho_by_tenant or {}))
 
 
 def _round(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 1)
+
+
+def failed_summary(error: str) -> Summary:
+    """The figures of a replay that could not finish: all null, and why."""
+    return Summary(dict.fromkeys(JSON_KEYS), {"error": error, "never_started": 0}, {})

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiban.sim.engine import Series
+from kiban.sim.engine import Series, SimOutcome
 from kiban.sim.metrics import completed, jct
 from kiban.sim.run import PolicyResult
 
+Drawn = Sequence[tuple[str, SimOutcome]]
 POINTS = 2000
 DAY = 86400.0
 
@@ -35,11 +36,14 @@ def write_plots(results: Sequence[PolicyResult], directory: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     directory.mkdir(parents=True, exist_ok=True)
-    origin = min(r.outcome.start_s for r in results)
+    drawn = [(r.policy.name, r.outcome) for r in results if r.outcome is not None]
+    if not drawn:
+        return []
+    origin = min(outcome.start_s for _, outcome in drawn)
     paths = [
-        _allocation(plt, results, origin, directory / "allocation.png"),
-        _jct_cdf(plt, results, directory / "jct_cdf.png"),
-        _tenant_share(plt, results, origin, directory / "tenant_share.png"),
+        _allocation(plt, drawn, origin, directory / "allocation.png"),
+        _jct_cdf(plt, drawn, directory / "jct_cdf.png"),
+        _tenant_share(plt, drawn, origin, directory / "tenant_share.png"),
     ]
     return paths
 
@@ -53,24 +57,22 @@ def _grid(series: Series, origin: float, end: float) -> tuple[list[float], list[
     return days, picks
 
 
-def _allocation(plt: Any, results: Sequence[PolicyResult], origin: float, path: Path) -> Path:
+def _allocation(plt: Any, drawn: Drawn, origin: float, path: Path) -> Path:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
-    for result in results:
-        series = result.outcome.series
+    for name, outcome in drawn:
+        series = outcome.series
         if series is None or not series.times:
             continue
-        days, picks = _grid(series, origin, result.outcome.end_s)
+        days, picks = _grid(series, origin, outcome.end_s)
         top.step(
             days,
             [series.allocated[i] for i in picks],
             where="post",
             lw=0.8,
-            label=result.policy.name,
+            label=name,
         )
-        bottom.step(
-            days, [series.waiting[i] for i in picks], where="post", lw=0.8, label=result.policy.name
-        )
-    total = results[0].outcome.total_gpus
+        bottom.step(days, [series.waiting[i] for i in picks], where="post", lw=0.8, label=name)
+    total = drawn[0][1].total_gpus
     top.axhline(total, color="grey", lw=0.6, ls="--")
     top.set_ylabel(f"GPUs allocated (of {total:,})")
     bottom.set_ylabel("jobs waiting")
@@ -83,16 +85,16 @@ def _allocation(plt: Any, results: Sequence[PolicyResult], origin: float, path: 
     return path
 
 
-def _jct_cdf(plt: Any, results: Sequence[PolicyResult], path: Path) -> Path:
+def _jct_cdf(plt: Any, drawn: Drawn, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 5))
-    for result in results:
-        values = sorted(jct(r) for r in completed(result.outcome.runs))
+    for name, outcome in drawn:
+        values = sorted(jct(r) for r in completed(outcome.runs))
         if not values:
             continue
         step = max(len(values) // POINTS, 1)
         xs = [*values[::step], values[-1]]
         ys = [i / len(values) for i in range(0, len(values), step)] + [1.0]
-        ax.plot([max(x, 1.0) for x in xs], ys, lw=1.2, label=result.policy.name)
+        ax.plot([max(x, 1.0) for x in xs], ys, lw=1.2, label=name)
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (s, log scale)")
     ax.set_ylabel("fraction of jobs")
@@ -105,19 +107,21 @@ def _jct_cdf(plt: Any, results: Sequence[PolicyResult], path: Path) -> Path:
     return path
 
 
-def _tenant_share(plt: Any, results: Sequence[PolicyResult], origin: float, path: Path) -> Path:
-    shown = [r for r in results if r.outcome.series is not None and r.outcome.series.times]
+def _tenant_share(plt: Any, drawn: Drawn, origin: float, path: Path) -> Path:
+    shown = [(n, o) for n, o in drawn if o.series is not None and o.series.times]
     fig, axes = plt.subplots(
         1, max(len(shown), 1), figsize=(5.5 * max(len(shown), 1), 4.5), sharey=True, squeeze=False
     )
-    for ax, result in zip(axes[0], shown, strict=False):
-        series = result.outcome.series
+    colors = plt.get_cmap("tab20").colors
+    everyone = sorted({t for _, o in shown if o.series for t in o.series.by_tenant})
+    for ax, (name, outcome) in zip(axes[0], shown, strict=False):
+        series = outcome.series
         assert series is not None
-        days, picks = _grid(series, origin, result.outcome.end_s)
-        tenants = sorted(series.by_tenant, key=lambda t: -sum(series.by_tenant[t]))
+        days, picks = _grid(series, origin, outcome.end_s)
+        tenants = everyone  # the same order, so each tenant has one color in every panel
         stacks = []
         for tenant in tenants:
-            points = series.by_tenant[tenant]
+            points = series.by_tenant.get(tenant, [])
             stacks.append(
                 [
                     points[i] / series.allocated[i]
@@ -126,8 +130,8 @@ def _tenant_share(plt: Any, results: Sequence[PolicyResult], origin: float, path
                     for i in picks
                 ]
             )
-        ax.stackplot(days, stacks, labels=tenants, step="post", lw=0)
-        ax.set_title(result.policy.name)
+        ax.stackplot(days, stacks, labels=tenants, step="post", lw=0, colors=colors)
+        ax.set_title(name)
         ax.set_xlabel("days")
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel("share of allocated GPUs")

@@ -17,8 +17,8 @@ from pathlib import Path
 from kiban.scheduler.snapshot import QueueView
 from kiban.sim import cluster as clusters
 from kiban.sim.cluster import SimCluster
-from kiban.sim.engine import DEFAULT_CHECKPOINT_S, SimOutcome, Simulator
-from kiban.sim.metrics import Summary, mean_jct_by_tenant, rhos, summarize
+from kiban.sim.engine import DEFAULT_CHECKPOINT_S, PreemptionLoop, SimOutcome, Simulator
+from kiban.sim.metrics import Summary, failed_summary, mean_jct_by_tenant, rhos, summarize
 from kiban.sim.policies import SimPolicy, policy_named
 from kiban.sim.traces import TraceFormat, compress, cut_window, load_trace
 from kiban.sim.workload import SimJob, make_jobs
@@ -81,8 +81,9 @@ class PolicyResult:
     """One policy's replay and its figures."""
 
     policy: SimPolicy
-    outcome: SimOutcome
+    outcome: SimOutcome | None  # None: the replay failed (``error`` says why)
     summary: Summary
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,11 @@ def replay(
         checkpoint_s=options.checkpoint_s,
         series=options.series,
     )
-    outcome = simulator.run()
+    try:
+        outcome = simulator.run()
+    except PreemptionLoop as exc:
+        progress(f"{policy.name}: stopped: {exc}")
+        return PolicyResult(policy, None, failed_summary(str(exc)), error=str(exc))
     progress(
         f"{policy.name}: {len(prepared.jobs):,} jobs replayed in {outcome.wall_s:.1f} s "
         f"({outcome.cycles:,} cycles, {outcome.core_s:.1f} s in the core)"
