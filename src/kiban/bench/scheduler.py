@@ -28,10 +28,8 @@ up`` sets it (objects made at start-up frozen, generation 0 threshold 50,000).
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import cProfile
-import dataclasses
 import gc
 import heapq
 import os
@@ -48,7 +46,6 @@ import psutil
 from kiban.bench.loadgen import BenchError, as_ms, percentile
 from kiban.bench.machine import describe_machine
 from kiban.bench.synthetic import (
-    FLAVOR,
     Scenario,
     build_cluster,
     build_scenario,
@@ -58,16 +55,10 @@ from kiban.bench.synthetic import (
 )
 from kiban.scheduler import Decisions, schedule
 from kiban.scheduler.capacity_index import CapacityCache
-from kiban.scheduler.forward import as_pending
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
-from kiban.scheduler.snapshot import (
-    NodeView,
-    PendingJob,
-    RunningJob,
-    RunningReplica,
-    Snapshot,
-)
+from kiban.scheduler.snapshot import RunningJob, Snapshot
+from kiban.sim.state import ClusterState, InvalidDecision
 
 GOAL_PLACEMENTS_PER_S = 10_000.0
 GOAL_P99_CYCLE_MS = 100.0
@@ -131,30 +122,31 @@ baseline) may preempt lower ones, and queues below nominal reclaim what their co
 
 
 class CycleRunner:
-    """The evolving state of one case: what is free, queued and running, at simulated ``now``."""
+    """The evolving state of one case at simulated ``now``, with the benchmark's counters.
+
+    The cluster itself (snapshots, applying decisions, checks) is the simulator's
+    :class:`~kiban.sim.state.ClusterState`; this adds the finish ticks and the usage in GPU-hours.
+    """
 
     def __init__(self, scenario: Scenario, policy: Policy = BENCH_POLICY) -> None:
+        self.cluster = ClusterState(
+            nodes=scenario.nodes,
+            queues=scenario.queues,
+            order_key=policy.order_key,
+            flavors=scenario.flavors,
+            topology_levels=scenario.topology_levels,
+        )
         self.scenario = scenario
         self.policy = policy
         self.now = scenario.now
-        self.views: list[NodeView] = list(scenario.nodes)
-        self.index = {view.name: i for i, view in enumerate(self.views)}
-        self.free: list[set[int]] = [set(v.free_gpu_ids) for v in self.views]
-        self.free_cpu = [v.free_cpu_millis for v in self.views]
-        self.free_memory = [v.free_memory for v in self.views]
-        self.dirty: set[int] = set()
-        self.queues = {q.name: q for q in scenario.queues}
-        self.queues_dirty: set[str] = set()
-        self.used = {q.name: sum(q.used.values()) for q in scenario.queues}
-        self.running: dict[str, RunningJob] = {job.id: job for job in scenario.running}
+        for job in scenario.running:
+            self.cluster.add_running(job, take=False)  # the scenario's nodes already count them
         self.ends: list[tuple[float, str]] = [
             (job.expected_end, job.id) for job in scenario.running if job.expected_end is not None
         ]
         heapq.heapify(self.ends)
-        self.waiting: dict[str, list[PendingJob]] = {name: [] for name in self.queues}
         for waiting in sorted(scenario.pending, key=policy.order_key):
-            self.waiting.setdefault(waiting.queue, []).append(waiting)
-        self.in_window: dict[str, PendingJob] = {}
+            self.cluster.add_waiting(waiting)
         self.usage = dict(scenario.standings)  # GPU-hours per tenant (weights are all 1)
         self.tenant_gpus: dict[str, int] = {}
         for running in scenario.running:
@@ -173,137 +165,40 @@ class CycleRunner:
 
     @property
     def pending(self) -> int:
-        return sum(len(jobs) for jobs in self.waiting.values())
+        return self.cluster.pending
+
+    @property
+    def running(self) -> dict[str, RunningJob]:
+        return self.cluster.running
 
     def snapshot(self) -> Snapshot:
-        """The cycle's snapshot: nodes changed since the last one are rebuilt, the rest reused."""
-        for i in self.dirty:
-            self.views[i] = dataclasses.replace(
-                self.views[i],
-                free_gpu_ids=tuple(sorted(self.free[i])),
-                free_cpu_millis=self.free_cpu[i],
-                free_memory=self.free_memory[i],
-            )
-        self.dirty.clear()
-        window = [job for jobs in self.waiting.values() for job in jobs[:SCHEDULING_WINDOW]]
-        self.in_window = {job.id: job for job in window}
-        for name in self.queues_dirty:
-            used = self.used[name]
-            self.queues[name] = dataclasses.replace(
-                self.queues[name], used={FLAVOR: used} if used else {}
-            )
-        self.queues_dirty.clear()
-        return Snapshot(
-            now=self.now,
-            nodes=tuple(self.views),
-            queues=tuple(self.queues.values()),
-            pending=tuple(window),
-            running=tuple(self.running.values()),
-            flavors=self.scenario.flavors,
-            # GPU-hours to GPU-seconds, the unit of the core's in-cycle admission charge.
-            standings={tenant: hours * 3600 for tenant, hours in self.usage.items()},
-            topology_levels=self.scenario.topology_levels,
-        )
-
-    def evict(self, decisions: Decisions) -> None:
-        """Stop the preempted jobs at once; they wait again in their queues' order (keeping
-        their submit time). The nodes their preemptors are to start on are nominated for them,
-        as the control loop does."""
-        nominated: dict[str, set[str]] = {}
-        for preempt in decisions.preempted:
-            nominated.setdefault(preempt.preemptor_id, set()).update(preempt.nodes)
-            job = self.running.pop(preempt.victim_id, None)
-            if job is None:
-                raise BenchError(f"the core preempted {preempt.victim_id}, which was not running")
-            self._release(job)
-            bisect.insort(
-                self.waiting[job.queue],
-                as_pending(job, preempt.preemptor_id),
-                key=self.policy.order_key,
-            )
-            self.preempted += 1
-        for name, jobs in self.waiting.items():
-            if any(j.id in nominated for j in jobs):
-                self.waiting[name] = [
-                    dataclasses.replace(j, nominated_nodes=tuple(sorted(nominated[j.id])))
-                    if j.id in nominated
-                    else j
-                    for j in jobs
-                ]
-
-    def _release(self, job: RunningJob) -> None:
-        for r in job.replicas:
-            i = self.index[r.node]
-            self.free[i].update(r.gpu_ids)
-            self.free_cpu[i] += r.cpu_millis
-            self.free_memory[i] += r.memory
-            self.dirty.add(i)
-        self.used[job.queue] -= job.gpus
-        self.queues_dirty.add(job.queue)
-        self.tenant_gpus[job.tenant] -= job.gpus
+        """The cycle's snapshot at the runner's clock, standings from its usage."""
+        # GPU-hours to GPU-seconds, the unit of the core's in-cycle admission charge.
+        standings = {tenant: hours * 3600 for tenant, hours in self.usage.items()}
+        return self.cluster.snapshot(self.now, standings)
 
     def apply(self, decisions: Decisions) -> int:
         """Stop preempted jobs, start the admitted ones where the core placed them; return how
         many replicas were placed."""
-        self.evict(decisions)
+        try:
+            applied = self.cluster.apply(decisions, self.now)
+        except InvalidDecision as exc:
+            raise BenchError(str(exc)) from None
+        for stopped, _preempt in applied.stopped:
+            self.tenant_gpus[stopped.tenant] -= stopped.gpus
+            self.preempted += 1
         placed = 0
-        touched: set[str] = set()
-        for admit in decisions.admitted:
-            job = self.in_window.pop(admit.job_id, None)
-            if job is None:
-                raise BenchError(f"the core admitted {admit.job_id}, which was not waiting")
-            if len(admit.placements) < job.gang_size:
-                raise BenchError(
-                    f"the core admitted {job.id} with {len(admit.placements)} replicas of a "
-                    f"gang of {job.gang_size}"
-                )
-            demand = {t.name: t for t in job.tasks}
-            replicas = []
-            for p in admit.placements:
-                i = self.index.get(p.node)
-                task = demand.get(p.task)
-                if i is None or not self.views[i].schedulable:
-                    raise BenchError(f"the core placed {job.id} on {p.node}, not schedulable")
-                if task is None or len(set(p.gpu_ids)) != task.gpu or len(p.gpu_ids) != task.gpu:
-                    raise BenchError(f"the core gave {job.id} GPUs {p.gpu_ids} on {p.node}")
-                if not self.free[i].issuperset(p.gpu_ids):
-                    raise BenchError(
-                        f"the core placed {job.id} on GPUs {sorted(p.gpu_ids)} of {p.node}, "
-                        f"of which only {sorted(self.free[i] & set(p.gpu_ids))} are free"
-                    )
-                if self.free_cpu[i] < p.cpu_millis or self.free_memory[i] < p.memory:
-                    raise BenchError(f"the core overcommits CPU or memory of {p.node}")
-                self.free[i].difference_update(p.gpu_ids)
-                self.free_cpu[i] -= p.cpu_millis
-                self.free_memory[i] -= p.memory
-                self.dirty.add(i)
-                replicas.append(RunningReplica(p.node, p.gpu_ids, p.cpu_millis, p.memory))
-            gpus = sum(len(r.gpu_ids) for r in replicas)
-            running = RunningJob(
-                id=job.id,
-                queue=job.queue,
-                tenant=job.tenant,
-                priority=job.priority,
-                submitted_at=job.submitted_at,
-                started_at=self.now,
-                replicas=tuple(replicas),
-                flavor_gpus={FLAVOR: gpus},
-                max_runtime=job.max_runtime,
-            )
-            self.running[job.id] = running
+        for running in applied.started:
             if running.expected_end is not None:
-                heapq.heappush(self.ends, (running.expected_end, job.id))
-            self.used[job.queue] += gpus
-            self.tenant_gpus[job.tenant] = self.tenant_gpus.get(job.tenant, 0) + gpus
-            touched.add(job.queue)
+                heapq.heappush(self.ends, (running.expected_end, running.id))
+            self.tenant_gpus[running.tenant] = (
+                self.tenant_gpus.get(running.tenant, 0) + running.gpus
+            )
             self.admitted += 1
-            if job.id in self.waited:
-                self.started_once.add(job.id)
-            self.gpus_placed += gpus
-            placed += len(replicas)
-        self.queues_dirty.update(touched)
-        for name in touched:
-            self.waiting[name] = [j for j in self.waiting[name] if j.id not in self.running]
+            if running.id in self.waited:
+                self.started_once.add(running.id)
+            self.gpus_placed += running.gpus
+            placed += len(running.replicas)
         self.replicas_placed += placed
         if placed:
             self.quiet = 0
@@ -328,28 +223,18 @@ class CycleRunner:
             job = self.running.get(job_id)
             if job is None or job.expected_end is None or job.expected_end > until:
                 continue  # preempted (and perhaps started again later)
-            del self.running[job_id]
-            self._release(job)
+            self.cluster.finish(job_id)
+            self.tenant_gpus[job.tenant] -= job.gpus
             done += 1
         self.finished += done
         return done
 
     def check(self) -> None:
         """Every GPU is either free or held by exactly one running replica; queue use adds up."""
-        held: list[set[int]] = [set() for _ in self.views]
-        per_queue: dict[str, int] = dict.fromkeys(self.queues, 0)
-        for job in self.running.values():
-            per_queue[job.queue] += job.gpus
-            for r in job.replicas:
-                i = self.index[r.node]
-                if held[i] & set(r.gpu_ids):
-                    raise BenchError(f"GPUs {sorted(held[i] & set(r.gpu_ids))} of {r.node} twice")
-                held[i].update(r.gpu_ids)
-        for i, view in enumerate(self.views):
-            if held[i] & self.free[i] or len(held[i]) + len(self.free[i]) != view.gpus:
-                raise BenchError(f"{view.name}: held {held[i]} and free {self.free[i]} disagree")
-        if per_queue != self.used:
-            raise BenchError("the queues' GPUs in use do not add up to their running jobs'")
+        try:
+            self.cluster.check()
+        except InvalidDecision as exc:
+            raise BenchError(str(exc)) from None
 
 
 def run_case(
@@ -371,7 +256,7 @@ def run_case(
     first: tuple[float, int, int] | None = None
     stopped = "every job admitted"
     t_index = time.perf_counter()
-    runner.cache.indexes(runner.views)  # built once at start-up, then kept up to date
+    runner.cache.indexes(runner.cluster.views)  # built once at start-up, then kept up to date
     index_build_s = time.perf_counter() - t_index
     started = time.perf_counter()
     next_note = started + 10

@@ -7,15 +7,10 @@ zettascale OCI superclusters"; a second flavor would only split the same cluster
 memory are those of a BM.GPU.H100.8 host per 8 GPUs (224 vCPUs, 2 TiB) and never bind: jobs
 ask 16 CPUs and 128 GiB per GPU.
 
-Each node carries the four network-locality labels OKE puts on RDMA nodes
-(oracle-quickstart/oci-hpc-oke, docs/using-rdma-network-locality-when-running-workloads-on-oke.md:
-local block, network block and HPC island are latency tiers 0, 1 and 2) and its ``topology``
-path, outermost first, with the label keys as the level names (as Kueue's Topology names its
-levels by node label). Those sources do not publish block sizes; the shape here is an
-assumption: 8 hosts per local block, 16 local blocks per network block, 16 network blocks per
-island, so the full cluster is 8 islands. A smaller ``--nodes`` keeps the block sizes (they are
-physical) and has fewer blocks, the last one possibly partial. Domain ids are unique
-cluster-wide, as OCIDs are.
+Each node carries the four network-locality labels of OCI RDMA nodes and its ``topology`` path,
+in the shape :mod:`kiban.sim.topology` gives (shared with ``kiban sim``): 8 hosts per local
+block, 16 local blocks per network block, 16 network blocks per island, so the full cluster is
+8 islands.
 
 **Running work.** ``busy`` of the GPUs are held by running jobs, drawn from the trace weighted
 by duration (what runs at a random instant is length-biased), each ``U(0, duration)`` into its
@@ -68,22 +63,16 @@ from kiban.scheduler.snapshot import (
     RunningReplica,
     Snapshot,
     TaskDemand,
-    TopologyRequest,
     node_view,
 )
-
-ISLAND_LABEL = "oci.oraclecloud.com/rdma.hpc_island_id"
-NETWORK_BLOCK_LABEL = "oci.oraclecloud.com/rdma.network_block_id"
-LOCAL_BLOCK_LABEL = "oci.oraclecloud.com/rdma.local_block_id"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-TOPOLOGY_LEVELS = (ISLAND_LABEL, NETWORK_BLOCK_LABEL, LOCAL_BLOCK_LABEL, HOSTNAME_LABEL)
-"""The levels of every node's topology path, outermost first."""
-
-HOSTS_PER_LOCAL_BLOCK = 8
-LOCAL_BLOCKS_PER_NETWORK_BLOCK = 16
-NETWORK_BLOCKS_PER_ISLAND = 16
-HOSTS_PER_NETWORK_BLOCK = HOSTS_PER_LOCAL_BLOCK * LOCAL_BLOCKS_PER_NETWORK_BLOCK
-HOSTS_PER_ISLAND = HOSTS_PER_NETWORK_BLOCK * NETWORK_BLOCKS_PER_ISLAND
+from kiban.sim.topology import (
+    HOSTS_PER_LOCAL_BLOCK,
+    TOPOLOGY_LEVELS,
+    node_name,
+    split_gpus,
+    topology_path,
+    topology_request,
+)
 
 FLAVOR = "h100"
 CPU_MILLIS_PER_GPU = 16_000
@@ -165,10 +154,6 @@ def load_philly(path: Path) -> list[TraceJob]:
 
 
 # -- shapes ----------------------------------------------------------------------------------
-def split_gpus(gpus: int, gpus_per_node: int) -> tuple[int, int]:
-    """``(replicas, GPUs per replica)``: the fewest equal replicas that each fit a node."""
-    per = max(d for d in range(1, min(gpus, gpus_per_node) + 1) if gpus % d == 0)
-    return gpus // per, per
 
 
 def priority_of(gpus: int, gpus_per_node: int) -> int:
@@ -178,35 +163,10 @@ def priority_of(gpus: int, gpus_per_node: int) -> int:
     return PRIORITY_MEDIUM if gpus <= gpus_per_node else PRIORITY_LARGE
 
 
-def topology_request(replicas: int) -> TopologyRequest | None:
-    """A multi-node gang prefers the smallest level whose domain has hosts for all of it."""
-    if replicas <= 1:
-        return None
-    for level, hosts in (
-        (LOCAL_BLOCK_LABEL, HOSTS_PER_LOCAL_BLOCK),
-        (NETWORK_BLOCK_LABEL, HOSTS_PER_NETWORK_BLOCK),
-        (ISLAND_LABEL, HOSTS_PER_ISLAND),
-    ):
-        if replicas <= hosts:
-            return TopologyRequest(level, required=False)
-    return None
 
 
-def topology_path(index: int) -> tuple[str, str, str, str]:
-    """Island, network block, local block and host of node ``index``, outermost first."""
-    island = index // HOSTS_PER_ISLAND
-    block = index % HOSTS_PER_ISLAND // HOSTS_PER_NETWORK_BLOCK
-    local = index % HOSTS_PER_NETWORK_BLOCK // HOSTS_PER_LOCAL_BLOCK
-    return (
-        f"island-{island:02d}",
-        f"nb-{island:02d}-{block:02d}",
-        f"lb-{island:02d}-{block:02d}-{local:02d}",
-        node_name(index),
-    )
 
 
-def node_name(index: int) -> str:
-    return f"node-{index:05d}"
 
 
 # -- the cluster and its running work ----------------------------------------------------------

@@ -19,6 +19,7 @@ from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.policy import policy_app
+from kiban.cli.sim import sim_command
 from kiban.domain.errors import SpecError
 from kiban.domain.manifests import load_document
 from kiban.sdk.client import ApiError, Client, default_home
@@ -35,6 +36,7 @@ app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
 app.add_typer(dev_app, name="dev")
 app.add_typer(policy_app, name="policy")
+app.command("sim")(sim_command)
 
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json")]
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}

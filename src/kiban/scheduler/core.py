@@ -177,12 +177,16 @@ def _admit_or_explain(
 
     stopping = cycle.stopping_for.get(job.id)
     if stopping:
+        held = sorted({f for victim in stopping for f in victim.flavor_gpus if f in flavors})
+        if held:
+            cycle.hold_quota_for(job, held[0], stopping)
+        names = [victim.id for victim in stopping]
         return _Waiting(
             job,
             PendingReason(
                 ReasonCode.WAITING_FOR_PREEMPTION,
-                f"waits for {len(stopping)} preempted job(s) to stop: {', '.join(stopping)}",
-                {"victims": stopping},
+                f"waits for {len(names)} preempted job(s) to stop: {', '.join(names)}",
+                {"victims": names},
             ),
         )
     if cycle.policy.preemption and cycle.preemption_searches < cycle.policy.max_preemption_searches:
@@ -196,6 +200,7 @@ def _admit_or_explain(
             # kept for it from now on, in this cycle and, nominated, in the next ones.
             nodes = tuple(sorted(choice.nodes))
             cycle.add_reservation(Reservation(job.id, flavor, cycle.snapshot.now, choice.nodes))
+            cycle.hold_quota_for(job, flavor, [victim for victim, _ in choice.victims])
             for victim, ground in choice.victims:
                 cycle.victims.add(victim.id)
                 preempted.append(

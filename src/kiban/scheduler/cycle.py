@@ -53,7 +53,7 @@ class Cycle:
     reservations: list[Reservation] = field(default_factory=list)
     reserved_by: dict[str, str] = field(default_factory=dict)  # node -> the job it is kept for
     victims: set[str] = field(default_factory=set)
-    stopping_for: dict[str, list[str]] = field(default_factory=dict)
+    stopping_for: dict[str, list[RunningJob]] = field(default_factory=dict)
     preemption_searches: int = 0
     failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
@@ -64,10 +64,10 @@ class Cycle:
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
         indexes = (cache or CapacityCache()).indexes(snapshot.nodes)
-        stopping_for: dict[str, list[str]] = {}
+        stopping_for: dict[str, list[RunningJob]] = {}
         for job in snapshot.running:
             if job.preempted_by is not None:
-                stopping_for.setdefault(job.preempted_by, []).append(job.id)
+                stopping_for.setdefault(job.preempted_by, []).append(job)
         cycle = cls(
             snapshot=snapshot,
             policy=policy,
@@ -136,6 +136,13 @@ class Cycle:
                     by_flavor.setdefault(name, []).append(job)
             self._running_by_flavor = by_flavor
         return self._running_by_flavor.get(flavor, [])
+
+    def hold_quota_for(self, job: PendingJob, flavor: str, victims: list[RunningJob]) -> None:
+        """Count the quota as it will be once the victims stopped for ``job`` have stopped and
+        it has started, so that no other job of this cycle borrows what was freed for it."""
+        for victim in victims:
+            self.quota.give(victim.queue, flavor, victim.flavor_gpus.get(flavor, 0))
+        self.quota.take(job.queue, flavor, job.total_gpus)
 
     def add_reservation(self, reservation: Reservation) -> None:
         self.reservations.append(reservation)

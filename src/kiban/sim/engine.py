@@ -1,0 +1,413 @@
+"""The discrete-event simulator: the scheduler core, cycle after cycle, on a simulated clock.
+
+Events are arrivals and ends of runs. Everything that happens at one instant is one batch:
+
+1. Bring usage, allocation and the checkpoints of running jobs up to the instant.
+2. End the runs that end now (their GPUs are free) and submit the jobs that arrive now.
+3. If any job waits, run one cycle of the core (``schedule``) on a snapshot of the cluster and
+   apply its decisions: preempted jobs stop at once, lose the work since their last checkpoint
+   and wait again in their queues; admitted jobs start where the core placed them and run for
+   what is left of their trace duration (or until their time limit).
+4. Run another cycle at the same instant when the last one preempted (its preemptors start in
+   the next, as the control loop starts them once their victims have stopped) or admitted jobs
+   while some queue holds more than a snapshot's window of them.
+
+A job checkpoints every ``checkpoint_s`` of its run (each attempt from its start); the core sees
+the last one as ``last_progress_at`` when it picks victims. No randomness: the same jobs give
+the same run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from kiban.domain.usage import accrue, decay, standing
+from kiban.scheduler.core import schedule
+from kiban.scheduler.decisions import Admit, Decisions
+from kiban.scheduler.reasons import SCHEDULING_WINDOW
+from kiban.scheduler.snapshot import (
+    PendingJob,
+    QueueView,
+    RunningJob,
+    RunningReplica,
+    Snapshot,
+)
+from kiban.sim.cluster import SimCluster
+from kiban.sim.policies import SimPolicy
+from kiban.sim.state import ClusterState
+from kiban.sim.workload import SimJob
+
+DEFAULT_CHECKPOINT_S = 1800.0
+OnCycle = Callable[[Snapshot, Decisions], None]
+"""Called with each cycle's snapshot and decisions, before they are applied (tests, tracing)."""
+MAX_CYCLES_PER_INSTANT = 64
+
+
+MAX_REPEATS = 3
+"""A job preempted for the same preemptor more often than this is a preemption loop."""
+
+
+class PreemptionLoop(RuntimeError):
+    """The core preempts the same job for the same preemptor again and again: the replay stops
+    rather than spin (the figures would measure the loop, not the policy)."""
+
+
+class ConservationError(AssertionError):
+    """GPU-seconds served differ from the work done plus the work lost: a simulator bug."""
+
+
+@dataclass(slots=True)
+class JobRun:
+    """What happened to one job: its attempts' time, work kept and lost, when it ran."""
+
+    job: SimJob
+    done_s: float = 0.0  # work kept: checkpointed by preempted attempts, or finished
+    run_s: float = 0.0  # time spent running, all attempts
+    lost_s: float = 0.0  # run time thrown away by preemptions
+    preemptions: int = 0
+    attempt: int = 0
+    started_at: float | None = None  # of the current attempt
+    first_start: float | None = None
+    finished_at: float | None = None
+    killed: bool = False  # reached its time limit before its work was done
+    waiting_reason: str | None = None  # its last reason, if it never finished
+
+    @property
+    def remaining_s(self) -> float:
+        return self.job.duration_s - self.done_s
+
+
+@dataclass(slots=True)
+class Series:
+    """The cluster over time, one point per instant something changed (steps, not samples)."""
+
+    times: list[float] = field(default_factory=list)
+    allocated: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    by_tenant: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SimOutcome:
+    """A finished replay: every job's run, the series, the counts and the wall time."""
+
+    runs: tuple[JobRun, ...]
+    total_gpus: int
+    allocated_gpu_s: float
+    start_s: float
+    end_s: float
+    cycles: int
+    core_s: float
+    wall_s: float
+    series: Series | None
+    capped_instants: int
+    preemption_loops: int = 0
+
+
+class Simulator:
+    """Replays jobs through the core on a cluster; ``run`` returns what happened."""
+
+    def __init__(
+        self,
+        jobs: Sequence[SimJob],
+        cluster: SimCluster,
+        queues: Sequence[QueueView],
+        policy: SimPolicy,
+        *,
+        checkpoint_s: float = DEFAULT_CHECKPOINT_S,
+        window: int = SCHEDULING_WINDOW,
+        series: bool = False,
+        on_cycle: OnCycle | None = None,
+    ) -> None:
+        strategy = policy.strategy
+        if strategy is not None:
+            queues = [replace(q, strategy=strategy) for q in queues]
+        self.policy = policy
+        self.core = policy.core
+        if policy.standing == "share":  # the in-cycle charge, in dominant-share units
+            self.core = replace(self.core, admission_charge_s=1.0 / max(cluster.total_gpus, 1))
+        self.cluster = cluster
+        self.state = ClusterState(
+            nodes=cluster.nodes,
+            queues=queues,
+            order_key=self.core.order_key,
+            flavors=cluster.flavors,
+            topology_levels=cluster.topology_levels,
+            window=window,
+        )
+        self.jobs = sorted(jobs, key=lambda j: (j.submit_s, j.sequence))
+        self.runs = {j.id: JobRun(j) for j in self.jobs}
+        self.checkpoint_s = checkpoint_s if checkpoint_s > 0 else math.inf
+        self.now = self.jobs[0].submit_s if self.jobs else 0.0
+        self.ends: list[tuple[float, int, str, int]] = []  # (time, seq, job, attempt)
+        self.checkpoints: list[tuple[float, str, int]] = []  # (time, job, attempt)
+        self.seq = 0
+        self.weights: dict[str, float] = {}
+        for q in queues:
+            self.weights[q.tenant] = max(self.weights.get(q.tenant, 0.0), q.weight)
+        self.half_life_s = cluster.policy.half_life_s
+        self.usage: dict[str, float] = {}
+        self.held: dict[str, list[float]] = {}  # tenant -> [gpus, cpu millis, memory]
+        self.totals = (
+            max(sum(n.gpus for n in cluster.nodes), 1),
+            max(sum(n.cpu_millis for n in cluster.nodes), 1),
+            max(sum(n.memory for n in cluster.nodes), 1),
+        )
+        self.allocated = 0
+        self.allocated_gpu_s = 0.0
+        self.series = Series() if series else None
+        self.cycles = 0
+        self.core_s = 0.0
+        self.capped = 0
+        self.loops = 0
+        self.repeats: dict[tuple[str, str], int] = {}
+        self.start_s = self.now
+        self.last_waits: dict[str, str] = {}
+        self.on_cycle = on_cycle
+
+    # -- the event loop --------------------------------------------------------------------------
+    def run(self) -> SimOutcome:
+        """Replay every job; stop when nothing more will happen."""
+        started = time.perf_counter()
+        start_s = self.now
+        arrivals = self.jobs
+        next_arrival = 0
+        while True:
+            upcoming = [self.ends[0][0]] if self.ends else []
+            if next_arrival < len(arrivals):
+                upcoming.append(arrivals[next_arrival].submit_s)
+            if not upcoming:
+                break
+            self._advance(min(upcoming))
+            self._end_runs()
+            while next_arrival < len(arrivals) and arrivals[next_arrival].submit_s <= self.now:
+                job = arrivals[next_arrival]
+                self.state.add_waiting(job.pending(self._max_runtime(self.runs[job.id])))
+                next_arrival += 1
+            if self.state.pending:
+                self._cycles()
+            self._record()
+        self._note_never_started()
+        outcome = SimOutcome(
+            runs=tuple(self.runs[j.id] for j in self.jobs),
+            total_gpus=self.totals[0],
+            allocated_gpu_s=self.allocated_gpu_s,
+            start_s=start_s,
+            end_s=self.now,
+            cycles=self.cycles,
+            core_s=self.core_s,
+            wall_s=time.perf_counter() - started,
+            series=self.series,
+            capped_instants=self.capped,
+            preemption_loops=self.loops,
+        )
+        check_conservation(outcome)
+        return outcome
+
+    def _advance(self, now: float) -> None:
+        """Move the clock: allocation and usage accrue, checkpoints pass."""
+        dt = now - self.now
+        if dt > 0:
+            self.allocated_gpu_s += self.allocated * dt
+            if self.policy.standing == "usage":
+                for tenant, held in self.held.items():
+                    self.usage[tenant] = accrue(
+                        self.usage.get(tenant, 0.0), held[0], dt, self.half_life_s
+                    )
+                for tenant in self.usage.keys() - self.held.keys():
+                    self.usage[tenant] = decay(self.usage[tenant], dt, self.half_life_s)
+        self.now = now
+        while self.checkpoints and self.checkpoints[0][0] <= now:
+            at, job_id, attempt = heapq.heappop(self.checkpoints)
+            run = self.runs[job_id]
+            running = self.state.running.get(job_id)
+            if running is None or run.attempt != attempt:
+                continue
+            self.state.running[job_id] = replace(running, last_progress_at=at)
+            heapq.heappush(self.checkpoints, (at + self.checkpoint_s, job_id, attempt))
+
+    def _end_runs(self) -> None:
+        while self.ends and self.ends[0][0] <= self.now:
+            _at, _seq, job_id, attempt = heapq.heappop(self.ends)
+            run = self.runs[job_id]
+            if run.attempt != attempt or run.started_at is None:
+                continue  # preempted since
+            running = self.state.finish(job_id)
+            self._hold(running, -1)
+            elapsed = self.now - run.started_at
+            run.run_s += elapsed
+            run.done_s += elapsed
+            run.killed = run.remaining_s > 1e-6 * max(run.job.duration_s, 1.0)
+            run.finished_at = self.now
+            run.started_at = None
+
+    def _cycles(self) -> None:
+        seen: set[tuple[str, str]] = set()  # (victim, preemptor) pairs at this instant
+        for _ in range(MAX_CYCLES_PER_INSTANT):
+            snapshot = self.state.snapshot(self.now, self._standings())
+            t0 = time.perf_counter()
+            decisions = schedule(snapshot, self.core)
+            self.core_s += time.perf_counter() - t0
+            self.cycles += 1
+            if self.on_cycle is not None:
+                self.on_cycle(snapshot, decisions)
+            self._apply(decisions)
+            pairs = {(p.victim_id, p.preemptor_id) for p in decisions.preempted}
+            for pair in pairs:
+                self.repeats[pair] = self.repeats.get(pair, 0) + 1
+                if self.repeats[pair] > MAX_REPEATS:
+                    preempt = next(p for p in decisions.preempted if p.victim_id == pair[0])
+                    raise PreemptionLoop(
+                        f"at t={self.now - self.start_s:.0f} s the core preempted {pair[0]} for "
+                        f"{pair[1]} for the {self.repeats[pair]}th time "
+                        f"({preempt.reason.details.get('ground')}): the preemptor never starts"
+                    )
+            if pairs and pairs <= seen:
+                # The core preempts the same victims for the same jobs again: a loop (see
+                # docs/benchmarks.md). Move on to the next event rather than spin here.
+                self.loops += 1
+                return
+            seen |= pairs
+            again = bool(pairs) or (bool(decisions.admitted) and self.state.beyond_window())
+            if not again:
+                return
+        self.capped += 1
+
+    def _apply(self, decisions: Decisions) -> None:
+        applied = self.state.apply(decisions, self.now, self._start, self._requeue)
+        for stopped, _preempt in applied.stopped:
+            self._hold(stopped, -1)
+        for running in applied.started:
+            self._hold(running, 1)
+        if not self.state.pending:
+            self.last_waits.clear()
+        elif decisions.waiting:
+            self.last_waits = {w.job_id: w.reason.code.value for w in decisions.waiting}
+
+    def _start(
+        self, job: PendingJob, admit: Admit, replicas: tuple[RunningReplica, ...], now: float
+    ) -> RunningJob:
+        """An admitted job starts: it ends when its remaining work (or its time limit) is up."""
+        run = self.runs[job.id]
+        run.attempt += 1
+        run.started_at = now
+        if run.first_start is None:
+            run.first_start = now
+        length = run.remaining_s
+        limit = run.job.time_limit_s
+        if limit is not None:
+            length = min(length, limit)
+        self.seq += 1
+        heapq.heappush(self.ends, (now + length, self.seq, job.id, run.attempt))
+        if self.core.preemption and now + self.checkpoint_s < now + length:
+            heapq.heappush(self.checkpoints, (now + self.checkpoint_s, job.id, run.attempt))
+        return RunningJob(
+            id=job.id,
+            queue=job.queue,
+            tenant=job.tenant,
+            priority=job.priority,
+            submitted_at=job.submitted_at,
+            started_at=now,
+            replicas=replicas,
+            flavor_gpus={admit.flavor: sum(len(r.gpu_ids) for r in replicas)},
+            max_runtime=job.max_runtime,
+            protected_until=now + run.job.min_runtime_s,
+        )
+
+    def _requeue(self, running: RunningJob, preemptor: str) -> PendingJob:
+        """A preempted job keeps the work up to its last checkpoint and waits again."""
+        run = self.runs[running.id]
+        assert run.started_at is not None
+        elapsed = self.now - run.started_at
+        kept = min(math.floor(elapsed / self.checkpoint_s) * self.checkpoint_s, elapsed)
+        if math.isinf(self.checkpoint_s):
+            kept = 0.0
+        run.run_s += elapsed
+        run.done_s += kept
+        run.lost_s += elapsed - kept
+        run.preemptions += 1
+        run.started_at = None
+        return run.job.pending(self._max_runtime(run), preempted_by=preemptor)
+
+    def _max_runtime(self, run: JobRun) -> float | None:
+        """What the core knows of a job's run time: all of it for oracles, else its limit."""
+        if self.policy.oracle:
+            return run.remaining_s
+        return run.job.time_limit_s
+
+    # -- fair share ------------------------------------------------------------------------------
+    def _hold(self, job: RunningJob, sign: int) -> None:
+        held = self.held.setdefault(job.tenant, [0.0, 0.0, 0.0])
+        gpus = job.gpus
+        held[0] += sign * gpus
+        for r in job.replicas:
+            held[1] += sign * r.cpu_millis
+            held[2] += sign * r.memory
+        self.allocated += sign * gpus
+        if held[0] <= 0 and held[1] <= 0:
+            del self.held[job.tenant]
+
+    def _standings(self) -> dict[str, float]:
+        kind = self.policy.standing
+        if kind == "usage":
+            return {t: standing(u, self.weights.get(t, 1.0)) for t, u in self.usage.items()}
+        if kind == "share":
+            gpus, cpu, memory = self.totals
+            return {
+                t: max(h[0] / gpus, h[1] / cpu, h[2] / memory) / self.weights.get(t, 1.0)
+                for t, h in self.held.items()
+            }
+        return {}
+
+    # -- recording -------------------------------------------------------------------------------
+    def _record(self) -> None:
+        series = self.series
+        if series is None:
+            return
+        waiting = self.state.pending
+        if (
+            series.times
+            and series.allocated[-1] == self.allocated
+            and (series.waiting[-1] == waiting)
+        ):
+            return
+        series.times.append(self.now)
+        series.allocated.append(self.allocated)
+        series.waiting.append(waiting)
+        for tenant in self.held.keys() - series.by_tenant.keys():
+            series.by_tenant[tenant] = [0] * (len(series.times) - 1)
+        for tenant, points in series.by_tenant.items():
+            held = self.held.get(tenant)
+            points.append(int(held[0]) if held else 0)
+
+    def _note_never_started(self) -> None:
+        for job_id, code in self.last_waits.items():
+            run = self.runs.get(job_id)
+            if run is not None and run.finished_at is None:
+                run.waiting_reason = code
+
+
+def check_conservation(outcome: SimOutcome) -> None:
+    """GPU-seconds served = the work kept + the work lost (to float rounding); the work kept by
+    finished jobs is their trace duration (or what their time limit let them do); the
+    allocation integral over time agrees with the runs."""
+    served = sum(r.run_s * r.job.gpus for r in outcome.runs)
+    kept = sum(r.done_s * r.job.gpus for r in outcome.runs)
+    lost = sum(r.lost_s * r.job.gpus for r in outcome.runs)
+    finished = [r for r in outcome.runs if r.finished_at is not None and not r.killed]
+    finished_kept = sum(r.done_s * r.job.gpus for r in finished)
+    durations = sum(r.job.duration_s * r.job.gpus for r in finished)
+    tolerance = 1e-9 * max(served, 1.0) + 1e-6 * len(outcome.runs)
+    problems = []
+    if abs(finished_kept - durations) > tolerance:
+        problems.append(f"finished jobs kept {finished_kept:.3f} GPU-s of {durations:.3f}")
+    if abs(served - (kept + lost)) > tolerance:
+        problems.append(f"served {served:.3f} GPU-s != kept {kept:.3f} + lost {lost:.3f}")
+    if abs(served - outcome.allocated_gpu_s) > tolerance:
+        problems.append(f"served {served:.3f} GPU-s != allocated {outcome.allocated_gpu_s:.3f}")
+    if problems:
+        raise ConservationError("; ".join(problems))

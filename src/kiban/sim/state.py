@@ -1,0 +1,293 @@
+"""The evolving cluster between cycles: what is free, queued and running, as snapshots are made.
+
+The simulator and ``kiban bench scheduler`` both run the pure core cycle after cycle on a
+cluster that lives only in memory. This is that cluster: it makes each cycle's snapshot the way
+the control loop's ``build_snapshot`` does (every node with what is free on it, the queues with
+the GPUs their jobs use per flavor, the running jobs, and the first ``window`` waiting jobs of
+each queue in the policy's order), rebuilding only the node and queue views that changed, and
+applies a cycle's decisions: preempted jobs stop at once and wait again in their queues (the
+nodes they free nominated for their preemptors, as the loop does), admitted gangs start where
+the core placed them. A placement on GPUs that are not free, on a node that takes no work, or
+that breaks a gang is an ``InvalidDecision``, never a number.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from kiban.scheduler.decisions import Admit, Decisions, Preempt
+from kiban.scheduler.forward import as_pending
+from kiban.scheduler.policy import OrderKey
+from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
+from kiban.scheduler.snapshot import (
+    FlavorView,
+    NodeView,
+    PendingJob,
+    QueueView,
+    RunningJob,
+    RunningReplica,
+    Snapshot,
+)
+
+MakeRunning = Callable[[PendingJob, Admit, tuple[RunningReplica, ...], float], RunningJob]
+"""Builds the running job an admission starts (the simulator adds checkpoints and limits)."""
+Requeue = Callable[[RunningJob, str], PendingJob]
+"""The waiting job a preempted running job becomes, given its preemptor's id."""
+
+
+class InvalidDecision(RuntimeError):
+    """The core decided something the cluster cannot do (a bug in the core, never a number)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one cycle's decisions did: jobs started, and jobs stopped with their preemption."""
+
+    started: tuple[RunningJob, ...]
+    stopped: tuple[tuple[RunningJob, Preempt], ...]
+
+
+def default_running(
+    job: PendingJob, admit: Admit, replicas: tuple[RunningReplica, ...], now: float
+) -> RunningJob:
+    """A running job as ``advance`` makes one: started now, its GPUs counted on one flavor."""
+    return RunningJob(
+        id=job.id,
+        queue=job.queue,
+        tenant=job.tenant,
+        priority=job.priority,
+        submitted_at=job.submitted_at,
+        started_at=now,
+        replicas=replicas,
+        flavor_gpus={admit.flavor: sum(len(r.gpu_ids) for r in replicas)},
+        max_runtime=job.max_runtime,
+    )
+
+
+class ClusterState:
+    """Nodes' free capacity, queues' use per flavor, running jobs and ordered waiting jobs."""
+
+    def __init__(
+        self,
+        *,
+        nodes: Iterable[NodeView],
+        queues: Iterable[QueueView],
+        order_key: OrderKey,
+        flavors: tuple[FlavorView, ...],
+        topology_levels: tuple[str, ...] = (),
+        window: int = SCHEDULING_WINDOW,
+    ) -> None:
+        self.views: list[NodeView] = list(nodes)
+        self.index = {view.name: i for i, view in enumerate(self.views)}
+        self.free: list[set[int]] = [set(v.free_gpu_ids) for v in self.views]
+        self.free_cpu = [v.free_cpu_millis for v in self.views]
+        self.free_memory = [v.free_memory for v in self.views]
+        self.dirty: set[int] = set()
+        self.queues = {q.name: q for q in queues}
+        self.used: dict[str, dict[str, int]] = {q.name: dict(q.used) for q in self.queues.values()}
+        self.queues_dirty: set[str] = set()
+        self.order_key = order_key
+        self.flavors = flavors
+        self.topology_levels = topology_levels
+        self.window = window
+        self.running: dict[str, RunningJob] = {}
+        self.waiting: dict[str, list[PendingJob]] = {name: [] for name in self.queues}
+        self.in_window: dict[str, PendingJob] = {}
+        self.nominated: set[str] = set()  # waiting jobs holding nominated nodes
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return sum(len(jobs) for jobs in self.waiting.values())
+
+    def beyond_window(self) -> bool:
+        """Whether some queue holds more waiting jobs than one snapshot takes of it."""
+        return any(len(jobs) > self.window for jobs in self.waiting.values())
+
+    def snapshot(self, now: float, standings: Mapping[str, float]) -> Snapshot:
+        """The cycle's snapshot: nodes and queues changed since the last one are rebuilt."""
+        for i in self.dirty:
+            self.views[i] = dataclasses.replace(
+                self.views[i],
+                free_gpu_ids=tuple(sorted(self.free[i])),
+                free_cpu_millis=self.free_cpu[i],
+                free_memory=self.free_memory[i],
+            )
+        self.dirty.clear()
+        window = self.window
+        pending = [job for jobs in self.waiting.values() for job in jobs[:window]]
+        self.in_window = {job.id: job for job in pending}
+        for name in self.queues_dirty:
+            used = {flavor: gpus for flavor, gpus in self.used[name].items() if gpus}
+            self.queues[name] = dataclasses.replace(self.queues[name], used=used)
+        self.queues_dirty.clear()
+        return Snapshot(
+            now=now,
+            nodes=tuple(self.views),
+            queues=tuple(self.queues.values()),
+            pending=tuple(pending),
+            running=tuple(self.running.values()),
+            flavors=self.flavors,
+            standings=standings,
+            topology_levels=self.topology_levels,
+        )
+
+    # -- changing --------------------------------------------------------------------------------
+    def add_waiting(self, job: PendingJob) -> None:
+        """A job joins its queue at its place in the policy's order."""
+        jobs = self.waiting.setdefault(job.queue, [])
+        if not jobs or self.order_key(jobs[-1]) <= self.order_key(job):
+            jobs.append(job)  # arrivals in submit order: the usual case, no search
+        else:
+            bisect.insort(jobs, job, key=self.order_key)
+
+    def add_running(self, job: RunningJob, *, take: bool = True) -> None:
+        """Count a running job (``take``: also take its replicas' capacity off their nodes)."""
+        self.running[job.id] = job
+        if take:
+            for r in job.replicas:
+                i = self.index[r.node]
+                self.free[i].difference_update(r.gpu_ids)
+                self.free_cpu[i] -= r.cpu_millis
+                self.free_memory[i] -= r.memory
+                self.dirty.add(i)
+            self._count(job, 1)
+
+    def finish(self, job_id: str) -> RunningJob:
+        """A running job ended: its capacity and quota are free again."""
+        job = self.running.pop(job_id)
+        self._release(job)
+        return job
+
+    def apply(
+        self,
+        decisions: Decisions,
+        now: float,
+        make_running: MakeRunning = default_running,
+        requeue: Requeue = as_pending,
+    ) -> Applied:
+        """Stop the preempted jobs (back to their queues), then start the admitted ones."""
+        stopped = self._evict(decisions.preempted, requeue)
+        started = [self._start(admit, now, make_running) for admit in decisions.admitted]
+        if started:
+            reach = self.window + len(stopped)  # requeued victims may have pushed them back
+            for name in {job.queue for job in started}:
+                jobs = self.waiting[name]
+                jobs[:reach] = [j for j in jobs[:reach] if j.id not in self.running]
+        if self.nominated:
+            self._drop_stale_nominations(decisions)
+        return Applied(tuple(started), tuple(stopped))
+
+    def _start(self, admit: Admit, now: float, make_running: MakeRunning) -> RunningJob:
+        job = self.in_window.pop(admit.job_id, None)
+        if job is None:
+            raise InvalidDecision(f"the core admitted {admit.job_id}, which was not waiting")
+        if len(admit.placements) < job.gang_size:
+            raise InvalidDecision(
+                f"the core admitted {job.id} with {len(admit.placements)} replicas of a "
+                f"gang of {job.gang_size}"
+            )
+        demand = {t.name: t for t in job.tasks}
+        replicas = []
+        for p in admit.placements:
+            i = self.index.get(p.node)
+            task = demand.get(p.task)
+            if i is None or not self.views[i].schedulable:
+                raise InvalidDecision(f"the core placed {job.id} on {p.node}, not schedulable")
+            if task is None or len(set(p.gpu_ids)) != task.gpu or len(p.gpu_ids) != task.gpu:
+                raise InvalidDecision(f"the core gave {job.id} GPUs {p.gpu_ids} on {p.node}")
+            if not self.free[i].issuperset(p.gpu_ids):
+                raise InvalidDecision(
+                    f"the core placed {job.id} on GPUs {sorted(p.gpu_ids)} of {p.node}, "
+                    f"of which only {sorted(self.free[i] & set(p.gpu_ids))} are free"
+                )
+            if self.free_cpu[i] < p.cpu_millis or self.free_memory[i] < p.memory:
+                raise InvalidDecision(f"the core overcommits CPU or memory of {p.node}")
+            replicas.append(RunningReplica(p.node, p.gpu_ids, p.cpu_millis, p.memory))
+        running = make_running(job, admit, tuple(replicas), now)
+        self.nominated.discard(job.id)
+        self.add_running(running)
+        return running
+
+    def _evict(
+        self, preempted: tuple[Preempt, ...], requeue: Requeue
+    ) -> list[tuple[RunningJob, Preempt]]:
+        stopped = []
+        nominated: dict[str, set[str]] = {}
+        for preempt in preempted:
+            nominated.setdefault(preempt.preemptor_id, set()).update(preempt.nodes)
+            job = self.running.pop(preempt.victim_id, None)
+            if job is None:
+                raise InvalidDecision(
+                    f"the core preempted {preempt.victim_id}, which was not running"
+                )
+            self._release(job)
+            self.add_waiting(requeue(job, preempt.preemptor_id))
+            stopped.append((job, preempt))
+        for job_id, nodes in nominated.items():
+            self._replace_waiting(job_id, nominated_nodes=tuple(sorted(nodes)))
+            self.nominated.add(job_id)
+        return stopped
+
+    def _drop_stale_nominations(self, decisions: Decisions) -> None:
+        """Nominations last while a job waits for its preemptions, as the loop keeps them only
+        while the job's recorded reason is WaitingForPreemption."""
+        for wait in decisions.waiting:
+            if wait.job_id in self.nominated and (
+                wait.reason.code is not ReasonCode.WAITING_FOR_PREEMPTION
+            ):
+                self.nominated.discard(wait.job_id)
+                self._replace_waiting(wait.job_id, nominated_nodes=())
+
+    def _replace_waiting(self, job_id: str, **changes: object) -> None:
+        job = self.in_window.get(job_id)
+        if job is None:
+            return
+        jobs = self.waiting[job.queue]
+        for k, candidate in enumerate(jobs):
+            if candidate.id == job_id:
+                jobs[k] = dataclasses.replace(candidate, **changes)  # type: ignore[arg-type]
+                self.in_window[job_id] = jobs[k]
+                return
+
+    def _release(self, job: RunningJob) -> None:
+        for r in job.replicas:
+            i = self.index[r.node]
+            self.free[i].update(r.gpu_ids)
+            self.free_cpu[i] += r.cpu_millis
+            self.free_memory[i] += r.memory
+            self.dirty.add(i)
+        self._count(job, -1)
+
+    def _count(self, job: RunningJob, sign: int) -> None:
+        used = self.used.setdefault(job.queue, {})
+        for flavor, gpus in job.flavor_gpus.items():
+            used[flavor] = used.get(flavor, 0) + sign * gpus
+        self.queues_dirty.add(job.queue)
+
+    # -- checking --------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Every GPU is free or held by exactly one running replica; queue use adds up."""
+        held: list[set[int]] = [set() for _ in self.views]
+        per_queue: dict[str, dict[str, int]] = {name: {} for name in self.used}
+        for job in self.running.values():
+            mine = per_queue.setdefault(job.queue, {})
+            for flavor, gpus in job.flavor_gpus.items():
+                mine[flavor] = mine.get(flavor, 0) + gpus
+            for r in job.replicas:
+                i = self.index[r.node]
+                if held[i] & set(r.gpu_ids):
+                    raise InvalidDecision(
+                        f"GPUs {sorted(held[i] & set(r.gpu_ids))} of {r.node} held twice"
+                    )
+                held[i].update(r.gpu_ids)
+        for i, view in enumerate(self.views):
+            if held[i] & self.free[i] or len(held[i]) + len(self.free[i]) != view.gpus:
+                raise InvalidDecision(f"{view.name}: held {held[i]} and free {self.free[i]} differ")
+        counted = {q: {f: g for f, g in u.items() if g} for q, u in self.used.items()}
+        summed = {q: {f: g for f, g in u.items() if g} for q, u in per_queue.items()}
+        if {q: u for q, u in counted.items() if u} != {q: u for q, u in summed.items() if u}:
+            raise InvalidDecision("the queues' GPUs in use do not add up to their running jobs'")
