@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from kiban.domain.usage import accrue, decay, standing
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Decisions
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
@@ -162,6 +163,7 @@ class Simulator:
         self.series = Series() if series else None
         self.cycles = 0
         self.core_s = 0.0
+        self.capacity = CapacityCache()  # the core's capacity index, kept as the loop keeps it
         self.capped = 0
         self.loops = 0
         self.repeats: dict[tuple[str, str], int] = {}
@@ -250,7 +252,7 @@ class Simulator:
         for _ in range(MAX_CYCLES_PER_INSTANT):
             snapshot = self.state.snapshot(self.now, self._standings())
             t0 = time.perf_counter()
-            decisions = schedule(snapshot, self.core)
+            decisions = schedule(snapshot, self.core, self.capacity)
             self.core_s += time.perf_counter() - t0
             self.cycles += 1
             if self.on_cycle is not None:
@@ -272,7 +274,11 @@ class Simulator:
                 self.loops += 1
                 return
             seen |= pairs
-            again = bool(pairs) or (bool(decisions.admitted) and self.state.beyond_window())
+            again = (
+                bool(pairs)
+                or decisions.more
+                or (bool(decisions.admitted) and self.state.beyond_window())
+            )
             if not again:
                 return
         self.capped += 1
