@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from kiban.scheduler import Decisions, ReasonCode, schedule
+from kiban.scheduler.policy import Policy
+from kiban.scheduler.snapshot import PendingJob, RunningJob
 from kiban.testing import cluster, job, queue, running, snapshot
 
 
@@ -233,3 +235,40 @@ def test_a_job_victims_were_stopped_for_goes_before_the_fair_order() -> None:
     )
     assert [a.job_id for a in decisions.admitted] == ["preemptor"]
     assert decisions.waiting[0].reason.code is ReasonCode.COHORT_EXHAUSTED
+
+
+def test_a_policy_ground_preempts_across_queues_one_way() -> None:
+    """``Policy.may_preempt`` (here: shortest remaining time first) preempts in any queue,
+    only where the predicate holds, and the job it preempted cannot preempt it back."""
+
+    def shorter_remaining(job: PendingJob, victim: RunningJob, now: float) -> bool:
+        assert job.max_runtime is not None and victim.expected_end is not None
+        return job.max_runtime < victim.expected_end - now
+
+    policy = Policy(may_preempt=shorter_remaining)
+
+    def decide(pending_runtime: float, preempted_by: str | None = None) -> Decisions:
+        waiting = job("w").queue("b").replicas(1, gpu=8).max_runtime(pending_runtime)
+        if preempted_by is not None:
+            waiting.preempted_by(preempted_by)
+        return schedule(
+            snapshot(
+                nodes=cluster().nodes(1, gpus=8),
+                running=[running("long").queue("a").on("node-0", gpus=8).max_runtime(1000)],
+                pending=[waiting],
+                now=100,
+            ),
+            policy,
+        )
+
+    assert victims(decide(pending_runtime=50)) == ["long"]
+    assert decide(pending_runtime=50).preempted[0].reason.details["ground"] == "order"
+    assert victims(decide(pending_runtime=5000)) == []  # more left than the running job
+    assert victims(decide(pending_runtime=50, preempted_by="long")) == []
+    plain = snapshot(
+        nodes=cluster().nodes(1, gpus=8),
+        running=[running("long").queue("a").on("node-0", gpus=8).max_runtime(1000)],
+        pending=[job("w").queue("b").replicas(1, gpu=8).max_runtime(50)],
+        now=100,
+    )
+    assert victims(schedule(plain)) == []  # without the policy's ground, none across queues

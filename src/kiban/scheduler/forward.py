@@ -104,6 +104,7 @@ def _as_running(job: PendingJob, admit: Admit, snapshot: Snapshot, protect_s: fl
         flavor_gpus={admit.flavor: sum(len(p.gpu_ids) for p in admit.placements)},
         max_runtime=job.max_runtime,
         protected_until=snapshot.now + protect_s,
+        attained_service=job.attained_service,
     )
 
 
@@ -123,6 +124,7 @@ def as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
         tenant=job.tenant,
         max_runtime=job.max_runtime,
         preempted_by=preempted_by,
+        attained_service=job.attained_service,
     )
 
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kiban.scheduler.snapshot import PendingJob
+from kiban.scheduler.snapshot import PendingJob, RunningJob
 
 OrderKey = Callable[[PendingJob], tuple[float | int | str, ...]]
+MayPreempt = Callable[[PendingJob, RunningJob, float], bool]
+"""(waiting job, running job, now): whether the first may preempt the second on the policy's
+own ground; it must never hold both ways for two jobs at one time."""
 
 
 def priority_then_fifo(job: PendingJob) -> tuple[float | int | str, ...]:
@@ -34,6 +37,8 @@ class Policy:
     once. A backlog is then worked through in short cycles, as kube-scheduler (one pod per
     cycle) and Kueue (one head per queue) do, so a change such as a cancellation or an urgent
     job is seen within one short cycle rather than after a long one (None: no bound).
+    ``may_preempt`` adds a preemption ground of the policy's own, across queues (the
+    simulator's SRTF and LAS baselines).
     """
 
     order_key: OrderKey = priority_then_fifo
@@ -41,6 +46,7 @@ class Policy:
     max_reservations: int = 16
     max_preemption_searches: int = 16
     max_placements_per_cycle: int | None = 2048
+    may_preempt: MayPreempt | None = None
     preemption: bool = True
     backfill: bool = True
 

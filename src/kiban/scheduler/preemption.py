@@ -8,6 +8,10 @@ Three grounds, each one-directional so that two jobs can never preempt each othe
 - fair share: in the cohort, a job of a borrowing queue whose tenant's standing is higher than
   the preemptor tenant's standing *after* admission.
 
+A policy may add a fourth ground, ``order`` (``Policy.may_preempt``): any running job for which
+its predicate holds, such as a job with more remaining work for shortest-remaining-time-first;
+the predicate must be one-way, as these are.
+
 A job is also never a victim of the job it preempted last, whatever the ground, and a job
 back in its queue after a preemption does not preempt on the fair-share ground (it may reclaim
 its own quota or preempt by priority): otherwise one reclaim cascades through the cohort, each
@@ -39,6 +43,7 @@ class VictimChoice:
 
 
 Candidate = tuple[RunningJob, str]
+_COHORT_GROUNDS = ("reclaim", "fair-share")  # victims only while their queue borrows
 
 
 def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate]:
@@ -65,13 +70,24 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
                 groups.append(_group(cycle, other.name, flavor, "reclaim", True, now, 0))
             elif job.preempted_by is None and standing_after < cycle.standing(other.tenant):
                 groups.append(_group(cycle, other.name, flavor, "fair-share", True, now, 0))
+    may_preempt = cycle.policy.may_preempt
+    if may_preempt is not None:
+        for name in sorted(cycle.queues):
+            borrows = cycle.quota.borrowed(name, flavor) > 0
+            groups.append(_group(cycle, name, flavor, "order", borrows, now, 0))
+    seen: set[str] = set()
     for _key, (victim, ground) in heapq.merge(*groups, key=lambda item: item[0]):
-        if victim.id in cycle.victims or victim.stopping or victim.preempted_by is not None:
+        if victim.id in seen or victim.id in cycle.victims or victim.stopping:
+            continue
+        if victim.preempted_by is not None:
             continue
         if victim.id == job.preempted_by or now < victim.protected_until:
             continue
         if ground == "fair-share" and not standing_after < cycle.standing(victim.tenant):
             continue
+        if ground == "order" and (may_preempt is None or not may_preempt(job, victim, now)):
+            continue
+        seen.add(victim.id)
         yield victim, ground
 
 
@@ -84,7 +100,7 @@ def _group(
     for victim in cycle.running_in(queue, flavor):  # lowest priority first
         if ground == "priority" and victim.priority >= below:
             return
-        if ground != "priority" and cycle.quota.borrowed(queue, flavor) <= 0:
+        if ground in _COHORT_GROUNDS and cycle.quota.borrowed(queue, flavor) <= 0:
             return
         key = loss_order(victim, now)
         yield (key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
@@ -100,7 +116,7 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     try:
         with overlay.transaction():  # every give below is undone on exit
             for victim, ground in ordered:
-                if ground != "priority" and cycle.quota.borrowed(victim.queue, flavor) <= 0:
+                if ground in _COHORT_GROUNDS and cycle.quota.borrowed(victim.queue, flavor) <= 0:
                     continue  # its queue gave back all it borrowed: the rest is its own
                 chosen.append((victim, ground))
                 for replica in victim.replicas:

@@ -136,6 +136,7 @@ class PendingJob:
     preempts: bool = False
     preempted_by: str | None = None  # the job that preempted it last, which it may not preempt
     nominated_nodes: tuple[str, ...] = ()  # freed for it by its preemptions: others keep off
+    attained_service: float = 0.0  # GPU-seconds it ran before (least-attained-service orders)
 
     @property
     def total_replicas(self) -> int:
@@ -179,6 +180,7 @@ class RunningJob:
     protected_until: float = 0.0
     preempted_by: str | None = None  # being stopped to make room for this pending job
     stopping: bool = False  # being stopped (cancel, failure, preemption): never a victim
+    attained_service: float = 0.0  # GPU-seconds it ran before this attempt
 
     @property
     def gpus(self) -> int:
