@@ -174,3 +174,12 @@ def test_any_sequence_of_takes_rolls_back(takes: list[tuple[str, int, bool]]) ->
             gpus = min(gpus, o.free_gpus(name))
             o.take(name, gpus, 100 if small else 0, GIB if small else 0)
     assert observe(o) == before
+
+
+def test_replica_slots_count_what_free_gpus_could_hold() -> None:
+    o = overlay(running={"c": 3})  # free: a 2, b 4, c 5, d 4 (off is cordoned)
+    assert [o.replica_slots(g) for g in (1, 2, 4, 5, 8)] == [15, 7, 3, 1, 0]
+    with o.transaction():
+        o.take("b", 4, 0, 0)
+        assert o.replica_slots(4) == 2
+    assert o.replica_slots(4) == 3

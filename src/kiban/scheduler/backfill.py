@@ -11,7 +11,7 @@ jobs. Running jobs with no ``maxRuntime`` never end in this what-if.
 from __future__ import annotations
 
 from kiban.scheduler.cycle import Cycle, Reservation
-from kiban.scheduler.placement import gang_gpus
+from kiban.scheduler.placement import could_fit
 from kiban.scheduler.snapshot import PendingJob
 
 
@@ -29,15 +29,16 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
         key=lambda item: (item[0], item[1]),
     )
     overlay = cycle.overlays[flavor]
-    needed = gang_gpus(job)
     allow = cycle.reservation_filter(job.id)
     found: Reservation | None = None
     with overlay.transaction():  # the releases below are a what-if, undone on exit
-        for end, _id, running in ending:
+        for k, (end, _id, running) in enumerate(ending):
             assert end is not None
             for replica in running.replicas:
                 overlay.give(replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory)
-            if overlay.total_free_gpus() < needed:
+            if k + 1 < len(ending) and ending[k + 1][0] == end:
+                continue  # jobs ending at the same time are released together
+            if not could_fit(job, overlay):
                 continue
             attempt = cycle.try_place(job, flavor, allow)
             if attempt.fits:

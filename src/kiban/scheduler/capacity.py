@@ -79,6 +79,15 @@ class CapacityOverlay:
     def schedulable_count(self) -> int:
         return len(self._gpu_ids)
 
+    def replica_slots(self, gpus: int) -> int:
+        """How many replicas of ``gpus`` GPUs the free GPUs could hold, CPU and memory aside:
+        a cheap upper bound that spares a gang placement doomed to fail."""
+        if gpus <= 0:
+            return sum(len(bucket) for bucket in self._buckets.values()) * 1_000_000
+        return sum(
+            len(bucket) * (free // gpus) for free, bucket in self._buckets.items() if free >= gpus
+        )
+
     def domains(self, level: int) -> dict[tuple[str, ...], int]:
         """Free GPUs of each domain of a topology level (0 = outermost)."""
         return self._domain_free[level]

@@ -104,6 +104,22 @@ def _place_in_some_domain(
     return NO_FIT
 
 
+def could_fit(job: PendingJob, overlay: CapacityOverlay) -> bool:
+    """A quick necessary condition for the gang to fit the overlay's free GPUs (no placement
+    search): enough GPUs in all, and enough room for the replicas of each task's size."""
+    if overlay.total_free_gpus() < gang_gpus(job):
+        return False
+    left = job.gang_size
+    for task in job.tasks:
+        take = min(left, task.replicas)
+        if take and overlay.replica_slots(task.gpu) < take:
+            return False
+        left -= take
+        if left <= 0:
+            break
+    return True
+
+
 def gang_gpus(job: PendingJob) -> int:
     """GPUs of the first ``gang_size`` replicas in rank order: what must fit at once."""
     left = job.gang_size

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kiban.scheduler.cycle import Cycle, loss_order
-from kiban.scheduler.placement import gang_gpus
+from kiban.scheduler.placement import could_fit
 from kiban.scheduler.snapshot import PendingJob, RunningJob
 
 
@@ -110,7 +110,6 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     """The fewest victims, in loss order, after whose stop the job fits; None if none do."""
     ordered = candidates(cycle, job, flavor)
     overlay = cycle.overlays[flavor]
-    needed = gang_gpus(job)
     chosen: list[tuple[RunningJob, str]] = []
     given_quota: list[tuple[str, int]] = []
     try:
@@ -124,7 +123,7 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
                 gpus = victim.flavor_gpus.get(flavor, 0)
                 cycle.quota.give(victim.queue, flavor, gpus)
                 given_quota.append((victim.queue, gpus))
-                if overlay.total_free_gpus() < needed:
+                if not could_fit(job, overlay):
                     continue
                 if not cycle.quota.check(job.queue, flavor, job.total_gpus).fits:
                     continue
