@@ -22,6 +22,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
+from kiban.control.forecaster import Forecaster
 from kiban.control.snapshot_builder import NodeViews, RecordedWait, SpecCache, build_snapshot
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState, ReplicaState
@@ -29,7 +30,6 @@ from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRe
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement, Wait
-from kiban.scheduler.forward import forecast
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
 from kiban.scheduler.snapshot import RunningJob, Snapshot
@@ -98,7 +98,7 @@ class ControlLoop:
         self.policies = PolicyCache()
         self.forecast_every_s = 5.0
         self._last_forecast = float("-inf")
-        self._etas: dict[str, float | None] = {}
+        self.forecaster = Forecaster()
         # (job, attempt) whose replicas were asked to stop; after a restart they are asked again.
         self._signalled: set[tuple[str, int]] = set()
 
@@ -108,6 +108,7 @@ class ControlLoop:
 
     def start(self) -> None:
         self.recover()
+        self.forecaster.start()
         self._thread = threading.Thread(target=self._run, name="kiban-control-loop", daemon=True)
         self._thread.start()
 
@@ -116,6 +117,7 @@ class ControlLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self.forecaster.stop()
 
     def _run(self) -> None:
         wanted = False  # a scheduling pass was asked for and has not run yet
@@ -432,25 +434,29 @@ class ControlLoop:
         for admit in decisions.admitted:
             self._admit(admit, now)
         self._refresh_forecast(snapshot, now)
+        etas = self.forecaster.estimates()
         changed = [
             w
             for w in decisions.waiting
             if w.reason.code is not ReasonCode.QUEUE_BACKLOG  # unconsidered: the next cycle's
-            and self._wait_changed(w, recorded.get(w.job_id), self._etas.get(w.job_id))
+            and self._wait_changed(w, recorded.get(w.job_id), etas.get(w.job_id))
         ]
         if changed:
             with self.sessions() as session:
                 for wait in changed:
-                    self._record_wait(session, wait, recorded.get(wait.job_id), now)
+                    self._record_wait(
+                        session, wait, recorded.get(wait.job_id), etas.get(wait.job_id), now
+                    )
                 session.commit()
         return decisions.more
 
     def _refresh_forecast(self, snapshot: Snapshot, now: float) -> None:
-        """Start-time estimates, from the core run forward; at most every few seconds."""
+        """Ask for start-time estimates from this pass's snapshot, at most every few seconds
+        (computed beside the loop once it runs; the newest ones are recorded)."""
         if now - self._last_forecast < self.forecast_every_s:
             return
         self._last_forecast = now
-        self._etas = forecast(snapshot, self.policy, max_cycles=50)
+        self.forecaster.submit(snapshot, self.policy)
 
     def _accrue_usage(
         self, running: tuple[RunningJob, ...], now: float, policy: ClusterPolicy
@@ -532,7 +538,12 @@ class ControlLoop:
         return now != (before.code, before.message, before.position, before.cluster, before.eta)
 
     def _record_wait(
-        self, session: Session, wait: Wait, before: RecordedWait | None, now: float
+        self,
+        session: Session,
+        wait: Wait,
+        before: RecordedWait | None,
+        eta: float | None,
+        now: float,
     ) -> None:
         """Store a waiting job's reason and position; a new reason code is also an event."""
         reason = wait.reason
@@ -545,7 +556,7 @@ class ControlLoop:
                 reason_details=reason.details,
                 queue_position=wait.queue_position or None,
                 cluster_position=wait.cluster_position or None,
-                eta=_rounded(self._etas.get(wait.job_id)),
+                eta=_rounded(eta),
             )
         )
         if getattr(updated, "rowcount", 1) == 0 or before is None:

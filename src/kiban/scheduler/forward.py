@@ -59,11 +59,24 @@ def finish(snapshot: Snapshot, job_ids: set[str], now: float) -> Snapshot:
     return replace(after, now=now)
 
 
+FORECAST_RESOLUTION = 0.02
+"""Ends within this share of the time ahead (at least a second) are taken together."""
+
+
 def forecast(
-    snapshot: Snapshot, policy: Policy, horizon_s: float = 30 * 86400, max_cycles: int = 200
+    snapshot: Snapshot,
+    policy: Policy,
+    horizon_s: float = 30 * 86400,
+    max_cycles: int = 200,
+    resolution: float = FORECAST_RESOLUTION,
 ) -> dict[str, float | None]:
     """Estimated start time per pending job (None: none within the horizon or the cycles),
-    from the core run forward over the running jobs' maxRuntimes."""
+    from the core run forward over the running jobs' maxRuntimes.
+
+    Jobs ending close together finish in one step, at the last of their ends: within
+    ``resolution`` of the time ahead (2 %: a minute on a start 50 minutes away), so a long
+    queue needs far fewer cycles, and an estimate is never earlier than the capacity it waits
+    for is free."""
     what_if = replace(policy, preemption=False)
     starts: dict[str, float | None] = {j.id: None for j in snapshot.pending}
     state = snapshot
@@ -84,6 +97,9 @@ def forecast(
         at = min(upcoming) if upcoming else state.now
         if at > snapshot.now + horizon_s:
             break
+        window = at + max(1.0, resolution * (at - snapshot.now))
+        batch = [e for e in ends if e <= window]
+        at = max(batch)
         ended = {r.id for r in state.running if r.expected_end is not None and r.expected_end <= at}
         state = finish(state, ended, at)
     return starts
