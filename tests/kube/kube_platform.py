@@ -47,9 +47,10 @@ def job_pods(core: Any, job_id: str, attempt: int | None = None) -> list[Any]:
     return sorted(pods, key=lambda p: int(p.metadata.labels["kiban.dev/rank"]))
 
 
-def delete_all_kiban_objects(core: Any) -> None:
-    """Remove what kiban made (pods and Services), so the next test starts from a clean cluster."""
-    for pod in core.list_pod_for_all_namespaces(label_selector=MANAGED_SELECTOR).items:
+def empty_the_cluster(core: Any) -> None:
+    """Remove every pod (the tier's other tests leave some holding GPUs) and kiban's Services,
+    so that a test of the executor starts from an empty cluster."""
+    for pod in core.list_pod_for_all_namespaces().items:
         core.delete_namespaced_pod(
             pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
         )

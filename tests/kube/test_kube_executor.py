@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kube_platform import (
     NAMESPACE,
-    delete_all_kiban_objects,
+    empty_the_cluster,
     env_of,
     events,
     get,
@@ -33,9 +33,9 @@ NODES = ["kwok-node-0000", "kwok-node-0001", "kwok-node-0002"]
 
 @pytest.fixture
 def clean(core: Any) -> Iterator[None]:
-    delete_all_kiban_objects(core)
+    empty_the_cluster(core)
     yield
-    delete_all_kiban_objects(core)
+    empty_the_cluster(core)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -123,7 +124,9 @@ class PodCache:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                self._watch_once()
+                started = time.monotonic()
+                if self._watch_once() == 0 and time.monotonic() - started < 1.0:
+                    self._stopping.wait(1.0)  # a watch closed at once: do not spin on the API
             except Gone:
                 log.info("pod watch: resourceVersion %s is gone; listing again", self._version)
                 self._relist_until_done()
@@ -142,7 +145,8 @@ class PodCache:
                 log.warning("pod list failed (%s); retrying", exc)
                 self._stopping.wait(1.0)
 
-    def _watch_once(self) -> None:
+    def _watch_once(self) -> int:
+        """Watch until the server ends the watch; the number of events seen."""
         try:
             response = self._api.watch_pods(self._selector, self._version, self._timeout_s)
         except ApiException as exc:
@@ -150,14 +154,17 @@ class PodCache:
                 raise Gone() from exc
             raise
         self._response = response
+        seen = 0
         try:
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if self._stopping.is_set():
-                    return
+                    break
                 self._apply(json.loads(line))
+                seen += 1
         finally:
             self._response = None
             response.release_conn()
+        return seen
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
