@@ -237,3 +237,33 @@ def _set_condition(core: Any, node: str, status: str) -> None:
         "message": "DBE on GPU 1",
     }
     core.patch_node_status(node, {"status": {"conditions": [condition]}})
+
+
+def test_a_pod_lost_with_its_node_sends_the_job_back_to_its_queue(
+    platform: Platform, core: Any
+) -> None:
+    job_id = submit(platform, job("orphaned", replicas=1))
+    (pod,) = running_pods(core, job_id, 1)
+    gone = core.read_node(pod.spec.node_name)
+    core.delete_node(gone.metadata.name)
+    try:
+        wait_for("a new attempt", lambda: get(platform, job_id).attempt == 2)
+        (moved,) = running_pods(core, job_id, 1)
+        assert moved.spec.node_name != gone.metadata.name
+        assert "a replica was lost" in " ".join(m for _, m in events(platform, job_id))
+    finally:
+        body = core.api_client.sanitize_for_serialization(gone)
+        body["metadata"] = {
+            k: body["metadata"][k]
+            for k in ("name", "labels", "annotations")
+            if k in body["metadata"]
+        }
+        body.pop("status", None)
+        core.create_node(body)
+        wait_for(
+            "the node to be Ready again",
+            lambda: any(
+                c.type == "Ready" and c.status == "True"
+                for c in core.read_node(gone.metadata.name).status.conditions or []
+            ),
+        )

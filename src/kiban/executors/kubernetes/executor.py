@@ -226,16 +226,22 @@ class KubernetesExecutor:
         if found is None:
             return Observation(running=False, lost=True, message="no pod was recorded for it")
         pod = found[3]
-        node = ((pod or {}).get("spec") or {}).get("nodeName")
+        return observe_pod(pod, node_present=pod is None or self._node_present(pod))
+
+    def _node_present(self, pod: Obj) -> bool:
+        """Whether the pod's node was in the last node list (True before any list)."""
+        node = (pod.get("spec") or {}).get("nodeName")
         with self._lock:
             names = self._node_names
-        return observe_pod(pod, node_present=names is None or node is None or node in names)
+        return names is None or node is None or node in names
 
     def stop(self, replica: ReplicaRef, *, force: bool) -> None:
         """Delete the replica's pod: with the job's grace period, or at once with ``force``.
 
         The grace period is the pod's own (``terminationGracePeriodSeconds``, the job's). With
-        ``force`` on replica 0 the attempt's Service goes too: a forced stop ends an attempt.
+        ``force`` on replica 0 the attempt's Service goes too: a forced stop ends an attempt. A
+        pod whose node is gone is removed at once (no kubelet is left to confirm its end), as
+        the pod garbage collector of a cluster would.
         """
         found = self._pod(replica)
         if found is None:
@@ -247,6 +253,8 @@ class KubernetesExecutor:
                 return  # nothing left to ask
         if pod is not None:
             grace = FORCE_GRACE_S if force else None
+            if not self._node_present(pod):
+                grace = 0
             _ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
         if force and replica.rank == 0:
             service = service_name(replica.job_id, replica.attempt)
@@ -257,9 +265,8 @@ class KubernetesExecutor:
         selector = attempt_selector(job_id, attempt)
         for pod in self.api.list_pods(label_selector=selector).get("items") or []:
             meta = pod["metadata"]
-            _ignore_gone(
-                self.api.delete_pod, meta["namespace"], meta["name"], grace_s=FORCE_GRACE_S
-            )
+            grace = FORCE_GRACE_S if self._node_present(pod) else 0
+            _ignore_gone(self.api.delete_pod, meta["namespace"], meta["name"], grace_s=grace)
         for service in self.api.list_services(selector):
             meta = service["metadata"]
             _ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
