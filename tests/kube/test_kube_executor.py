@@ -258,12 +258,16 @@ def test_a_pod_lost_with_its_node_sends_the_job_back_to_its_queue(
             for k in ("name", "labels", "annotations")
             if k in body["metadata"]
         }
-        body.pop("status", None)
+        status = body.get("status") or {}
+        body["status"] = {k: status[k] for k in ("capacity", "allocatable") if k in status}
         core.create_node(body)
         wait_for(
-            "the node to be Ready again",
-            lambda: any(
-                c.type == "Ready" and c.status == "True"
-                for c in core.read_node(gone.metadata.name).status.conditions or []
+            "the node to be Ready again, with its GPUs",
+            lambda: (
+                (back := core.read_node(gone.metadata.name)).status.allocatable["nvidia.com/gpu"]
+                == "2"
+                and any(
+                    c.type == "Ready" and c.status == "True" for c in back.status.conditions or []
+                )
             ),
         )
