@@ -39,10 +39,13 @@ class Platform:
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
 
     def close(self) -> None:
-        """Stop the control loop and the submission writer, and close the store."""
+        """Stop the control loop, the submission writer and the executor; close the store."""
         self.loop.stop()
         self.submissions.stop()
         self.engine.dispose()
+        close = getattr(self.executor, "close", None)  # executors holding threads or connections
+        if close is not None:
+            close()
 
     @property
     def token_file(self) -> Path:
@@ -74,12 +77,14 @@ def build_platform(
     config: ClusterConfig | None = None,
     clock: Clock | None = None,
     tick_s: float = 0.2,
+    node_sync_s: float | None = None,
 ) -> Platform:
     """Open (and migrate) the store, register nodes, apply the policy, make the admin token.
 
     The cluster file's policy, when it has one, becomes the current policy (see
     ``apply_startup_policy``); a policy the store's nodes or jobs refuse raises (SpecError or
-    ServiceError) and nothing is committed.
+    ServiceError) and nothing is committed. ``node_sync_s``: how often the control loop asks
+    the executor for its nodes again (for a cluster whose nodes change; None: only now).
     """
     from kiban.store.db import default_url
 
@@ -99,7 +104,7 @@ def build_platform(
     except BaseException:
         engine.dispose()
         raise
-    loop = ControlLoop(sessions, executor, clock=clock, tick_s=tick_s)
+    loop = ControlLoop(sessions, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
     platform = Platform(
         submissions=SubmissionWriter(sessions),
         home=home,

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI
@@ -23,6 +24,9 @@ from kiban.executors.local.nodes import this_machine, virtual_nodes
 from kiban.platform import Platform, build_platform
 from kiban.services.errors import ServiceError
 
+if TYPE_CHECKING:
+    from kiban.executors.kubernetes.options import KubernetesOptions
+
 
 @dataclass(frozen=True)
 class ServerOptions:
@@ -34,6 +38,9 @@ class ServerOptions:
     nodes: int | None = None
     gpus_per_node: int = 0
     tick_s: float = 0.2
+    backend: str = "local"  # or "kubernetes"
+    kubeconfig: Path | None = None  # Kubernetes: None is in-cluster
+    kube_options: KubernetesOptions | None = None
 
 
 def local_nodes(options: ServerOptions) -> list[NodeInfo]:
@@ -77,6 +84,26 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def start_platform(options: ServerOptions) -> Platform:
+    if options.backend == "kubernetes":
+        from kiban.executors.kubernetes import KubernetesExecutor
+
+        try:
+            kube = KubernetesExecutor.connect(options.kubeconfig, options.kube_options)
+        except Exception as exc:
+            where = options.kubeconfig or "the in-cluster service account"
+            raise SystemExit(f"error: cannot reach Kubernetes with {where}: {exc}") from None
+        try:
+            return build_platform(
+                home=options.home,
+                db_url=options.db_url,
+                executor=kube,
+                config=options.config,
+                tick_s=options.tick_s,
+                node_sync_s=kube.node_sync_s,
+            )
+        except BaseException:
+            kube.close()
+            raise
     executor = LocalExecutor(options.home, local_nodes(options))
     return build_platform(
         home=options.home,

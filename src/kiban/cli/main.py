@@ -70,11 +70,46 @@ def up(
     gpus_per_node: Annotated[int, typer.Option(help="GPUs of each virtual node")] = 0,
     config: Annotated[Path | None, typer.Option(help="cluster file: nodes and policy")] = None,
     db: Annotated[str | None, typer.Option(help="store URL, e.g. postgresql+psycopg://...")] = None,
+    backend: Annotated[
+        str, typer.Option(help="executor: local (processes here) or kubernetes (pods)")
+    ] = "local",
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="kubeconfig of the cluster (default: in-cluster)")
+    ] = None,
+    namespace_prefix: Annotated[
+        str, typer.Option(help="Kubernetes: each tenant's namespace is this prefix + tenant")
+    ] = "kiban-",
+    image: Annotated[
+        str | None, typer.Option(help="Kubernetes: image of tasks that name none")
+    ] = None,
+    unhealthy_condition: Annotated[
+        list[str] | None,
+        typer.Option(help="Kubernetes: node condition type that, True, makes a node unhealthy"),
+    ] = None,
 ) -> None:
-    """Run the whole platform in the foreground: API, scheduler and local executor."""
+    """Run the whole platform in the foreground: API, scheduler and an executor."""
     from kiban.domain.cluster import parse_cluster_config
     from kiban.server import ServerOptions, serve
 
+    if backend not in ("local", "kubernetes"):
+        fail(f"--backend must be local or kubernetes, not {backend!r}")
+    kube_options = None
+    if backend == "kubernetes":
+        if nodes is not None or gpus_per_node:
+            fail("--nodes and --gpus-per-node are for the local backend; Kubernetes has nodes")
+        from kiban.executors.kubernetes.options import KubernetesOptions
+
+        defaults = KubernetesOptions()
+        try:
+            kube_options = KubernetesOptions(
+                namespace_prefix=namespace_prefix,
+                default_image=image,
+                unhealthy_conditions=tuple(unhealthy_condition or defaults.unhealthy_conditions),
+            )
+        except ValueError as exc:
+            fail(str(exc))
+    elif kubeconfig is not None or image is not None or unhealthy_condition:
+        fail("--kubeconfig, --image and --unhealthy-condition need --backend kubernetes")
     if nodes is not None and nodes < 1:
         fail("--nodes must be at least 1")
     if gpus_per_node < 0:
@@ -99,6 +134,9 @@ def up(
         config=cluster,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
+        backend=backend,
+        kubeconfig=kubeconfig.expanduser().resolve() if kubeconfig is not None else None,
+        kube_options=kube_options,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options)

@@ -26,7 +26,7 @@ from kiban.control.forecaster import Forecaster
 from kiban.control.snapshot_builder import NodeViews, RecordedWait, SpecCache, build_snapshot
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState, ReplicaState
-from kiban.executors.base import Executor, LaunchError, LaunchRequest, ReplicaRef
+from kiban.executors.base import Executor, LaunchError, LaunchRequest, NodeInfo, ReplicaRef
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement, Wait
@@ -34,6 +34,7 @@ from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
 from kiban.scheduler.snapshot import RunningJob, Snapshot
 from kiban.services import events
+from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition
 from kiban.services.usage import accrue_usage
@@ -53,6 +54,7 @@ def replica_ref(replica: Replica) -> ReplicaRef:
         rank=replica.rank,
         pid=replica.pid,
         pid_start_time=replica.pid_start_time,
+        handle=replica.handle,
     )
 
 
@@ -75,6 +77,7 @@ class ControlLoop:
         policy: Policy = DEFAULT_POLICY,
         tick_s: float = 0.2,
         on_pass: Callable[[], None] | None = None,
+        node_sync_s: float | None = None,
     ) -> None:
         self.sessions = sessions
         self.executor = executor
@@ -101,6 +104,10 @@ class ControlLoop:
         self.forecaster = Forecaster()
         # (job, attempt) whose replicas were asked to stop; after a restart they are asked again.
         self._signalled: set[tuple[str, int]] = set()
+        # Executors whose nodes change under them (a cluster) are asked again this often.
+        self.node_sync_s = node_sync_s
+        self._last_node_sync = float("-inf")
+        self._last_nodes: list[NodeInfo] | None = None
 
     # -- thread --------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -152,7 +159,8 @@ class ControlLoop:
         once. A full pass also runs every ``resync_s``.
         """
         now = self.clock.now()
-        changed = self.settle(now)
+        nodes_changed = self._sync_nodes_if_due(now)
+        changed = self.settle(now) or nodes_changed
         now = self.clock.now()
         gap = self.min_interval_s if min_interval_s is None else min_interval_s
         since = now - self._last_schedule
@@ -166,6 +174,24 @@ class ControlLoop:
         if self._on_pass is not None:
             self._on_pass()
         return (scheduled and not self._more) or not (wanted or changed or self._more)
+
+    def _sync_nodes_if_due(self, now: float) -> bool:
+        """Every ``node_sync_s``: store the executor's nodes; True when they changed."""
+        if self.node_sync_s is None or now - self._last_node_sync < self.node_sync_s:
+            return False
+        self._last_node_sync = now
+        try:
+            nodes = self.executor.nodes()
+        except Exception:  # the cluster's API may be away for a while; the next sync retries
+            log.exception("could not list the executor's nodes")
+            return False
+        if nodes == self._last_nodes:
+            return False
+        with self.sessions() as session:
+            sync_nodes(session, nodes, now)
+            session.commit()
+        self._last_nodes = nodes
+        return True
 
     def recover(self) -> None:
         """After a restart: a launch cut short is undone and its job requeued.
@@ -258,11 +284,13 @@ class ControlLoop:
             if failed:
                 message = failed[0][1]
                 retry = spec.restart_policy == "OnFailure" and job.attempt <= spec.backoff_limit
+                # Replicas lost (vanished with their pod or node) are no fault of the job's own.
+                lost = all(r.state == ReplicaState.LOST.value for r, _ in failed)
                 self._begin_stop(
                     session,
                     job,
                     running,
-                    "restart" if retry else "fail",
+                    "lost" if lost else "restart" if retry else "fail",
                     reason="ReplicaFailed",
                     message=message,
                     now=now,
@@ -343,6 +371,7 @@ class ControlLoop:
             "restart": "; restarting",
             "preempt": "; it returns to its queue",
             "requeue": "; it returns to its queue",
+            "lost": "; it returns to its queue",
         }.get(intent, "")
         transition(
             session,
@@ -375,7 +404,7 @@ class ControlLoop:
                 message="all replicas stopped",
                 at=now,
             )
-        elif intent in ("preempt", "requeue"):
+        elif intent in ("preempt", "requeue", "lost"):
             # Back in its queue with its original submit time; the next attempt starts anew.
             job.attempt += 1
             transition(
@@ -387,6 +416,8 @@ class ControlLoop:
                     f"preempted by job {job.preempted_by}; waits in queue {job.queue} again"
                     if intent == "preempt"
                     else f"its node became unhealthy; waits in queue {job.queue} again"
+                    if intent == "requeue"
+                    else f"a replica was lost; waits in queue {job.queue} again"
                 ),
                 at=now,
             )
@@ -644,6 +675,7 @@ class ControlLoop:
             started = by_rank[row.rank]
             row.pid = started.pid
             row.pid_start_time = started.pid_start_time
+            row.handle = started.handle
             row.started_at = started.started_at
         session.refresh(job, with_for_update=True)
         if job.state != JobState.ADMITTED.value:

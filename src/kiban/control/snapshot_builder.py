@@ -98,6 +98,13 @@ class NodeViews:
         return view
 
 
+def held_elsewhere(gpus: int, used: set[int], count: int) -> set[int]:
+    """GPU ids to count as taken by work kiban did not start: the highest ``count`` of those
+    kiban does not use (GPU ids are only kiban's bookkeeping; the device plugin picks devices)."""
+    free = [i for i in range(gpus - 1, -1, -1) if i not in used]
+    return set(free[:count])
+
+
 def build_snapshot(
     session: Session,
     specs: SpecCache,
@@ -136,6 +143,11 @@ def build_snapshot(
         reason = "" if row.healthy else (row.health_message or "unhealthy")
         if row.cordoned:
             reason = "cordoned"
+        elif row.healthy and row.unschedulable_reason:
+            reason = row.unschedulable_reason
+        used_ids = used_gpus.get(row.name, set())
+        if row.gpus_used_elsewhere:
+            used_ids = used_ids | held_elsewhere(row.gpus, used_ids, row.gpus_used_elsewhere)
         nodes.append(
             views.reuse(
                 node_view(
@@ -143,11 +155,11 @@ def build_snapshot(
                     gpus=row.gpus,
                     cpu_millis=row.cpu_millis,
                     memory=row.memory,
-                    used_gpu_ids=used_gpus.get(row.name, set()),
+                    used_gpu_ids=used_ids,
                     used_cpu_millis=used_cpu.get(row.name, 0),
                     used_memory=used_memory.get(row.name, 0),
                     labels=row.labels or {},
-                    schedulable=row.healthy and not row.cordoned,
+                    schedulable=row.healthy and not row.cordoned and not row.unschedulable_reason,
                     unschedulable_reason=reason,
                     flavor=flavor_of[row.name],
                     topology=policy.topology_path(row.labels or {}),

@@ -70,15 +70,118 @@ class Resources(SpecModel):
         return value
 
 
+IMAGE = re.compile(r"^[^\s]{1,1024}$")
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+class VolumeSpec(SpecModel):
+    """A persistent volume claim mounted into the container (e.g. a shared ``/data``)."""
+
+    name: str
+    claim_name: str = Field(min_length=1, max_length=253)
+    mount_path: str = Field(min_length=1, max_length=4096)
+    read_only: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "volume name")
+
+    @field_validator("mount_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "\x00" in value:
+            raise ValueError(f"mountPath {value!r} must be an absolute path")
+        return value
+
+
+# Fields that only a container executor (Kubernetes) uses; the local executor ignores them.
+CONTAINER_FIELDS = ("image", "volumes", "nodeSelector", "affinity", "hostNetwork", "annotations")
+
+
 class TaskSpec(SpecModel):
-    """A set of identical replicas of one command."""
+    """A set of identical replicas of one command.
+
+    ``command`` (then ``args``) is what runs. ``image``, ``volumes``, ``nodeSelector``,
+    ``affinity``, ``hostNetwork`` and ``annotations`` (of the pods) shape the pods on Kubernetes
+    (``affinity`` is the Kubernetes Affinity object as written); the local executor ignores them
+    with a warning.
+    """
 
     name: str = "worker"
     replicas: int = Field(default=1, ge=1, le=10000)
     resources: Resources = Resources()
     command: list[str] = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     nproc_per_node: int | None = Field(default=None, ge=1, le=1024)
+    image: str | None = None
+    volumes: list[VolumeSpec] = Field(default_factory=list, max_length=64)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    affinity: dict[str, Any] | None = None
+    host_network: bool = False
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    def container_fields(self) -> list[str]:
+        """The container-only fields this task sets (for the local executor's warning)."""
+        values = {
+            "image": self.image,
+            "volumes": self.volumes,
+            "nodeSelector": self.node_selector,
+            "affinity": self.affinity,
+            "hostNetwork": self.host_network,
+            "annotations": self.annotations,
+        }
+        return [name for name in CONTAINER_FIELDS if values[name]]
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None and not IMAGE.match(value):
+            raise ValueError(f"image {value!r} must be a non-empty reference without spaces")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: list[str]) -> list[str]:
+        if any("\x00" in part for part in value):
+            raise ValueError("must not contain NUL characters")
+        return value
+
+    @field_validator("volumes")
+    @classmethod
+    def _unique_volumes(cls, value: list[VolumeSpec]) -> list[VolumeSpec]:
+        names = [v.name for v in value]
+        paths = [v.mount_path for v in value]
+        for what, items in (("names", names), ("mountPaths", paths)):
+            repeated = sorted({n for n in items if items.count(n) > 1})
+            if repeated:
+                raise ValueError(f"volume {what} must be unique; repeated: {', '.join(repeated)}")
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not LABEL_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid annotation key")
+            if key.startswith("kiban.dev/job"):
+                raise ValueError(f"{key} is set by kiban")
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not LABEL_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid label key")
+            if not LABEL_VALUE.match(item):
+                raise ValueError(f"{item!r} (for {key}) is not a valid label value")
+        return value
 
     @field_validator("name")
     @classmethod

@@ -32,6 +32,12 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     healthy: bool = True
     health_message: str = ""
+    # GPUs held by work kiban did not start (other pods on a shared cluster): not free for kiban,
+    # though still part of the node's capacity (so a job that needs the whole node is not refused).
+    gpus_used_elsewhere: int = 0
+    # Why a healthy node takes no new work (a cordon or taint in the executor's cluster); unlike
+    # an unhealthy node, its running jobs stay. Empty: it takes new work.
+    unschedulable: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,11 @@ class LaunchRequest:
 
 @dataclass(frozen=True)
 class ReplicaRef:
-    """Which replica, and the process identity recorded when it was launched."""
+    """Which replica, and the identity recorded when it was launched.
+
+    A process has a pid and its start time (so a reused pid is told apart); a replica elsewhere
+    (a pod) has an opaque ``handle`` its executor made (e.g. ``namespace/name/uid``).
+    """
 
     job_id: str
     attempt: int
@@ -58,16 +68,18 @@ class ReplicaRef:
     rank: int
     pid: int | None
     pid_start_time: float | None
+    handle: str | None = None
 
 
 @dataclass(frozen=True)
 class LaunchedReplica:
-    """A replica that was started: its rank and process identity."""
+    """A replica that was started: its rank and identity (a process's pid, or a handle)."""
 
     rank: int
-    pid: int
-    pid_start_time: float
+    pid: int | None
+    pid_start_time: float | None
     started_at: float
+    handle: str | None = None
 
 
 @dataclass(frozen=True)

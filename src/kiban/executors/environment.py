@@ -56,9 +56,9 @@ def replica_command(
     master_port: int,
     python: str,
 ) -> list[str]:
-    """The argument list to run: the task's command, under torchrun when asked."""
+    """The argument list to run: the task's command and args, under torchrun when asked."""
     if launcher != "torchrun":
-        return list(task.command)
+        return [*task.command, *task.args]
     nproc = task.nproc_per_node or max(len(placement.gpu_ids), 1)
     return [
         python,
@@ -71,4 +71,5 @@ def replica_command(
         f"--master_port={master_port}",
         "--no-python",
         *task.command,
+        *task.args,
     ]

@@ -69,6 +69,8 @@ def sync_nodes(session: Session, nodes: Sequence[NodeInfo], at: float) -> None:
                 healthy=True,
                 health_message="",
                 updated_at=at,
+                gpus_used_elsewhere=0,
+                unschedulable_reason="",
                 labels={},
             )
             session.add(row)
@@ -84,6 +86,8 @@ def sync_nodes(session: Session, nodes: Sequence[NodeInfo], at: float) -> None:
         row.cpu_millis = info.cpu_millis
         row.memory = info.memory
         row.labels = dict(info.labels)
+        row.gpus_used_elsewhere = info.gpus_used_elsewhere
+        row.unschedulable_reason = info.unschedulable
         row.updated_at = at
         _record_health(session, row, info.healthy, info.health_message, at)
 

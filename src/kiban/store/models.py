@@ -118,6 +118,10 @@ class Node(Base):
     health_message: Mapped[str] = mapped_column(Text, default="")
     cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[float] = mapped_column(Float)
+    # As the executor reports them: GPUs held by work kiban did not start, and why the node
+    # takes no new work though healthy (its cluster's cordon or taints; "" when it does).
+    gpus_used_elsewhere: Mapped[int] = mapped_column(Integer, default=0)
+    unschedulable_reason: Mapped[str] = mapped_column(Text, default="")
 
 
 class Job(Base):
@@ -192,6 +196,8 @@ class Replica(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The executor's identity of a replica that is not a local process (a pod: ns/name/uid).
+    handle: Mapped[str | None] = mapped_column(String(512), nullable=True)
 
     __table_args__ = (Index("ix_replicas_active", "active"),)
 

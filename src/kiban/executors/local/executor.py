@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import re
 import shutil
@@ -35,6 +36,8 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.environment import replica_command, replica_environment
+
+logger = logging.getLogger("kiban.executors.local")
 
 JOB_ID = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")
 SHIM = "kiban.executors.local.shim"
@@ -113,8 +116,17 @@ class LocalExecutor:
         base_env["PATH"] = python_bin + os.pathsep + base_env.get("PATH", "")
         if spec.launcher == "torchrun" and Capability.TORCHRUN not in self.capabilities:
             raise LaunchError("launcher torchrun needs PyTorch installed where kiban runs")
-        for task in spec.tasks:
+        for i, task in enumerate(spec.tasks):
             self._check_program(task.command[0], working_dir, {**base_env, **task.env})
+            ignored = task.container_fields()
+            if ignored:
+                logger.warning(
+                    "job %s: the local executor ignores spec.tasks[%d] (%s) fields %s",
+                    request.job_id,
+                    i,
+                    task.name,
+                    ", ".join(ignored),
+                )
 
         launched: list[LaunchedReplica] = []
         refs: list[ReplicaRef] = []

@@ -1,0 +1,117 @@
+"""The few calls kiban makes to the Kubernetes API, as JSON in and out.
+
+The official client's typed models are slow to build for thousands of pods and its methods are
+typed for them; kiban sends and reads plain JSON (``_preload_content=False``) through this thin
+layer instead. Errors are the client's ``ApiException``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client import ApiClient
+
+Obj = dict[str, Any]
+
+
+def connect(kubeconfig: Path | None) -> ApiClient:
+    """An API client from a kubeconfig file, or from the pod's service account (in-cluster)."""
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            raise FileNotFoundError(f"kubeconfig {kubeconfig} does not exist")
+        made: ApiClient = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        return made
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return ApiClient()
+
+
+def _json(response: Any) -> Obj:
+    data: Obj = json.loads(response.data)
+    return data
+
+
+class CoreApi:
+    """Core v1 calls with JSON bodies and results."""
+
+    def __init__(self, api_client: ApiClient) -> None:
+        self.api_client = api_client
+        self._core: Any = client.CoreV1Api(api_client)
+
+    def close(self) -> None:
+        self.api_client.close()  # type: ignore[no-untyped-call]
+
+    # -- lists -----------------------------------------------------------------------------
+    def list_nodes(self, label_selector: str = "") -> list[Obj]:
+        return self._items(
+            self._core.list_node(label_selector=label_selector, _preload_content=False)
+        )
+
+    def list_pods(self, *, label_selector: str = "", field_selector: str = "") -> Obj:
+        """The PodList (items and the list's resourceVersion), in every namespace."""
+        return _json(
+            self._core.list_pod_for_all_namespaces(
+                label_selector=label_selector, field_selector=field_selector, _preload_content=False
+            )
+        )
+
+    def list_services(self, label_selector: str) -> list[Obj]:
+        return self._items(
+            self._core.list_service_for_all_namespaces(
+                label_selector=label_selector, _preload_content=False
+            )
+        )
+
+    def watch_pods(self, label_selector: str, resource_version: str | None, timeout_s: int) -> Any:
+        """A streaming response of watch events (one JSON object a line)."""
+        return self._core.list_pod_for_all_namespaces(
+            label_selector=label_selector,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_s,
+            _preload_content=False,
+        )
+
+    @staticmethod
+    def _items(response: Any) -> list[Obj]:
+        items: list[Obj] = _json(response).get("items") or []
+        return items
+
+    # -- objects ---------------------------------------------------------------------------
+    def create_namespace(self, body: Obj) -> Obj:
+        return _json(self._core.create_namespace(body, _preload_content=False))
+
+    def create_service(self, namespace: str, body: Obj) -> Obj:
+        return _json(self._core.create_namespaced_service(namespace, body, _preload_content=False))
+
+    def read_service(self, namespace: str, name: str) -> Obj:
+        return _json(self._core.read_namespaced_service(name, namespace, _preload_content=False))
+
+    def delete_service(self, namespace: str, name: str) -> None:
+        self._core.delete_namespaced_service(name, namespace, _preload_content=False)
+
+    def create_pod(self, namespace: str, body: Obj) -> Obj:
+        return _json(self._core.create_namespaced_pod(namespace, body, _preload_content=False))
+
+    def read_pod(self, namespace: str, name: str) -> Obj:
+        return _json(self._core.read_namespaced_pod(name, namespace, _preload_content=False))
+
+    def delete_pod(
+        self, namespace: str, name: str, *, uid: str | None = None, grace_s: int | None = None
+    ) -> None:
+        """Delete a pod; only if it is still ``uid``; with ``grace_s`` instead of its own."""
+        body: Obj = {}
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
+        if grace_s is not None:
+            body["gracePeriodSeconds"] = grace_s
+        self._core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
+
+    def read_pod_log(self, namespace: str, name: str, container: str) -> bytes:
+        response = self._core.read_namespaced_pod_log(
+            name, namespace, container=container, _preload_content=False
+        )
+        return bytes(response.data)

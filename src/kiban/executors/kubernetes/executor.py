@@ -1,0 +1,288 @@
+"""Runs kiban's jobs as pods on a Kubernetes cluster, through the official client.
+
+For each attempt of an admitted job: the tenant's namespace (made if absent), a headless
+Service (DNS names for the pods; ``MASTER_ADDR`` is replica 0's), and one pod per replica bound
+to the node kiban chose (see ``pods`` for why ``nodeName``). The Service owns the pods (owner
+references), and every object carries the job's labels, so all of an attempt is found with one
+selector and deleted together (explicitly: kiban does not count on a garbage collector).
+
+Replicas are identified by a handle ``namespace/name/uid``; ``observe`` reads a pod cache that
+a watch keeps current (``podcache``), so a restarted kiban finds the pods it started before
+(Capability.ADOPT): running jobs keep their pods, and attempts cut short while launching are
+deleted by their labels (``abandon``), so that no pod is duplicated or left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from kiban.clock import Clock, SystemClock
+from kiban.executors.base import (
+    Capability,
+    LaunchedReplica,
+    LaunchError,
+    LaunchRequest,
+    NodeInfo,
+    Observation,
+    ReplicaRef,
+)
+from kiban.executors.kubernetes.api import CoreApi, Obj, connect
+from kiban.executors.kubernetes.naming import (
+    ATTEMPT_LABEL,
+    JOB_LABEL,
+    MANAGED_BY,
+    MANAGED_SELECTOR,
+    MANAGER,
+    RANK_LABEL,
+    attempt_selector,
+    job_key,
+    make_handle,
+    namespace_for,
+    parse_handle,
+    service_name,
+)
+from kiban.executors.kubernetes.nodes import TERMINAL_PHASES, foreign_gpus, node_info
+from kiban.executors.kubernetes.options import KubernetesOptions
+from kiban.executors.kubernetes.podcache import PodCache
+from kiban.executors.kubernetes.pods import (
+    CONTAINER,
+    observe_pod,
+    owner_reference,
+    pod_manifest,
+    service_manifest,
+)
+
+log = logging.getLogger("kiban.executors.kubernetes")
+
+FORCE_GRACE_S = 1  # "now": the kubelet kills at once, and still confirms the containers stopped
+LIVE_PODS_ON_NODES = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
+
+
+def _ignore_gone(call: Any, *args: Any, **kwargs: Any) -> None:
+    """Delete; an object gone already (404) or replaced by another (409) is not an error."""
+    try:
+        call(*args, **kwargs)
+    except ApiException as exc:
+        if exc.status not in (404, 409):
+            raise
+
+
+class KubernetesExecutor:
+    """The executor of a Kubernetes cluster (see the module docstring)."""
+
+    name = "kubernetes"
+    capabilities = frozenset({Capability.ADOPT, Capability.TORCHRUN})
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        options: KubernetesOptions | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.options = options or KubernetesOptions()
+        self.node_sync_s = self.options.node_sync_s
+        self.api = CoreApi(api_client)
+        self._clock = clock or SystemClock()
+        self._namespaces: set[str] = set()
+        self._node_names: set[str] | None = None  # from the last nodes(); None: not listed yet
+        self._lock = threading.Lock()
+        self._random = random.Random()
+        self.pods = PodCache(self.api, MANAGED_SELECTOR)
+        self.pods.start()
+
+    @classmethod
+    def connect(
+        cls, kubeconfig: Path | None, options: KubernetesOptions | None = None
+    ) -> KubernetesExecutor:
+        """Connect with a kubeconfig file, or in-cluster when None."""
+        return cls(connect(kubeconfig), options)
+
+    def close(self) -> None:
+        """Stop the pod watch and close the connections."""
+        self.pods.stop()
+        self.api.close()
+
+    # -- nodes -----------------------------------------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        """The cluster's nodes (those matching ``options.node_selector``), GPUs of others off."""
+        nodes = self.api.list_nodes(self.options.node_selector)
+        live = self.api.list_pods(field_selector=LIVE_PODS_ON_NODES)
+        elsewhere = foreign_gpus(live.get("items") or [])
+        infos = [node_info(n, self.options, elsewhere.get(n["metadata"]["name"], 0)) for n in nodes]
+        with self._lock:
+            self._node_names = {n.name for n in infos}
+        return sorted(infos, key=lambda n: n.name)
+
+    def checkpoint_dir(self, job_id: str) -> str:
+        """The path inside the containers (shared storage mounted there keeps it across pods)."""
+        return f"{self.options.checkpoint_root}/{job_id}"
+
+    def pick_master_port(self) -> int:
+        """A port from a small range above ``options.master_port``.
+
+        Each pod has its own network, so one port would do, except for pods on the host's
+        network (``hostNetwork``), where two jobs' replica 0 may share a node.
+        """
+        return self.options.master_port + self._random.randrange(500)
+
+    # -- launch ----------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
+        """Namespace, Service, then one pod per placement; on failure, delete what was made."""
+        try:
+            namespace = namespace_for(self.options.namespace_prefix, request.tenant)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        # Build every manifest first: a bad spec fails before anything is created.
+        bodies = [pod_manifest(request, p, namespace, self.options) for p in request.placements]
+        try:
+            self._ensure_namespace(namespace)
+            owner = owner_reference(
+                request.job_id, request.attempt, self._ensure_service(request, namespace)
+            )
+            launched = []
+            for placement, body in zip(request.placements, bodies, strict=True):
+                body["metadata"]["ownerReferences"] = [owner]
+                pod = self._create_pod(namespace, body)
+                self.pods.put(pod)
+                meta = pod["metadata"]
+                handle = make_handle(namespace, meta["name"], meta["uid"])
+                launched.append(
+                    LaunchedReplica(placement.rank, None, None, self._clock.now(), handle)
+                )
+        except ApiException as exc:
+            self.abandon(request.job_id, request.attempt)
+            raise LaunchError(f"the Kubernetes API refused: {_api_message(exc)}") from None
+        return launched
+
+    def _ensure_namespace(self, namespace: str) -> None:
+        if namespace in self._namespaces:
+            return
+        body: Obj = {"metadata": {"name": namespace, "labels": {MANAGED_BY: MANAGER}}}
+        try:
+            self.api.create_namespace(body)
+        except ApiException as exc:
+            if exc.status != 409:  # 409: it exists already
+                raise
+        self._namespaces.add(namespace)
+
+    def _ensure_service(self, request: LaunchRequest, namespace: str) -> str:
+        """The attempt's headless Service (made now, or found from an earlier try): its uid."""
+        body = service_manifest(request, namespace)
+        try:
+            service = self.api.create_service(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            service = self.api.read_service(namespace, body["metadata"]["name"])
+        return str(service["metadata"]["uid"])
+
+    def _create_pod(self, namespace: str, body: Obj) -> Obj:
+        """Create the pod; one of the same attempt that exists already is taken as it is."""
+        try:
+            return self.api.create_pod(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return self.api.read_pod(namespace, body["metadata"]["name"])
+
+    # -- observe and stop --------------------------------------------------------------------
+    def _pod(self, ref: ReplicaRef) -> tuple[str, str, str, Obj | None] | None:
+        """(namespace, name, uid, the pod if it is still that one), or None without a handle."""
+        if ref.handle is None:
+            return None
+        namespace, name, uid = parse_handle(ref.handle)
+        pod = self.pods.get(namespace, name)
+        if pod is None:
+            pod = self._read(namespace, name)  # not in the cache yet, or gone: ask
+        if pod is not None and pod["metadata"].get("uid") != uid:
+            pod = None  # another pod of the same name: ours is gone
+        return namespace, name, uid, pod
+
+    def _read(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.api.read_pod(namespace, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def observe(self, replica: ReplicaRef) -> Observation:
+        found = self._pod(replica)
+        if found is None:
+            return Observation(running=False, lost=True, message="no pod was recorded for it")
+        pod = found[3]
+        return observe_pod(pod, node_present=pod is None or self._node_present(pod))
+
+    def _node_present(self, pod: Obj) -> bool:
+        """Whether the pod's node was in the last node list (True before any list)."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        with self._lock:
+            names = self._node_names
+        return names is None or node is None or node in names
+
+    def stop(self, replica: ReplicaRef, *, force: bool) -> None:
+        """Delete the replica's pod: with the job's grace period, or at once with ``force``.
+
+        The grace period is the pod's own (``terminationGracePeriodSeconds``, the job's). With
+        ``force`` on replica 0 the attempt's Service goes too: a forced stop ends an attempt. A
+        pod whose node is gone is removed at once (no kubelet is left to confirm its end), as
+        the pod garbage collector of a cluster would.
+        """
+        found = self._pod(replica)
+        if found is None:
+            return
+        namespace, name, uid, pod = found
+        if pod is not None and not force:
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in TERMINAL_PHASES or pod["metadata"].get("deletionTimestamp"):
+                return  # nothing left to ask
+        if pod is not None:
+            grace = FORCE_GRACE_S if force else None
+            if not self._node_present(pod):
+                grace = 0
+            _ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
+        if force and replica.rank == 0:
+            service = service_name(replica.job_id, replica.attempt)
+            _ignore_gone(self.api.delete_service, namespace, service)
+
+    def abandon(self, job_id: str, attempt: int) -> None:
+        """Delete every pod and the Service of one attempt, found by their labels."""
+        selector = attempt_selector(job_id, attempt)
+        for pod in self.api.list_pods(label_selector=selector).get("items") or []:
+            meta = pod["metadata"]
+            grace = FORCE_GRACE_S if self._node_present(pod) else 0
+            _ignore_gone(self.api.delete_pod, meta["namespace"], meta["name"], grace_s=grace)
+        for service in self.api.list_services(selector):
+            meta = service["metadata"]
+            _ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
+
+    # -- logs ----------------------------------------------------------------------------------
+    def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
+        """The log of the replica's newest pod (empty where the node serves no logs)."""
+        pods = self.pods.select({JOB_LABEL: job_key(job_id), RANK_LABEL: str(int(rank))})
+        if not pods:
+            return b"", offset
+        newest = max(pods, key=lambda p: int(p["metadata"]["labels"].get(ATTEMPT_LABEL, 0)))
+        meta = newest["metadata"]
+        try:
+            data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
+        except Exception as exc:  # no such log yet, or the node serves none (a fake node)
+            log.debug("no log for %s/%s: %s", meta["namespace"], meta["name"], exc)
+            return b"", offset
+        chunk = data[offset : offset + limit]
+        return chunk, offset + len(chunk)

@@ -1,0 +1,41 @@
+"""Settings of the Kubernetes executor, with defaults that suit a cluster of NVIDIA GPU nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kiban.domain.jobspec import DNS_LABEL
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """How kiban uses a cluster.
+
+    ``unhealthy_conditions``: node condition types (as node-problem-detector sets them) that
+    make a node unhealthy when ``True``; its jobs return to their queues. ``tolerated_taints``:
+    taint keys kiban's pods tolerate (any effect); a node with another NoSchedule taint takes no
+    new work, and one with another NoExecute taint is unhealthy. ``node_selector``: a label
+    selector of the nodes kiban may use (empty: all).
+    """
+
+    namespace_prefix: str = "kiban-"
+    cluster_domain: str = "cluster.local"
+    unhealthy_conditions: tuple[str, ...] = ("GpuEcc", "NetworkUnavailable")
+    tolerated_taints: tuple[str, ...] = (GPU_RESOURCE,)
+    node_selector: str = ""
+    default_image: str | None = None
+    checkpoint_root: str = "/kiban/checkpoints"
+    node_sync_s: float = 2.0
+    master_port: int = 29500
+    python: str = "python"  # the interpreter in the image, for the torchrun launcher
+
+    def __post_init__(self) -> None:
+        prefix = self.namespace_prefix
+        if prefix and not DNS_LABEL.match(prefix.rstrip("-") or "x"):
+            raise ValueError(f"namespace_prefix {prefix!r}: lowercase letters, digits and '-'")
+        if not 0 < self.master_port < 65536:
+            raise ValueError(f"master_port {self.master_port} is not a TCP port")
+        if self.node_sync_s <= 0:
+            raise ValueError(f"node_sync_s must be positive, not {self.node_sync_s}")

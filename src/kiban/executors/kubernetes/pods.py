@@ -1,0 +1,252 @@
+"""The pods and headless Service of a job attempt, and what a pod's status means (pure).
+
+Pods are bound at creation (``spec.nodeName``) rather than created for a scheduler and bound
+through the Binding subresource: kiban has already placed the gang and counted the node's
+capacity, so one request per replica suffices (half the API calls of create-then-bind, which
+is what bounds placement speed), no pod ever waits unbound where another scheduler could take
+it, and it works on clusters without any scheduler. The kubelet still admits each pod against
+the node's allocatable resources; a pod it rejects fails with a reason such as
+``OutOfnvidia.com/gpu`` and is reported lost, so the job returns to its queue.
+
+Pods run with ``restartPolicy: Never``: kiban itself honours the job's restart policy by
+starting a new attempt (new pods) on the same placement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kiban.domain.jobspec import TaskSpec
+from kiban.executors.base import LaunchError, LaunchRequest, Observation
+from kiban.executors.environment import replica_command, replica_environment
+from kiban.executors.kubernetes.naming import (
+    ATTEMPT_LABEL,
+    JOB_ID_ANNOTATION,
+    JOB_LABEL,
+    RANK_LABEL,
+    TASK_LABEL,
+    job_labels,
+    master_addr,
+    pod_name,
+    service_name,
+)
+from kiban.executors.kubernetes.options import GPU_RESOURCE, KubernetesOptions
+from kiban.scheduler.decisions import ReplicaPlacement
+
+CONTAINER = "main"
+# Pod failures that are the infrastructure's doing, not the job's: the replica counts as lost.
+LOST_REASONS = {
+    "Evicted",
+    "NodeLost",
+    "NodeShutdown",
+    "Shutdown",
+    "Terminated",
+    "UnexpectedAdmissionError",
+    "NodeAffinity",
+    "Preempting",
+}
+# Waiting reasons after which the container will never start on its own.
+FATAL_WAITING = {"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
+EXIT_CANNOT_START = 128  # exit code reported for a container that could not start
+
+
+def service_manifest(request: LaunchRequest, namespace: str) -> dict[str, Any]:
+    """The headless Service of one attempt: DNS names for its pods, and their owner."""
+    labels = job_labels(request.job_id, request.tenant, request.attempt)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(request.job_id, request.attempt),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {JOB_ID_ANNOTATION: request.job_id},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {
+                JOB_LABEL: labels[JOB_LABEL],
+                ATTEMPT_LABEL: labels[ATTEMPT_LABEL],
+            },
+            # Replica 0's name resolves before it is Ready: the workers need it to rendezvous.
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def pod_manifest(
+    request: LaunchRequest,
+    placement: ReplicaPlacement,
+    namespace: str,
+    options: KubernetesOptions,
+) -> dict[str, Any]:
+    """The pod of one replica, bound to its node; LaunchError names a field that is missing."""
+    index, task = _task(request, placement.task)
+    image = task.image or options.default_image
+    if image is None:
+        raise LaunchError(
+            f"spec.tasks[{index}].image is required on the Kubernetes executor "
+            "(or start kiban with a default image)"
+        )
+    addr = master_addr(request.job_id, request.attempt, namespace, options.cluster_domain)
+    world_size = len(request.placements)
+    env = replica_environment(
+        job_id=request.job_id,
+        job_name=request.job_name,
+        attempt=request.attempt,
+        task=task,
+        placement=placement,
+        world_size=world_size,
+        master_addr=addr,
+        master_port=request.master_port,
+        checkpoint_dir=f"{options.checkpoint_root}/{request.job_id}",
+    )
+    gpus = len(placement.gpu_ids)
+    if gpus:
+        # The device plugin picks the devices and sets NVIDIA_VISIBLE_DEVICES; inside the
+        # container they are numbered from 0, so kiban's GPU ids (its bookkeeping) must not leak.
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.pop("NVIDIA_VISIBLE_DEVICES", None)
+    else:
+        env["NVIDIA_VISIBLE_DEVICES"] = "none"
+    command = replica_command(
+        launcher=request.spec.launcher,
+        task=task,
+        placement=placement,
+        world_size=world_size,
+        master_addr=addr,
+        master_port=request.master_port,
+        python=options.python,
+    )
+    requests: dict[str, str] = {
+        "cpu": f"{placement.cpu_millis}m",
+        "memory": str(placement.memory),
+    }
+    limits: dict[str, str] = {"memory": str(placement.memory)}
+    if gpus:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "command": command,
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "resources": {"requests": requests, "limits": limits},
+    }
+    if task.volumes:
+        container["volumeMounts"] = [
+            {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only}
+            for v in task.volumes
+        ]
+    name = pod_name(request.job_id, request.attempt, placement.rank)
+    labels = job_labels(request.job_id, request.tenant, request.attempt)
+    labels[RANK_LABEL] = str(placement.rank)
+    labels[TASK_LABEL] = placement.task
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels,
+        "annotations": {**task.annotations, JOB_ID_ANNOTATION: request.job_id},
+    }
+    grace = request.spec.termination_grace_period
+    spec: dict[str, Any] = {
+        "nodeName": placement.node,
+        "restartPolicy": "Never",
+        "hostname": name,
+        "subdomain": service_name(request.job_id, request.attempt),
+        "containers": [container],
+        "tolerations": [
+            {"key": key, "operator": "Exists"} for key in sorted(options.tolerated_taints)
+        ],
+        "terminationGracePeriodSeconds": round(grace if grace is not None else 30.0),
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+    }
+    if task.volumes:
+        spec["volumes"] = [
+            {
+                "name": v.name,
+                "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only},
+            }
+            for v in task.volumes
+        ]
+    if task.node_selector:
+        spec["nodeSelector"] = dict(task.node_selector)
+    if task.affinity:
+        spec["affinity"] = dict(task.affinity)
+    if task.host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def owner_reference(job_id: str, attempt: int, service_uid: str) -> dict[str, Any]:
+    """Makes a pod part of its attempt's Service: collected with it where a collector runs."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "name": service_name(job_id, attempt),
+        "uid": service_uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _task(request: LaunchRequest, name: str) -> tuple[int, TaskSpec]:
+    for index, task in enumerate(request.spec.tasks):
+        if task.name == name:
+            return index, task
+    raise LaunchError(f"placement names task {name!r}, which the job does not have")
+
+
+def _main_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        if status.get("name") == CONTAINER:
+            return dict(status)
+    return dict(statuses[0]) if statuses else {}
+
+
+def observe_pod(pod: Mapping[str, Any] | None, node_present: bool = True) -> Observation:
+    """What one replica's pod says: running, exited with a code, or lost.
+
+    ``None`` is a pod that no longer exists (deleted, or collected with its node): lost. A pod
+    on a node that is gone, in phase Unknown, or failed for a reason of the infrastructure
+    (evicted, refused by the kubelet for lack of resources) is lost too. A container that can
+    never start (an invalid image name) ends with exit code 128.
+    """
+    if pod is None:
+        return Observation(running=False, lost=True, message="its pod was deleted")
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    node = (pod.get("spec") or {}).get("nodeName") or "?"
+    main = _main_status(pod)
+    state = main.get("state") or {}
+    terminated = state.get("terminated") or {}
+    if phase == "Succeeded":
+        return Observation(running=False, exit_code=int(terminated.get("exitCode", 0) or 0))
+    if phase == "Failed":
+        reason = str(status.get("reason") or "")
+        detail = str(status.get("message") or reason)
+        if reason in LOST_REASONS or reason.startswith("OutOf") or "exitCode" not in terminated:
+            return Observation(
+                running=False, lost=True, message=f"pod failed on node {node}: {detail}"
+            )
+        code = int(terminated["exitCode"])
+        why = terminated.get("message") or terminated.get("reason") or ""
+        return Observation(running=False, exit_code=code, message=str(why))
+    if phase == "Unknown":
+        return Observation(
+            running=False, lost=True, message=f"pod in phase Unknown: node {node} unreachable"
+        )
+    if not node_present:
+        return Observation(running=False, lost=True, message=f"node {node} is gone")
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") in FATAL_WAITING:
+        return Observation(
+            running=False,
+            exit_code=EXIT_CANNOT_START,
+            message=f"container cannot start: {waiting.get('reason')}: "
+            f"{waiting.get('message', '')}",
+        )
+    return Observation(running=True)

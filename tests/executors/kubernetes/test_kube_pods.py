@@ -1,0 +1,180 @@
+"""Pod and Service manifests of a job attempt, and what pod statuses mean (no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kiban.domain.jobspec import JobSpec
+from kiban.executors.base import LaunchError, LaunchRequest
+from kiban.executors.kubernetes.options import KubernetesOptions
+from kiban.executors.kubernetes.pods import (
+    EXIT_CANNOT_START,
+    observe_pod,
+    pod_manifest,
+    service_manifest,
+)
+from kiban.scheduler.decisions import ReplicaPlacement
+
+OPTIONS = KubernetesOptions()
+
+
+def request(task: dict[str, Any] | None = None, **spec: Any) -> LaunchRequest:
+    base = {"replicas": 2, "resources": {"gpu": 2}, "command": ["python", "train.py"]}
+    base["image"] = "registry.example/train:1"
+    base.update(task or {})
+    job_spec = JobSpec.model_validate({"tasks": [base], **spec})
+    gpus = job_spec.tasks[0].resources.gpu
+    placements = tuple(
+        ReplicaPlacement("worker", i, i, f"node-{i}", tuple(range(gpus)), 1500, 2**30)
+        for i in range(job_spec.tasks[0].replicas)
+    )
+    return LaunchRequest("train-abc123", "train", "vision", 2, job_spec, placements, 29512)
+
+
+def env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_a_replica_pod_is_bound_to_its_node_with_gpus_environment_and_tolerations() -> None:
+    req = request()
+    pod = pod_manifest(req, req.placements[1], "kiban-vision", OPTIONS)
+    spec = pod["spec"]
+    assert spec["nodeName"] == "node-1"
+    assert spec["restartPolicy"] == "Never"
+    assert (spec["hostname"], spec["subdomain"]) == ("kb-train-abc123-2-1", "kb-train-abc123-2")
+    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in spec["tolerations"]
+    assert spec["terminationGracePeriodSeconds"] == 30
+    resources = spec["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == "2"
+    assert resources["requests"] == {"cpu": "1500m", "memory": str(2**30), "nvidia.com/gpu": "2"}
+    variables = env(pod)
+    assert variables["MASTER_ADDR"] == (
+        "kb-train-abc123-2-0.kb-train-abc123-2.kiban-vision.svc.cluster.local"
+    )
+    assert (variables["MASTER_PORT"], variables["WORLD_SIZE"], variables["RANK"]) == (
+        "29512",
+        "2",
+        "1",
+    )
+    assert variables["KIBAN_ATTEMPT"] == "2"
+    assert "CUDA_VISIBLE_DEVICES" not in variables  # the device plugin chooses the devices
+    assert "NVIDIA_VISIBLE_DEVICES" not in variables
+    labels = pod["metadata"]["labels"]
+    assert labels["kiban.dev/job"] == "train-abc123" and labels["kiban.dev/rank"] == "1"
+    assert pod["metadata"]["annotations"]["kiban.dev/job-id"] == "train-abc123"
+    assert "hostNetwork" not in spec and "volumes" not in spec
+
+
+def test_a_replica_without_gpus_sees_none() -> None:
+    req = request({"resources": {"gpu": 0}})
+    pod = pod_manifest(req, req.placements[0], "ns", OPTIONS)
+    assert env(pod)["NVIDIA_VISIBLE_DEVICES"] == "none"
+    assert "nvidia.com/gpu" not in pod["spec"]["containers"][0]["resources"]["limits"]
+
+
+def test_container_fields_of_the_spec_reach_the_pod() -> None:
+    req = request(
+        {
+            "args": ["--lr", "0.1"],
+            "volumes": [
+                {"name": "data", "claimName": "shared", "mountPath": "/data", "readOnly": True}
+            ],
+            "nodeSelector": {"nvidia.com/gpu.product": "H100"},
+            "affinity": {"nodeAffinity": {}},
+            "hostNetwork": True,
+            "annotations": {"example.com/team": "vision"},
+        },
+        terminationGracePeriod="90s",
+        launcher="torchrun",
+    )
+    pod = pod_manifest(req, req.placements[0], "ns", OPTIONS)
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    assert container["command"][:3] == ["python", "-m", "torch.distributed.run"]
+    assert container["command"][-4:] == ["python", "train.py", "--lr", "0.1"]
+    assert container["volumeMounts"] == [{"name": "data", "mountPath": "/data", "readOnly": True}]
+    assert spec["volumes"] == [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "shared", "readOnly": True}}
+    ]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "H100"}
+    assert spec["affinity"] == {"nodeAffinity": {}}
+    assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    assert spec["terminationGracePeriodSeconds"] == 90
+    assert pod["metadata"]["annotations"]["example.com/team"] == "vision"
+
+
+def test_a_task_without_an_image_is_refused_naming_the_field() -> None:
+    req = request({"image": None})
+    with pytest.raises(LaunchError, match=r"spec\.tasks\[0\]\.image is required"):
+        pod_manifest(req, req.placements[0], "ns", OPTIONS)
+    default = KubernetesOptions(default_image="registry.example/base:1")
+    pod = pod_manifest(req, req.placements[0], "ns", default)
+    assert pod["spec"]["containers"][0]["image"] == "registry.example/base:1"
+
+
+def test_the_service_is_headless_and_selects_the_attempt() -> None:
+    service = service_manifest(request(), "kiban-vision")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {
+        "kiban.dev/job": "train-abc123",
+        "kiban.dev/attempt": "2",
+    }
+
+
+def pod_in(phase: str, **status: Any) -> dict[str, Any]:
+    return {"spec": {"nodeName": "node-0"}, "status": {"phase": phase, **status}}
+
+
+def terminated(code: int, reason: str = "Error") -> list[dict[str, Any]]:
+    return [{"name": "main", "state": {"terminated": {"exitCode": code, "reason": reason}}}]
+
+
+@pytest.mark.parametrize(
+    ("pod", "running", "exit_code", "lost"),
+    [
+        (pod_in("Pending"), True, None, False),
+        (pod_in("Running"), True, None, False),
+        (pod_in("Succeeded"), False, 0, False),
+        (pod_in("Succeeded", containerStatuses=terminated(0, "Completed")), False, 0, False),
+        (pod_in("Failed", containerStatuses=terminated(3)), False, 3, False),
+        (pod_in("Failed", reason="Evicted", containerStatuses=terminated(137)), False, None, True),
+        (pod_in("Failed", reason="OutOfnvidia.com/gpu"), False, None, True),
+        (pod_in("Unknown"), False, None, True),
+        (None, False, None, True),
+        (
+            pod_in(
+                "Pending",
+                containerStatuses=[
+                    {"name": "main", "state": {"waiting": {"reason": "InvalidImageName"}}}
+                ],
+            ),
+            False,
+            EXIT_CANNOT_START,
+            False,
+        ),
+        (
+            pod_in(
+                "Pending",
+                containerStatuses=[
+                    {"name": "main", "state": {"waiting": {"reason": "ErrImagePull"}}}
+                ],
+            ),
+            True,
+            None,
+            False,
+        ),
+    ],
+)
+def test_pod_status_maps_to_an_observation(
+    pod: dict[str, Any] | None, running: bool, exit_code: int | None, lost: bool
+) -> None:
+    seen = observe_pod(pod)
+    assert (seen.running, seen.exit_code, seen.lost) == (running, exit_code, lost)
+
+
+def test_a_running_pod_on_a_node_that_is_gone_is_lost() -> None:
+    seen = observe_pod(pod_in("Running"), node_present=False)
+    assert seen.lost and "node-0 is gone" in seen.message

@@ -1,0 +1,117 @@
+"""A kiban platform on the kube tier's control plane: the Kubernetes executor and the control
+loop on a real clock, a store of its own, and helpers to read what it made in the cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from kiban.devtools.kube import ControlPlane
+from kiban.executors.kubernetes import KubernetesExecutor, KubernetesOptions, connect
+from kiban.executors.kubernetes.naming import MANAGED_SELECTOR, job_key
+from kiban.platform import Platform, build_platform
+from kiban.services import jobs
+from kiban.services.auth import Principal
+from kiban.store.models import Event, Job, Node
+
+ADMIN = Principal(name="admin", tenant=None, is_admin=True)
+
+OPTIONS = KubernetesOptions(default_image="registry.example/train:1", node_sync_s=0.2)
+NAMESPACE = "kiban-default"  # the admin's jobs run for tenant "default"
+
+
+@contextmanager
+def kube_platform(plane: ControlPlane, home: Path) -> Iterator[Platform]:
+    """build_platform with a Kubernetes executor; the loop runs until the block ends."""
+    executor = KubernetesExecutor(connect(plane.kubeconfig), OPTIONS)
+    platform = build_platform(
+        home=home, db_url=None, executor=executor, tick_s=0.05, node_sync_s=OPTIONS.node_sync_s
+    )
+    platform.loop.start()
+    try:
+        yield platform
+    finally:
+        platform.close()
+
+
+def job_pods(core: Any, job_id: str, attempt: int | None = None) -> list[Any]:
+    """The live pods of a job (of one attempt), by rank."""
+    selector = f"{MANAGED_SELECTOR},kiban.dev/job={job_key(job_id)}"
+    if attempt is not None:
+        selector += f",kiban.dev/attempt={attempt}"
+    pods = core.list_pod_for_all_namespaces(label_selector=selector).items
+    return sorted(pods, key=lambda p: int(p.metadata.labels["kiban.dev/rank"]))
+
+
+def empty_the_cluster(core: Any) -> None:
+    """Remove every pod (the tier's other tests leave some holding GPUs) and kiban's Services,
+    so that a test of the executor starts from an empty cluster."""
+    for pod in core.list_pod_for_all_namespaces().items:
+        core.delete_namespaced_pod(
+            pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+        )
+    for svc in core.list_service_for_all_namespaces(label_selector=MANAGED_SELECTOR).items:
+        core.delete_namespaced_service(svc.metadata.name, svc.metadata.namespace)
+
+
+def env_of(pod: Any) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or []}
+
+
+def manifest(
+    name: str,
+    *,
+    replicas: int = 1,
+    gpu: int = 2,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A kiban/v1 Job of one task; ``annotations`` go on its pods (KWOK's sim-* ones)."""
+    task: dict[str, Any] = {
+        "replicas": replicas,
+        "resources": {"gpu": gpu},
+        "command": ["python", "train.py"],
+        "annotations": annotations or {},
+    }
+    return {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"tasks": [task], **spec},
+    }
+
+
+def submit(platform: Platform, document: dict[str, Any]) -> str:
+    with platform.sessions() as session:
+        job = jobs.submit(session, ADMIN, document, facts=platform.facts, at=platform.clock.now())
+        session.commit()
+        platform.loop.wake()
+        return job.id
+
+
+def get(platform: Platform, job_id: str) -> Job:
+    with platform.sessions() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        return job
+
+
+def state(platform: Platform, job_id: str) -> str:
+    return get(platform, job_id).state
+
+
+def events(platform: Platform, job_id: str) -> list[tuple[str, str]]:
+    with platform.sessions() as session:
+        query = select(Event).where(Event.object_kind == "Job", Event.object_name == job_id)
+        return [(e.reason, e.message) for e in session.scalars(query.order_by(Event.id))]
+
+
+def node_row(platform: Platform, name: str) -> Node:
+    with platform.sessions() as session:
+        row = session.get(Node, name)
+        assert row is not None
+        return row

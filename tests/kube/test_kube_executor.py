@@ -1,0 +1,273 @@
+"""The Kubernetes executor under the real control loop, against the real API server and KWOK:
+three fake 2-GPU nodes (see conftest.NODE_SPEC)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_platform import (
+    NAMESPACE,
+    empty_the_cluster,
+    env_of,
+    events,
+    get,
+    job_pods,
+    kube_platform,
+    manifest,
+    node_row,
+    state,
+    submit,
+)
+from kube_support import pod_body, unique, wait_for
+
+from kiban.devtools.kube import ControlPlane
+from kiban.platform import Platform
+
+pytestmark = pytest.mark.kube
+
+NODES = ["kwok-node-0000", "kwok-node-0001", "kwok-node-0002"]
+
+
+@pytest.fixture
+def clean(core: Any) -> Iterator[None]:
+    empty_the_cluster(core)
+    yield
+    empty_the_cluster(core)
+
+
+@pytest.fixture
+def platform(
+    control_plane: ControlPlane, core: Any, clean: None, tmp_path: Path
+) -> Iterator[Platform]:
+    with kube_platform(control_plane, tmp_path / "home") as built:
+        yield built
+
+
+job = manifest
+
+
+def running_pods(core: Any, job_id: str, count: int) -> list[Any]:
+    return wait_for(
+        f"{count} running pods of {job_id}",
+        lambda: (
+            (p := job_pods(core, job_id))
+            and len(p) == count
+            and all(x.status.phase == "Running" for x in p)
+            and p
+        ),
+    )
+
+
+def test_pytorch_job_runs_as_pods_with_the_environment_and_succeeds(
+    platform: Platform, core: Any
+) -> None:
+    document = job(
+        "ddp", replicas=3, gpu=2, launcher="torchrun", annotations={"kiban.dev/sim-duration": "3s"}
+    )
+    task = document["spec"]["tasks"][0]
+    task.update(
+        image="registry.example/pytorch:2.5",
+        command=["train.py"],
+        args=["--epochs", "1"],
+        env={"NCCL_DEBUG": "INFO"},
+        volumes=[{"name": "data", "claimName": "shared-data", "mountPath": "/data"}],
+    )
+    job_id = submit(platform, document)
+    pods = running_pods(core, job_id, 3)
+    assert state(platform, job_id) == "Running"
+
+    assert sorted(p.spec.node_name for p in pods) == NODES  # one 2-GPU node each
+    service = core.read_namespaced_service(pods[0].spec.subdomain, NAMESPACE)
+    assert service.spec.cluster_ip == "None"
+    master = f"{pods[0].metadata.name}.{service.metadata.name}.{NAMESPACE}.svc.cluster.local"
+    for rank, pod in enumerate(pods):
+        assert pod.metadata.namespace == NAMESPACE
+        env = env_of(pod)
+        assert env["MASTER_ADDR"] == master
+        assert (env["WORLD_SIZE"], env["RANK"], env["KIBAN_JOB_ID"]) == ("3", str(rank), job_id)
+        assert env["MASTER_PORT"] == str(get(platform, job_id).master_port)
+        assert env["NCCL_DEBUG"] == "INFO"
+        assert "CUDA_VISIBLE_DEVICES" not in env and "NVIDIA_VISIBLE_DEVICES" not in env
+        container = pod.spec.containers[0]
+        assert container.image == "registry.example/pytorch:2.5"
+        assert container.command[-3:] == ["train.py", "--epochs", "1"]
+        assert f"--node_rank={rank}" in container.command and "--nnodes=3" in container.command
+        assert container.resources.limits["nvidia.com/gpu"] == "2"
+        assert [(m.name, m.mount_path) for m in container.volume_mounts] == [("data", "/data")]
+        assert pod.spec.volumes[0].persistent_volume_claim.claim_name == "shared-data"
+        assert any(
+            t.key == "nvidia.com/gpu" and t.operator == "Exists" for t in pod.spec.tolerations
+        )
+        assert (pod.spec.hostname, pod.spec.subdomain) == (pod.metadata.name, service.metadata.name)
+        owner = pod.metadata.owner_references[0]
+        assert (owner.kind, owner.name, owner.uid) == (
+            "Service",
+            service.metadata.name,
+            service.metadata.uid,
+        )
+        assert pod.spec.restart_policy == "Never"
+
+    wait_for("the job to succeed", lambda: state(platform, job_id) == "Succeeded", timeout=30)
+    wait_for("its pods and Service to be deleted", lambda: not job_pods(core, job_id))
+    assert not core.list_namespaced_service(
+        NAMESPACE, label_selector=f"kiban.dev/job={job_id}"
+    ).items
+
+
+def test_a_replica_without_gpus_sees_none(platform: Platform, core: Any) -> None:
+    job_id = submit(platform, job("cpu-only", gpu=0))
+    (pod,) = running_pods(core, job_id, 1)
+    assert env_of(pod)["NVIDIA_VISIBLE_DEVICES"] == "none"
+    assert "nvidia.com/gpu" not in (pod.spec.containers[0].resources.limits or {})
+
+
+def test_a_failed_pod_fails_the_job(platform: Platform, core: Any) -> None:
+    job_id = submit(
+        platform,
+        job(
+            "crash",
+            replicas=2,
+            annotations={"kiban.dev/sim-exit-code": "3", "kiban.dev/sim-duration": "1s"},
+        ),
+    )
+    wait_for("the job to fail", lambda: state(platform, job_id) == "Failed", timeout=30)
+    assert "exited with code 3" in (get(platform, job_id).message or "")
+    wait_for("its pods to be deleted", lambda: not job_pods(core, job_id))
+
+
+def test_gang_waits_for_gpus_held_by_foreign_pods_then_starts_whole(
+    platform: Platform, core: Any
+) -> None:
+    foreign = unique("foreign")
+    core.create_namespaced_pod("default", pod_body(foreign, NODES[0], gpus=2))
+    try:
+        wait_for(
+            "the foreign pod's GPUs to be seen",
+            lambda: node_row(platform, NODES[0]).gpus_used_elsewhere == 2,
+        )
+        job_id = submit(platform, job("gang", replicas=3, gpu=2))
+        wait_for("a reason to wait", lambda: get(platform, job_id).reason_code is not None)
+        assert state(platform, job_id) == "Pending"
+        assert job_pods(core, job_id) == []  # all or nothing: not two of three
+    finally:
+        core.delete_namespaced_pod(foreign, "default", grace_period_seconds=0)
+    pods = running_pods(core, job_id, 3)
+    assert sorted(p.spec.node_name for p in pods) == NODES
+
+
+def test_preemption_deletes_the_victims_pods(platform: Platform, core: Any) -> None:
+    low = submit(platform, job("low", replicas=3, priorityClass="low"))
+    low_pods = running_pods(core, low, 3)
+    high = submit(platform, job("high", replicas=1, priorityClass="high"))
+    running_pods(core, high, 1)
+    wait_for("the preemptor to run", lambda: state(platform, high) == "Running")
+    remaining = {p.metadata.uid for p in job_pods(core, low, attempt=1)}
+    assert not remaining & {p.metadata.uid for p in low_pods}
+    wait_for("the victim to wait again", lambda: state(platform, low) == "Pending")
+    assert "Preempted" in [reason for reason, _ in events(platform, low)]
+
+
+def test_cordoned_or_sick_nodes_get_nothing_new_and_sick_ones_are_emptied(
+    platform: Platform, core: Any
+) -> None:
+    victim = submit(platform, job("on-sick", replicas=1))
+    (pod,) = running_pods(core, victim, 1)
+    sick = pod.spec.node_name
+    cordoned = next(n for n in NODES if n != sick)
+    core.patch_node(cordoned, {"spec": {"unschedulable": True}})
+    _set_condition(core, sick, "True")
+    try:
+        wait_for("the sick node to be seen", lambda: not node_row(platform, sick).healthy)
+        wait_for("the sick node's job to be requeued", lambda: get(platform, victim).attempt == 2)
+        sick_row = node_row(platform, sick)
+        assert "GpuEcc=True (DBE on GPU 1)" in sick_row.health_message
+        assert "cordoned" in node_row(platform, cordoned).unschedulable_reason
+        (moved,) = running_pods(core, victim, 1)
+        assert moved.spec.node_name not in (sick, cordoned)  # the one node left
+        assert "Requeued" in [reason for reason, _ in events(platform, victim)]
+
+        others = [submit(platform, job(f"new-{i}", replicas=1)) for i in range(2)]
+        for other in others:
+            wait_for("a reason to wait", lambda o=other: get(platform, o).reason_code)
+            assert job_pods(core, other) == []
+    finally:
+        core.patch_node(cordoned, {"spec": {"unschedulable": False}})
+        _set_condition(core, sick, "False")
+    healed = {p.spec.node_name for o in others for p in running_pods(core, o, 1)}
+    assert healed == {sick, cordoned}
+
+
+def test_a_restart_of_kiban_adopts_its_pods_without_duplicates(
+    control_plane: ControlPlane, core: Any, clean: None, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    with kube_platform(control_plane, home) as first:
+        job_id = submit(first, job("long", replicas=3))
+        before = {p.metadata.uid for p in running_pods(core, job_id, 3)}
+    assert {p.metadata.uid for p in job_pods(core, job_id)} == before  # kiban's exit leaves them
+    with kube_platform(control_plane, home) as second:
+        passes = second.loop.passes
+        wait_for("a few passes", lambda: second.loop.passes > passes + 10)
+        assert state(second, job_id) == "Running"
+        assert {p.metadata.uid for p in job_pods(core, job_id)} == before
+        # A pod deleted behind kiban's back: the replica is lost, the job goes back to its queue
+        # and starts again as a new attempt.
+        victim = job_pods(core, job_id)[1]
+        core.delete_namespaced_pod(
+            victim.metadata.name, victim.metadata.namespace, grace_period_seconds=0
+        )
+        wait_for(
+            "a new attempt",
+            lambda: get(second, job_id).attempt == 2 and state(second, job_id) == "Running",
+            timeout=30,
+        )
+        pods = running_pods(core, job_id, 3)
+        assert all(p.metadata.labels["kiban.dev/attempt"] == "2" for p in pods)
+        assert "a replica was lost" in " ".join(m for _, m in events(second, job_id))
+
+
+def _set_condition(core: Any, node: str, status: str) -> None:
+    condition = {
+        "type": "GpuEcc",
+        "status": status,
+        "reason": "EccErrors",
+        "message": "DBE on GPU 1",
+    }
+    core.patch_node_status(node, {"status": {"conditions": [condition]}})
+
+
+def test_a_pod_lost_with_its_node_sends_the_job_back_to_its_queue(
+    platform: Platform, core: Any
+) -> None:
+    job_id = submit(platform, job("orphaned", replicas=1))
+    (pod,) = running_pods(core, job_id, 1)
+    gone = core.read_node(pod.spec.node_name)
+    core.delete_node(gone.metadata.name)
+    try:
+        wait_for("a new attempt", lambda: get(platform, job_id).attempt == 2)
+        (moved,) = running_pods(core, job_id, 1)
+        assert moved.spec.node_name != gone.metadata.name
+        assert "a replica was lost" in " ".join(m for _, m in events(platform, job_id))
+    finally:
+        body = core.api_client.sanitize_for_serialization(gone)
+        body["metadata"] = {
+            k: body["metadata"][k]
+            for k in ("name", "labels", "annotations")
+            if k in body["metadata"]
+        }
+        status = body.get("status") or {}
+        body["status"] = {k: status[k] for k in ("capacity", "allocatable") if k in status}
+        core.create_node(body)
+        wait_for(
+            "the node to be Ready again, with its GPUs",
+            lambda: (
+                (back := core.read_node(gone.metadata.name)).status.allocatable["nvidia.com/gpu"]
+                == "2"
+                and any(
+                    c.type == "Ready" and c.status == "True" for c in back.status.conditions or []
+                )
+            ),
+        )
