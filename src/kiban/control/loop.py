@@ -16,20 +16,22 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
 from kiban.control.forecaster import Forecaster
+from kiban.control.launcher import Launcher
 from kiban.control.snapshot_builder import NodeViews, RecordedWait, SpecCache, build_snapshot
+from kiban.control.waits import record_wait, wait_changed
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState, ReplicaState
-from kiban.executors.base import Executor, LaunchError, LaunchRequest, NodeInfo, ReplicaRef
+from kiban.executors.base import Executor, NodeInfo, ReplicaRef
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
-from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement, Wait
+from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
 from kiban.scheduler.snapshot import RunningJob, Snapshot
@@ -58,14 +60,6 @@ def replica_ref(replica: Replica) -> ReplicaRef:
     )
 
 
-def describe_placements(placements: Sequence[ReplicaPlacement]) -> str:
-    parts = []
-    for p in placements:
-        gpus = ",".join(map(str, p.gpu_ids)) or "no GPUs"
-        parts.append(f"{p.task}[{p.index}] on {p.node} (GPUs {gpus})")
-    return "; ".join(parts)
-
-
 class ControlLoop:
     """Runs passes on its own thread, every ``tick_s`` seconds or at once when woken."""
 
@@ -85,6 +79,7 @@ class ControlLoop:
         self.policy = policy
         self.tick_s = tick_s
         self.specs = SpecCache()
+        self.launcher = Launcher(executor, self.specs, self.clock)
         self.capacity = CapacityCache()  # the core's capacity index, kept between passes
         self.node_views = NodeViews()
         self._wake = threading.Event()
@@ -430,7 +425,7 @@ class ControlLoop:
                 for r in replicas
             )
             job.attempt += 1
-            self._launch(session, job, placements, now, restart=True)
+            self.launcher.launch(session, job, placements, now, restart=True)
             return
         else:
             message = job.message or "failed"
@@ -470,12 +465,12 @@ class ControlLoop:
             w
             for w in decisions.waiting
             if w.reason.code is not ReasonCode.QUEUE_BACKLOG  # unconsidered: the next cycle's
-            and self._wait_changed(w, recorded.get(w.job_id), etas.get(w.job_id))
+            and wait_changed(w, recorded.get(w.job_id), etas.get(w.job_id))
         ]
         if changed:
             with self.sessions() as session:
                 for wait in changed:
-                    self._record_wait(
+                    record_wait(
                         session, wait, recorded.get(wait.job_id), etas.get(wait.job_id), now
                     )
                 session.commit()
@@ -552,149 +547,8 @@ class ControlLoop:
             job = session.get(Job, admit.job_id, with_for_update=True)
             if job is None or job.state != JobState.PENDING.value:
                 return  # cancelled since the snapshot
-            self._launch(session, job, admit.placements, now, restart=False)
+            self.launcher.launch(session, job, admit.placements, now, restart=False)
             session.commit()
-
-    @staticmethod
-    def _wait_changed(wait: Wait, before: RecordedWait | None, eta: float | None) -> bool:
-        if before is None:
-            return True
-        now = (
-            wait.reason.code.value,
-            wait.reason.message,
-            wait.queue_position,
-            wait.cluster_position,
-            _rounded(eta),
-        )
-        return now != (before.code, before.message, before.position, before.cluster, before.eta)
-
-    def _record_wait(
-        self,
-        session: Session,
-        wait: Wait,
-        before: RecordedWait | None,
-        eta: float | None,
-        now: float,
-    ) -> None:
-        """Store a waiting job's reason and position; a new reason code is also an event."""
-        reason = wait.reason
-        updated = session.execute(
-            update(Job)
-            .where(Job.id == wait.job_id, Job.state == JobState.PENDING.value)
-            .values(
-                reason_code=reason.code.value,
-                reason_message=reason.message,
-                reason_details=reason.details,
-                queue_position=wait.queue_position or None,
-                cluster_position=wait.cluster_position or None,
-                eta=_rounded(eta),
-            )
-        )
-        if getattr(updated, "rowcount", 1) == 0 or before is None:
-            return  # no longer pending
-        if before.code != reason.code.value:
-            events.record(
-                session,
-                kind="Job",
-                name=wait.job_id,
-                tenant=before.tenant,
-                reason=reason.code.value,
-                message=reason.message,
-                at=now,
-            )
-
-    def _launch(
-        self,
-        session: Session,
-        job: Job,
-        placements: tuple[ReplicaPlacement, ...],
-        now: float,
-        *,
-        restart: bool,
-    ) -> None:
-        """Record the placement (resources held from here on), then start the replicas."""
-        spec = self.specs.get(job)
-        job.master_port = self.executor.pick_master_port()
-        job.nominated_nodes = None
-        rows = []
-        for p in placements:
-            row = Replica(
-                job_id=job.id,
-                attempt=job.attempt,
-                task=p.task,
-                index=p.index,
-                rank=p.rank,
-                node=p.node,
-                gpu_ids=list(p.gpu_ids),
-                cpu_millis=p.cpu_millis,
-                memory=p.memory,
-                active=True,
-                state=ReplicaState.RUNNING.value,
-            )
-            session.add(row)
-            rows.append(row)
-        verb = f"Restarting (attempt {job.attempt})" if restart else "Admitted"
-        transition(
-            session,
-            job,
-            JobState.ADMITTED,
-            reason="Restarting" if restart else "Admitted",
-            message=f"{verb}: {describe_placements(placements)}",
-            at=now,
-        )
-        session.commit()
-        request = LaunchRequest(
-            job_id=job.id,
-            job_name=job.name,
-            tenant=job.tenant,
-            attempt=job.attempt,
-            spec=spec,
-            placements=placements,
-            master_port=job.master_port,
-        )
-        try:
-            launched = self.executor.launch(request)
-        except LaunchError as exc:
-            for row in rows:
-                row.active = False
-                row.state = ReplicaState.LOST.value
-            transition(
-                session,
-                job,
-                JobState.FAILED,
-                reason="LaunchFailed",
-                message=str(exc),
-                at=self.clock.now(),
-                warning=True,
-            )
-            self.specs.forget(job.id)
-            session.commit()
-            return
-        by_rank = {r.rank: r for r in launched}
-        for row in rows:
-            started = by_rank[row.rank]
-            row.pid = started.pid
-            row.pid_start_time = started.pid_start_time
-            row.handle = started.handle
-            row.started_at = started.started_at
-        session.refresh(job, with_for_update=True)
-        if job.state != JobState.ADMITTED.value:
-            session.commit()  # cancelled while launching: settling stops what was started
-            return
-        transition(
-            session,
-            job,
-            JobState.RUNNING,
-            reason="Started",
-            message=f"{len(rows)} replica(s) running",
-            at=self.clock.now(),
-        )
-        session.commit()
-
-
-def _rounded(eta: float | None) -> float | None:
-    """Forecasts to the second, so that noise does not rewrite every waiting job."""
-    return None if eta is None else float(round(eta))
 
 
 def newest_mtime(directory: str) -> float | None:
