@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiban.scheduler import Decisions, Snapshot, schedule
-from kiban.scheduler.core_cache import CoreCache
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.forward import advance, finish
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.reasons import ReasonCode
@@ -216,7 +216,7 @@ def test_backfill_never_starves_the_largest_waiting_gang(
 def test_a_kept_capacity_cache_changes_no_decision(snap: Snapshot, rnd: random.Random) -> None:
     """Cycle after cycle, with nodes cordoned and jobs ending between them, the core decides
     the same with its capacity index kept between calls as with one built afresh."""
-    cache = CoreCache()
+    cache = CapacityCache()
     state = snap
     for _ in range(6):
         decisions = schedule(state, cache=cache)

@@ -183,7 +183,7 @@ def scheduler_table(report: dict[str, Any]) -> Table:
         ("jobs per snapshot", "max_jobs_in_snapshot", None, "", "at most (window per queue)"),
         ("core time", "core_s", None, " s", "in schedule()"),
         ("snapshot building", "snapshot_build_s", None, " s", "the benchmark's, not the core's"),
-        ("core indexes", "index_build_s", None, " s", "built at start, then kept up to date"),
+        ("capacity index", "index_build_s", None, " s", "built at start, then kept up to date"),
         ("simulated time", "simulated_s", None, " s", "running jobs finished meanwhile"),
     ]
     goal_keys = {"placements_per_s", "p99_cycle_ms"}

@@ -54,7 +54,7 @@ from kiban.bench.synthetic import (
     load_philly,
 )
 from kiban.scheduler import Decisions, schedule
-from kiban.scheduler.core_cache import CoreCache
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.scheduler.snapshot import RunningJob, Snapshot
@@ -161,7 +161,7 @@ class CycleRunner:
         self.finished = 0
         self.quiet = 0  # cycles in a row that admitted nothing
         self.preempted = 0
-        self.cache = CoreCache()  # what the core keeps between cycles, as in the control loop
+        self.cache = CapacityCache()  # the core's capacity index, kept as the control loop does
 
     @property
     def pending(self) -> int:
@@ -256,9 +256,7 @@ def run_case(
     first: tuple[float, int, int] | None = None
     stopped = "every job admitted"
     t_index = time.perf_counter()
-    # The core's indexes are built once at start-up, then kept up to date cycle by cycle.
-    runner.cache.capacity.indexes(runner.cluster.views)
-    runner.cache.running.update(tuple(runner.running.values()))
+    runner.cache.indexes(runner.cluster.views)  # built once at start-up, then kept up to date
     index_build_s = time.perf_counter() - t_index
     started = time.perf_counter()
     next_note = started + 10

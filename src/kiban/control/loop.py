@@ -29,8 +29,8 @@ from kiban.control.waits import record_wait, wait_changed
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState, ReplicaState
 from kiban.executors.base import Executor, NodeInfo, ReplicaRef
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
-from kiban.scheduler.core_cache import CoreCache
 from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
@@ -80,7 +80,7 @@ class ControlLoop:
         self.tick_s = tick_s
         self.specs = SpecCache()
         self.launcher = Launcher(executor, self.specs, self.clock)
-        self.core_cache = CoreCache()  # what the core keeps between passes
+        self.capacity = CapacityCache()  # the core's capacity index, kept between passes
         self.node_views = NodeViews()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -454,7 +454,7 @@ class ControlLoop:
         self._requeue_from_unhealthy_nodes(snapshot.running, now)
         if not snapshot.pending:
             return False
-        decisions = schedule(snapshot, self.policy, self.core_cache)
+        decisions = schedule(snapshot, self.policy, self.capacity)
         for preempt in decisions.preempted:
             self._preempt(preempt, now)
         for admit in decisions.admitted:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kiban.scheduler.backfill import may_backfill, reserve
-from kiban.scheduler.core_cache import CoreCache
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.cycle import Cycle, Reservation
 from kiban.scheduler.decisions import Admit, Decisions, Preempt, Wait
 from kiban.scheduler.placement import (
@@ -30,7 +30,7 @@ class _Waiting:
 
 
 def schedule(
-    snapshot: Snapshot, policy: Policy = DEFAULT_POLICY, cache: CoreCache | None = None
+    snapshot: Snapshot, policy: Policy = DEFAULT_POLICY, cache: CapacityCache | None = None
 ) -> Decisions:
     """Decide which pending jobs start now and where, whom to preempt, and why others wait.
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
-from kiban.scheduler.capacity_index import CapacityIndex
-from kiban.scheduler.core_cache import CoreCache, RunningIndex
+from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex
 from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.quota import QuotaBook
@@ -21,6 +20,13 @@ from kiban.scheduler.snapshot import (
     RunningJob,
     Snapshot,
 )
+
+
+def loss_order(job: RunningJob, now: float) -> tuple[float | int | str, ...]:
+    """What preempting the job loses, as a sort key: lower priority, then the least work since
+    its last checkpoint (or start), then the most recently started."""
+    progress = job.last_progress_at if job.last_progress_at is not None else job.started_at
+    return (job.priority, now - progress, -job.started_at, job.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +57,13 @@ class Cycle:
     preemption_searches: int = 0
     failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
-    running_index: RunningIndex = field(default_factory=RunningIndex)
-    _running_indexed: bool = False
+    _running_by_queue: dict[str, list[RunningJob]] | None = None
     _running_sorted: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
     _cohorts: dict[str, list[QueueView]] | None = None
 
     @classmethod
-    def start(cls, snapshot: Snapshot, policy: Policy, cache: CoreCache | None = None) -> Cycle:
-        cache = cache or CoreCache()
-        indexes = cache.capacity.indexes(snapshot.nodes)
+    def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
+        indexes = (cache or CapacityCache()).indexes(snapshot.nodes)
         stopping_for: dict[str, list[RunningJob]] = {}
         for job in snapshot.running:
             if job.preempted_by is not None:
@@ -75,7 +79,6 @@ class Cycle:
             queues={q.name: q for q in snapshot.queues},
             flavors={f.name: f for f in snapshot.flavors},
             stopping_for=stopping_for,
-            running_index=cache.running,
         )
         # Capacity freed by a preemption is kept for the preemptor, from now on.
         for waiting in snapshot.pending:
@@ -107,15 +110,19 @@ class Cycle:
         return self._cohorts.get(cohort, [])
 
     def running_in(self, queue: str, flavor: str) -> list[RunningJob]:
-        """The queue's running jobs holding GPUs of the flavor, least loss first (``loss_key``):
-        from the caller's running index, brought up to date when first asked in a cycle."""
+        """The queue's running jobs holding GPUs of the flavor, least loss first (see
+        ``loss_order``); sorted once per cycle, when first asked."""
+        if self._running_by_queue is None:
+            by_queue: dict[str, list[RunningJob]] = {}
+            for job in self.snapshot.running:
+                by_queue.setdefault(job.queue, []).append(job)
+            self._running_by_queue = by_queue
         key = (queue, flavor)
         jobs = self._running_sorted.get(key)
         if jobs is None:
-            if not self._running_indexed:
-                self.running_index.update(self.snapshot.running)
-                self._running_indexed = True
-            jobs = [j for j in self.running_index.in_queue(queue) if flavor in j.flavor_gpus]
+            now = self.snapshot.now
+            jobs = [j for j in self._running_by_queue.get(queue, ()) if flavor in j.flavor_gpus]
+            jobs.sort(key=lambda job: loss_order(job, now))
             self._running_sorted[key] = jobs
         return jobs
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
-from kiban.scheduler.core_cache import CoreCache
 from kiban.scheduler.decisions import Admit, Decisions
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.snapshot import (
@@ -81,7 +81,7 @@ def forecast(
     starts: dict[str, float | None] = {j.id: None for j in snapshot.pending}
     state = snapshot
     cycles = 0
-    cache = CoreCache()
+    cache = CapacityCache()
     while state.pending and cycles < max_cycles:
         decisions = schedule(state, what_if, cache)
         cycles += 1
@@ -153,7 +153,7 @@ def _changed(
 ) -> Snapshot:
     """Nodes' free capacity and queues' usage adjusted for the jobs started and stopped.
 
-    Views of nodes no job touched are kept as they are (a ``CoreCache`` relies on it)."""
+    Views of nodes no job touched are kept as they are (a ``CapacityCache`` relies on it)."""
     by_name = {n.name: n for n in snapshot.nodes}
     gpu_ids: dict[str, set[int]] = {}
     cpu: dict[str, int] = {}

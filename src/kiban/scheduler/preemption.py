@@ -28,8 +28,7 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kiban.scheduler.core_cache import loss_key
-from kiban.scheduler.cycle import Cycle
+from kiban.scheduler.cycle import Cycle, loss_order
 from kiban.scheduler.placement import could_fit
 from kiban.scheduler.snapshot import PendingJob, RunningJob
 
@@ -103,7 +102,7 @@ def _group(
             return
         if ground in _COHORT_GROUNDS and cycle.quota.borrowed(queue, flavor) <= 0:
             return
-        key = loss_key(victim)
+        key = loss_order(victim, now)
         yield (key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
 
 

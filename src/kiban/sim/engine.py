@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from kiban.domain.usage import accrue, decay, standing
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
-from kiban.scheduler.core_cache import CoreCache
 from kiban.scheduler.decisions import Admit, Decisions
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.scheduler.snapshot import (
@@ -163,7 +163,7 @@ class Simulator:
         self.series = Series() if series else None
         self.cycles = 0
         self.core_s = 0.0
-        self.core_cache = CoreCache()  # what the core keeps between cycles, as in the loop
+        self.capacity = CapacityCache()  # the core's capacity index, kept as the loop keeps it
         self.capped = 0
         self.loops = 0
         self.repeats: dict[tuple[str, str], int] = {}
@@ -252,7 +252,7 @@ class Simulator:
         for _ in range(MAX_CYCLES_PER_INSTANT):
             snapshot = self.state.snapshot(self.now, self._standings())
             t0 = time.perf_counter()
-            decisions = schedule(snapshot, self.core, self.core_cache)
+            decisions = schedule(snapshot, self.core, self.capacity)
             self.core_s += time.perf_counter() - t0
             self.cycles += 1
             if self.on_cycle is not None:
