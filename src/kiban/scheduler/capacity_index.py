@@ -152,10 +152,20 @@ class CapacityCache:
     def __init__(self) -> None:
         self._views: dict[str, NodeView] = {}
         self._indexes: dict[str | None, CapacityIndex] = {}
+        self._last: tuple[NodeView, ...] | None = None  # the nodes of the last call, in order
 
     def indexes(self, nodes: Sequence[NodeView]) -> dict[str | None, CapacityIndex]:
         """The index of each flavor's nodes (key None: nodes of no flavor), up to date."""
         views = self._views
+        last = self._last
+        self._last = tuple(nodes)
+        if last is not None and len(last) == len(nodes):
+            # Usually the same nodes in the same order: only the changed views need a look.
+            changed = [n for o, n in zip(last, nodes, strict=True) if o is not n]
+            if all(views.get(n.name) is not None for n in changed) and len(changed) < len(nodes):
+                for node in changed:
+                    self._reindex(views[node.name], node)
+                return self._indexes
         if views and self._mostly_new(nodes):
             views.clear()
             self._indexes.clear()
@@ -165,17 +175,23 @@ class CapacityCache:
                 continue
             if old is None:
                 self._index(node.flavor).add(node)
-            elif old.flavor == node.flavor:
-                self._indexes[old.flavor].update(old, node)
+                views[node.name] = node
             else:
-                self._indexes[old.flavor].remove(old.name)
-                self._index(node.flavor).add(node)
-            views[node.name] = node
+                self._reindex(old, node)
         if len(views) != len(nodes):
             present = {node.name for node in nodes}
             for name in [name for name in views if name not in present]:
                 self._indexes[views.pop(name).flavor].remove(name)
         return self._indexes
+
+    def _reindex(self, old: NodeView, node: NodeView) -> None:
+        """A node indexed as ``old`` is now ``node``."""
+        if old.flavor == node.flavor:
+            self._indexes[old.flavor].update(old, node)
+        else:
+            self._indexes[old.flavor].remove(old.name)
+            self._index(node.flavor).add(node)
+        self._views[node.name] = node
 
     def _index(self, flavor: str | None) -> CapacityIndex:
         index = self._indexes.get(flavor)

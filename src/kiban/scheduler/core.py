@@ -175,7 +175,7 @@ def _admit_or_explain(
         if reason.code in (ReasonCode.INSUFFICIENT_CAPACITY, ReasonCode.BLOCKED_BY_RESERVATION):
             capacity_short.append(flavor)
 
-    stopping = cycle.stopping_for.get(job.id)
+    stopping = cycle.stopping_for(job.id)
     if stopping:
         held = sorted({f for victim in stopping for f in victim.flavor_gpus if f in flavors})
         if held:

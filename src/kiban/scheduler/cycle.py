@@ -53,7 +53,7 @@ class Cycle:
     reservations: list[Reservation] = field(default_factory=list)
     reserved_by: dict[str, str] = field(default_factory=dict)  # node -> the job it is kept for
     victims: set[str] = field(default_factory=set)
-    stopping_for: dict[str, list[RunningJob]] = field(default_factory=dict)
+    _stopping_for: dict[str, list[RunningJob]] | None = None
     preemption_searches: int = 0
     failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
@@ -64,10 +64,6 @@ class Cycle:
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
         indexes = (cache or CapacityCache()).indexes(snapshot.nodes)
-        stopping_for: dict[str, list[RunningJob]] = {}
-        for job in snapshot.running:
-            if job.preempted_by is not None:
-                stopping_for.setdefault(job.preempted_by, []).append(job)
         cycle = cls(
             snapshot=snapshot,
             policy=policy,
@@ -78,7 +74,6 @@ class Cycle:
             quota=QuotaBook(snapshot.queues),
             queues={q.name: q for q in snapshot.queues},
             flavors={f.name: f for f in snapshot.flavors},
-            stopping_for=stopping_for,
         )
         # Capacity freed by a preemption is kept for the preemptor, from now on.
         for waiting in snapshot.pending:
@@ -91,6 +86,16 @@ class Cycle:
                 kept = frozenset(nominated[flavor])
                 cycle.add_reservation(Reservation(waiting.id, flavor, snapshot.now, kept))
         return cycle
+
+    def stopping_for(self, job_id: str) -> list[RunningJob]:
+        """The running jobs being stopped to make room for ``job_id`` (found on first use)."""
+        if self._stopping_for is None:
+            by_preemptor: dict[str, list[RunningJob]] = {}
+            for job in self.snapshot.running:
+                if job.preempted_by is not None:
+                    by_preemptor.setdefault(job.preempted_by, []).append(job)
+            self._stopping_for = by_preemptor
+        return self._stopping_for.get(job_id, [])
 
     def flavor_of_node(self, name: str) -> str | None:
         """The flavor of a node of the cycle's flavors (None: no such node)."""
