@@ -26,7 +26,14 @@ from kiban.control.forecaster import Forecaster
 from kiban.control.snapshot_builder import NodeViews, RecordedWait, SpecCache, build_snapshot
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState, ReplicaState
-from kiban.executors.base import Executor, LaunchError, LaunchRequest, NodeInfo, ReplicaRef
+from kiban.executors.base import (
+    Capability,
+    Executor,
+    LaunchError,
+    LaunchRequest,
+    NodeInfo,
+    ReplicaRef,
+)
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement, Wait
@@ -614,7 +621,8 @@ class ControlLoop:
     ) -> None:
         """Record the placement (resources held from here on), then start the replicas."""
         spec = self.specs.get(job)
-        job.master_port = self.executor.pick_master_port()
+        fixed = spec.master_port if Capability.CONTAINERS in self.executor.capabilities else None
+        job.master_port = fixed or self.executor.pick_master_port()
         job.nominated_nodes = None
         rows = []
         for p in placements:
