@@ -298,6 +298,7 @@ class _Translator:
             self.problem(where, f"--port {values['port']!r} is not a TCP port")
         else:
             out["masterPort"] = int(values["port"])
+            self.paths.append(("spec.masterPort", where))
         if values["master"] not in names:
             self.problem(
                 where, f"--master names task {values['master']!r}, which the job does not have"

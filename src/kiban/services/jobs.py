@@ -116,7 +116,8 @@ def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[
         for name in task.container_fields()
     ]
     if spec.master_port is not None:
-        ignored.append(submission.source_path("spec.masterPort") + " (a free port is used)")
+        port = submission.source_path("spec.masterPort")
+        ignored.append(f"{port} (its port: a free one is used)")
     if ignored:
         warnings.append(
             "the local executor runs each replica as a local process and ignores "
