@@ -336,7 +336,7 @@ INVALID = [
         "apiVersion",
         "kiban/v2",
         "apiVersion",
-        "unknown apiVersion 'kiban/v2'; known: kiban/v1/Job",
+        "unknown apiVersion 'kiban/v2'; known: batch.volcano.sh/v1alpha1/Job, kiban/v1/Job",
     ),
     ("unknown-kind", "kind", "Service", "kind", "unknown kind 'Service' for kiban/v1"),
     ("missing-kind", "kind", DELETE, "kind", "required"),

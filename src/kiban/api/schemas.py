@@ -41,7 +41,8 @@ class ReplicaOut(ApiModel):
 class JobOut(ApiModel):
     """A job. While it waits: its reason, its places in its queue and in the cluster (1 = next),
     and ``eta``, its forecast start (UNIX seconds; None when the forecast has none). ``standing``
-    is its tenant's fair-share standing (decayed usage per unit of weight; lower goes first)."""
+    is its tenant's fair-share standing (decayed usage per unit of weight; lower goes first).
+    ``warnings``: only in the answer to a submission, the fields kiban ignored."""
 
     id: str
     name: str
@@ -67,6 +68,7 @@ class JobOut(ApiModel):
     replica_count: int = 0
     spec: dict[str, Any] | None = None
     replicas: list[ReplicaOut] | None = None
+    warnings: list[str] = Field(default_factory=list)
 
 
 class EventOut(ApiModel):

@@ -163,12 +163,6 @@ def priority_of(gpus: int, gpus_per_node: int) -> int:
     return PRIORITY_MEDIUM if gpus <= gpus_per_node else PRIORITY_LARGE
 
 
-
-
-
-
-
-
 # -- the cluster and its running work ----------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class PlacedJob:

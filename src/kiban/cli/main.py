@@ -168,6 +168,8 @@ def submit(
         job = api.submit(document)
     print(job["id"])
     render.err.print(f"job {job['id']} submitted to queue {job['queue']}")
+    for warning in job.get("warnings") or []:
+        render.err.print(f"warning: {warning}", markup=False, highlight=False)
 
 
 def job_name_for(command: list[str]) -> str:

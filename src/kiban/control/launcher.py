@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from kiban.clock import Clock
 from kiban.control.snapshot_builder import SpecCache
 from kiban.domain.states import JobState, ReplicaState
-from kiban.executors.base import Executor, LaunchError, LaunchRequest
+from kiban.executors.base import Capability, Executor, LaunchError, LaunchRequest
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services.transitions import transition
 from kiban.store.models import Job, Replica
@@ -48,7 +48,10 @@ class Launcher:
     ) -> None:
         """Record the placement (resources held from here on), then start the replicas."""
         spec = self.specs.get(job)
-        job.master_port = self.executor.pick_master_port()
+        # A port the job names (a Volcano pytorch --port) holds where replicas have their own
+        # network (containers); on one machine a free port is picked instead.
+        fixed = spec.master_port if Capability.CONTAINERS in self.executor.capabilities else None
+        job.master_port = fixed or self.executor.pick_master_port()
         job.nominated_nodes = None
         rows = []
         for p in placements:

@@ -236,6 +236,9 @@ class JobSpec(SpecModel):
     """The ``spec`` of a Job: where it queues, how it launches, and its tasks.
 
     ``tasks`` comes first so that the rules on other fields can check against it.
+    ``masterPort`` fixes ``MASTER_PORT`` on container executors (the local one picks a free port,
+    as its jobs share one host). ``indexEnv`` names variables set to each replica's index within
+    its task (Volcano's ``env`` plugin sets ``VC_TASK_INDEX``).
     """
 
     tasks: list[TaskSpec] = Field(min_length=1, max_length=64)
@@ -249,6 +252,18 @@ class JobSpec(SpecModel):
     termination_grace_period: Seconds = 30.0
     working_dir: str | None = None
     topology: TopologySpec | None = None
+    master_port: int | None = Field(default=None, ge=1, le=65535)
+    index_env: list[str] = Field(default_factory=list, max_length=16)
+
+    @field_validator("index_env")
+    @classmethod
+    def _index_env(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX):
+                raise ValueError(f"{key} is set by kiban and cannot be overridden")
+        return value
 
     @field_validator("queue")
     @classmethod

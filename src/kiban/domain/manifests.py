@@ -1,12 +1,14 @@
 """Parse manifests (YAML or JSON) and dispatch on ``apiVersion``/``kind`` to their models.
 
-Other manifest kinds (Volcano jobs, inference services) register here with ``register_kind``.
+Other manifest kinds (inference services) register here with ``register_kind``. Volcano Jobs
+are translated into kiban Jobs (``parse_submission``), stored and run as such.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -14,6 +16,9 @@ from pydantic import BaseModel, ValidationError
 
 from kiban.domain.errors import FieldProblem, SpecError, format_location
 from kiban.domain.jobspec import JobManifest
+from kiban.domain.volcano import API_VERSION as VOLCANO_API
+from kiban.domain.volcano import KIND as VOLCANO_KIND
+from kiban.domain.volcano import is_volcano_job, source_path, translate
 
 Converter = Callable[[dict[str, Any]], BaseModel]
 
@@ -115,4 +120,30 @@ def parse_job_manifest(doc: dict[str, Any]) -> JobManifest:
     return model
 
 
+@dataclass(frozen=True)
+class JobSubmission:
+    """A job manifest as submitted: the model, the document to store (``kiban/v1``: a Volcano
+    Job is stored translated), warnings for the submitter, and the field paths of the file."""
+
+    manifest: JobManifest
+    document: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    paths: tuple[tuple[str, str], ...] = ()
+
+    def source_path(self, path: str) -> str:
+        """Where a field of the kiban manifest was written in the submitted file."""
+        return source_path(self.paths, path)
+
+
+def parse_submission(doc: dict[str, Any]) -> JobSubmission:
+    """Parse a submitted job manifest of any job kind kiban reads."""
+    if is_volcano_job(doc):
+        translation = translate(doc)
+        return JobSubmission(
+            translation.manifest, translation.document, translation.warnings, translation.paths
+        )
+    return JobSubmission(parse_job_manifest(doc), doc)
+
+
 register_kind("kiban/v1", "Job", JobManifest.model_validate)
+register_kind(VOLCANO_API, VOLCANO_KIND, lambda doc: translate(doc).manifest)

@@ -19,6 +19,7 @@ class Capability(StrEnum):
 
     TORCHRUN = "torchrun"  # can launch replicas under torchrun
     ADOPT = "adopt"  # can re-attach to replicas that outlived a control-plane restart
+    CONTAINERS = "containers"  # runs replicas in containers: image, volumes, ports are honoured
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kiban.domain.jobspec import TaskSpec
 from kiban.scheduler.decisions import ReplicaPlacement
 
@@ -17,8 +19,11 @@ def replica_environment(
     master_addr: str,
     master_port: int,
     checkpoint_dir: str,
+    index_env: Sequence[str] = (),
 ) -> dict[str, str]:
     """The job's variables for one replica, on top of the task's own ``env``.
+
+    Each name in ``index_env`` is set to the replica's index within its task.
 
     A replica without GPUs sees none: ``CUDA_VISIBLE_DEVICES`` is empty and
     ``NVIDIA_VISIBLE_DEVICES=none``; one with GPUs sees only its own.
@@ -43,6 +48,7 @@ def replica_environment(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.update(dict.fromkeys(index_env, str(placement.index)))
     return env
 
 

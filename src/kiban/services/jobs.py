@@ -15,13 +15,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
+from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.jobspec import JobManifest
-from kiban.domain.manifests import json_problem, parse_job_manifest
+from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manifest, parse_submission
 from kiban.domain.states import JobState
 from kiban.executors.base import Capability
 from kiban.services import events
 from kiban.services.auth import Principal
-from kiban.services.errors import Conflict, NotFound, invalid
+from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
 from kiban.services.policy import current_policy
 from kiban.services.transitions import transition
 from kiban.store.models import Event, Job, Queue, Replica
@@ -89,9 +90,40 @@ def submit(
     policy: ClusterPolicy | None = None,
 ) -> Job:
     """Validate a job manifest against the cluster and queue it; nothing is stored on error."""
-    job, event = prepare_submission(session, principal, document, facts=facts, at=at, policy=policy)
-    session.add_all([job, event])
-    return job
+    prepared = prepare_submission(session, principal, document, facts=facts, at=at, policy=policy)
+    session.add_all([prepared.job, *prepared.events])
+    return prepared.job
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An accepted submission not yet stored: the job, its events, warnings for the submitter."""
+
+    job: Job
+    events: tuple[Event, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[str]:
+    """The translation's warnings, and the fields an executor without containers ignores."""
+    warnings = list(submission.warnings)
+    if Capability.CONTAINERS in facts.capabilities:
+        return warnings
+    spec = submission.manifest.spec
+    ignored = [
+        submission.source_path(f"spec.tasks[{i}].{name}")
+        for i, task in enumerate(spec.tasks)
+        for name in task.container_fields()
+    ]
+    if spec.master_port is not None:
+        port = submission.source_path("spec.masterPort")
+        ignored.append(f"{port} (its port: a free one is used)")
+    if ignored:
+        warnings.append(
+            "the local executor runs each replica as a local process and ignores "
+            f"container-only fields: {', '.join(ignored)}"
+        )
+    return warnings
 
 
 def check_against_policy(manifest: JobManifest, policy: ClusterPolicy) -> int:
@@ -122,22 +154,33 @@ def prepare_submission(
     at: float,
     find_queue: Callable[[str], Queue | None] | None = None,
     policy: ClusterPolicy | None = None,
-) -> tuple[Job, Event]:
-    """Validate a job manifest and build its row and "Submitted" event, without storing them.
+) -> Prepared:
+    """Validate a job manifest and build its row and events, without storing them.
 
-    ``find_queue`` looks a queue up by name (default: in ``session``); ``policy`` is the
-    current cluster policy (default: read from ``session``).
+    The events are "Submitted", and "SubmittedWithWarnings" when some fields are ignored (those
+    warnings also go back to the submitter). ``find_queue`` looks a queue up by name (default:
+    in ``session``); ``policy`` is the current cluster policy (default: read from ``session``).
+    Errors name the field as the submitted file wrote it (a Volcano Job's own paths).
     """
     problem = json_problem(document)
     if problem is not None:
         raise invalid(*problem)
-    manifest = parse_job_manifest(document)
+    submission = parse_submission(document)
+    manifest = submission.manifest
     spec = manifest.spec
-    queue = session.get(Queue, spec.queue) if find_queue is None else find_queue(spec.queue)
-    if queue is None or not principal.can_see(queue.tenant):
-        raise invalid("spec.queue", f"queue {spec.queue} does not exist")
-    priority = check_against_policy(manifest, current_policy(session) if policy is None else policy)
-    check_against_cluster(manifest, facts)
+    try:
+        queue = session.get(Queue, spec.queue) if find_queue is None else find_queue(spec.queue)
+        if queue is None or not principal.can_see(queue.tenant):
+            raise invalid("spec.queue", f"queue {spec.queue} does not exist")
+        priority = check_against_policy(
+            manifest, current_policy(session) if policy is None else policy
+        )
+        check_against_cluster(manifest, facts)
+    except SpecError as exc:
+        raise InvalidInput(
+            [FieldProblem(submission.source_path(p.field), p.message) for p in exc.problems]
+        ) from None
+    warnings = submission_warnings(submission, facts)
     job = Job(
         id=new_job_id(manifest.metadata.name),
         name=manifest.metadata.name,
@@ -145,20 +188,34 @@ def prepare_submission(
         queue=queue.name,
         state=JobState.PENDING.value,
         priority=priority,
-        spec=document,
+        spec=submission.document,
         submitted_at=at,
         attempt=1,
     )
-    event = events.new_event(
-        kind="Job",
-        name=job.id,
-        tenant=job.tenant,
-        reason="Submitted",
-        message=f"submitted by {principal.name} to queue {queue.name} "
-        f"({spec.total_replicas} replicas, {spec.total_gpus} GPUs)",
-        at=at,
-    )
-    return job, event
+    made = [
+        events.new_event(
+            kind="Job",
+            name=job.id,
+            tenant=job.tenant,
+            reason="Submitted",
+            message=f"submitted by {principal.name} to queue {queue.name} "
+            f"({spec.total_replicas} replicas, {spec.total_gpus} GPUs)",
+            at=at,
+        )
+    ]
+    if warnings:
+        made.append(
+            events.new_event(
+                kind="Job",
+                name=job.id,
+                tenant=job.tenant,
+                reason="SubmittedWithWarnings",
+                message="; ".join(warnings),
+                at=at,
+                warning=True,
+            )
+        )
+    return Prepared(job, tuple(made), tuple(warnings))
 
 
 def get_visible(session: Session, principal: Principal, job_id: str) -> Job:

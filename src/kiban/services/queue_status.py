@@ -88,9 +88,7 @@ class TenantShare:
     standing: float
 
 
-def queue_view(
-    q: Queue, policy: ClusterPolicy, used: Mapping[str, int] | None = None
-) -> QueueView:
+def queue_view(q: Queue, policy: ClusterPolicy, used: Mapping[str, int] | None = None) -> QueueView:
     """The queue as the scheduler sees it; its cohort is the one whose pool it shares (the
     root of a nested cohort's tree)."""
     return QueueView(

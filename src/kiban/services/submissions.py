@@ -31,7 +31,7 @@ def _values(row: Job | Event) -> dict[str, Any]:
 @dataclass
 class _Pending:
     job: Job
-    event: Event
+    events: tuple[Event, ...]
     done: Future[None] = field(default_factory=Future)
 
 
@@ -45,9 +45,9 @@ class SubmissionWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def write(self, job: Job, event: Event) -> Future[None]:
-        """Queue a job and its event; the future completes once both are committed."""
-        pending = _Pending(job, event)
+    def write(self, job: Job, *events: Event) -> Future[None]:
+        """Queue a job and its events; the future completes once all are committed."""
+        pending = _Pending(job, events)
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -87,7 +87,7 @@ class SubmissionWriter:
             with self._sessions() as session:
                 # Bulk INSERTs of the rows' values: no unit of work, no RETURNING of event ids.
                 session.execute(insert(Job), [_values(p.job) for p in batch])
-                session.execute(insert(Event), [_values(p.event) for p in batch])
+                session.execute(insert(Event), [_values(e) for p in batch for e in p.events])
                 session.commit()
         except Exception:
             if len(batch) == 1:

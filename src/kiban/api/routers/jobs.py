@@ -20,7 +20,7 @@ from kiban.platform import Platform
 from kiban.services import events, jobs, queue_status
 from kiban.services.auth import Principal, authenticate
 from kiban.services.errors import invalid
-from kiban.store.models import Event, Job, Queue
+from kiban.store.models import Queue
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -89,7 +89,7 @@ async def submit_job(
     raw = await request.body()
     content_type = request.headers.get("content-type", "")
 
-    def prepare(use_store: bool) -> tuple[Job, Event]:
+    def prepare(use_store: bool) -> jobs.Prepared:
         with platform.sessions() as session:  # connects only when a lookup reads the store
 
             def lookup(key: tuple[str, str | None], load: Callable[[], T]) -> T:
@@ -117,12 +117,14 @@ async def submit_job(
     try:
         if "json" not in content_type or len(raw) > INLINE_BODY_LIMIT:
             raise _NeedsStore
-        job, event = prepare(use_store=False)
+        prepared = prepare(use_store=False)
     except _NeedsStore:
-        job, event = await run_in_threadpool(prepare, True)
-    await asyncio.wrap_future(platform.submissions.write(job, event))
+        prepared = await run_in_threadpool(prepare, True)
+    await asyncio.wrap_future(platform.submissions.write(prepared.job, *prepared.events))
     platform.loop.wake()
-    body = job_out(job).model_dump_json(by_alias=True)
+    out = job_out(prepared.job)
+    out.warnings = list(prepared.warnings)
+    body = out.model_dump_json(by_alias=True)
     return Response(body, status_code=201, media_type="application/json")
 
 

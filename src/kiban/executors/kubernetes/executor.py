@@ -86,7 +86,7 @@ class KubernetesExecutor:
     """The executor of a Kubernetes cluster (see the module docstring)."""
 
     name = "kubernetes"
-    capabilities = frozenset({Capability.ADOPT, Capability.TORCHRUN})
+    capabilities = frozenset({Capability.ADOPT, Capability.CONTAINERS, Capability.TORCHRUN})
 
     def __init__(
         self,

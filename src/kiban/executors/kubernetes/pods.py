@@ -101,6 +101,7 @@ def pod_manifest(
         master_addr=addr,
         master_port=request.master_port,
         checkpoint_dir=f"{options.checkpoint_root}/{request.job_id}",
+        index_env=request.spec.index_env,
     )
     gpus = len(placement.gpu_ids)
     if gpus:

@@ -145,6 +145,7 @@ class LocalExecutor:
                         master_addr="127.0.0.1",
                         master_port=request.master_port,
                         checkpoint_dir=checkpoint_dir,
+                        index_env=spec.index_env,
                     )
                 )
                 command = replica_command(

@@ -1,0 +1,542 @@
+"""Volcano ``batch.volcano.sh/v1alpha1`` Job manifests, translated into kiban's Job.
+
+Teams moving from Volcano submit their files unchanged. Each Volcano field becomes the kiban
+field that means the same (``minAvailable`` the gang, ``queue``, ``priorityClassName``, the
+pytorch plugin's environment, claims as volumes, restart policies); ``schedulerName`` is taken
+over, since kiban admits and places the job itself. A field without a counterpart is refused
+when ignoring it would change what the job computes (a second container, a secret in the
+environment, a plugin kiban lacks), and otherwise ignored with a warning naming it. Errors and
+warnings name the field as written in the Volcano file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from kiban.domain.errors import FieldProblem, SpecError, format_location
+from kiban.domain.jobspec import JobManifest
+
+API_VERSION = "batch.volcano.sh/v1alpha1"
+KIND = "Job"
+TRANSLATED_ANNOTATION = "kiban.dev/translated-from"
+GPU = "nvidia.com/gpu"
+
+# The pytorch plugin's defaults (Volcano's documented ones).
+PYTORCH_MASTER, PYTORCH_WORKER, PYTORCH_PORT = "master", "worker", 23456
+INDEX_ENV = ["VK_TASK_INDEX", "VC_TASK_INDEX"]  # what Volcano's env plugin sets
+
+JOB_FIELDS_IGNORED = {"ttlSecondsAfterFinished", "runningEstimate", "minSuccess", "networkTopology"}
+TASK_FIELDS_IGNORED = {"minAvailable", "maxRetry", "topologyPolicy", "dependsOn"}
+# Pod fields kiban sets itself: taken over without a word.
+POD_FIELDS_TAKEN = {"schedulerName", "priorityClassName", "restartPolicy", "dnsPolicy"}
+# Pod fields whose loss would change what runs: refused.
+POD_FIELDS_REFUSED = {"initContainers", "ephemeralContainers"}
+CONTAINER_FIELDS_SILENT = {"name", "ports"}  # a name and declared ports change nothing
+CONTAINER_FIELDS_REFUSED = {"envFrom"}
+
+EVENTS = {"*", "PodFailed", "PodEvicted", "PodPending", "PodRunning", "Unknown"}
+EVENTS |= {"TaskCompleted", "TaskFailed", "OutOfSync", "CommandIssued", "JobUpdated"}
+RESTARTS = {"RestartJob", "RestartTask", "RestartPod"}
+ACTIONS = RESTARTS | {"AbortJob", "TerminateJob", "CompleteJob", "ResumeJob", "SyncJob"}
+ACTIONS |= {"EnqueueJob", "RestartPartition"}
+PLUGINS = {"pytorch", "env", "svc"}
+PLUGINS_REFUSED = {"ssh", "mpi", "tensorflow", "ray"}
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A Volcano Job as kiban's: the ``kiban/v1`` document stored and run, and the warnings.
+
+    ``paths`` maps kiban field paths to the Volcano fields they came from (longest prefix wins),
+    so that a later check (cluster fit, priority class) names the field the user wrote.
+    """
+
+    document: dict[str, Any]
+    manifest: JobManifest
+    warnings: tuple[str, ...]
+    paths: tuple[tuple[str, str], ...]
+
+    def source_path(self, path: str) -> str:
+        """The Volcano field a kiban field path came from (the path itself when unknown)."""
+        return source_path(self.paths, path)
+
+
+def is_volcano_job(document: Mapping[str, Any]) -> bool:
+    return document.get("apiVersion") == API_VERSION and document.get("kind") == KIND
+
+
+def source_path(paths: tuple[tuple[str, str], ...], path: str) -> str:
+    best = ("", "")
+    for kiban, volcano in paths:
+        if (path == kiban or path.startswith((kiban + ".", kiban + "["))) and len(kiban) > len(
+            best[0]
+        ):
+            best = (kiban, volcano)
+    return best[1] + path[len(best[0]) :] if best[0] else path
+
+
+def translate(document: Mapping[str, Any]) -> Translation:
+    """Translate a Volcano Job; SpecError lists every problem, each naming its Volcano field."""
+    return _Translator().run(document)
+
+
+def _pretty(items: list[str]) -> str:
+    return ", ".join(items)
+
+
+class _Translator:
+    """One translation: the problems and warnings found on the way, and the path map."""
+
+    def __init__(self) -> None:
+        self.problems: list[FieldProblem] = []
+        self.ignored: list[str] = []
+        self.notes: list[str] = []
+        self.paths: list[tuple[str, str]] = [
+            ("spec.priorityClass", "spec.priorityClassName"),
+            ("spec.backoffLimit", "spec.maxRetry"),
+        ]
+
+    # -- helpers -------------------------------------------------------------------------
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(FieldProblem(path, message))
+
+    def mapping(self, value: Any, path: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.problem(path, "must be a mapping")
+            return {}
+        return value
+
+    def items(self, value: Any, path: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.problem(path, "must be a list")
+            return []
+        return value
+
+    def leftovers(
+        self, value: dict[str, Any], path: str, known: set[str], ignored: set[str]
+    ) -> None:
+        """Unknown keys are errors (a misspelling); known ones kiban does not use are warnings."""
+        for key in value:
+            if key in known:
+                continue
+            if key in ignored:
+                self.ignored.append(f"{path}.{key}")
+            else:
+                self.problem(f"{path}.{key}", "unknown field (check its spelling)")
+
+    # -- the job -------------------------------------------------------------------------
+    def run(self, document: Mapping[str, Any]) -> Translation:
+        doc = dict(document)
+        self.leftovers(doc, "", {"apiVersion", "kind", "metadata", "spec"}, {"status"})
+        self.ignored = [p.lstrip(".") for p in self.ignored]
+        self.problems = [FieldProblem(p.field.lstrip("."), p.message) for p in self.problems]
+        metadata = self.metadata(self.mapping(doc.get("metadata"), "metadata"))
+        spec = self.mapping(doc.get("spec"), "spec")
+        kiban_spec = self.spec(spec)
+        if self.problems:
+            raise SpecError(self.problems)
+        kiban_doc = {"apiVersion": "kiban/v1", "kind": "Job", "metadata": metadata}
+        kiban_doc["spec"] = kiban_spec
+        paths = tuple(self.paths)
+        try:
+            manifest = JobManifest.model_validate(kiban_doc)
+        except ValidationError as exc:
+            raise SpecError(
+                [
+                    FieldProblem(
+                        source_path(paths, format_location(tuple(e["loc"]))),
+                        _message(e),
+                    )
+                    for e in exc.errors()
+                ]
+            ) from None
+        warnings = list(self.notes)
+        if self.ignored:
+            warnings.insert(0, f"ignored (kiban has no counterpart): {_pretty(self.ignored)}")
+        return Translation(kiban_doc, manifest, tuple(warnings), paths)
+
+    def metadata(self, meta: dict[str, Any]) -> dict[str, Any]:
+        known = {"name", "labels", "annotations"}
+        ignored = {"namespace", "generateName", "uid", "resourceVersion", "generation"}
+        ignored |= {"creationTimestamp", "managedFields", "selfLink", "ownerReferences"}
+        ignored |= {"finalizers"}
+        self.leftovers(meta, "metadata", known, ignored)
+        if "namespace" in meta:
+            self.ignored.remove("metadata.namespace")
+            self.notes.append(
+                "metadata.namespace is not used: kiban runs a tenant's jobs in its own namespace"
+            )
+        out: dict[str, Any] = {"name": meta.get("name")}
+        annotations = dict(self.mapping(meta.get("annotations"), "metadata.annotations"))
+        annotations[TRANSLATED_ANNOTATION] = API_VERSION
+        out["annotations"] = annotations
+        if meta.get("labels") is not None:
+            out["labels"] = meta["labels"]
+        return out
+
+    def spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        known = {"schedulerName", "minAvailable", "queue", "priorityClassName", "maxRetry"}
+        known |= {"tasks", "plugins", "policies", "volumes"}
+        self.leftovers(spec, "spec", known, JOB_FIELDS_IGNORED)
+        out: dict[str, Any] = {}
+        for volcano, kiban in (
+            ("minAvailable", "minAvailable"),
+            ("queue", "queue"),
+            ("priorityClassName", "priorityClass"),
+            ("maxRetry", "backoffLimit"),
+        ):
+            if spec.get(volcano) is not None:
+                out[kiban] = spec[volcano]
+        tasks = self.items(spec.get("tasks"), "spec.tasks")
+        if not tasks and "tasks" not in spec:
+            self.problem("spec.tasks", "required field is missing")
+        job_volumes = self.job_volumes(self.items(spec.get("volumes"), "spec.volumes"))
+        order = self.plugins(self.mapping(spec.get("plugins"), "spec.plugins"), tasks, out)
+        restart = self.policies(spec.get("policies"), "spec.policies")
+        grace: list[int] = []
+        kiban_tasks = []
+        for new_index, old_index in enumerate(order):
+            where = f"spec.tasks[{old_index}]"
+            self.paths.append((f"spec.tasks[{new_index}]", where))
+            task, task_restart, task_grace = self.task(
+                self.mapping(tasks[old_index], where),
+                where,
+                f"spec.tasks[{new_index}]",
+                job_volumes,
+            )
+            kiban_tasks.append(task)
+            restart = restart or task_restart
+            grace += [task_grace] if task_grace is not None else []
+        out["tasks"] = kiban_tasks
+        if restart:
+            out["restartPolicy"] = "OnFailure"
+        if grace:
+            out["terminationGracePeriod"] = max(grace)
+        return out
+
+    def job_volumes(self, volumes: list[Any]) -> list[dict[str, Any]]:
+        """``spec.volumes``: claims mounted into every task's container."""
+        out = []
+        for i, raw in enumerate(volumes):
+            where = f"spec.volumes[{i}]"
+            volume = self.mapping(raw, where)
+            self.leftovers(volume, where, {"mountPath", "volumeClaimName", "volumeClaim"}, set())
+            claim = volume.get("volumeClaimName")
+            if not claim:
+                self.problem(
+                    f"{where}.volumeClaimName",
+                    "required: kiban mounts existing claims and does not create them "
+                    "(create the PersistentVolumeClaim, then name it here)",
+                )
+                continue
+            out.append(
+                {"name": f"volume-{i}", "claimName": claim, "mountPath": volume.get("mountPath")}
+            )
+        return out
+
+    # -- plugins and policies --------------------------------------------------------------
+    def plugins(self, plugins: dict[str, Any], tasks: list[Any], out: dict[str, Any]) -> list[int]:
+        """Apply the plugins; the order of the tasks (the pytorch master's first: rank 0)."""
+        order = list(range(len(tasks)))
+        names = [t.get("name") if isinstance(t, dict) else None for t in tasks]
+        for name, args in plugins.items():
+            where = f"spec.plugins.{name}"
+            arguments = self.items(args, where)
+            if name in PLUGINS_REFUSED:
+                self.problem(
+                    where,
+                    f"the {name} plugin is not supported; kiban supports "
+                    f"{_pretty(sorted(PLUGINS))}",
+                )
+            elif name not in PLUGINS:
+                self.problem(where, f"unknown plugin; kiban supports {_pretty(sorted(PLUGINS))}")
+            elif name == "env":
+                out["indexEnv"] = list(INDEX_ENV)
+            elif name == "svc":
+                self.notes.append(
+                    "spec.plugins.svc: replicas reach each other through kiban's headless "
+                    "Service (MASTER_ADDR); the /etc/volcano hosts files and VC_<TASK>_HOSTS "
+                    "are not provided"
+                )
+            elif name == "pytorch":
+                order = self.pytorch(arguments, where, names, out)
+        return order
+
+    def pytorch(
+        self, arguments: list[Any], where: str, names: list[Any], out: dict[str, Any]
+    ) -> list[int]:
+        """``--master``/``--worker``/``--port``: the master's replica 0 is rank 0 and
+        MASTER_ADDR, workers follow (rank = index + 1), MASTER_PORT is the port."""
+        values = {"master": PYTORCH_MASTER, "worker": PYTORCH_WORKER, "port": str(PYTORCH_PORT)}
+        i = 0
+        while i < len(arguments):
+            arg = str(arguments[i])
+            match = re.fullmatch(r"--?(master|worker|port)(?:=(.*))?", arg)
+            if match is None:
+                self.problem(
+                    f"{where}[{i}]",
+                    f"unknown argument {arg!r}; known: --master=TASK, --worker=TASK, --port=PORT",
+                )
+                i += 1
+                continue
+            value = match.group(2)
+            if value is None and i + 1 < len(arguments):
+                i += 1
+                value = str(arguments[i])
+            values[match.group(1)] = value or ""
+            i += 1
+        if not values["port"].isdigit() or not 0 < int(values["port"]) < 65536:
+            self.problem(where, f"--port {values['port']!r} is not a TCP port")
+        else:
+            out["masterPort"] = int(values["port"])
+            self.paths.append(("spec.masterPort", where))
+        if values["master"] not in names:
+            self.problem(
+                where, f"--master names task {values['master']!r}, which the job does not have"
+            )
+            return list(range(len(names)))
+        master = names.index(values["master"])
+        worker = names.index(values["worker"]) if values["worker"] in names else None
+        first = [master] + ([worker] if worker is not None else [])
+        others = [i for i in range(len(names)) if i not in first]
+        if others:
+            self.notes.append(
+                f"{where}: tasks other than {values['master']} and {values['worker']} "
+                f"({_pretty([str(names[i]) for i in others])}) get ranks after them and count "
+                "in WORLD_SIZE"
+            )
+        return first + others
+
+    def policies(self, value: Any, where: str) -> bool:
+        """Lifecycle policies; True when a failure restarts the job (kiban's OnFailure)."""
+        restart = False
+        for i, raw in enumerate(self.items(value, where)):
+            path = f"{where}[{i}]"
+            policy = self.mapping(raw, path)
+            self.leftovers(policy, path, {"event", "events", "action", "exitCode"}, {"timeout"})
+            events = [policy["event"]] if policy.get("event") else []
+            events += self.items(policy.get("events"), f"{path}.events")
+            action = policy.get("action")
+            if action not in ACTIONS:
+                self.problem(
+                    f"{path}.action",
+                    f"unknown action {action!r}; known: {_pretty(sorted(ACTIONS))}",
+                )
+                continue
+            for event in events:
+                if event not in EVENTS:
+                    self.problem(
+                        f"{path}.event",
+                        f"unknown event {event!r}; known: {_pretty(sorted(EVENTS))}",
+                    )
+            failure = bool({"PodFailed", "*"} & set(events)) or policy.get("exitCode") is not None
+            lost = bool({"PodEvicted", "Unknown"} & set(events))
+            if action in RESTARTS and failure:
+                restart = True
+                if action != "RestartJob" or policy.get("exitCode") is not None:
+                    self.notes.append(
+                        f"{path}: kiban restarts the whole job on any failed replica "
+                        "(up to spec.maxRetry times)"
+                    )
+            elif action in RESTARTS and lost:
+                pass  # kiban always requeues a job whose replica was lost with its node
+            elif action in {"AbortJob", "TerminateJob"} and failure and not lost:
+                pass  # kiban's default: a failed replica fails the job
+            elif action == "CompleteJob" and events == ["TaskCompleted"]:
+                self.notes.append(
+                    f"{path}: a kiban job succeeds when all its replicas have exited 0"
+                )
+            else:
+                self.notes.append(
+                    f"{path} ({_pretty([str(e) for e in events])} -> {action}) has no kiban "
+                    "counterpart and is ignored"
+                )
+        return restart
+
+    # -- tasks -------------------------------------------------------------------------------
+    def task(
+        self, task: dict[str, Any], where: str, kiban: str, job_volumes: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], bool, int | None]:
+        """One task (``where`` in the file, ``kiban`` in the translation): the kiban task,
+        whether it restarts on failure, its grace period."""
+        known = {"name", "replicas", "template", "policies"}
+        self.leftovers(task, where, known, TASK_FIELDS_IGNORED)
+        out: dict[str, Any] = {}
+        if task.get("name") is not None:
+            out["name"] = task["name"]
+        if task.get("replicas") is not None:
+            out["replicas"] = task["replicas"]
+        restart = self.policies(task.get("policies"), f"{where}.policies")
+        template = self.mapping(task.get("template"), f"{where}.template")
+        self.leftovers(template, f"{where}.template", {"metadata", "spec"}, set())
+        meta = self.mapping(template.get("metadata"), f"{where}.template.metadata")
+        self.leftovers(meta, f"{where}.template.metadata", {"annotations", "labels", "name"}, set())
+        if meta.get("annotations"):
+            out["annotations"] = meta["annotations"]
+            self.paths.append((f"{kiban}.annotations", f"{where}.template.metadata.annotations"))
+        pod_path = f"{where}.template.spec"
+        pod = self.mapping(template.get("spec"), pod_path)
+        restart = restart or pod.get("restartPolicy") in ("OnFailure", "Always")
+        grace = pod.get("terminationGracePeriodSeconds")
+        for key in ("nodeSelector", "affinity", "hostNetwork"):
+            if pod.get(key):
+                out[key] = pod[key]
+        for key in pod:
+            if key in POD_FIELDS_REFUSED:
+                self.problem(
+                    f"{pod_path}.{key}", "not supported: kiban runs one container per replica"
+                )
+            elif key not in POD_FIELDS_TAKEN | {
+                "containers",
+                "volumes",
+                "nodeSelector",
+                "affinity",
+                "hostNetwork",
+                "terminationGracePeriodSeconds",
+            }:
+                self.ignored.append(f"{pod_path}.{key}")
+        containers = self.items(pod.get("containers"), f"{pod_path}.containers")
+        if len(containers) != 1:
+            self.problem(
+                f"{pod_path}.containers",
+                f"kiban runs exactly one container per "
+                f"replica; this template has {len(containers)}",
+            )
+            return out, restart, grace
+        cpath = f"{pod_path}.containers[0]"
+        self.container(self.mapping(containers[0], cpath), cpath, out)
+        for key in ("command", "args", "env", "image", "resources"):
+            self.paths.append((f"{kiban}.{key}", f"{cpath}.{key}"))
+        for key in ("volumes", "nodeSelector", "affinity", "hostNetwork"):
+            self.paths.append((f"{kiban}.{key}", f"{pod_path}.{key}"))
+        volumes = self.pod_volumes(
+            self.items(pod.get("volumes"), f"{pod_path}.volumes"),
+            self.items(
+                containers[0].get("volumeMounts") if isinstance(containers[0], dict) else None,
+                f"{cpath}.volumeMounts",
+            ),
+            pod_path,
+        )
+        if volumes or job_volumes:
+            out["volumes"] = volumes + job_volumes
+        return out, restart, grace
+
+    def container(self, container: dict[str, Any], cpath: str, out: dict[str, Any]) -> None:
+        for key in container:
+            if key in CONTAINER_FIELDS_REFUSED:
+                self.problem(f"{cpath}.{key}", "not supported: write the variables in env")
+            elif key not in CONTAINER_FIELDS_SILENT | {
+                "image",
+                "command",
+                "args",
+                "env",
+                "resources",
+                "volumeMounts",
+            }:
+                self.ignored.append(f"{cpath}.{key}")
+        if not container.get("command"):
+            self.problem(
+                f"{cpath}.command",
+                "required by kiban: it runs the command itself "
+                "and does not know the image's entrypoint; write it here",
+            )
+        else:
+            out["command"] = container["command"]
+        for key in ("image", "args"):
+            if container.get(key) is not None:
+                out[key] = container[key]
+        env: dict[str, Any] = {}
+        for i, raw in enumerate(self.items(container.get("env"), f"{cpath}.env")):
+            item = self.mapping(raw, f"{cpath}.env[{i}]")
+            if "valueFrom" in item:
+                self.problem(f"{cpath}.env[{i}].valueFrom", "not supported: give a value")
+            elif not isinstance(item.get("name"), str):
+                self.problem(f"{cpath}.env[{i}].name", "required field is missing")
+            else:
+                env[item["name"]] = item.get("value", "")
+        if env:
+            out["env"] = env
+        out["resources"] = self.resources(
+            self.mapping(container.get("resources"), f"{cpath}.resources"), f"{cpath}.resources"
+        )
+
+    def resources(self, resources: dict[str, Any], where: str) -> dict[str, Any]:
+        """Requests (else limits) of cpu and memory; nvidia.com/gpu from limits (or requests)."""
+        self.leftovers(resources, where, {"requests", "limits"}, {"claims"})
+        requests = self.mapping(resources.get("requests"), f"{where}.requests")
+        limits = self.mapping(resources.get("limits"), f"{where}.limits")
+        out: dict[str, Any] = {}
+        for key in ("cpu", "memory"):
+            value = requests.get(key, limits.get(key))
+            if value is not None:
+                out[key] = value
+        gpu_limit, gpu_request = limits.get(GPU), requests.get(GPU)
+        if gpu_limit is not None and gpu_request is not None and str(gpu_limit) != str(gpu_request):
+            self.problem(f"{where}.requests.{GPU}", f"must equal limits.{GPU} ({gpu_limit})")
+        gpu = gpu_limit if gpu_limit is not None else gpu_request
+        if gpu is not None:
+            out["gpu"] = int(gpu) if isinstance(gpu, str) and gpu.isdigit() else gpu
+        for part, values in (("requests", requests), ("limits", limits)):
+            for key in values:
+                if key not in ("cpu", "memory", GPU):
+                    self.ignored.append(f"{where}.{part}.{key}")
+        return out
+
+    def pod_volumes(
+        self, volumes: list[Any], mounts: list[Any], pod_path: str
+    ) -> list[dict[str, Any]]:
+        """The claims the container mounts; emptyDir is ignored, other volume kinds refused."""
+        by_name = {}
+        for i, raw in enumerate(volumes):
+            if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+                by_name[raw["name"]] = (i, raw)
+        out = []
+        for j, raw in enumerate(mounts):
+            mount = self.mapping(raw, f"{pod_path}.containers[0].volumeMounts[{j}]")
+            found = by_name.get(mount.get("name", ""))
+            if found is None:
+                self.problem(
+                    f"{pod_path}.containers[0].volumeMounts[{j}].name",
+                    f"no volume named {mount.get('name')!r} in {pod_path}.volumes",
+                )
+                continue
+            i, volume = found
+            if "subPath" in mount:
+                self.ignored.append(f"{pod_path}.containers[0].volumeMounts[{j}].subPath")
+            if "persistentVolumeClaim" in volume:
+                claim = self.mapping(volume["persistentVolumeClaim"], f"{pod_path}.volumes[{i}]")
+                out.append(
+                    {
+                        "name": volume["name"],
+                        "claimName": claim.get("claimName"),
+                        "mountPath": mount.get("mountPath"),
+                        "readOnly": bool(mount.get("readOnly") or claim.get("readOnly")),
+                    }
+                )
+            elif "emptyDir" in volume:
+                self.ignored.append(f"{pod_path}.volumes[{i}] (emptyDir)")
+            else:
+                kind = next((k for k in volume if k != "name"), "?")
+                self.problem(
+                    f"{pod_path}.volumes[{i}].{kind}",
+                    "not supported: kiban mounts persistentVolumeClaim volumes "
+                    "(and ignores emptyDir)",
+                )
+        return out
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown field (check its spelling)"
+    if error["type"] == "missing":
+        return "required field is missing"
+    return str(error["msg"]).removeprefix("Value error, ")
