@@ -70,6 +70,8 @@ def test_a_watch_notes_first_sight_binding_and_running_until_the_target() -> Non
     assert (result["first_created_s"], result["last_created_s"]) == (0.5, 4.5)
     assert result["pods_on_fake_nodes"]
     assert not phase_result(seen, 0.5, {"n0"})["pods_on_fake_nodes"]
+    backlog = phase_result(seen, 0.5, {"n0", "n1"}, timed_from=2.0)
+    assert backlog["seconds"] == 3.0 and backlog["last_created_s"] == 4.5
 
 
 def report(gang: float, jobs: float, raw: float, sched: float) -> dict[str, Any]:

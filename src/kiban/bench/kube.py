@@ -171,17 +171,21 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def phase_result(watch: WatchResult, started: float, nodes: set[str]) -> dict[str, Any]:
-    """What every phase reports: its rate (to the last pod seen Running) and when its pods were
-    created; whether every pod ran on one of the fake nodes."""
+def phase_result(
+    watch: WatchResult, started: float, nodes: set[str], timed_from: float | None = None
+) -> dict[str, Any]:
+    """What every phase reports: its rate (from ``timed_from``, by default ``started``, to the
+    last pod seen Running), when its pods were created (after ``started``), whether every pod
+    ran on one of the fake nodes."""
     ended = max(watch.running.values(), default=started)
     created = sorted(watch.seen.values())
     bound = {watch.nodes.get(uid) for uid in watch.running}
+    timed_from = started if timed_from is None else timed_from
     return {
         "pods": watch.target,
         "pods_running": len(watch.running),
-        "seconds": round(ended - started, 3),
-        "pods_per_s": rate(watch.target, ended - started),
+        "seconds": round(ended - timed_from, 3),
+        "pods_per_s": rate(watch.target, ended - timed_from),
         "first_created_s": round(created[0] - started, 3) if created else None,
         "last_created_s": round(created[-1] - started, 3) if created else None,
         "pods_on_fake_nodes": len(bound & nodes) == len(bound) and None not in bound,
@@ -231,9 +235,8 @@ class KubeBench:
                 watch.stop()
                 if scheduler is not None:
                     supervisor.stop_from_pid_file(supervisor.pid_file(run_dir, scheduler.name))
-            if backlog:
-                started = min(seen.bound.values())
-            result = phase_result(seen, started, set(self.nodes))
+            first_bind = min(seen.bound.values()) if backlog else None
+            result = phase_result(seen, started, set(self.nodes), first_bind)
             result["create_s"] = round(create_s, 3)
             result["create_pods_per_s"] = rate(options.pods, create_s)
             empty_cluster(api)

@@ -253,7 +253,7 @@ def kube_table(report: dict[str, Any]) -> Table:
         (
             "kube_scheduler_backlog",
             "kube-scheduler, backlog",
-            "same, all created before it starts: first bind to all Running",
+            "same, all created before it starts: its first bind to all Running",
         ),
         ("kiban_gang", "kiban, one gang", "one job of all the pods, submission to all Running"),
         ("kiban_jobs", "kiban, single jobs", "one-replica jobs, submission to all Running"),
