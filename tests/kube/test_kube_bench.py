@@ -34,6 +34,7 @@ def test_kiban_bench_kube_json_report_is_consistent() -> None:
         entry = report[phase]
         assert entry["pods"] == entry["pods_running"] == 20, phase
         assert entry["pods_on_fake_nodes"], phase
+        assert {"this process", "kube-apiserver", "etcd", "kwok"} <= set(entry["cpu_ms_per_pod"])
         assert entry["pods_per_s"] == pytest.approx(20 / entry["seconds"], rel=0.01), phase
         assert 0 <= entry["first_created_s"] <= entry["last_created_s"]
         if phase != "kube_scheduler_backlog":  # timed from its first bind, after the creations

@@ -26,6 +26,7 @@ kiban's, from the first request to all Running).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -226,11 +227,13 @@ class KubeBench:
                 scheduler = self.plane.start_kube_scheduler()
             watch = self._watch(f"{PHASE_LABEL}={phase}")
             try:
+                cpu = cpu_seconds(self.plane.directory)
                 started = time.monotonic()
                 create_s = create_pods(api, BENCH_NAMESPACE, bodies, options.workers)
                 if backlog:
                     scheduler = self.plane.start_kube_scheduler()
                 seen = watch.wait()
+                cpu = cpu_ms_per_pod(cpu, cpu_seconds(self.plane.directory), options.pods)
             finally:
                 watch.stop()
                 if scheduler is not None:
@@ -239,6 +242,7 @@ class KubeBench:
             result = phase_result(seen, started, set(self.nodes), first_bind)
             result["create_s"] = round(create_s, 3)
             result["create_pods_per_s"] = rate(options.pods, create_s)
+            result["cpu_ms_per_pod"] = cpu
             empty_cluster(api)
         return result
 
@@ -267,6 +271,7 @@ class KubeBench:
             try:
                 with server_gc():
                     platform.loop.start()
+                    cpu = cpu_seconds(self.plane.directory)
                     started = time.monotonic()
                     futures = []
                     for document in documents:
@@ -285,6 +290,7 @@ class KubeBench:
                         future.result(timeout=options.phase_timeout_s)
                     submitted = time.monotonic()
                     seen = watch.wait()
+                    cpu = cpu_ms_per_pod(cpu, cpu_seconds(self.plane.directory), options.pods)
                     passes = platform.loop.passes
             finally:
                 watch.stop()
@@ -293,6 +299,7 @@ class KubeBench:
             result["jobs"] = len(documents)
             result["submit_s"] = round(submitted - started, 3)
             result["loop_passes"] = passes
+            result["cpu_ms_per_pod"] = cpu
             empty_cluster(api)
         return result
 
@@ -306,6 +313,27 @@ def _control_plane_rss(directory: Path) -> dict[str, float]:
         except psutil.Error:
             continue
     return sizes
+
+
+def cpu_seconds(directory: Path) -> dict[str, float]:
+    """CPU time (user + system) used so far by this process and by each control-plane process
+    (kube-scheduler only while it runs)."""
+    times = {"this process": sum(psutil.Process().cpu_times()[:2])}
+    for record in running_processes(directory):
+        with contextlib.suppress(psutil.Error):
+            times[record.name] = sum(psutil.Process(record.pid).cpu_times()[:2])
+    return times
+
+
+def cpu_ms_per_pod(
+    before: dict[str, float], after: dict[str, float], pods: int
+) -> dict[str, float]:
+    """Each process's CPU time over a phase, in milliseconds per pod (what each pod costs)."""
+    return {
+        name: round((after[name] - before.get(name, 0.0)) * 1000 / pods, 2)
+        for name in after
+        if pods
+    }
 
 
 def run_kube_bench(options: KubeBenchOptions, say: Progress | None = None) -> dict[str, Any]:

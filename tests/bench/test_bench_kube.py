@@ -12,6 +12,7 @@ from rich.console import Console
 from kiban.bench.kube import (
     PHASE_LABEL,
     KubeBenchOptions,
+    cpu_ms_per_pod,
     phase_result,
     raw_pod_bodies,
     summarize,
@@ -135,3 +136,13 @@ def test_table_shows_every_phase_the_goals_and_the_machine() -> None:
     assert "load average 7.3 -> 9.9" in text
     assert "kube-apiserver 830 MB" in text
     assert ">= 0.8 of raw create" in text
+
+
+def test_cpu_per_pod_is_each_process_over_the_phase() -> None:
+    before = {"this process": 1.0, "kube-apiserver": 10.0}
+    after = {"this process": 3.0, "kube-apiserver": 14.0, "kube-scheduler": 0.5}
+    assert cpu_ms_per_pod(before, after, 1000) == {
+        "this process": 2.0,
+        "kube-apiserver": 4.0,
+        "kube-scheduler": 0.5,  # started during the phase
+    }
