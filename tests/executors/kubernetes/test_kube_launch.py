@@ -1,6 +1,6 @@
 """Launching a gang: its pods are created several at a time, in order, and a refusal leaves
-nothing behind. A scripted stand-in for the API plays the server; the kube tier launches
-against the real one."""
+nothing behind; the node sync lists only pods kiban did not create. A scripted stand-in for the
+API plays the server; the kube tier runs against the real one."""
 
 from __future__ import annotations
 
@@ -29,9 +29,14 @@ class ScriptedApi:
         self.deleted: list[str] = []
         self.in_flight = 0
         self.most_in_flight = 0
+        self.pod_lists: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
+    def list_nodes(self, label_selector: str = "") -> list[Obj]:
+        return []
+
     def list_pods(self, *, label_selector: str = "", field_selector: str = "") -> Obj:
+        self.pod_lists.append((label_selector, field_selector))
         with self._lock:
             items = [{"metadata": {"namespace": "kiban-t", "name": n}} for n in self.created]
         return {"metadata": {"resourceVersion": "1"}, "items": items}
@@ -132,3 +137,17 @@ def test_a_refused_pod_fails_the_launch_and_every_pod_made_is_deleted(
     assert api.in_flight == 0  # nothing still being created behind the cleanup
     assert sorted(api.deleted) == sorted(api.created)
     assert len(api.created) < 199  # the requests not yet sent were dropped
+
+
+def test_the_node_sync_lists_only_live_pods_kiban_did_not_create(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = ScriptedApi()
+    kube = make(monkeypatch, api)
+    try:
+        kube.nodes()
+    finally:
+        kube.close()
+    ((labels, fields),) = api.pod_lists
+    assert labels == "app.kubernetes.io/managed-by!=kiban"
+    assert "spec.nodeName!=" in fields and "status.phase!=Succeeded" in fields

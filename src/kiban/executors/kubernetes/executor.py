@@ -66,6 +66,9 @@ log = logging.getLogger("kiban.executors.kubernetes")
 FORCE_GRACE_S = 1  # "now": the kubelet kills at once, and still confirms the containers stopped
 LAUNCH_WORKERS = 8  # pods of one launch created at once (see api.POOL: connections for them)
 LIVE_PODS_ON_NODES = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Only other pods' GPUs are subtracted: listing kiban's own (thousands) every node sync cost
+# kiban 0.34 s of CPU per sync with 1,000 of them running, 0.14 s without (kiban bench kube).
+NOT_MANAGED_SELECTOR = f"{MANAGED_BY}!={MANAGER}"
 
 
 def _api_message(exc: ApiException) -> str:
@@ -126,7 +129,9 @@ class KubernetesExecutor:
     def nodes(self) -> list[NodeInfo]:
         """The cluster's nodes (those matching ``options.node_selector``), GPUs of others off."""
         nodes = self.api.list_nodes(self.options.node_selector)
-        live = self.api.list_pods(field_selector=LIVE_PODS_ON_NODES)
+        live = self.api.list_pods(
+            label_selector=NOT_MANAGED_SELECTOR, field_selector=LIVE_PODS_ON_NODES
+        )
         elsewhere = foreign_gpus(live.get("items") or [])
         infos = [node_info(n, self.options, elsewhere.get(n["metadata"]["name"], 0)) for n in nodes]
         with self._lock:
