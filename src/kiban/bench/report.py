@@ -219,3 +219,102 @@ def scheduler_table(report: dict[str, Any]) -> Table:
     table.caption = "\n".join(notes)
     table.caption_justify = "left"
     return table
+
+
+def _cpu(entry: dict[str, Any]) -> str:
+    """A phase's CPU time per pod, process by process, in the caption's order."""
+    cpu = entry.get("cpu_ms_per_pod") or {}
+    names = ("this process", "kube-apiserver", "etcd", "kwok", "kube-scheduler")
+    return " + ".join(_num(cpu[n]) for n in names if n in cpu)
+
+
+def kube_table(report: dict[str, Any]) -> Table:
+    """``kiban bench kube``: each phase's pods/s, against raw creation and kube-scheduler."""
+    settings = report["settings"]
+    raw_create = report["raw_create_pods_per_s"]
+    sched = report["kube_scheduler_pods_per_s"]
+    table = Table(title="kiban bench kube", title_justify="left", header_style="bold")
+    for name in ("phase", "pods/s", "time", "last pod created", "vs raw create"):
+        table.add_column(name, justify="left" if name == "phase" else "right")
+    table.add_column("vs kube-scheduler", justify="right")
+    table.add_column("CPU ms/pod", justify="right")
+    table.add_column("what it means", style="dim", overflow="fold")
+    raw = report["raw"]
+    rows: list[tuple[str, float, float, Any, str, str]] = [
+        (
+            "raw create",
+            raw["create_pods_per_s"],
+            raw["create_s"],
+            raw["last_created_s"],
+            "",
+            "the create calls only, pods bound by nodeName: the machine's limit",
+        ),
+        (
+            "raw to Running",
+            raw["pods_per_s"],
+            raw["seconds"],
+            raw["last_created_s"],
+            _cpu(raw),
+            "same pods, until KWOK has made the last one Running",
+        ),
+    ]
+    for key, label, meaning in (
+        ("kube_scheduler", "kube-scheduler", "same pods without nodeName, bound by it"),
+        (
+            "kube_scheduler_backlog",
+            "kube-scheduler, backlog",
+            "same, all created before it starts: its first bind to all Running",
+        ),
+        ("kiban_gang", "kiban, one gang", "one job of all the pods, submission to all Running"),
+        ("kiban_jobs", "kiban, single jobs", "one-replica jobs, submission to all Running"),
+    ):
+        entry = report[key]
+        rows.append(
+            (
+                label,
+                entry["pods_per_s"],
+                entry["seconds"],
+                entry["last_created_s"],
+                _cpu(entry),
+                meaning,
+            )
+        )
+    for label, pods_per_s, seconds, created, cpu, meaning in rows:
+        table.add_row(
+            label,
+            _num(pods_per_s),
+            _num(seconds, " s"),
+            _num(created, " s"),
+            _num(pods_per_s / raw_create if raw_create else None),
+            _num(pods_per_s / sched if sched else None),
+            cpu,
+            meaning,
+        )
+    met = report["goals_met"]
+    marks = {k: " [green]✓[/green]" if v else " [red]✗[/red]" for k, v in met.items()}
+    table.add_row(
+        "[bold]kiban[/bold]",
+        _num(report["kiban_pods_per_s"]),
+        "",
+        "",
+        f"{_num(report['kiban_vs_raw'])}{marks['kiban_vs_raw']}",
+        f"{_num(report['kiban_vs_kube_scheduler'])}{marks['kiban_vs_kube_scheduler']}",
+        "",
+        f"the slower kiban phase; goals: >= {report['goals']['kiban_vs_raw']:g} of raw create, "
+        f">= {report['goals']['kiban_vs_kube_scheduler']:g}x kube-scheduler",
+    )
+    rss = ", ".join(f"{k} {v:,.0f} MB" for k, v in settings["control_plane_rss_mb"].items())
+    table.caption = "\n".join(
+        [
+            f"cluster: {settings['nodes']:,} fake nodes x {settings['gpus_per_node']} GPUs "
+            f"(KWOK), {settings['pods']:,} pods of {settings['gpus_per_pod']} GPUs per phase, "
+            f"{settings['workers']} requests in flight for raw/kube-scheduler; each phase on an "
+            f"emptied cluster; control plane up in {settings['control_plane_setup_s']:g} s",
+            "CPU ms/pod: this process (the client, or kiban) + kube-apiserver + etcd + kwok "
+            "+ kube-scheduler, over the phase, per pod",
+            f"control plane memory at the end: {rss}",
+            f"machine: {machine_line(report['machine'])}",
+        ]
+    )
+    table.caption_justify = "left"
+    return table

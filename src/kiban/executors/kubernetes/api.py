@@ -17,15 +17,24 @@ from kubernetes.client import ApiClient
 Obj = dict[str, Any]
 
 
-def connect(kubeconfig: Path | None) -> ApiClient:
+POOL = 16
+"""Keep-alive connections to the API server, at least: one per pod created at once (the
+client's own default, 5 per CPU, would drop connections on a small machine)."""
+
+
+def connect(kubeconfig: Path | None, pool: int = POOL) -> ApiClient:
     """An API client from a kubeconfig file, or from the pod's service account (in-cluster)."""
+    configuration = client.Configuration()
     if kubeconfig is not None:
         if not kubeconfig.is_file():
             raise FileNotFoundError(f"kubeconfig {kubeconfig} does not exist")
-        made: ApiClient = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-        return made
-    config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return ApiClient()
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig), client_configuration=configuration
+        )
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, pool)
+    return ApiClient(configuration)
 
 
 def _json(response: Any) -> Obj:

@@ -18,6 +18,7 @@ import json
 import logging
 import random
 import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,11 @@ from kiban.executors.kubernetes.pods import (
 log = logging.getLogger("kiban.executors.kubernetes")
 
 FORCE_GRACE_S = 1  # "now": the kubelet kills at once, and still confirms the containers stopped
+LAUNCH_WORKERS = 8  # pods of one launch created at once (see api.POOL: connections for them)
 LIVE_PODS_ON_NODES = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Only other pods' GPUs are subtracted: listing kiban's own (thousands) every node sync cost
+# kiban 0.34 s of CPU per sync with 1,000 of them running, 0.14 s without (kiban bench kube).
+NOT_MANAGED_SELECTOR = f"{MANAGED_BY}!={MANAGER}"
 
 
 def _api_message(exc: ApiException) -> str:
@@ -102,6 +107,7 @@ class KubernetesExecutor:
         self._node_names: set[str] | None = None  # from the last nodes(); None: not listed yet
         self._lock = threading.Lock()
         self._random = random.Random()
+        self._creators: ThreadPoolExecutor | None = None  # made by the first multi-pod launch
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
 
@@ -113,15 +119,19 @@ class KubernetesExecutor:
         return cls(connect(kubeconfig), options)
 
     def close(self) -> None:
-        """Stop the pod watch and close the connections."""
+        """Stop the pod watch and the pod creators; close the connections."""
         self.pods.stop()
+        if self._creators is not None:
+            self._creators.shutdown()
         self.api.close()
 
     # -- nodes -----------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         """The cluster's nodes (those matching ``options.node_selector``), GPUs of others off."""
         nodes = self.api.list_nodes(self.options.node_selector)
-        live = self.api.list_pods(field_selector=LIVE_PODS_ON_NODES)
+        live = self.api.list_pods(
+            label_selector=NOT_MANAGED_SELECTOR, field_selector=LIVE_PODS_ON_NODES
+        )
         elsewhere = foreign_gpus(live.get("items") or [])
         infos = [node_info(n, self.options, elsewhere.get(n["metadata"]["name"], 0)) for n in nodes]
         with self._lock:
@@ -154,10 +164,12 @@ class KubernetesExecutor:
             owner = owner_reference(
                 request.job_id, request.attempt, self._ensure_service(request, namespace)
             )
-            launched = []
-            for placement, body in zip(request.placements, bodies, strict=True):
+            for body in bodies:
                 body["metadata"]["ownerReferences"] = [owner]
-                pod = self._create_pod(namespace, body)
+            launched = []
+            for placement, pod in zip(
+                request.placements, self._create_pods(namespace, bodies), strict=True
+            ):
                 self.pods.put(pod)
                 meta = pod["metadata"]
                 handle = make_handle(namespace, meta["name"], meta["uid"])
@@ -190,6 +202,28 @@ class KubernetesExecutor:
                 raise
             service = self.api.read_service(namespace, body["metadata"]["name"])
         return str(service["metadata"]["uid"])
+
+    def _create_pods(self, namespace: str, bodies: list[Obj]) -> list[Obj]:
+        """Create the pods of one launch, up to ``LAUNCH_WORKERS`` requests at once (a gang's
+        pods one by one would wait a round trip each); in order. After a failure the requests
+        not yet sent are dropped, and those in flight end before this raises, so that
+        ``abandon`` finds all that was made."""
+        if len(bodies) == 1:
+            return [self._create_pod(namespace, bodies[0])]
+        with self._lock:
+            if self._creators is None:
+                self._creators = ThreadPoolExecutor(LAUNCH_WORKERS, "kiban-pod-create")
+            creators = self._creators
+        futures = [creators.submit(self._create_pod, namespace, body) for body in bodies]
+        if wait(futures, return_when=FIRST_EXCEPTION).not_done:
+            for future in futures:
+                future.cancel()
+            wait(futures)
+        for future in futures:
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
+                raise error
+        return [future.result() for future in futures]
 
     def _create_pod(self, namespace: str, body: Obj) -> Obj:
         """Create the pod; one of the same attempt that exists already is taken as it is."""
