@@ -276,7 +276,7 @@ class KubeBench:
                     futures = []
                     for document in documents:
                         with platform.sessions() as session:
-                            job, event = jobs.prepare_submission(
+                            prepared = jobs.prepare_submission(
                                 session,
                                 admin,
                                 document,
@@ -284,7 +284,9 @@ class KubeBench:
                                 at=platform.clock.now(),
                                 policy=platform.policy,
                             )
-                        futures.append(platform.submissions.write(job, event))
+                        futures.append(
+                            platform.submissions.write(prepared.job, *prepared.events)
+                        )
                         platform.loop.wake()
                     for future in futures:
                         future.result(timeout=options.phase_timeout_s)
