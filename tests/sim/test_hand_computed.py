@@ -169,3 +169,21 @@ def test_a_two_gpu_job_drops_a_las_level_twice_as_fast(tmp_path: Path) -> None:
     report = replay(trace, "las", gpus_per_node=2)
     assert jcts(report) == {2: 5100.0, 3: 900.0}
 
+
+def test_without_borrowing_a_team_waits_for_its_own_quota(tmp_path: Path) -> None:
+    # Two teams of one 8-GPU node each. team0 asks for two 8-GPU jobs of 100 s at t=0: with
+    # borrowing the second runs at once on team1's idle node; without, it waits for the first.
+    quotas = tmp_path / "vc.csv"
+    quotas.write_text("vc,node num\nteam0,1\nteam1,1\n")
+    trace = write_csv(tmp_path / "t.csv", ["0,100,8,team0,,,,", "0,100,8,team0,,,,"])
+    lent = replay(trace, "fifo", nodes=None, gpus_per_node=8, quotas_from=quotas)
+    assert sorted(jcts(lent).values()) == [100.0, 100.0]
+    apart = replay(trace, "fifo", nodes=None, gpus_per_node=8, quotas_from=quotas, borrowing=False)
+    assert sorted(jcts(apart).values()) == [100.0, 200.0]
+    assert "no borrowing" in apart.prepared.cluster.description
+
+
+def test_no_borrowing_needs_quotas(tmp_path: Path) -> None:
+    trace = write_csv(tmp_path / "t.csv", THREE)
+    with pytest.raises(ValueError, match="--no-borrowing needs --quotas-from"):
+        replay(trace, "fifo", borrowing=False)

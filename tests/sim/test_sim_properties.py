@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from sim_support import replay, write_csv
 
+from kiban.scheduler.decisions import Decisions
+from kiban.scheduler.snapshot import Snapshot
 from kiban.sim.engine import ConservationError, check_conservation
 from kiban.sim.metrics import JSON_KEYS
 
@@ -159,3 +161,33 @@ def test_borrowing_teams_and_reclaim_replay_to_the_end(
     assert outcome is not None
     assert report.results[0].summary.figures["jobs"] == 300
 
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf", "las", "kiban"])
+def test_without_borrowing_no_team_uses_more_than_its_quota(
+    busy_trace: Path, tmp_path: Path, policy: str
+) -> None:
+    """Partitions: in every cycle's snapshot a team queue uses at most its nominal GPUs (only
+    ``shared``, which has none, runs on what they leave idle); every job still finishes (each
+    fits its team's two nodes)."""
+    from kiban.sim.engine import Simulator
+    from kiban.sim.policies import policy_named
+    from kiban.sim.run import SimOptions, prepare
+
+    quotas = tmp_path / "vc.csv"
+    quotas.write_text("vc,node num\nteam0,2\nteam1,2\nteam2,2\n")
+    options = SimOptions(busy_trace, quotas_from=quotas, borrowing=False)
+    prepared = prepare(options)
+    over: list[tuple[float, str, int]] = []
+
+    def note(snapshot: Snapshot, _decisions: Decisions) -> None:
+        for q in snapshot.queues:
+            nominal = sum((q.nominal or {}).values())
+            if q.name != "shared" and sum(q.used.values()) > nominal:
+                over.append((snapshot.now, q.name, sum(q.used.values())))
+
+    simulator = Simulator(
+        prepared.jobs, prepared.cluster, prepared.queues, policy_named(policy), on_cycle=note
+    )
+    outcome = simulator.run()
+    assert over == []
+    assert all(r.finished_at is not None for r in outcome.runs)
