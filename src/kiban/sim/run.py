@@ -157,11 +157,16 @@ def replay(
     rho_by_tenant = None
     if options.rho:
         started = time.perf_counter()
-        alone = alone_jcts(prepared, policy, options)
-        rho_by_tenant = rhos(mean_jct_by_tenant(outcome.runs), alone)
-        progress(
-            f"{policy.name}: each tenant alone, for rho, in {time.perf_counter() - started:.1f} s"
-        )
+        try:
+            alone = alone_jcts(prepared, policy, options)
+        except PreemptionLoop as exc:  # the shared replay stands; only rho is lost
+            progress(f"{policy.name}: no rho: a tenant's replay alone stopped: {exc}")
+        else:
+            rho_by_tenant = rhos(mean_jct_by_tenant(outcome.runs), alone)
+            progress(
+                f"{policy.name}: each tenant alone, for rho, in "
+                f"{time.perf_counter() - started:.1f} s"
+            )
     return PolicyResult(policy, outcome, summarize(outcome, rho_by_tenant))
 
 
