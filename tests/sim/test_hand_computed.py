@@ -96,3 +96,94 @@ def test_a_job_larger_than_the_cluster_never_starts_and_says_why(tmp_path: Path)
     assert extra["never_started"] == 1
     assert set(extra["never_started_reasons"]) <= {"NoNodeFits", "InsufficientCapacity"}
     assert report.results[0].summary.figures["jobs"] == 1
+
+
+def test_srtf_preempts_for_less_remaining_time_without_losing_checkpointed_work(
+    tmp_path: Path,
+) -> None:
+    # Checkpoints every second, so a preemption loses nothing. t=1: B (5 s) has less left than
+    # A (9 s): A stops with 1 s done. t=2: C (1 s) has less left than B (4 s): B stops. C runs
+    # 2-3, then B's 4 s (3-7), then A's 9 s (7-16).
+    report = replay(write_csv(tmp_path / "t.csv", THREE), "srtf", checkpoint_s=1.0)
+    assert jcts(report) == {2: 16.0, 3: 6.0, 4: 1.0}
+    runs = runs_by_line(report)
+    assert [runs[line].preemptions for line in (2, 3, 4)] == [1, 1, 0]
+    figures = report.results[0].summary.figures
+    assert figures["avg_jct_s"] == pytest.approx(23 / 3, abs=0.05)
+    assert figures["lost_gpu_hours"] == 0.0
+    assert figures["makespan_s"] == 16.0
+
+
+def test_srtf_with_half_hour_checkpoints_loses_the_second_before_each_preemption(
+    tmp_path: Path,
+) -> None:
+    # The same preemptions, but A and B each lose the 1 s they ran (no checkpoint yet): C 2-3,
+    # B all 5 s (3-8), A all 10 s (8-18).
+    report = replay(write_csv(tmp_path / "t.csv", THREE), "srtf")
+    assert jcts(report) == {2: 18.0, 3: 7.0, 4: 1.0}
+    runs = runs_by_line(report)
+    assert (runs[2].lost_s, runs[3].lost_s, runs[4].lost_s) == (1.0, 1.0, 0.0)
+    assert report.results[0].summary.figures["preemptions"] == 2
+
+
+def test_srtf_does_not_preempt_for_an_equal_remaining_time(tmp_path: Path) -> None:
+    # A (10 s) at 0; at 5, B (5 s) has as much left as A: no preemption (strictly less only).
+    report = replay(write_csv(tmp_path / "t.csv", ["0,10,1,t,,,,", "5,5,1,t,,,,"]), "srtf")
+    assert jcts(report) == {2: 10.0, 3: 10.0}
+    assert report.results[0].summary.figures["preemptions"] == 0
+
+
+def test_las_waits_within_a_level_and_preempts_when_the_runner_drops_one(tmp_path: Path) -> None:
+    # One GPU. A (5,000 s) at 0; B (100 s) at 1,000 finds A in the same first queue and waits.
+    # At 3,600 A reaches 1 GPU-hour and drops to the second queue: the core is woken and B
+    # preempts it then. A checkpointed at that very instant (every 1,800 s) and loses nothing:
+    # B runs 3,600-3,700, A its last 1,400 s, 3,700-5,100.
+    report = replay(write_csv(tmp_path / "t.csv", ["0,5000,1,t,,,,", "1000,100,1,t,,,,"]), "las")
+    assert jcts(report) == {2: 5100.0, 3: 2700.0}
+    run = runs_by_line(report)[2]
+    assert (run.preemptions, run.lost_s) == (1, 0.0)
+
+
+def test_las_never_preempts_a_job_that_stays_in_the_first_queue(tmp_path: Path) -> None:
+    # A runs 2,000 s: it never reaches 1 GPU-hour, so B (at 1,000) waits for its end.
+    report = replay(write_csv(tmp_path / "t.csv", ["0,2000,1,t,,,,", "1000,100,1,t,,,,"]), "las")
+    assert jcts(report) == {2: 2000.0, 3: 1100.0}
+    assert report.results[0].summary.figures["preemptions"] == 0
+
+
+def test_las_preemption_loses_the_work_since_the_checkpoint(tmp_path: Path) -> None:
+    # B arrives at 4,000, when A is in the second queue: A stops, keeps 3,600 s, loses 400 s;
+    # B runs 4,000-4,100, A the 1,400 s left, 4,100-5,500. A's attained service then counts
+    # all 4,000 s it ran.
+    report = replay(write_csv(tmp_path / "t.csv", ["0,5000,1,t,,,,", "4000,100,1,t,,,,"]), "las")
+    assert jcts(report) == {2: 5500.0, 3: 100.0}
+    run = runs_by_line(report)[2]
+    assert (run.preemptions, run.lost_s, run.run_s) == (1, 400.0, 5400.0)
+
+
+def test_a_two_gpu_job_drops_a_las_level_twice_as_fast(tmp_path: Path) -> None:
+    # Two GPUs. A (2 GPUs, 5,000 s) at 0 reaches 3,600 GPU-s at 1,800 s; B (1 GPU, 100 s) at
+    # 1,000 waits until then, preempts A at 1,800 (A checkpointed then) and runs 1,800-1,900;
+    # A resumes at 1,900 with 3,200 s left.
+    trace = write_csv(tmp_path / "t.csv", ["0,5000,2,t,,,,", "1000,100,1,t,,,,"])
+    report = replay(trace, "las", gpus_per_node=2)
+    assert jcts(report) == {2: 5100.0, 3: 900.0}
+
+
+def test_without_borrowing_a_team_waits_for_its_own_quota(tmp_path: Path) -> None:
+    # Two teams of one 8-GPU node each. team0 asks for two 8-GPU jobs of 100 s at t=0: with
+    # borrowing the second runs at once on team1's idle node; without, it waits for the first.
+    quotas = tmp_path / "vc.csv"
+    quotas.write_text("vc,node num\nteam0,1\nteam1,1\n")
+    trace = write_csv(tmp_path / "t.csv", ["0,100,8,team0,,,,", "0,100,8,team0,,,,"])
+    lent = replay(trace, "fifo", nodes=None, gpus_per_node=8, quotas_from=quotas)
+    assert sorted(jcts(lent).values()) == [100.0, 100.0]
+    apart = replay(trace, "fifo", nodes=None, gpus_per_node=8, quotas_from=quotas, borrowing=False)
+    assert sorted(jcts(apart).values()) == [100.0, 200.0]
+    assert "no borrowing" in apart.prepared.cluster.description
+
+
+def test_no_borrowing_needs_quotas(tmp_path: Path) -> None:
+    trace = write_csv(tmp_path / "t.csv", THREE)
+    with pytest.raises(ValueError, match="--no-borrowing needs --quotas-from"):
+        replay(trace, "fifo", borrowing=False)

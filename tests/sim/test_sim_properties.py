@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from sim_support import replay, write_csv
 
+from kiban.scheduler.decisions import Decisions
+from kiban.scheduler.snapshot import Snapshot
 from kiban.sim.engine import ConservationError, check_conservation
 from kiban.sim.metrics import JSON_KEYS
 
@@ -41,7 +43,7 @@ def quotas(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("policy", ["fifo", "sjf", "kiban", "drf"])
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "srtf", "las", "kiban", "drf"])
 def test_every_policy_conserves_gpu_seconds(busy_trace: Path, policy: str) -> None:
     report = replay(busy_trace, policy, nodes=4, gpus_per_node=8, checkpoint_s=600.0)
     outcome = report.results[0].outcome
@@ -86,9 +88,10 @@ def test_a_broken_account_is_caught(busy_trace: Path) -> None:
         check_conservation(tampered)
 
 
-def test_the_same_seed_gives_the_same_numbers(busy_trace: Path) -> None:
+@pytest.mark.parametrize("policy", ["kiban", "srtf", "las"])
+def test_the_same_seed_gives_the_same_numbers(busy_trace: Path, policy: str) -> None:
     def figures(seed: int) -> tuple[dict[str, object], list[float | None]]:
-        report = replay(busy_trace, "kiban", nodes=4, gpus_per_node=8, seed=seed, rho=True)
+        report = replay(busy_trace, policy, nodes=4, gpus_per_node=8, seed=seed, rho=True)
         result = report.results[0]
         numbers = {k: v for k, v in result.summary.figures.items() if k != "wall_s"}
         return numbers, [r.finished_at for r in result.outcome.runs]
@@ -134,17 +137,17 @@ def test_the_cli_compares_policies_and_refuses_bad_input(busy_trace: Path, tmp_p
     assert failed.returncode == 1
     assert f"{bad}, line 2, column duration" in failed.stderr
     unknown = subprocess.run(
-        [*base, "--nodes", "1", "--policy", "srtf"],
+        [*base, "--nodes", "1", "--policy", "lifo"],
         capture_output=True,
         text=True,
         timeout=240,
         check=False,
     )
     assert unknown.returncode == 2
-    assert "srtf is not available yet" in unknown.stderr
+    assert "unknown policy 'lifo'" in unknown.stderr and "srtf, las" in unknown.stderr
 
 
-@pytest.mark.parametrize("policy", ["kiban", "drf"])
+@pytest.mark.parametrize("policy", ["kiban", "drf", "srtf", "las"])
 def test_borrowing_teams_and_reclaim_replay_to_the_end(
     busy_trace: Path, quotas: Path, policy: str
 ) -> None:
@@ -157,3 +160,34 @@ def test_borrowing_teams_and_reclaim_replay_to_the_end(
     outcome = report.results[0].outcome
     assert outcome is not None
     assert report.results[0].summary.figures["jobs"] == 300
+
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf", "las", "kiban"])
+def test_without_borrowing_no_team_uses_more_than_its_quota(
+    busy_trace: Path, tmp_path: Path, policy: str
+) -> None:
+    """Partitions: in every cycle's snapshot a team queue uses at most its nominal GPUs (only
+    ``shared``, which has none, runs on what they leave idle); every job still finishes (each
+    fits its team's two nodes)."""
+    from kiban.sim.engine import Simulator
+    from kiban.sim.policies import policy_named
+    from kiban.sim.run import SimOptions, prepare
+
+    quotas = tmp_path / "vc.csv"
+    quotas.write_text("vc,node num\nteam0,2\nteam1,2\nteam2,2\n")
+    options = SimOptions(busy_trace, quotas_from=quotas, borrowing=False)
+    prepared = prepare(options)
+    over: list[tuple[float, str, int]] = []
+
+    def note(snapshot: Snapshot, _decisions: Decisions) -> None:
+        for q in snapshot.queues:
+            nominal = sum((q.nominal or {}).values())
+            if q.name != "shared" and sum(q.used.values()) > nominal:
+                over.append((snapshot.now, q.name, sum(q.used.values())))
+
+    simulator = Simulator(
+        prepared.jobs, prepared.cluster, prepared.queues, policy_named(policy), on_cycle=note
+    )
+    outcome = simulator.run()
+    assert over == []
+    assert all(r.finished_at is not None for r in outcome.runs)

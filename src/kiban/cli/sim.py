@@ -31,7 +31,14 @@ def sim_command(
         Path | None,
         typer.Option(help="per-team node counts (team, nodes): quotas in one cohort"),
     ] = None,
-    policy: Annotated[str, typer.Option(help="kiban, fifo, sjf or drf")] = "kiban",
+    no_borrowing: Annotated[
+        bool,
+        typer.Option(
+            "--no-borrowing",
+            help="with --quotas-from: teams may not borrow idle quota (partitions, as in Helios)",
+        ),
+    ] = False,
+    policy: Annotated[str, typer.Option(help="kiban, fifo, sjf, srtf, las or drf")] = "kiban",
     compare: Annotated[
         str | None, typer.Option(help="several policies side by side, e.g. fifo,sjf,kiban")
     ] = None,
@@ -72,6 +79,7 @@ def sim_command(
             nodes=nodes,
             gpus_per_node=gpus_per_node,
             quotas_from=quotas_from,
+            borrowing=not no_borrowing,
             policies=policies_from(compare, policy),
             load=load,
             window=parse_window(window) if window else (None, None),

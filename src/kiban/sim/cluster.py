@@ -6,7 +6,9 @@ so fair share orders them), the cluster file that ``kiban up --config`` takes (i
 its policy, queues as written), and ``--quotas-from`` (a per-team node-count file such as
 Helios' ``philly_vc.csv``): one queue per team with its nodes x GPUs as nominal quota, all in one
 cohort so idle quota is lent, and a ``shared`` queue without quota of its own in the same cohort
-for the teams the file does not list.
+for the teams the file does not list. Without borrowing (``--no-borrowing``) every team queue
+has a borrowing limit of 0: the teams are partitions, as Helios' per-VC clusters are, and only
+``shared`` still runs on what they leave idle (it has no GPUs of its own), lent and reclaimed.
 """
 
 from __future__ import annotations
@@ -201,9 +203,12 @@ def read_quotas(path: Path) -> dict[str, int]:
     return quotas
 
 
-def with_quotas(cluster: SimCluster, quotas: Mapping[str, int], gpus_per_node: int) -> SimCluster:
+def with_quotas(
+    cluster: SimCluster, quotas: Mapping[str, int], gpus_per_node: int, *, borrowing: bool = True
+) -> SimCluster:
     """Queues per team with ``nodes x gpus_per_node`` nominal GPUs, in one cohort, plus
-    ``shared`` (no quota of its own) for teams not listed; the cluster must have one flavor."""
+    ``shared`` (no quota of its own) for teams not listed; the cluster must have one flavor.
+    ``borrowing`` False: the teams may not borrow (a borrowing limit of 0), only lend."""
     if len(cluster.flavors) != 1:
         raise ValueError("--quotas-from needs a cluster with one flavor")
     flavor = cluster.flavors[0].name
@@ -214,6 +219,7 @@ def with_quotas(cluster: SimCluster, quotas: Mapping[str, int], gpus_per_node: i
             nominal={flavor: nodes * gpus_per_node},
             strategy=QueueStrategy.BEST_EFFORT_FIFO,
             cohort=QUOTA_COHORT,
+            borrowing_limit={} if borrowing else {flavor: 0},
         )
         for team, nodes in sorted(quotas.items())
     ]
@@ -233,7 +239,8 @@ def with_quotas(cluster: SimCluster, quotas: Mapping[str, int], gpus_per_node: i
         quota_teams=frozenset(quotas),
         description=(
             f"{cluster.description}; {len(quotas)} team quotas ({quota_gpus} GPUs) in one "
-            f"cohort, others in queue {SHARED_QUEUE}"
+            f"cohort, {'borrowing allowed' if borrowing else 'no borrowing (partitions)'}, "
+            f"others in queue {SHARED_QUEUE}"
         ),
     )
 

@@ -12,6 +12,10 @@ Events are arrivals and ends of runs. Everything that happens at one instant is 
    the next, as the control loop starts them once their victims have stopped) or admitted jobs
    while some queue holds more than a snapshot's window of them.
 
+A policy whose order depends on attained service (LAS) also wakes the core when a running job
+moves to its next level, so that a waiting job now ahead of it may preempt it then rather than
+at the next arrival or end. Every job carries the GPU-seconds it has run (``attained_service``).
+
 A job checkpoints every ``checkpoint_s`` of its run (each attempt from its start); the core sees
 the last one as ``last_progress_at`` when it picks victims. No randomness: the same jobs give
 the same run.
@@ -38,7 +42,7 @@ from kiban.scheduler.snapshot import (
     Snapshot,
 )
 from kiban.sim.cluster import SimCluster
-from kiban.sim.policies import SimPolicy
+from kiban.sim.policies import SimPolicy, within_partition
 from kiban.sim.state import ClusterState
 from kiban.sim.workload import SimJob
 
@@ -49,7 +53,9 @@ MAX_CYCLES_PER_INSTANT = 64
 
 
 MAX_REPEATS = 3
-"""A job preempted for the same preemptor more often than this is a preemption loop."""
+"""A job preempted for the same preemptor more often than this, while the preemptor never
+started in between, is a preemption loop. (A preemptor that starts, is preempted or reclaimed
+in its turn and preempts the same job again later is making progress, if wastefully.)"""
 
 
 class PreemptionLoop(RuntimeError):
@@ -131,6 +137,10 @@ class Simulator:
         self.core = policy.core
         if policy.standing == "share":  # the in-cycle charge, in dominant-share units
             self.core = replace(self.core, admission_charge_s=1.0 / max(cluster.total_gpus, 1))
+        if self.core.may_preempt is not None:
+            self.core = replace(
+                self.core, may_preempt=within_partition(self.core.may_preempt, queues)
+            )
         self.cluster = cluster
         self.state = ClusterState(
             nodes=cluster.nodes,
@@ -145,7 +155,9 @@ class Simulator:
         self.checkpoint_s = checkpoint_s if checkpoint_s > 0 else math.inf
         self.now = self.jobs[0].submit_s if self.jobs else 0.0
         self.ends: list[tuple[float, int, str, int]] = []  # (time, seq, job, attempt)
+        self.ends_at: dict[str, float] = {}  # running job -> when its attempt ends
         self.checkpoints: list[tuple[float, str, int]] = []  # (time, job, attempt)
+        self.wakeups: list[tuple[float, str, int]] = []  # (time, job, attempt): level changes
         self.seq = 0
         self.weights: dict[str, float] = {}
         for q in queues:
@@ -166,7 +178,8 @@ class Simulator:
         self.capacity = CapacityCache()  # the core's capacity index, kept as the loop keeps it
         self.capped = 0
         self.loops = 0
-        self.repeats: dict[tuple[str, str], int] = {}
+        self.repeats: dict[tuple[str, str], int] = {}  # since the preemptor last started
+        self.preempted_for: dict[str, set[str]] = {}  # preemptor -> its victims in repeats
         self.start_s = self.now
         self.last_waits: dict[str, str] = {}
         self.on_cycle = on_cycle
@@ -180,6 +193,8 @@ class Simulator:
         next_arrival = 0
         while True:
             upcoming = [self.ends[0][0]] if self.ends else []
+            if self.wakeups:
+                upcoming.append(self.wakeups[0][0])
             if next_arrival < len(arrivals):
                 upcoming.append(arrivals[next_arrival].submit_s)
             if not upcoming:
@@ -231,6 +246,11 @@ class Simulator:
                 continue
             self.state.running[job_id] = replace(running, last_progress_at=at)
             heapq.heappush(self.checkpoints, (at + self.checkpoint_s, job_id, attempt))
+        while self.wakeups and self.wakeups[0][0] <= now:
+            _at, job_id, attempt = heapq.heappop(self.wakeups)
+            running = self.state.running.get(job_id)
+            if running is not None and self.runs[job_id].attempt == attempt:
+                self._wake_at_next_level(running, now)
 
     def _end_runs(self) -> None:
         while self.ends and self.ends[0][0] <= self.now:
@@ -239,6 +259,7 @@ class Simulator:
             if run.attempt != attempt or run.started_at is None:
                 continue  # preempted since
             running = self.state.finish(job_id)
+            del self.ends_at[job_id]
             self._hold(running, -1)
             elapsed = self.now - run.started_at
             run.run_s += elapsed
@@ -261,6 +282,7 @@ class Simulator:
             pairs = {(p.victim_id, p.preemptor_id) for p in decisions.preempted}
             for pair in pairs:
                 self.repeats[pair] = self.repeats.get(pair, 0) + 1
+                self.preempted_for.setdefault(pair[1], set()).add(pair[0])
                 if self.repeats[pair] > MAX_REPEATS:
                     preempt = next(p for p in decisions.preempted if p.victim_id == pair[0])
                     raise PreemptionLoop(
@@ -289,6 +311,8 @@ class Simulator:
             self._hold(stopped, -1)
         for running in applied.started:
             self._hold(running, 1)
+            for victim in self.preempted_for.pop(running.id, ()):
+                del self.repeats[(victim, running.id)]
         if not self.state.pending:
             self.last_waits.clear()
         elif decisions.waiting:
@@ -309,9 +333,10 @@ class Simulator:
             length = min(length, limit)
         self.seq += 1
         heapq.heappush(self.ends, (now + length, self.seq, job.id, run.attempt))
+        self.ends_at[job.id] = now + length
         if self.core.preemption and now + self.checkpoint_s < now + length:
             heapq.heappush(self.checkpoints, (now + self.checkpoint_s, job.id, run.attempt))
-        return RunningJob(
+        running = RunningJob(
             id=job.id,
             queue=job.queue,
             tenant=job.tenant,
@@ -322,7 +347,20 @@ class Simulator:
             flavor_gpus={admit.flavor: sum(len(r.gpu_ids) for r in replicas)},
             max_runtime=job.max_runtime,
             protected_until=now + run.job.min_runtime_s,
+            attained_service=job.attained_service,
         )
+        self._wake_at_next_level(running, now)
+        return running
+
+    def _wake_at_next_level(self, running: RunningJob, now: float) -> None:
+        """Wake the core when the running job reaches its next level (policies that have them)."""
+        next_level = self.policy.next_level
+        if next_level is None or not self.core.preemption:
+            return
+        attained = running.attained_service + running.gpus * (now - running.started_at)
+        after = next_level(attained, running.gpus)
+        if after is not None and after > 0 and now + after < self.ends_at[running.id]:
+            heapq.heappush(self.wakeups, (now + after, running.id, self.runs[running.id].attempt))
 
     def _requeue(self, running: RunningJob, preemptor: str) -> PendingJob:
         """A preempted job keeps the work up to its last checkpoint and waits again."""
@@ -337,7 +375,12 @@ class Simulator:
         run.lost_s += elapsed - kept
         run.preemptions += 1
         run.started_at = None
-        return run.job.pending(self._max_runtime(run), preempted_by=preemptor)
+        del self.ends_at[running.id]
+        return run.job.pending(
+            self._max_runtime(run),
+            preempted_by=preemptor,
+            attained_service=run.run_s * run.job.gpus,
+        )
 
     def _max_runtime(self, run: JobRun) -> float | None:
         """What the core knows of a job's run time: all of it for oracles, else its limit."""

@@ -13,16 +13,28 @@ see the truth), and what it takes as a tenant's fair-share standing:
 
 Non-oracle policies see a job's time limit only when the trace has one (the Philly trace has
 none: backfill then never holds reservations, because no running job has a known end).
+
+``srtf`` and ``las`` preempt on the core's ``order`` ground (``Policy.may_preempt``): a waiting
+job may stop a running one of no higher priority whose remaining time (srtf) or attained-service
+level (las) is strictly greater, on a snapshot where the simulator has filled in both. Victims
+are then taken in the core's least-loss order, and the preemptor must fit quota and placement.
+Neither holds backfill reservations: like the Tiresias and Helios simulators, a job that does
+not fit waits while smaller ones start. Their ground holds only within the preemptor's own queue
+(its team's partition, as Helios runs SRTF per virtual cluster), or anywhere when that queue has
+no quota: a borrowing job that preempted a lender's job on this ground would be reclaimed by it,
+and the lender preempted again (a loop the replays found; see ``within_partition``).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from kiban.scheduler.policy import DEFAULT_POLICY, Policy
-from kiban.scheduler.snapshot import PendingJob, QueueStrategy
+from kiban.scheduler.policy import DEFAULT_POLICY, MayPreempt, Policy
+from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, RunningJob
 
 Standing = Literal["usage", "share", "none"]
 
@@ -33,9 +45,85 @@ def shortest_first(job: PendingJob) -> tuple[float | int | str, ...]:
     return (-job.priority, remaining, job.submitted_at, job.sequence, job.id)
 
 
+def remaining_now(job: RunningJob, now: float) -> float:
+    """A running job's remaining run time at ``now`` (infinite when its end is unknown)."""
+    if job.max_runtime is None:
+        return math.inf
+    return job.max_runtime - (now - job.started_at)
+
+
+def srtf_may_preempt(waiting: PendingJob, running: RunningJob, now: float) -> bool:
+    """SRTF's ground: the waiting job has strictly less left to run than the running one (and
+    no lower priority). One-way: the victim's remaining time only grows by its lost work."""
+    if waiting.priority < running.priority or waiting.max_runtime is None:
+        return False
+    return waiting.max_runtime < remaining_now(running, now)
+
+
+LAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3600.0, 7200.0, 18000.0)
+"""Attained GPU-seconds at which a job drops to the next of four priority queues (the example
+thresholds of Tiresias' simulator for its GPU-time-based discretized LAS)."""
+
+
+def las_level(attained_gpu_s: float) -> int:
+    """The LAS priority queue of a job with that much attained service (0 is served first)."""
+    return bisect.bisect_right(LAS_THRESHOLDS_GPU_S, attained_gpu_s)
+
+
+def attained_now(job: RunningJob, now: float) -> float:
+    """GPU-seconds a running job has received: before this attempt and in it so far."""
+    return job.attained_service + job.gpus * max(now - job.started_at, 0.0)
+
+
+def least_attained_first(job: PendingJob) -> tuple[float | int | str, ...]:
+    """Higher priority first, then the lower LAS queue, then first come (Tiresias' order)."""
+    return (-job.priority, las_level(job.attained_service), job.submitted_at, job.sequence, job.id)
+
+
+def las_may_preempt(waiting: PendingJob, running: RunningJob, now: float) -> bool:
+    """LAS's ground: the waiting job is in a strictly lower queue than the running one is now
+    (and has no lower priority). One-way at any one time: both levels are read at ``now``."""
+    if waiting.priority < running.priority:
+        return False
+    return las_level(waiting.attained_service) < las_level(attained_now(running, now))
+
+
+def las_next_level_s(attained_gpu_s: float, gpus: int) -> float | None:
+    """Run time after which a job holding ``gpus`` GPUs moves to its next LAS queue (None: it is
+    in the last). The simulator wakes the core then, as Tiresias re-sorts when a job demotes."""
+    level = las_level(attained_gpu_s)
+    if level >= len(LAS_THRESHOLDS_GPU_S) or gpus <= 0:
+        return None
+    return max((LAS_THRESHOLDS_GPU_S[level] - attained_gpu_s) / gpus, 0.0)
+
+
+def within_partition(may_preempt: MayPreempt, queues: Iterable[QueueView]) -> MayPreempt:
+    """``may_preempt`` limited to victims of the preemptor's own queue, or to any victim when
+    the preemptor's queue has no quota (then any GPUs freed are its to use). Across quota
+    queues it would fight reclaim: a job that borrows takes a lender's job's GPUs on the order
+    ground, the lender reclaims them from the borrower's queue, whose next short job takes them
+    again, and so on."""
+    unlimited = frozenset(q.name for q in queues if q.nominal is None)
+
+    def scoped(waiting: PendingJob, running: RunningJob, now: float) -> bool:
+        if waiting.queue != running.queue and waiting.queue not in unlimited:
+            return False
+        return may_preempt(waiting, running, now)
+
+    return scoped
+
+
+NextLevel = Callable[[float, int], float | None]
+"""(attained GPU-seconds, GPUs held): run time until the job's order changes (None: never)."""
+
+
 @dataclass(frozen=True)
 class SimPolicy:
-    """One named configuration of the core, and what the simulator feeds it."""
+    """One named configuration of the core, and what the simulator feeds it.
+
+    ``next_level``: when the policy's order depends on attained service, how long a started job
+    runs before its place changes; the simulator runs a cycle then so that waiting jobs above it
+    can preempt it (LAS)."""
 
     name: str
     description: str
@@ -43,6 +131,7 @@ class SimPolicy:
     strategy: QueueStrategy | None = None
     oracle: bool = False
     standing: Standing = "usage"
+    next_level: NextLevel | None = None
 
 
 POLICIES: dict[str, SimPolicy] = {
@@ -69,6 +158,35 @@ POLICIES: dict[str, SimPolicy] = {
         oracle=True,
         standing="none",
     ),
+    "srtf": SimPolicy(
+        "srtf",
+        "oracle shortest remaining time first: the least remaining run time first (across "
+        "queues too); a waiting job preempts running ones with strictly more remaining time",
+        Policy(
+            order_key=shortest_first,
+            may_preempt=srtf_may_preempt,
+            admission_charge_s=0.0,
+            backfill=False,
+        ),
+        strategy=QueueStrategy.BEST_EFFORT_FIFO,
+        oracle=True,
+        standing="none",
+    ),
+    "las": SimPolicy(
+        "las",
+        "Tiresias-style discretized least attained service: four queues by attained "
+        "GPU-seconds (1, 2, 5 GPU-hours), first come within one; a job in a lower queue "
+        "preempts running jobs in higher ones",
+        Policy(
+            order_key=least_attained_first,
+            may_preempt=las_may_preempt,
+            admission_charge_s=0.0,
+            backfill=False,
+        ),
+        strategy=QueueStrategy.BEST_EFFORT_FIFO,
+        standing="none",
+        next_level=las_next_level_s,
+    ),
     "drf": SimPolicy(
         "drf",
         "dominant resource fairness: queue heads by their tenant's dominant share now "
@@ -79,19 +197,9 @@ POLICIES: dict[str, SimPolicy] = {
     ),
 }
 
-NEEDS_CORE_HOOK = {
-    "srtf": "oracle shortest remaining time first needs a preemption ground the core lacks "
-    "(a running job with more remaining time than a waiting one may be preempted)",
-    "las": "Tiresias-style discretized least attained service needs an order and a preemption "
-    "ground on attained service that the core lacks",
-}
-
 
 def policy_named(name: str) -> SimPolicy:
-    """The policy of that name; a clear error for unknown names and those not yet possible."""
+    """The policy of that name; a clear error naming the others for an unknown name."""
     if name in POLICIES:
         return POLICIES[name]
-    if name in NEEDS_CORE_HOOK:
-        raise ValueError(f"policy {name} is not available yet: {NEEDS_CORE_HOOK[name]}")
-    known = ", ".join([*POLICIES, *NEEDS_CORE_HOOK])
-    raise ValueError(f"unknown policy {name!r}; the policies are {known}")
+    raise ValueError(f"unknown policy {name!r}; the policies are {', '.join(POLICIES)}")

@@ -36,6 +36,7 @@ class SimOptions:
     nodes: int | None = None
     gpus_per_node: int = 8
     quotas_from: Path | None = None
+    borrowing: bool = True
     policies: tuple[str, ...] = ("kiban",)
     load: float = 1.0
     window: tuple[float | None, float | None] = (None, None)
@@ -56,6 +57,8 @@ class SimOptions:
                 "say which cluster: --nodes N (--gpus-per-node G), --cluster FILE "
                 "or --quotas-from FILE"
             )
+        if not self.borrowing and self.quotas_from is None:
+            raise ValueError("--no-borrowing needs --quotas-from (it applies to the team quotas)")
         if not self.load > 0 or not math.isfinite(self.load):
             raise ValueError("--load must be a positive number")
         if self.checkpoint_s < 0:
@@ -109,7 +112,9 @@ def prepare(options: SimOptions) -> Prepared:
         nodes = options.nodes if options.nodes is not None else sum((quotas or {}).values())
         cluster = clusters.synthetic(nodes, options.gpus_per_node)
     if quotas is not None:
-        cluster = clusters.with_quotas(cluster, quotas, options.gpus_per_node)
+        cluster = clusters.with_quotas(
+            cluster, quotas, options.gpus_per_node, borrowing=options.borrowing
+        )
     queues, queue_of = cluster.layout(r.tenant for r in records)
     jobs = make_jobs(records, cluster, queue_of, options.seed, source=str(options.trace))
     notes = []
@@ -152,11 +157,16 @@ def replay(
     rho_by_tenant = None
     if options.rho:
         started = time.perf_counter()
-        alone = alone_jcts(prepared, policy, options)
-        rho_by_tenant = rhos(mean_jct_by_tenant(outcome.runs), alone)
-        progress(
-            f"{policy.name}: each tenant alone, for rho, in {time.perf_counter() - started:.1f} s"
-        )
+        try:
+            alone = alone_jcts(prepared, policy, options)
+        except PreemptionLoop as exc:  # the shared replay stands; only rho is lost
+            progress(f"{policy.name}: no rho: a tenant's replay alone stopped: {exc}")
+        else:
+            rho_by_tenant = rhos(mean_jct_by_tenant(outcome.runs), alone)
+            progress(
+                f"{policy.name}: each tenant alone, for rho, in "
+                f"{time.perf_counter() - started:.1f} s"
+            )
     return PolicyResult(policy, outcome, summarize(outcome, rho_by_tenant))
 
 
@@ -193,6 +203,7 @@ def run_sim(options: SimOptions, say: Progress | None = None) -> SimReport:
         "gpus": prepared.cluster.total_gpus,
         "queues": len(prepared.queues),
         "jobs": len(prepared.jobs),
+        "borrowing": options.borrowing,
         "load": options.load,
         "window": options.window,
         "seed": options.seed,

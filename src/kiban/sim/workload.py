@@ -44,8 +44,14 @@ class SimJob:
     topology: TopologyRequest | None = None
     time_limit_s: float | None = None
 
-    def pending(self, max_runtime: float | None, preempted_by: str | None = None) -> PendingJob:
-        """The job as the core sees it waiting (again, after a preemption)."""
+    def pending(
+        self,
+        max_runtime: float | None,
+        preempted_by: str | None = None,
+        attained_service: float = 0.0,
+    ) -> PendingJob:
+        """The job as the core sees it waiting (again, after a preemption, with the GPU-seconds
+        it has run so far)."""
         return PendingJob(
             id=self.id,
             queue=self.queue,
@@ -59,6 +65,7 @@ class SimJob:
             topology=self.topology,
             preempts=self.preempts,
             preempted_by=preempted_by,
+            attained_service=attained_service,
         )
 
 
