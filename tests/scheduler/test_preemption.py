@@ -272,3 +272,22 @@ def test_a_policy_ground_preempts_across_queues_one_way() -> None:
         now=100,
     )
     assert victims(schedule(plain)) == []  # without the policy's ground, none across queues
+
+
+def test_victims_the_gang_does_not_need_are_spared() -> None:
+    """Least-loss order takes the recent 1-GPU job first, but the 8-GPU job can only start on
+    the other node: once that node's victim is taken, the first one is given back."""
+    decisions = schedule(
+        snapshot(
+            nodes=cluster().nodes(2, gpus=8),
+            running=[
+                running("small").priority(1).on("node-0", gpus=1).started(90),
+                running("keeper").priority(100).on("node-0", gpus=7).started(0),
+                running("big").priority(1).on("node-1", gpus=8).started(0),
+            ],
+            pending=[job("urgent").priority(100).preempts().replicas(1, gpu=8)],
+            now=100,
+        )
+    )
+    assert victims(decisions) == ["big"]
+    assert decisions.preempted[0].nodes == ("node-1",)

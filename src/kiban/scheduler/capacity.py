@@ -144,6 +144,11 @@ class CapacityOverlay:
         self._take_ids(node, taken, cpu_millis, memory)
         return taken
 
+    def take_ids(self, node: str, gpu_ids: tuple[int, ...], cpu_millis: int, memory: int) -> None:
+        """Take these very GPUs back (undoing a ``give``; ignored for nodes not scheduled)."""
+        if node in self._gpu_ids:
+            self._take_ids(node, gpu_ids, cpu_millis, memory)
+
     def give(self, node: str, gpu_ids: tuple[int, ...], cpu_millis: int, memory: int) -> None:
         """Return capacity to ``node`` (ignored for nodes this overlay does not schedule)."""
         if node not in self._gpu_ids:

@@ -28,8 +28,9 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kiban.scheduler.capacity import NodeFilter
 from kiban.scheduler.cycle import Cycle, loss_order
-from kiban.scheduler.placement import could_fit
+from kiban.scheduler.placement import GangAttempt, could_fit
 from kiban.scheduler.snapshot import PendingJob, RunningJob
 
 
@@ -72,7 +73,19 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
                 groups.append(_group(cycle, other.name, flavor, "fair-share", True, now, 0))
     may_preempt = cycle.policy.may_preempt
     if may_preempt is not None:
-        for name in sorted(cycle.queues):
+        # Only its own queue's jobs, and borrowers of its cohort, can make room within its quota
+        # (a queue without quota may take room anywhere).
+        if queue.nominal is None:
+            names = sorted(cycle.queues)
+        else:
+            names = [job.queue]
+            if queue.cohort is not None:
+                names += [
+                    q.name
+                    for q in cycle.cohort_members(queue.cohort)
+                    if q.name != job.queue and cycle.quota.borrowed(q.name, flavor) > 0
+                ]
+        for name in names:
             borrows = cycle.quota.borrowed(name, flavor) > 0
             groups.append(_group(cycle, name, flavor, "order", borrows, now, 0))
     seen: set[str] = set()
@@ -107,31 +120,81 @@ def _group(
 
 
 def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | None:
-    """The fewest victims, in loss order, after whose stop the job fits; None if none do."""
+    """The victims, taken in loss order until the job fits quota and placement (off nodes kept
+    for others), then pruned: a victim without whom it still fits is spared. None if it never
+    fits."""
     ordered = candidates(cycle, job, flavor)
     overlay = cycle.overlays[flavor]
+    allow = cycle.reservation_filter(job.id)
     chosen: list[tuple[RunningJob, str]] = []
-    given_quota: list[tuple[str, int]] = []
+    given_quota: dict[str, int] = {}
     try:
         with overlay.transaction():  # every give below is undone on exit
             for victim, ground in ordered:
                 if ground in _COHORT_GROUNDS and cycle.quota.borrowed(victim.queue, flavor) <= 0:
                     continue  # its queue gave back all it borrowed: the rest is its own
                 chosen.append((victim, ground))
-                for replica in victim.replicas:
-                    overlay.give(replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory)
-                gpus = victim.flavor_gpus.get(flavor, 0)
-                cycle.quota.give(victim.queue, flavor, gpus)
-                given_quota.append((victim.queue, gpus))
-                if not could_fit(job, overlay):
-                    continue
-                if not cycle.quota.check(job.queue, flavor, job.total_gpus).fits:
-                    continue
-                attempt = cycle.try_place(job, flavor)
-                if attempt.fits:
+                _release(cycle, victim, flavor, given_quota)
+                attempt = _fit(cycle, job, flavor, allow)
+                if attempt is not None:
+                    attempt = _spare_the_unneeded(cycle, job, flavor, allow, chosen, given_quota)
                     nodes = frozenset(p.node for p in attempt.placements)
                     return VictimChoice(flavor, tuple(chosen), nodes)
     finally:
-        for queue, gpus in given_quota:
+        for queue, gpus in given_quota.items():
             cycle.quota.take(queue, flavor, gpus)
     return None
+
+
+def _release(cycle: Cycle, victim: RunningJob, flavor: str, given: dict[str, int]) -> None:
+    """What-if: the victim's capacity and quota are free."""
+    for replica in victim.replicas:
+        cycle.overlays[flavor].give(
+            replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory
+        )
+    gpus = victim.flavor_gpus.get(flavor, 0)
+    cycle.quota.give(victim.queue, flavor, gpus)
+    given[victim.queue] = given.get(victim.queue, 0) + gpus
+
+
+def _fit(
+    cycle: Cycle, job: PendingJob, flavor: str, allow: NodeFilter | None
+) -> GangAttempt | None:
+    """Where the job would go now (quota and placement), without taking anything."""
+    overlay = cycle.overlays[flavor]
+    if not could_fit(job, overlay) or not cycle.quota.check(job.queue, flavor, job.total_gpus).fits:
+        return None
+    with overlay.transaction():  # the placement is a what-if too: undone on exit
+        attempt = cycle.try_place(job, flavor, allow)
+    return attempt if attempt.fits else None
+
+
+def _spare_the_unneeded(
+    cycle: Cycle,
+    job: PendingJob,
+    flavor: str,
+    allow: NodeFilter | None,
+    chosen: list[tuple[RunningJob, str]],
+    given: dict[str, int],
+) -> GangAttempt:
+    """Give each chosen victim back, the last but one first, while the job still fits; the
+    last was needed. Least-loss order alone may pick jobs on nodes the gang never uses."""
+    overlay = cycle.overlays[flavor]
+    attempt = _fit(cycle, job, flavor, allow)
+    assert attempt is not None
+    for k in range(len(chosen) - 2, -1, -1):
+        victim, _ground = chosen[k]
+        gpus = victim.flavor_gpus.get(flavor, 0)
+        with overlay.transaction() as tx:
+            for replica in victim.replicas:
+                overlay.take_ids(replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory)
+            cycle.quota.take(victim.queue, flavor, gpus)
+            without = _fit(cycle, job, flavor, allow)
+            if without is None:
+                cycle.quota.give(victim.queue, flavor, gpus)
+                continue  # needed: the transaction gives its capacity back on exit
+            tx.commit()
+        given[victim.queue] -= gpus
+        del chosen[k]
+        attempt = without
+    return attempt
