@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,7 +22,7 @@ class BenchError(RuntimeError):
 
 
 # -- numbers ---------------------------------------------------------------------------------
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) by the nearest-rank method; NaN when there are none."""
     if not values:
         return math.nan

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from kiban.cli import render
 
@@ -66,21 +63,14 @@ def submit(
     except ValueError as exc:
         render.err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
-    try:
-        report = run_submit_bench(options, say=lambda line: render.err.print(line, markup=False))
-    except BenchError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        render.err.print("interrupted; the benchmark's servers are stopped", markup=False)
-        raise typer.Exit(130) from None
-    table = report_table(report)
-    stream = sys.stderr if as_json else sys.stdout
-    # Piped or logged, the table keeps its width rather than folding into 80 columns.
-    console = Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
-    console.print(table)
+    report = render.run_or_exit(
+        lambda: run_submit_bench(options, say=render.say),
+        (BenchError,),
+        "interrupted; the benchmark's servers are stopped",
+    )
+    render.report_console(as_json).print(report_table(report))
     if as_json:
-        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
+        render.json_line(report)
 
 
 @bench_app.command("scheduler")
@@ -146,19 +136,10 @@ def scheduler(
     except ValueError as exc:
         render.err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
-    try:
-        report = run_scheduler_bench(options, say=lambda line: render.err.print(line, markup=False))
-    except BenchError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        render.err.print("interrupted", markup=False)
-        raise typer.Exit(130) from None
-    stream = sys.stderr if as_json else sys.stdout
-    console = Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
-    console.print(scheduler_table(report))
+    report = render.run_or_exit(lambda: run_scheduler_bench(options, say=render.say), (BenchError,))
+    render.report_console(as_json).print(scheduler_table(report))
     if as_json:
-        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
+        render.json_line(report)
 
 
 @bench_app.command("kube")
@@ -207,16 +188,11 @@ def kube(
     except ValueError as exc:
         render.err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
-    try:
-        report = run_kube_bench(options, say=lambda line: render.err.print(line, markup=False))
-    except (BenchError, KubeBinariesMissing) as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        render.err.print("interrupted; the control plane is stopped", markup=False)
-        raise typer.Exit(130) from None
-    stream = sys.stderr if as_json else sys.stdout
-    console = Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
-    console.print(kube_table(report))
+    report = render.run_or_exit(
+        lambda: run_kube_bench(options, say=render.say),
+        (BenchError, KubeBinariesMissing),
+        "interrupted; the control plane is stopped",
+    )
+    render.report_console(as_json).print(kube_table(report))
     if as_json:
-        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
+        render.json_line(report)

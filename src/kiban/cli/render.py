@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -15,6 +18,40 @@ from kiban.domain.quantity import format_duration, format_memory
 # Piped output is not cut to 80 columns: scripts and logs get whole lines.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+T = TypeVar("T")
+
+
+def say(line: str) -> None:
+    """A progress line on stderr (stdout stays for results)."""
+    err.print(line, markup=False)
+
+
+def run_or_exit(
+    run: Callable[[], T], errors: tuple[type[Exception], ...], interrupted: str = "interrupted"
+) -> T:
+    """Run a long command's work; its expected errors and Ctrl-C end it with one line, no trace
+    (exit 1 and 130)."""
+    try:
+        return run()
+    except errors as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        err.print(interrupted, markup=False)
+        raise typer.Exit(130) from None
+
+
+def report_console(as_json: bool) -> Console:
+    """Where a report's table goes: stdout, or stderr when stdout carries the JSON. Piped or
+    logged, the table keeps its width rather than folding into 80 columns."""
+    stream = sys.stderr if as_json else sys.stdout
+    return Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
+
+
+def json_line(data: Any) -> None:
+    """One compact JSON object on stdout, the machine-readable form of a report."""
+    sys.stdout.write(json.dumps(data, separators=(",", ":")) + "\n")
 
 
 def cells(*values: object) -> list[str]:

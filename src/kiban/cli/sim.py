@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kiban.cli import render
@@ -92,19 +89,8 @@ def sim_command(
         render.err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
 
-    def say(line: str) -> None:
-        render.err.print(line, markup=False)
-
-    try:
-        report = run_sim(options, say=say)
-    except (TraceError, ValueError) as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        render.err.print("interrupted", markup=False)
-        raise typer.Exit(130) from None
-    stream = sys.stderr if as_json else sys.stdout
-    console = Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
+    report = render.run_or_exit(lambda: run_sim(options, say=render.say), (TraceError, ValueError))
+    console = render.report_console(as_json)
     console.print(sim_table(report))
     for note in report.prepared.notes:
         console.print(f"note: {note}", markup=False)
@@ -124,7 +110,7 @@ def sim_command(
 
         try:
             for path in write_plots(report.results, plot):
-                say(f"wrote {path}")
+                render.say(f"wrote {path}")
         except RuntimeError as exc:
             render.err.print(f"error: {exc}", markup=False)
             raise typer.Exit(1) from None
@@ -134,7 +120,7 @@ def sim_command(
             data = report.results[0].summary.as_json()
         else:
             data = {r.policy.name: r.summary.as_json() for r in report.results}
-        sys.stdout.write(json.dumps(data, separators=(",", ":")) + "\n")
+        render.json_line(data)
 
 
 _ROWS = (

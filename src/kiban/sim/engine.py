@@ -43,7 +43,7 @@ from kiban.scheduler.snapshot import (
 )
 from kiban.sim.cluster import SimCluster
 from kiban.sim.policies import SimPolicy, within_partition
-from kiban.sim.state import ClusterState
+from kiban.sim.state import ClusterState, default_running
 from kiban.sim.workload import SimJob
 
 DEFAULT_CHECKPOINT_S = 1800.0
@@ -336,16 +336,8 @@ class Simulator:
         self.ends_at[job.id] = now + length
         if self.core.preemption and now + self.checkpoint_s < now + length:
             heapq.heappush(self.checkpoints, (now + self.checkpoint_s, job.id, run.attempt))
-        running = RunningJob(
-            id=job.id,
-            queue=job.queue,
-            tenant=job.tenant,
-            priority=job.priority,
-            submitted_at=job.submitted_at,
-            started_at=now,
-            replicas=replicas,
-            flavor_gpus={admit.flavor: sum(len(r.gpu_ids) for r in replicas)},
-            max_runtime=job.max_runtime,
+        running = replace(
+            default_running(job, admit, replicas, now),
             protected_until=now + run.job.min_runtime_s,
             attained_service=job.attained_service,
         )

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kiban.bench.loadgen import percentile
 from kiban.sim.engine import JobRun, SimOutcome
 
 JSON_KEYS = (
@@ -35,15 +36,6 @@ JSON_KEYS = (
     "wall_s",
 )
 """The keys of ``kiban sim --json``, in order."""
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by the nearest-rank method; NaN when there are none."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 def jct(run: JobRun) -> float:
