@@ -166,9 +166,6 @@ class CapacityCache:
                 for node in changed:
                     self._reindex(views[node.name], node)
                 return self._indexes
-        if views and self._mostly_new(nodes):
-            views.clear()
-            self._indexes.clear()
         for node in nodes:
             old = views.get(node.name)
             if old is node:
@@ -198,9 +195,3 @@ class CapacityCache:
         if index is None:
             index = self._indexes[flavor] = CapacityIndex()
         return index
-
-    def _mostly_new(self, nodes: Sequence[NodeView]) -> bool:
-        """Whether most views differ from the cached ones (a fresh build is then cheaper)."""
-        sample = nodes[:: max(1, len(nodes) // 64)]
-        changed = sum(1 for node in sample if self._views.get(node.name) is not node)
-        return changed * 2 > len(sample)

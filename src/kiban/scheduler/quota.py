@@ -152,7 +152,7 @@ class QuotaBook:
         return verdict
 
     def _refusal(self, queue: str, flavor: str, gpus: int, nominal: int, used: int) -> QuotaVerdict:
-        """Why ``gpus`` more do not fit (the caller found that they do not)."""
+        """Why ``gpus`` more do not fit; only called once ``check`` found that they do not."""
         q = self.queues[queue]
         free = max(nominal - used, 0)
         details: dict[str, object] = {
@@ -198,29 +198,26 @@ class QuotaBook:
                     {**details, "borrowed_gpus": already, "borrowing_limit_gpus": limit},
                 ),
             )
-        key = (q.cohort, flavor)
-        more = self.draw(queue, flavor, gpus) - self.draw(queue, flavor)
-        if self._drawn.get(key, 0) + more > self._pool.get(key, 0):
-            can_lend = self.cohort_can_lend(queue, flavor)
-            if used + gpus <= nominal:
-                message = (
-                    f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of "
-                    f"{nominal}, lent to other queues of cohort {q.cohort} until they give it back"
-                )
-            else:
-                message = (
-                    f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of "
-                    f"{nominal} and cohort {q.cohort} can lend {can_lend}"
-                )
-            return QuotaVerdict(
-                False,
-                reason=PendingReason(
-                    ReasonCode.COHORT_EXHAUSTED,
-                    message,
-                    {**details, "cohort": q.cohort, "cohort_can_lend_gpus": can_lend},
-                ),
+        # The only way left: the cohort's pool has not enough room (check's own test).
+        can_lend = self.cohort_can_lend(queue, flavor)
+        if used + gpus <= nominal:
+            message = (
+                f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of "
+                f"{nominal}, lent to other queues of cohort {q.cohort} until they give it back"
             )
-        return FITS
+        else:
+            message = (
+                f"needs {gpu_phrase(gpus, flavor)}; queue {queue} has {free} free of "
+                f"{nominal} and cohort {q.cohort} can lend {can_lend}"
+            )
+        return QuotaVerdict(
+            False,
+            reason=PendingReason(
+                ReasonCode.COHORT_EXHAUSTED,
+                message,
+                {**details, "cohort": q.cohort, "cohort_can_lend_gpus": can_lend},
+            ),
+        )
 
     # -- changing --------------------------------------------------------------------------------
     def take(self, queue: str, flavor: str, gpus: int) -> None:
