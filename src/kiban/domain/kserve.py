@@ -132,7 +132,8 @@ class _Translator:
         return value
 
     def source(self, kiban: str, kserve: str) -> None:
-        self.paths.append((kiban, kserve))
+        """Record where a kiban field came from (a later source of the same field replaces)."""
+        self.paths = [(k, v) for k, v in self.paths if k != kiban] + [(kiban, kserve)]
 
     # -- the document ------------------------------------------------------------------------
     def run(self, document: Mapping[str, Any]) -> Translation:
@@ -190,7 +191,11 @@ class _Translator:
         if "predictor" not in spec:
             self.problem("spec.predictor", "required field is missing")
             return
-        self.predictor(self.mapping(spec["predictor"], "spec.predictor"), out, name)
+        if not isinstance(spec["predictor"], dict):
+            self.problem("spec.predictor", "must be a mapping")
+            return
+        self.source("spec", "spec.predictor")  # scaling fields, also when left at defaults
+        self.predictor(spec["predictor"], out, name)
 
     # -- the predictor -----------------------------------------------------------------------
     def predictor(self, predictor: dict[str, Any], out: dict[str, Any], name: str) -> None:
@@ -277,10 +282,10 @@ class _Translator:
                 elif key != "name":
                     self.problem(f"{mpath}.modelFormat.{key}", "unknown field (check its spelling)")
         section: dict[str, Any] = {"name": name}
+        self.source("spec.model", mpath)
         self.source("spec.model.name", "metadata.name")
         if model.get("storageUri") is not None:
             section["storageUri"] = model["storageUri"]
-            self.source("spec.model.storageUri", f"{mpath}.storageUri")
         args = self.args(model.get("args"), f"{mpath}.args", section, pull=True)
         section["args"] = args
         out["model"] = section
@@ -297,6 +302,7 @@ class _Translator:
         out["runtime"] = "custom"
         self.leftovers(container, cpath, CONTAINER_USED)
         section: dict[str, Any] = {"name": name}
+        self.source("spec.model", cpath)
         self.source("spec.model.name", "metadata.name")
         command = container.get("command")
         if not command:
