@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from kiban.domain.errors import FieldProblem, SpecError, format_location
 from kiban.domain.jobspec import JobManifest
+from kiban.domain.service import SERVICE_KINDS, is_service
 from kiban.domain.volcano import API_VERSION as VOLCANO_API
 from kiban.domain.volcano import KIND as VOLCANO_KIND
 from kiban.domain.volcano import is_volcano_job, source_path, translate
@@ -137,6 +138,10 @@ class JobSubmission:
 
 def parse_submission(doc: dict[str, Any]) -> JobSubmission:
     """Parse a submitted job manifest of any job kind kiban reads."""
+    if is_service(doc):
+        raise SpecError.single(
+            "kind", f"a {doc.get('kind')} is run with `kiban serve`; `kiban submit` takes a Job"
+        )
     if is_volcano_job(doc):
         translation = translate(doc)
         return JobSubmission(
@@ -147,3 +152,4 @@ def parse_submission(doc: dict[str, Any]) -> JobSubmission:
 
 register_kind("kiban/v1", "Job", JobManifest.model_validate)
 register_kind(VOLCANO_API, VOLCANO_KIND, lambda doc: translate(doc).manifest)
+_KINDS.update(SERVICE_KINDS)  # kiban/v1 Service and KServe's InferenceService (service.py)
