@@ -59,7 +59,9 @@ def build_tiny_causal_lm(directory: Path, *, chat_template: bool = True) -> Path
     """Write a tiny seeded causal LM (2-layer Llama, hidden 32) and its tokenizer to ``directory``.
 
     The same arguments always give the same weights, so generations are
-    reproducible across runs and machines.
+    reproducible across runs and machines. Special tokens (end of sequence
+    included) never win under greedy decoding, so a greedy completion runs to
+    its ``max_tokens`` or its stop string.
     """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -84,6 +86,11 @@ def build_tiny_causal_lm(directory: Path, *, chat_template: bool = True) -> Path
     try:
         torch.manual_seed(20240601)
         model = LlamaForCausalLM(config)
+        with torch.no_grad():
+            # Special tokens score 0 while some of ~300 random logits are always higher, so
+            # greedy decoding never ends early nor prints markup: lengths are predictable.
+            special = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
+            model.lm_head.weight[special] = 0.0
     finally:
         torch.random.set_rng_state(rng_state)  # leave the caller's random stream alone
     model.save_pretrained(directory)
