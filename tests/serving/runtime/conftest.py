@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +33,15 @@ def serve(loaded: LoadedModel, *args: str) -> TestClient:
     """A client for an app serving ``loaded`` (already in memory) under the given options."""
     options = parse_options(["--model_dir", str(loaded.directory), *args])
     return TestClient(create_app(options, loaded=loaded), raise_server_exceptions=False)
+
+
+Serve = Callable[..., TestClient]
+
+
+@pytest.fixture(scope="session")
+def make_client() -> Serve:
+    """``serve`` as a fixture, for tests that need an app with their own options."""
+    return serve
 
 
 @pytest.fixture(scope="module")

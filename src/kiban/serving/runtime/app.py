@@ -86,8 +86,8 @@ def create_app(
     app = FastAPI(title="kiban model server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
     app.state.metrics = metrics
-    app.include_router(routes_openai.router, prefix="/openai/v1")
-    app.include_router(routes_openai.router, prefix="/v1")
+    app.include_router(routes_openai.build_router("/openai/v1"))
+    app.include_router(routes_openai.build_router("/v1"))
     app.include_router(routes_v2.router)
 
     @app.get("/metrics")

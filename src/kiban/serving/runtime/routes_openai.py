@@ -30,8 +30,6 @@ from kiban.serving.runtime.protocol import (
 )
 from kiban.serving.runtime.service import ModelService
 
-router = APIRouter()
-
 
 def _service(request: Request) -> ModelService:
     service: ModelService = request.app.state.service
@@ -85,7 +83,6 @@ def _event_stream(
     )
 
 
-@router.post("/chat/completions")
 async def chat_completions(request: Request) -> Any:
     """Chat: messages rendered with the tokenizer's chat template, then generated."""
     service = _service(request)
@@ -136,7 +133,6 @@ async def chat_completions(request: Request) -> Any:
     }
 
 
-@router.post("/completions")
 async def completions(request: Request) -> Any:
     """Plain text completion of one prompt."""
     service = _service(request)
@@ -178,7 +174,6 @@ def _encode(vector: list[float], encoding: str) -> list[float] | str:
     return vector
 
 
-@router.post("/embeddings")
 async def embeddings(request: Request) -> Any:
     """Vectors for a string or a list of strings."""
     service = _service(request)
@@ -199,7 +194,6 @@ async def embeddings(request: Request) -> Any:
     }
 
 
-@router.get("/models")
 async def models(request: Request) -> Any:
     """The one model this server serves."""
     service = _service(request)
@@ -214,3 +208,13 @@ async def models(request: Request) -> Any:
             }
         ],
     }
+
+
+def build_router(prefix: str) -> APIRouter:
+    """The OpenAI routes under ``prefix`` (full paths, so metrics label routes by them)."""
+    router = APIRouter()
+    router.add_api_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"])
+    router.add_api_route(f"{prefix}/completions", completions, methods=["POST"])
+    router.add_api_route(f"{prefix}/embeddings", embeddings, methods=["POST"])
+    router.add_api_route(f"{prefix}/models", models, methods=["GET"])
+    return router
