@@ -71,6 +71,10 @@ def load_model(options: ServerOptions) -> LoadedModel:
 def _load(directory: Path, task: Task, dtype_name: str, max_length: int | None) -> LoadedModel:
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    quiet: Any = transformers_logging.disable_progress_bar  # untyped in transformers
+    quiet()  # one log line per event, not a progress bar
 
     if not (directory / "config.json").is_file():
         raise LoadError(f"{directory}: no config.json (not a transformers model directory)")
