@@ -316,3 +316,14 @@ def test_health_models_and_metrics(lm_client: TestClient) -> None:
     assert samples['kiban_model_generated_tokens_total{model_name="tiny"}'] >= 3
     assert samples['kiban_model_tokens_per_second{model_name="tiny"}'] > 0
     assert "kiban_model_requests_in_flight" in samples
+
+
+def test_text_completion_stream_on_the_v1_alias(lm_client: TestClient) -> None:
+    body = {"model": "tiny", "prompt": "hello", "max_tokens": 6, "temperature": 0}
+    whole = lm_client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    with lm_client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole
