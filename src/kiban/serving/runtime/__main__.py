@@ -1,0 +1,52 @@
+"""``python -m kiban.serving.runtime``: serve one model until stopped.
+
+Exit codes: 0 after a clean stop, 2 for a bad command line, 3 when the model
+fails to load (after printing ``KIBAN_LOAD_FAILED: <message>`` on stderr,
+the one line kiban's control plane reads to mark the revision failed).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+LOAD_FAILED_EXIT = 3
+LOAD_FAILED_PREFIX = "KIBAN_LOAD_FAILED: "
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse options, start the HTTP server, load the model in the background, serve."""
+    from kiban.serving.runtime.options import parse_options
+
+    options = parse_options(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    log = logging.getLogger("kiban.serving.runtime")
+    if options.ignored:
+        log.warning("ignoring arguments this server does not use: %s", " ".join(options.ignored))
+
+    import uvicorn
+
+    from kiban.serving.runtime.app import create_app
+
+    failures: list[str] = []
+
+    def on_load_failure(message: str) -> None:
+        failures.append(message)
+        print(LOAD_FAILED_PREFIX + message, file=sys.stderr, flush=True)
+        server.should_exit = True
+
+    app = create_app(options, on_load_failure=on_load_failure)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=options.host, port=options.port, log_level="info")
+    )
+    log.info("model server for %s on http://%s:%d", options.model_name, options.host, options.port)
+    server.run()
+    if failures:
+        return LOAD_FAILED_EXIT
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

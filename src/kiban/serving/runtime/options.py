@@ -1,0 +1,163 @@
+"""Command-line options of the model server: KServe's Hugging Face server names plus kiban's own.
+
+kiban passes an InferenceService's ``args`` through unchanged, so every KServe
+name is accepted in both ``--snake_case`` and ``--dash-case``; names this
+server does not know are collected and logged as ignored, never an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Task(StrEnum):
+    """What the served model does."""
+
+    AUTO = "auto"
+    TEXT_GENERATION = "text_generation"
+    TEXT_EMBEDDING = "text_embedding"
+
+
+_TASK_ALIASES = {
+    "auto": Task.AUTO,
+    "text_generation": Task.TEXT_GENERATION,
+    "generate": Task.TEXT_GENERATION,
+    "generation": Task.TEXT_GENERATION,
+    "text_embedding": Task.TEXT_EMBEDDING,
+    "embed": Task.TEXT_EMBEDDING,
+    "embedding": Task.TEXT_EMBEDDING,
+}
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def parse_task(value: str) -> Task:
+    """``generate``/``embed`` and dashed spellings map to the canonical task; else ValueError."""
+    key = value.strip().lower().replace("-", "_")
+    if key not in _TASK_ALIASES:
+        known = ", ".join(sorted(_TASK_ALIASES))
+        raise ValueError(f"unknown task {value!r}; expected one of: {known}")
+    return _TASK_ALIASES[key]
+
+
+def parse_dtype(value: str) -> str:
+    """A dtype name from DTYPES (``fp16``/``bf16``/``fp32`` accepted too); else ValueError."""
+    key = value.strip().lower()
+    aliases = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+    key = aliases.get(key, key)
+    if key not in DTYPES:
+        raise ValueError(f"unknown dtype {value!r}; expected one of: {', '.join(DTYPES)}")
+    return key
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Everything the server needs to know, parsed and defaulted.
+
+    ``task`` and ``dtype`` stay strings here: a bad value is a load failure
+    (reported on the KIBAN_LOAD_FAILED line), not a command-line usage error.
+    """
+
+    model_name: str = "model"
+    model_id: str | None = None
+    model_dir: str | None = None
+    storage_uri: str | None = None
+    task: str = "auto"
+    dtype: str = "auto"
+    max_length: int | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_batch_size: int = 8
+    max_batch_wait_ms: float = 5.0
+    max_request_bytes: int = 1 << 20
+    max_tokens_limit: int = 2048
+    ignored: tuple[str, ...] = ()
+
+
+def _flag(name: str) -> list[str]:
+    """Both spellings of an option: ``--model_name`` and ``--model-name``."""
+    snake = "--" + name.replace("-", "_")
+    dash = "--" + name.replace("_", "-")
+    return [snake] if snake == dash else [snake, dash]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; ``allow_abbrev`` is off so KServe's unknown flags never match ours."""
+    p = argparse.ArgumentParser(
+        prog="python -m kiban.serving.runtime",
+        description="Serve a local Hugging Face transformers model over HTTP (OpenAI API and "
+        "Open Inference Protocol v2).",
+        allow_abbrev=False,
+    )
+    p.add_argument(*_flag("model_name"), dest="model_name", default="model",
+                   help="the name clients use for the model (default: model)")
+    p.add_argument(*_flag("model_id"), dest="model_id",
+                   help="a Hugging Face id (org/name[@revision]) looked up in the local cache")
+    p.add_argument(*_flag("model_dir"), dest="model_dir", help="a local model directory")
+    p.add_argument(*_flag("storage_uri"), dest="storage_uri",
+                   help="file:///path, pvc://claim/path or hf://org/name[@revision]")
+    p.add_argument(*_flag("task"), dest="task", default="auto",
+                   help="auto | text_generation | text_embedding (also generate | embed)")
+    p.add_argument(*_flag("dtype"), dest="dtype", default="auto",
+                   help="auto | float32 | float16 | bfloat16 (auto is float32 on CPU)")
+    p.add_argument(*_flag("max_length"), dest="max_length", type=_positive_int,
+                   help="the most tokens of context (prompt plus completion, or one input)")
+    p.add_argument(*_flag("http_port"), "--port", dest="port", type=int,
+                   help="port to listen on (default: $MASTER_PORT, else 8080)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument(*_flag("max_batch_size"), dest="max_batch_size", type=_positive_int, default=8,
+                   help="most requests run together in one forward pass (default: 8)")
+    p.add_argument(*_flag("max_batch_wait_ms"), dest="max_batch_wait_ms",
+                   type=_non_negative_float, default=5.0,
+                   help="how long a request waits for others to batch with (default: 5)")
+    p.add_argument(*_flag("max_request_bytes"), dest="max_request_bytes", type=_positive_int,
+                   default=1 << 20, help="largest request body accepted (default: 1 MiB)")
+    p.add_argument(*_flag("max_tokens_limit"), dest="max_tokens_limit", type=_positive_int,
+                   default=2048, help="largest max_tokens a request may ask for (default: 2048)")
+    return p
+
+
+def parse_options(argv: Sequence[str] | None = None) -> ServerOptions:
+    """Parse ``argv`` (default: ``sys.argv[1:]``); unknown arguments land in ``ignored``."""
+    parser = build_parser()
+    namespace, unknown = parser.parse_known_args(argv)
+    port = namespace.port
+    if port is None:
+        from_env = os.environ.get("MASTER_PORT") or "8080"
+        if not from_env.isdigit():
+            parser.error(f"$MASTER_PORT must be a port number, got {from_env!r}")
+        port = int(from_env)
+    return ServerOptions(
+        model_name=namespace.model_name,
+        model_id=namespace.model_id,
+        model_dir=namespace.model_dir,
+        storage_uri=namespace.storage_uri,
+        task=namespace.task,
+        dtype=namespace.dtype,
+        max_length=namespace.max_length,
+        host=namespace.host,
+        port=port,
+        max_batch_size=namespace.max_batch_size,
+        max_batch_wait_ms=namespace.max_batch_wait_ms,
+        max_request_bytes=namespace.max_request_bytes,
+        max_tokens_limit=namespace.max_tokens_limit,
+        ignored=tuple(unknown),
+    )
