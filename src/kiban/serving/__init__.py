@@ -1,0 +1,1 @@
+"""Inference services: specs, the model server runtime, the router and the autoscaler."""
