@@ -30,6 +30,7 @@ class FakeReplica:
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.bodies: list[str] = []
         self.release = threading.Event()
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -75,6 +76,7 @@ class FakeReplica:
                             break
                         body += chunk[:-2]
                 self.requests += 1
+                self.bodies.append(body.decode())
                 self.in_flight += 1
                 self.max_in_flight = max(self.max_in_flight, self.in_flight)
                 try:
