@@ -21,6 +21,7 @@ import httptools
 
 from kiban.serving.router.dispatcher import Dispatcher
 from kiban.serving.router.table import Endpoint, Route, ServiceKey
+from kiban.serving.router.traffic import RevisionCounter
 from kiban.serving.router.upstream import UpstreamConnection
 
 FORWARDED_PREFIXES = (b"openai/v1", b"v2")
@@ -227,6 +228,7 @@ class Exchange:
         "_upstream_keep_alive",
         "_url",
         "client",
+        "counter",
         "dispatcher",
         "done",
         "endpoint",
@@ -271,6 +273,7 @@ class Exchange:
         self.route: Route | None = None
         self.key: ServiceKey = ("", "")
         self.revision = ""
+        self.counter: RevisionCounter | None = None
         self.endpoint: Endpoint | None = None
         self.upstream: UpstreamConnection | None = None
 
@@ -299,6 +302,7 @@ class Exchange:
         self.route = route
         self.key = route.key
         self.revision = self.dispatcher.balancer.revision(route)
+        self.counter = self.dispatcher.metrics.counter(self.key, self.revision)
         self._timer = self.dispatcher.loop.call_later(route.timeout_s, self._timed_out)
         for name, value in self._headers:
             if name.lower() == b"transfer-encoding" and b"chunked" in value.lower():
@@ -307,14 +311,14 @@ class Exchange:
                 self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         endpoint = self.dispatcher.balancer.endpoint(route, self.revision)
         if endpoint is not None:
-            self.dispatcher.metrics.started(self.key, self.revision)
+            self._counted().started()
             self._attach(endpoint)
             return
         if not self.dispatcher.enqueue(self, route.queue_limit):
             self._cancel_timers()
             self.answer(503, f"{route.queue_limit} requests already wait for a replica", "full")
             return
-        self.dispatcher.metrics.queued(self.key, self.revision)
+        self._counted().was_queued()
         self._activation_timer = self.dispatcher.loop.call_later(
             route.activation_timeout_s, self._activation_expired
         )
@@ -359,7 +363,7 @@ class Exchange:
         if self._activation_timer is not None:
             self._activation_timer.cancel()
             self._activation_timer = None
-        self.dispatcher.metrics.dequeued(self.key, self.revision, dispatched=True)
+        self._counted().dequeued(dispatched=True)
         self.route = route
         if self._body_size > MAX_BUFFERED_BODY:
             self.client.resume_reading()
@@ -367,7 +371,7 @@ class Exchange:
 
     def give_up(self, status: int, message: str, kind: str | None = None) -> None:
         """Stop waiting and answer an error (the queue has already let go of this request)."""
-        self.dispatcher.metrics.dequeued(self.key, self.revision, dispatched=False)
+        self._counted().dequeued(dispatched=False)
         self._cancel_timers()
         self.answer(status, message, kind)
 
@@ -571,11 +575,15 @@ class Exchange:
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
             self.dispatcher.balancer.release(endpoint)
-        self.dispatcher.metrics.finished(
-            self.key, self.revision, time.perf_counter() - self._started, ok=ok
-        )
+        if self.counter is not None:
+            self.counter.finished(time.perf_counter() - self._started, ok=ok)
         if endpoint is not None:
             self.dispatcher.released(self.key, self.revision)
+
+    def _counted(self) -> RevisionCounter:
+        """The revision's counters (set once the request is routed)."""
+        assert self.counter is not None
+        return self.counter
 
     def _cancel_timers(self) -> None:
         if self._timer is not None:
@@ -594,7 +602,7 @@ class Exchange:
             return
         if self._activation_timer is not None:
             self.dispatcher.withdraw(self)
-            self.dispatcher.metrics.dequeued(self.key, self.revision, dispatched=False)
+            self._counted().dequeued(dispatched=False)
             self._cancel_timers()
             self.done = True
             return

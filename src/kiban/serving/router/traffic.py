@@ -77,13 +77,21 @@ def _nearest_rank(ordered: list[float], q: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-class _Revision:
-    """Counters and buckets of one revision; callers hold the metrics' lock."""
+class RevisionCounter:
+    """Counters and buckets of one revision; the router records through it, under the lock.
+
+    The router keeps one per request (``TrafficMetrics.counter``) so that recording costs no
+    lookups: this runs twice for every request through the router.
+    """
 
     __slots__ = (
+        "_clock",
+        "_lock",
         "buckets",
         "completed",
         "concurrency",
+        "current",
+        "current_end",
         "errors",
         "in_flight",
         "last_t",
@@ -92,7 +100,10 @@ class _Revision:
         "started_at",
     )
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, clock: Callable[[], float], lock: threading.Lock) -> None:
+        now = clock()
+        self._clock = clock
+        self._lock = lock
         self.in_flight = 0
         self.queued = 0
         self.completed = 0
@@ -102,22 +113,69 @@ class _Revision:
         self.last_t = now
         # [second, area (concurrency x seconds), requests started]
         self.buckets: deque[list[float]] = deque(maxlen=HISTORY_S)
+        self.current = self._bucket(math.floor(now))
+        self.current_end = self.current[0] + 1.0
         self.latencies: deque[tuple[float, float]] = deque(maxlen=MAX_LATENCY_SAMPLES)
 
-    def advance(self, now: float) -> None:
-        """Add the current concurrency times the time since the last change to the buckets."""
+    # -- recording (the router's thread) ------------------------------------------------------
+    def was_queued(self) -> None:
+        """A request arrived for this revision and waits for a replica."""
+        with self._lock:
+            self._advance(self._clock())
+            self.queued += 1
+            self.concurrency += 1
+            self.current[2] += 1
+
+    def dequeued(self, *, dispatched: bool) -> None:
+        """A waiting request got a replica (``dispatched``) or gave up."""
+        with self._lock:
+            self._advance(self._clock())
+            self.queued -= 1
+            if dispatched:
+                self.in_flight += 1
+            else:
+                self.concurrency -= 1
+
+    def started(self) -> None:
+        """A request arrived and went straight to a replica."""
+        with self._lock:
+            self._advance(self._clock())
+            self.in_flight += 1
+            self.concurrency += 1
+            self.current[2] += 1
+
+    def finished(self, latency_s: float, *, ok: bool) -> None:
+        """A dispatched request ended: answered (``ok``) or failed (5xx from us, cut off)."""
+        with self._lock:
+            now = self._clock()
+            self._advance(now)
+            self.in_flight -= 1
+            self.concurrency -= 1
+            self.completed += 1
+            if not ok:
+                self.errors += 1
+            self.latencies.append((now, latency_s))
+
+    # -- the buckets ---------------------------------------------------------------------------
+    def _advance(self, now: float) -> None:
+        """Add the concurrency times the time since the last change to the buckets."""
         t = self.last_t
         if now <= t:
             return
+        if now < self.current_end:  # the common case: still in the same second
+            self.current[1] += self.concurrency * (now - t)
+            self.last_t = now
+            return
         level = self.concurrency
         while True:
-            second = math.floor(t)
-            bucket = self._bucket(second)
-            end = min(now, second + 1.0)
+            bucket = self._bucket(math.floor(t))
+            end = min(now, bucket[0] + 1.0)
             bucket[1] += level * (end - t)
             if end >= now:
                 break
             t = end
+        self.current = self._bucket(math.floor(now))
+        self.current_end = self.current[0] + 1.0
         self.last_t = now
 
     def _bucket(self, second: float) -> list[float]:
@@ -133,10 +191,6 @@ class _Revision:
         buckets.append(bucket)
         return bucket
 
-    def change(self, now: float, delta: int) -> None:
-        self.advance(now)
-        self.concurrency += delta
-
 
 class TrafficMetrics:
     """Counters of every service and revision the router has seen; safe across threads."""
@@ -144,58 +198,20 @@ class TrafficMetrics:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._lock = threading.Lock()
-        self._revisions: dict[ServiceKey, dict[str, _Revision]] = {}
+        self._revisions: dict[ServiceKey, dict[str, RevisionCounter]] = {}
 
-    def _revision(self, key: ServiceKey, revision: str, now: float) -> _Revision:
+    def counter(self, key: ServiceKey, revision: str) -> RevisionCounter:
+        """The counters of ``revision`` of the service ``key`` (made on first use)."""
         revisions = self._revisions.get(key)
-        if revisions is None:
-            revisions = self._revisions[key] = {}
-        entry = revisions.get(revision)
-        if entry is None:
-            entry = revisions[revision] = _Revision(now)
-        return entry
-
-    # -- recording (the router's thread) ------------------------------------------------------
-    def queued(self, key: ServiceKey, revision: str) -> None:
-        """A request arrived for ``revision`` and waits for a replica."""
+        entry = revisions.get(revision) if revisions is not None else None
+        if entry is not None:
+            return entry
         with self._lock:
-            now = self.clock()
-            entry = self._revision(key, revision, now)
-            entry.queued += 1
-            entry.change(now, 1)
-            entry._bucket(math.floor(now))[2] += 1
-
-    def dequeued(self, key: ServiceKey, revision: str, *, dispatched: bool) -> None:
-        """A waiting request got a replica (``dispatched``) or gave up."""
-        with self._lock:
-            now = self.clock()
-            entry = self._revision(key, revision, now)
-            entry.queued -= 1
-            if dispatched:
-                entry.in_flight += 1
-            else:
-                entry.change(now, -1)
-
-    def started(self, key: ServiceKey, revision: str) -> None:
-        """A request arrived and went straight to a replica."""
-        with self._lock:
-            now = self.clock()
-            entry = self._revision(key, revision, now)
-            entry.in_flight += 1
-            entry.change(now, 1)
-            entry._bucket(math.floor(now))[2] += 1
-
-    def finished(self, key: ServiceKey, revision: str, latency_s: float, *, ok: bool) -> None:
-        """A dispatched request ended: answered (``ok``) or failed (5xx from us, cut off)."""
-        with self._lock:
-            now = self.clock()
-            entry = self._revision(key, revision, now)
-            entry.in_flight -= 1
-            entry.change(now, -1)
-            entry.completed += 1
-            if not ok:
-                entry.errors += 1
-            entry.latencies.append((now, latency_s))
+            revisions = self._revisions.setdefault(key, {})
+            entry = revisions.get(revision)
+            if entry is None:
+                entry = revisions[revision] = RevisionCounter(self.clock, self._lock)
+            return entry
 
     # -- reading (any thread) -----------------------------------------------------------------
     def concurrency_samples(
@@ -211,8 +227,7 @@ class TrafficMetrics:
             entry = self._revisions.get((tenant, service), {}).get(revision)
             if entry is None:
                 return []
-            entry.advance(now)
-            entry._bucket(math.floor(now))
+            entry._advance(now)
             samples = []
             for second, area, requests in entry.buckets:
                 start = max(second, entry.started_at)
