@@ -196,3 +196,56 @@ def kube(
     render.report_console(as_json).print(kube_table(report))
     if as_json:
         render.json_line(report)
+
+
+@bench_app.command("router")
+def router(
+    clients: Annotated[
+        list[int] | None,
+        typer.Option(help="concurrent clients of a latency phase (repeatable; default 1 50 500)"),
+    ] = None,
+    duration: Annotated[float, typer.Option(help="seconds of each latency phase")] = 5.0,
+    warmup: Annotated[float, typer.Option(help="seconds of each phase not counted")] = 1.0,
+    step_observe: Annotated[
+        float, typer.Option(help="seconds the autoscaler phase runs after its 10x step")
+    ] = 10.0,
+    cold_start: Annotated[
+        bool, typer.Option(help="time the embedding model's runtime until ready")
+    ] = True,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """The latency the serving router adds, the autoscaler's reaction, a model's cold start.
+
+    1. closed-loop clients call an instant replica directly, then through the router (three
+    processes), at each --clients: added = via router - direct, p50 and p99;
+
+    2. the router and the autoscaler live, replicas started on demand, the load stepped up
+    10x: time until more replicas are asked for and until the first new one serves;
+
+    3. the embedding model's runtime from start to /v2/health/ready answering 200.
+    """
+    from kiban.bench.loadgen import BenchError
+    from kiban.bench.router import RouterBenchOptions, router_table, run_router_bench
+
+    try:
+        options = RouterBenchOptions(
+            clients=tuple(clients) if clients else (1, 50, 500),
+            duration_s=duration,
+            warmup_s=warmup,
+            step_observe_s=step_observe,
+            cold_start=cold_start,
+        )
+    except ValueError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    report = render.run_or_exit(
+        lambda: run_router_bench(options, say=render.say),
+        (BenchError,),
+        "interrupted; the benchmark's processes are stopped",
+    )
+    render.report_console(as_json).print(router_table(report))
+    if as_json:
+        render.json_line(report)

@@ -1,0 +1,613 @@
+"""The HTTP/1.1 proxy: client connections, and one exchange per request they carry.
+
+Why not an ASGI app and an HTTP client: at 50 concurrent clients the router must add well
+under a millisecond, which leaves no room for per-request tasks, header objects and body
+copies. Here httptools parses the client's request (callbacks, in C); the request head is
+rebuilt for the replica (prefix stripped, hop-by-hop headers and the bearer token dropped) and
+the body forwarded as it arrives. The replica's answer is passed through as raw bytes, as it
+arrives, with ``x-kiban-revision`` inserted after the status line; a second httptools parser
+only watches it to learn where it ends. A request is handled without a task when a pooled
+connection to the replica is idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import cast
+
+import httptools
+
+from kiban.serving.router.dispatcher import Dispatcher
+from kiban.serving.router.table import Endpoint, Route, ServiceKey
+from kiban.serving.router.traffic import RevisionCounter
+from kiban.serving.router.upstream import UpstreamConnection
+
+FORWARDED_PREFIXES = (b"openai/v1", b"v2")
+"""What a service's URL forwards: ``/s/{tenant}/{service}/openai/v1/...`` and ``.../v2/...``."""
+DROPPED_HEADERS = frozenset(
+    {
+        b"host",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"authorization",
+        b"expect",
+    }
+)
+"""Hop-by-hop headers, the kiban token (the replica has no use for it) and ``Expect``."""
+CONNECT_TIMEOUT_S = 10.0
+MAX_BUFFERED_BODY = 1 << 20
+"""Body bytes held for a waiting request before the client is paused."""
+REASONS = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
+def error_response(status: int, message: str, kind: str, *, keep_alive: bool) -> bytes:
+    """A complete JSON error answer: ``{"error": {"message": ..., "type": ...}}``."""
+    body = json.dumps({"error": {"message": message, "type": kind}}).encode()
+    head = (
+        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        f"connection: {'keep-alive' if keep_alive else 'close'}\r\n"
+    )
+    if status == 401:
+        head += 'www-authenticate: Bearer realm="kiban"\r\n'
+    return head.encode() + b"\r\n" + body
+
+
+ERROR_TYPES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    404: "not_found",
+    502: "bad_gateway",
+    503: "unavailable",
+    504: "timeout",
+}
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client's keep-alive connection: parses its requests, answers them in order."""
+
+    def __init__(self, dispatcher: Dispatcher, connections: set[ClientConnection]) -> None:
+        self.dispatcher = dispatcher
+        self._connections = connections
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._parsing: Exchange | None = None
+        self._active: Exchange | None = None
+        self._pending: list[Exchange] = []
+        self._closed = False
+        self._paused = 0
+
+    # -- asyncio callbacks ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail_parse("protocol upgrades are not supported")
+        except httptools.HttpParserError as exc:
+            self._fail_parse(f"malformed request: {exc}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._connections.discard(self)
+        if self._active is not None:
+            self._active.client_lost()
+        self._pending.clear()
+
+    def pause_writing(self) -> None:
+        if self._active is not None and self._active.upstream is not None:
+            self._active.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._active is not None and self._active.upstream is not None:
+            self._active.upstream.resume_reading()
+
+    # -- httptools callbacks -------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        exchange = Exchange(
+            self,
+            parser.get_method(),
+            self._url,
+            self._headers,
+            keep_alive=parser.should_keep_alive(),
+        )
+        self._parsing = exchange
+        if self._active is None:
+            self._active = exchange
+            exchange.begin()
+        else:
+            self._pending.append(exchange)
+
+    def on_body(self, body: bytes) -> None:
+        if self._parsing is not None:
+            self._parsing.request_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._parsing is not None:
+            self._parsing.request_complete()
+
+    # -- for exchanges -------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if not self._closed and self.transport is not None:
+            self.transport.write(data)
+
+    def pause_reading(self) -> None:
+        self._paused += 1
+        if self._paused == 1 and not self._closed and self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._paused == 0:
+            return
+        self._paused -= 1
+        if self._paused == 0 and not self._closed and self.transport is not None:
+            self.transport.resume_reading()
+
+    def exchange_done(self, exchange: Exchange, *, keep_alive: bool) -> None:
+        """``exchange`` has written its whole answer: close, or answer the next request."""
+        if self._active is not exchange:
+            return
+        self._active = None
+        if self._paused:
+            self._paused = 0
+            if not self._closed and self.transport is not None:
+                self.transport.resume_reading()
+        if not keep_alive:
+            self.close()
+            return
+        if self._pending:
+            self._active = self._pending.pop(0)
+            self._active.begin()
+
+    def close(self) -> None:
+        if not self._closed and self.transport is not None:
+            self._closed = True
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self._closed = True
+            self.transport.abort()
+
+    def _fail_parse(self, message: str) -> None:
+        if self._active is None or not self._active.response_started:
+            self.write(error_response(400, message, "invalid_request", keep_alive=False))
+        if self._active is not None:
+            self._active.client_lost()
+        self.close()
+
+
+class Exchange:
+    """One request through the router: route, wait, connect, forward, pass the answer back."""
+
+    __slots__ = (
+        "_activation_timer",
+        "_body",
+        "_body_size",
+        "_chunked",
+        "_connecting",
+        "_headers",
+        "_method",
+        "_pending_head",
+        "_request_complete",
+        "_response_complete",
+        "_response_parser",
+        "_started",
+        "_timer",
+        "_tried",
+        "_upstream_keep_alive",
+        "_url",
+        "client",
+        "counter",
+        "dispatcher",
+        "done",
+        "endpoint",
+        "keep_alive",
+        "key",
+        "response_started",
+        "revision",
+        "route",
+        "upstream",
+    )
+
+    def __init__(
+        self,
+        client: ClientConnection,
+        method: bytes,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        *,
+        keep_alive: bool,
+    ) -> None:
+        self.client = client
+        self.dispatcher = client.dispatcher
+        self._method = method
+        self._url = url
+        self._headers = headers
+        self.keep_alive = keep_alive
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._chunked = False
+        self._request_complete = False
+        self._started = time.perf_counter()
+        self._timer: asyncio.TimerHandle | None = None
+        self._activation_timer: asyncio.TimerHandle | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._tried: list[str] = []
+        self._pending_head = b""
+        self._response_parser: httptools.HttpResponseParser | None = None
+        self._response_complete = False
+        self._upstream_keep_alive = False
+        self.response_started = False
+        self.done = False
+        self.route: Route | None = None
+        self.key: ServiceKey = ("", "")
+        self.revision = ""
+        self.counter: RevisionCounter | None = None
+        self.endpoint: Endpoint | None = None
+        self.upstream: UpstreamConnection | None = None
+
+    # -- the request ---------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Route the request: answer an error, or send it to a replica, or queue it."""
+        self._started = time.perf_counter()
+        path, sep, query = self._url.partition(b"?")
+        parts = path.split(b"/", 4)
+        if len(parts) < 4 or parts[0] != b"" or parts[1] != b"s":
+            self.answer(404, "not a service URL; services are at /s/{tenant}/{service}")
+            return
+        tenant, service = parts[2].decode("utf-8", "replace"), parts[3].decode("utf-8", "replace")
+        route = self.dispatcher.table.get(tenant, service)
+        if route is None:
+            self.answer(404, f"no service {service!r} of tenant {tenant!r}")
+            return
+        if not route.public and not self._authorized(tenant):
+            self.answer(401, "a valid 'Authorization: Bearer <token>' of the tenant is required")
+            return
+        rest = parts[4] if len(parts) == 5 else b""
+        if not any(rest == p or rest.startswith(p + b"/") for p in FORWARDED_PREFIXES):
+            self.answer(404, "the router forwards /openai/v1/... and /v2/... of a service")
+            return
+        self._url = b"/" + rest + (b"?" + query if sep else b"")
+        self.route = route
+        self.key = route.key
+        self.revision = self.dispatcher.balancer.revision(route)
+        self.counter = self.dispatcher.metrics.counter(self.key, self.revision)
+        self._timer = self.dispatcher.loop.call_later(route.timeout_s, self._timed_out)
+        for name, value in self._headers:
+            if name.lower() == b"transfer-encoding" and b"chunked" in value.lower():
+                self._chunked = True
+            elif name.lower() == b"expect" and value.lower() == b"100-continue":
+                self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        endpoint = self.dispatcher.balancer.endpoint(route, self.revision)
+        if endpoint is not None:
+            self._counted().started()
+            self._attach(endpoint)
+            return
+        if not self.dispatcher.enqueue(self, route.queue_limit):
+            self._cancel_timers()
+            self.answer(503, f"{route.queue_limit} requests already wait for a replica", "full")
+            return
+        self._counted().was_queued()
+        self._activation_timer = self.dispatcher.loop.call_later(
+            route.activation_timeout_s, self._activation_expired
+        )
+
+    def _authorized(self, tenant: str) -> bool:
+        for name, value in self._headers:
+            if name.lower() == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                token = token.strip()
+                return (
+                    scheme.lower() == "bearer"
+                    and bool(token)
+                    and (self.dispatcher.authorize(tenant, token))
+                )
+        return False
+
+    def request_body(self, data: bytes) -> None:
+        if self.done:
+            return
+        if self._chunked:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        if self.upstream is not None:
+            self.upstream.write(data)
+            return
+        self._body.append(data)
+        self._body_size += len(data)
+        if self._body_size > MAX_BUFFERED_BODY and self._body_size - len(data) <= MAX_BUFFERED_BODY:
+            self.client.pause_reading()
+
+    def request_complete(self) -> None:
+        self._request_complete = True
+        if self.done or not self._chunked:
+            return
+        if self.upstream is not None:
+            self.upstream.write(b"0\r\n\r\n")
+        else:
+            self._body.append(b"0\r\n\r\n")
+
+    # -- waiting for a replica -----------------------------------------------------------------
+    def dispatched(self, route: Route, endpoint: Endpoint) -> None:
+        """The queue handed this waiting request a replica."""
+        if self._activation_timer is not None:
+            self._activation_timer.cancel()
+            self._activation_timer = None
+        self._counted().dequeued(dispatched=True)
+        self.route = route
+        if self._body_size > MAX_BUFFERED_BODY:
+            self.client.resume_reading()
+        self._attach(endpoint)
+
+    def give_up(self, status: int, message: str, kind: str | None = None) -> None:
+        """Stop waiting and answer an error (the queue has already let go of this request)."""
+        self._counted().dequeued(dispatched=False)
+        self._cancel_timers()
+        self.answer(status, message, kind)
+
+    def _activation_expired(self) -> None:
+        self._activation_timer = None
+        if self.done:
+            return
+        self.dispatcher.withdraw(self)
+        route = self.route
+        waited = route.activation_timeout_s if route is not None else 0.0
+        self.give_up(503, f"no replica of revision {self.revision} was ready after {waited:g} s")
+
+    # -- connecting ----------------------------------------------------------------------------
+    def _attach(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.dispatcher.balancer.acquire(endpoint)
+        conn = self.dispatcher.pool.take(endpoint.address)
+        if conn is not None:
+            self._send(conn)
+        else:
+            self._connecting = self.dispatcher.loop.create_task(self._connect(endpoint))
+
+    async def _connect(self, endpoint: Endpoint) -> None:
+        try:
+            conn = await asyncio.wait_for(
+                self.dispatcher.pool.open(endpoint.address), CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError):
+            self._connecting = None
+            if self.done:
+                return
+            self._connect_failed(endpoint)
+            return
+        self._connecting = None
+        if self.done:
+            self.dispatcher.pool.give_back(conn)
+            return
+        self._send(conn)
+
+    def _connect_failed(self, endpoint: Endpoint) -> None:
+        """Nothing was sent: another ready replica of the revision may take the request."""
+        self.dispatcher.balancer.release(endpoint)
+        self.endpoint = None
+        self._tried.append(endpoint.address)
+        route = self.dispatcher.table.get(*self.key) or self.route
+        assert route is not None
+        self.route = route
+        retry = self.dispatcher.balancer.endpoint(route, self.revision, exclude=self._tried)
+        if retry is not None:
+            self._attach(retry)
+            return
+        self._finish_with_error(502, f"could not connect to a replica of revision {self.revision}")
+
+    def _send(self, conn: UpstreamConnection) -> None:
+        assert self.endpoint is not None
+        self.upstream = conn
+        conn.exchange = self
+        self._response_parser = httptools.HttpResponseParser(self)
+        lines = [
+            self._method,
+            b" ",
+            self._url,
+            b" HTTP/1.1\r\nhost: ",
+            self.endpoint.address.encode(),
+            b"\r\n",
+        ]
+        for name, value in self._headers:
+            if name.lower() not in DROPPED_HEADERS:
+                lines += (name, b": ", value, b"\r\n")
+        lines.append(b"\r\n")
+        lines += self._body
+        self._body = []
+        conn.write(b"".join(lines))
+
+    # -- the answer ----------------------------------------------------------------------------
+    def upstream_data(self, data: bytes) -> None:
+        """Bytes of the replica's answer: pass them on as they come, revision header added."""
+        if self.done:
+            return
+        parser = self._response_parser
+        assert parser is not None
+        if not self.response_started:
+            data = self._pending_head + data
+            end = data.find(b"\r\n")
+            if end < 0:
+                self._pending_head = data
+                return
+            self._pending_head = b""
+            self.response_started = True
+            self.client.write(
+                data[: end + 2]
+                + b"x-kiban-revision: "
+                + self.revision.encode()
+                + b"\r\n"
+                + data[end + 2 :]
+            )
+        else:
+            self.client.write(data)
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserError:
+            self._cut_off()
+            return
+        if self._response_complete:
+            self._complete(upstream_reusable=self._upstream_keep_alive and self._request_complete)
+
+    def on_headers_complete(self) -> None:
+        # asked now: once the message is complete the parser has reset its flags
+        assert self._response_parser is not None
+        self._upstream_keep_alive = self._response_parser.should_keep_alive()
+        if self._method == b"HEAD":
+            self._response_complete = True
+
+    def on_message_complete(self) -> None:
+        self._response_complete = True
+
+    def upstream_lost(self) -> None:
+        """The replica's connection closed before its answer was complete."""
+        self.upstream = None
+        if self.done:
+            return
+        if not self.response_started:
+            self._finish_with_error(
+                502, f"the replica of revision {self.revision} closed the connection unanswered"
+            )
+        else:
+            self._cut_off()
+
+    def _cut_off(self) -> None:
+        """The answer broke off after it began: the client must see the connection close."""
+        self._finish(ok=False)
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.exchange = None
+            upstream.close()
+        self.client.close()
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self.done:
+            return
+        if self._activation_timer is not None:
+            self.dispatcher.withdraw(self)
+            route = self.route
+            self.give_up(504, f"no answer within {route.timeout_s if route else 0:g} s")
+            return
+        limit = self.route.timeout_s if self.route is not None else 0.0
+        message = f"the replica gave no complete answer within {limit:g} s"
+        if not self.response_started:
+            self._finish_with_error(504, message)
+        else:
+            self._cut_off()
+
+    # -- endings -------------------------------------------------------------------------------
+    def answer(self, status: int, message: str, kind: str | None = None) -> None:
+        """The router answers itself (an error); the connection stays open when it can."""
+        if self.done:
+            return
+        self.done = True
+        keep_alive = self.keep_alive  # what is left of the request's body is read and dropped
+        self.client.write(
+            error_response(
+                status, message, kind or ERROR_TYPES.get(status, "error"), keep_alive=keep_alive
+            )
+        )
+        self.client.exchange_done(self, keep_alive=keep_alive)
+
+    def _finish_with_error(self, status: int, message: str) -> None:
+        """An error after the request was given to a replica; that replica's connection goes."""
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.exchange = None
+            upstream.close()
+        self._finish(ok=False)
+        self.done = False  # so that answer() writes
+        self.answer(status, message)
+
+    def _complete(self, *, upstream_reusable: bool) -> None:
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            if upstream_reusable:
+                upstream.resume_reading()
+                self.dispatcher.pool.give_back(upstream)
+            else:
+                upstream.exchange = None
+                upstream.close()
+        # the replica's own Connection header went to the client as it was
+        keep_alive = self.keep_alive and self._upstream_keep_alive
+        self._finish(ok=True)
+        self.client.exchange_done(self, keep_alive=keep_alive)
+
+    def _finish(self, *, ok: bool) -> None:
+        """Release the replica and the timers, count the request, wake the next waiter."""
+        if self.done:
+            return
+        self.done = True
+        self._cancel_timers()
+        if self._connecting is not None:
+            self._connecting.cancel()
+            self._connecting = None
+        endpoint, self.endpoint = self.endpoint, None
+        if endpoint is not None:
+            self.dispatcher.balancer.release(endpoint)
+        if self.counter is not None:
+            self.counter.finished(time.perf_counter() - self._started, ok=ok)
+        if endpoint is not None:
+            self.dispatcher.released(self.key, self.revision)
+
+    def _counted(self) -> RevisionCounter:
+        """The revision's counters (set once the request is routed)."""
+        assert self.counter is not None
+        return self.counter
+
+    def _cancel_timers(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._activation_timer is not None:
+            self._activation_timer.cancel()
+            self._activation_timer = None
+
+    def client_lost(self) -> None:
+        """The client went away: stop waiting, or drop the replica's connection mid-answer."""
+        if self.done:
+            return
+        if self.route is None:
+            self.done = True
+            return
+        if self._activation_timer is not None:
+            self.dispatcher.withdraw(self)
+            self._counted().dequeued(dispatched=False)
+            self._cancel_timers()
+            self.done = True
+            return
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.exchange = None
+            upstream.close()
+        self._finish(ok=False)

@@ -1,0 +1,126 @@
+"""Connections to replicas: one asyncio protocol per TCP connection, kept alive in a pool.
+
+A connection carries one request at a time (no pipelining to replicas). Idle connections are
+reused last-in first-out, so the busiest stay warm; one the replica closes while idle leaves
+the pool at once (``connection_lost``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from kiban.serving.router.proxy import Exchange
+
+MAX_IDLE_PER_REPLICA = 1024
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection to a replica; hands what it reads to its current exchange."""
+
+    __slots__ = ("address", "closed", "exchange", "paused", "pool", "transport")
+
+    def __init__(self, pool: UpstreamPool, address: str) -> None:
+        self.pool = pool
+        self.address = address
+        self.transport: asyncio.Transport | None = None
+        self.exchange: Exchange | None = None
+        self.closed = False
+        self.paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is not None:
+            exchange.upstream_data(data)
+        else:  # a replica that talks out of turn cannot be trusted with the next request
+            self.close()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        exchange = self.exchange
+        self.exchange = None
+        if exchange is not None:
+            exchange.upstream_lost()
+
+    def pause_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client.resume_reading()
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.closed and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.closed and self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        """Close without reuse (the exchange, if any, is detached first by the caller)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class UpstreamPool:
+    """Idle keep-alive connections per replica address."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._idle: dict[str, list[UpstreamConnection]] = {}
+
+    def take(self, address: str) -> UpstreamConnection | None:
+        """An idle connection to ``address``, or None (open one with ``open``)."""
+        idle = self._idle.get(address)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    async def open(self, address: str) -> UpstreamConnection:
+        """A new connection; raises OSError when the replica cannot be reached."""
+        host, _, port = address.rpartition(":")
+        _, protocol = await self._loop.create_connection(
+            lambda: UpstreamConnection(self, address), host.strip("[]"), int(port)
+        )
+        return protocol
+
+    def give_back(self, conn: UpstreamConnection) -> None:
+        """Keep ``conn`` for the next request to its replica (or close it when too many)."""
+        conn.exchange = None
+        if conn.closed:
+            return
+        idle = self._idle.setdefault(conn.address, [])
+        if len(idle) >= MAX_IDLE_PER_REPLICA:
+            conn.close()
+        else:
+            idle.append(conn)
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        idle = self._idle.get(conn.address)
+        if idle and conn in idle:
+            idle.remove(conn)
+
+    def close_all(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()

@@ -1,0 +1,119 @@
+"""``kiban bench router``: the report's shape and that its figures are measured (never speed)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from kiban.bench.router import RouterBenchOptions, router_table
+
+PHASE_KEYS = {"p50_ms", "p99_ms", "requests_per_s", "requests", "errors", "answers_in_phase"}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not math.isnan(value) and value > 0
+
+
+@pytest.mark.e2e
+def test_a_quick_run_through_the_cli() -> None:
+    """Two client counts, short phases, no cold start: one JSON object on one line."""
+    command = [
+        sys.executable,
+        "-m",
+        "kiban.cli.main",
+        "bench",
+        "router",
+        "--clients",
+        "1",
+        "--clients",
+        "4",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0.2",
+        "--step-observe",
+        "3",
+        "--no-cold-start",
+        "--json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1
+    report = json.loads(lines[0])
+    assert set(report["latency"]) == {"1", "4"}
+    for entry in report["latency"].values():
+        for side in ("direct", "router"):
+            assert set(entry[side]) == PHASE_KEYS
+            assert entry[side]["errors"] == 0
+            assert entry[side]["requests"] > 0
+            assert _positive(entry[side]["p50_ms"]) and _positive(entry[side]["p99_ms"])
+            assert entry[side]["p50_ms"] <= entry[side]["p99_ms"]
+        assert entry["added_p50_ms"] == pytest.approx(
+            entry["router"]["p50_ms"] - entry["direct"]["p50_ms"], abs=1e-3
+        )
+        assert _positive(entry["router_cpu_ms_per_request"])
+    # 50 clients was not run: the headline is the largest count run
+    assert report["headline_clients"] == 4
+    assert report["added_p50_ms"] == report["latency"]["4"]["added_p50_ms"]
+    assert set(report["goals_met"]) == {"added_p50_ms", "added_p99_ms"}
+    scale = report["autoscaler"]
+    assert scale["replicas_requested"] > scale["replicas_before"]
+    assert _positive(scale["scale_up_requested_s"])
+    assert _positive(scale["first_new_replica_serving_s"])
+    assert scale["first_new_replica_serving_s"] >= scale["scale_up_requested_s"]
+    assert report["cold_start"] is None and "skipped" in report["cold_start_reason"]
+    assert report["machine"]["cores"] >= 1
+    assert "kiban bench router" in done.stderr  # the table
+
+
+def test_the_table_renders_a_report() -> None:
+    phase = {
+        "p50_ms": 0.2,
+        "p99_ms": 0.5,
+        "requests_per_s": 100.0,
+        "requests": 10,
+        "errors": 0,
+        "answers_in_phase": 12,
+    }
+    report = {
+        "headline_clients": 50,
+        "latency": {
+            "50": {
+                "direct": phase,
+                "router": phase,
+                "added_p50_ms": 0.0,
+                "added_p99_ms": 0.0,
+                "router_cpu_ms_per_request": 0.02,
+            }
+        },
+        "goals_met": {"added_p50_ms": True, "added_p99_ms": True},
+        "autoscaler": {
+            "clients_before": 2,
+            "clients_after": 20,
+            "replicas_requested": 3,
+            "scale_up_requested_s": 0.5,
+            "first_new_replica_serving_s": 1.0,
+            "all_requested_ready_s": None,
+        },
+        "cold_start": None,
+        "cold_start_reason": "not installed",
+        "machine": {"cpu_model": "x", "cores": 2, "memory_gib": 1.0, "python": "p", "os": "o"},
+    }
+    console = Console(record=True, width=200)
+    console.print(router_table(report))
+    text = console.export_text()
+    assert "not installed" in text and "50" in text
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError):
+        RouterBenchOptions(clients=(0,))
+    with pytest.raises(ValueError):
+        RouterBenchOptions(duration_s=0)

@@ -1,0 +1,203 @@
+"""Real sockets: small replicas (asyncio HTTP servers in a thread) and a router in front of them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
+
+TOKEN = "secret-token"
+
+
+class FakeReplica:
+    """An HTTP/1.1 replica that answers by path, counting what it got.
+
+    ``/v2/echo``: JSON of its name, path, query, headers and body; ``?ms=N`` waits first.
+    ``/openai/v1/stream``: two SSE events; the second only after ``release`` is set.
+    ``/v2/die``: closes the connection without an answer. ``/v2/die-mid``: half an answer.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.bodies: list[str] = []
+        self.release = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self._thread.start()
+        started.wait()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def listen() -> None:
+            self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+
+        self.loop.run_until_complete(listen())
+        started.set()
+        self.loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                method, target, _ = lines[0].split(" ")
+                headers = {}
+                for line in lines[1:]:
+                    if line:
+                        k, _, v = line.partition(":")
+                        headers[k.strip().lower()] = v.strip()
+                body = b""
+                if "content-length" in headers:
+                    body = await reader.readexactly(int(headers["content-length"]))
+                elif headers.get("transfer-encoding") == "chunked":
+                    while True:
+                        size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                        chunk = await reader.readexactly(size + 2)
+                        if size == 0:
+                            break
+                        body += chunk[:-2]
+                self.requests += 1
+                self.bodies.append(body.decode())
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                try:
+                    keep = await self._answer(method, target, headers, body, writer)
+                finally:
+                    self.in_flight -= 1
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        parts = urlsplit(target)
+        query = parse_qs(parts.query)
+        if parts.path == "/v2/die":
+            return False
+        if parts.path == "/v2/die-mid":
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+            await writer.drain()
+            return False
+        if parts.path == "/openai/v1/stream":
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
+            for n in range(2):
+                if n == 1:
+                    await asyncio.get_running_loop().run_in_executor(None, self.release.wait, 10)
+                event = f"data: event {n}\n\n".encode()
+                writer.write(b"%x\r\n%b\r\n" % (len(event), event))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        if "ms" in query:
+            await asyncio.sleep(int(query["ms"][0]) / 1000)
+        payload = json.dumps(
+            {
+                "replica": self.name,
+                "method": method,
+                "path": parts.path,
+                "query": parts.query,
+                "headers": headers,
+                "body": body.decode(),
+            }
+        ).encode()
+        head = (
+            f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(payload)}"
+        )
+        writer.write(head.encode() + b"\r\n\r\n" + (b"" if method == "HEAD" else payload))
+        await writer.drain()
+        return True
+
+    def stop(self) -> None:
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+            self.loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+def closed_port_address() -> str:
+    """An address nothing listens on (a port bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def replicas() -> Iterator[list[FakeReplica]]:
+    made = [FakeReplica(f"r{i}") for i in range(3)]
+    yield made
+    for replica in made:
+        replica.stop()
+
+
+@pytest.fixture
+def table() -> RoutingTable:
+    return RoutingTable()
+
+
+@pytest.fixture
+def router(table: RoutingTable) -> Iterator[RouterServer]:
+    server = RouterServer(table, authorize=lambda tenant, token: token == TOKEN)
+    server.start()
+    yield server
+    server.stop()
+
+
+def route(*endpoints: Endpoint, **kwargs: object) -> Route:
+    """A public route of ``team/svc`` over the endpoints' revisions (100% to the first)."""
+    traffic = kwargs.pop("traffic", None) or {endpoints[0].revision: 100}
+    options: dict[str, object] = {"public": True, **kwargs}
+    return Route("team", "svc", traffic, tuple(endpoints), **options)  # type: ignore[arg-type]
+
+
+def ready(replica: FakeReplica | str, revision: str = "v1") -> Endpoint:
+    address = replica if isinstance(replica, str) else replica.address
+    return Endpoint(revision, address, True)
+
+
+@contextlib.contextmanager
+def raw_connection(port: int) -> Iterator[socket.socket]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        yield sock
+    finally:
+        sock.close()

@@ -1,0 +1,162 @@
+"""Which replica gets a request: canary split, least outstanding, readiness, queueing."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import httpx
+
+from conftest import FakeReplica, ready, route
+from kiban.serving.router import Endpoint, RouterServer, RoutingTable
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+Answers = list[httpx.Response]
+
+
+def _in_background(fn: Callable[[], httpx.Response]) -> tuple[threading.Thread, Answers]:
+    out: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    return thread, out
+
+
+def test_canary_split_follows_the_percents_and_names_each_revision(
+    replicas: list[FakeReplica],
+) -> None:
+    table = RoutingTable()
+    stable, canary = replicas[0], replicas[1]
+    table.set(
+        route(
+            ready(stable, "v1"),
+            ready(canary, "v2"),
+            traffic={"v1": 80, "v2": 20},
+        )
+    )
+    with RouterServer(table, rng=random.Random(7)) as server, httpx.Client() as client:
+        served = Counter()
+        for _ in range(400):
+            answer = client.get(f"{server.url_for('team', 'svc')}/v2/echo")
+            revision = answer.headers["x-kiban-revision"]
+            assert answer.json()["replica"] == {"v1": "r0", "v2": "r1"}[revision]
+            served[revision] += 1
+    # 80 expected of 400; a binomial's standard deviation is 8
+    assert 50 <= served["v2"] <= 110
+    assert served["v1"] + served["v2"] == 400
+
+
+def test_least_outstanding_avoids_the_busy_replica(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    a, b = replicas[0], replicas[1]
+    table.set(route(ready(a), ready(b)))
+    url = f"{router.url_for('team', 'svc')}/v2/echo"
+    slow, _ = _in_background(lambda: httpx.get(f"{url}?ms=1000", timeout=10))
+    _wait_for(lambda: a.in_flight + b.in_flight == 1)
+    busy = "r0" if a.in_flight else "r1"
+    with httpx.Client() as client:
+        names = [client.get(url).json()["replica"] for _ in range(6)]
+    assert busy not in names
+    slow.join()
+
+
+def test_ties_go_round_robin(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(*(ready(r) for r in replicas)))
+    with httpx.Client() as client:
+        for _ in range(9):
+            client.get(f"{router.url_for('team', 'svc')}/v2/echo")
+    assert [r.requests for r in replicas] == [3, 3, 3]
+
+
+def test_only_ready_endpoints_get_requests(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0]), Endpoint("v1", replicas[1].address, False)))
+    with httpx.Client() as client:
+        for _ in range(6):
+            assert client.get(f"{router.url_for('team', 'svc')}/v2/echo").status_code == 200
+    assert (replicas[0].requests, replicas[1].requests) == (6, 0)
+
+
+def test_a_full_replica_queues_and_a_full_queue_answers_503(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    replica = replicas[0]
+    table.set(route(ready(replica), max_concurrency_per_endpoint=1, queue_limit=1))
+    url = f"{router.url_for('team', 'svc')}/v2/echo"
+    first, first_out = _in_background(lambda: httpx.get(f"{url}?ms=400", timeout=10))
+    _wait_for(lambda: replica.in_flight == 1)
+    second, second_out = _in_background(lambda: httpx.get(url, timeout=10))
+    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
+    third = httpx.get(url, timeout=10)
+    assert third.status_code == 503 and third.json()["error"]["type"] == "full"
+    first.join()
+    second.join()
+    assert first_out[0].status_code == 200 and second_out[0].status_code == 200
+    assert replica.max_in_flight == 1
+    assert replica.requests == 2
+
+
+def test_waiting_longer_than_the_activation_timeout_is_503(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(Endpoint("v1", replicas[0].address, False), activation_timeout_s=0.3))
+    started = time.perf_counter()
+    answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10)
+    assert answer.status_code == 503 and answer.json()["error"]["type"] == "unavailable"
+    assert 0.25 < time.perf_counter() - started < 2
+    assert router.metrics.waiting("team", "svc", "v1") == 0
+
+
+def test_a_request_waits_for_a_replica_to_become_ready(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    """Scale from zero: the waiting request counts as concurrency, then is served."""
+    replica = replicas[0]
+    table.set(route(Endpoint("v1", replica.address, False)))
+    waiting, out = _in_background(
+        lambda: httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10)
+    )
+    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
+    time.sleep(0.05)
+    samples = router.metrics.concurrency_samples("team", "svc", "v1")
+    assert samples and samples[-1].concurrency > 0  # the autoscaler sees it
+    assert replica.requests == 0
+    table.set(route(ready(replica)))  # the control plane: the replica is ready
+    waiting.join()
+    assert out[0].status_code == 200 and out[0].json()["replica"] == "r0"
+    assert router.metrics.waiting("team", "svc", "v1") == 0
+    assert router.metrics.snapshot("team", "svc").in_flight == 0
+
+
+def test_waiting_requests_are_served_in_arrival_order(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    replica = replicas[0]
+    table.set(route(Endpoint("v1", replica.address, False), max_concurrency_per_endpoint=1))
+    url = f"{router.url_for('team', 'svc')}/v2/echo"
+    threads = []
+    outs = []
+    for n in range(4):
+        thread, out = _in_background(lambda n=n: httpx.post(url, content=str(n), timeout=10))
+        threads.append(thread)
+        outs.append(out)
+        _wait_for(lambda n=n: router.metrics.waiting("team", "svc", "v1") == n + 1)
+    table.set(route(ready(replica), max_concurrency_per_endpoint=1))
+    for thread in threads:
+        thread.join()
+    assert all(o[0].status_code == 200 for o in outs)
+    assert replica.bodies == ["0", "1", "2", "3"]
+    assert replica.max_in_flight == 1

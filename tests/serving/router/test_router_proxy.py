@@ -1,0 +1,246 @@
+"""The router over real sockets: forwarding, access, errors, retries, timeouts, streaming."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from conftest import TOKEN, FakeReplica, closed_port_address, raw_connection, ready, route
+from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
+
+
+def test_forwards_below_the_prefix_with_the_query_and_names_the_revision(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0], "rev-a"), traffic={"rev-a": 100}))
+    url = router.url_for("team", "svc")
+    with httpx.Client() as client:
+        for _ in range(3):  # one keep-alive connection to the router throughout
+            answer = client.get(f"{url}/v2/echo?a=1&b=two", headers={"x-custom": "yes"})
+            assert answer.status_code == 200
+            assert answer.headers["x-kiban-revision"] == "rev-a"
+            seen = answer.json()
+            assert seen["path"] == "/v2/echo"
+            assert seen["query"] == "a=1&b=two"
+            assert seen["headers"]["x-custom"] == "yes"
+            assert seen["headers"]["host"] == replicas[0].address
+        answer = client.post(f"{url}/openai/v1/chat/completions", json={"x": 1})
+        assert answer.json()["path"] == "/openai/v1/chat/completions"
+        assert answer.json()["body"] == '{"x":1}'
+
+
+def test_chunked_request_bodies_reach_the_replica_whole(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0])))
+
+    def parts():  # type: ignore[no-untyped-def]
+        yield b"hello "
+        yield b"world"
+
+    answer = httpx.post(f"{router.url_for('team', 'svc')}/v2/echo", content=parts())
+    assert answer.json()["body"] == "hello world"
+    assert answer.json()["headers"]["transfer-encoding"] == "chunked"
+
+
+def test_head_answers_without_a_body_and_keeps_the_connection(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0])))
+    with httpx.Client() as client:
+        head = client.head(f"{router.url_for('team', 'svc')}/v2/echo")
+        assert head.status_code == 200 and head.content == b""
+        assert client.get(f"{router.url_for('team', 'svc')}/v2/echo").status_code == 200
+
+
+def test_unknown_service_and_unforwarded_paths_are_404_json(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0])))
+    missing = httpx.get(f"{router.url_for('team', 'nope')}/v2/echo")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "not_found"
+    assert "nope" in missing.json()["error"]["message"]
+    elsewhere = httpx.get(f"{router.url_for('team', 'svc')}/admin")
+    assert elsewhere.status_code == 404 and "error" in elsewhere.json()
+    assert replicas[0].requests == 0
+
+
+def test_a_private_route_needs_the_tenants_bearer_token(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0]), public=False))
+    url = f"{router.url_for('team', 'svc')}/v2/echo"
+    with httpx.Client() as client:
+        assert client.get(url).status_code == 401
+        wrong = client.get(url, headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "unauthorized"
+        assert client.get(url, headers={"authorization": TOKEN}).status_code == 401
+        good = client.get(url, headers={"authorization": f"Bearer {TOKEN}"})
+    assert good.status_code == 200
+    assert "authorization" not in good.json()["headers"]  # the kiban token stays here
+    assert replicas[0].requests == 1
+
+
+def test_a_public_route_needs_no_token(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0]), public=True))
+    assert httpx.get(f"{router.url_for('team', 'svc')}/v2/echo").status_code == 200
+
+
+def test_a_refused_connection_is_retried_on_another_replica(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    dead = closed_port_address()
+    table.set(route(ready(dead), ready(replicas[0])))
+    with httpx.Client() as client:
+        answers = [client.get(f"{router.url_for('team', 'svc')}/v2/echo") for _ in range(6)]
+    assert [a.status_code for a in answers] == [200] * 6
+    assert replicas[0].requests == 6
+
+
+def test_only_refused_replicas_is_502(router: RouterServer, table: RoutingTable) -> None:
+    table.set(route(ready(closed_port_address()), ready(closed_port_address())))
+    answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/echo")
+    assert answer.status_code == 502 and answer.json()["error"]["type"] == "bad_gateway"
+
+
+def test_a_replica_that_dies_with_the_request_gives_502_and_no_retry(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0]), ready(replicas[1])))
+    started = time.perf_counter()
+    answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/die", timeout=10)
+    assert answer.status_code == 502
+    assert time.perf_counter() - started < 2
+    assert replicas[0].requests + replicas[1].requests == 1  # sent once, not again
+
+
+def test_a_replica_that_dies_mid_answer_cuts_the_client_off_quickly(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0])))
+    started = time.perf_counter()
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.get(f"{router.url_for('team', 'svc')}/v2/die-mid", timeout=10)
+    assert time.perf_counter() - started < 2
+    # the router still serves
+    assert httpx.get(f"{router.url_for('team', 'svc')}/v2/echo").status_code == 200
+
+
+def test_the_routes_timeout_answers_504(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0]), timeout_s=0.3))
+    started = time.perf_counter()
+    answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/echo?ms=3000", timeout=10)
+    elapsed = time.perf_counter() - started
+    assert answer.status_code == 504 and answer.json()["error"]["type"] == "timeout"
+    assert 0.25 < elapsed < 2
+
+
+def test_a_long_answer_within_the_timeout_is_not_cut(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0]), timeout_s=5))
+    answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/echo?ms=700", timeout=10)
+    assert answer.status_code == 200
+
+
+def test_server_sent_events_pass_through_as_written(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    replica = replicas[0]
+    table.set(route(ready(replica)))
+    url = f"{router.url_for('team', 'svc')}/openai/v1/stream"
+    with httpx.stream("GET", url, timeout=10) as answer:
+        assert answer.headers["x-kiban-revision"] == "v1"
+        events = answer.iter_lines()
+        first = next(events)
+        # the replica has not finished: it holds the second event until released
+        assert first == "data: event 0"
+        assert not replica.release.is_set()
+        replica.release.set()
+        rest = [line for line in events if line]
+    assert rest == ["data: event 1"]
+
+
+def test_raw_keep_alive_and_connection_close(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0])))
+    request = b"GET /s/team/svc/v2/echo HTTP/1.1\r\nhost: x\r\n\r\n"
+    with raw_connection(router.port) as sock:
+        sock.sendall(request + request)  # pipelined
+        data = b""
+        while data.count(b"x-kiban-revision") < 2:
+            data += sock.recv(65536)
+        sock.sendall(b"GET /s/team/svc/v2/echo HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+    assert data.count(b"HTTP/1.1 200") == 2
+    assert rest.startswith(b"HTTP/1.1 200") and b"x-kiban-revision: v1" in rest
+
+
+def test_endpoints_are_recorded_in_the_services_snapshot(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0])))
+    with httpx.Client() as client:
+        for _ in range(5):
+            client.get(f"{router.url_for('team', 'svc')}/v2/echo")
+    snap = router.metrics.snapshot("team", "svc")
+    assert snap.completed == 5 and snap.errors == 0 and snap.in_flight == 0
+    assert snap.p50_ms is not None and snap.p99_ms is not None and 0 < snap.p50_ms <= snap.p99_ms
+    assert snap.rps > 0
+    assert [r.revision for r in snap.revisions] == ["v1"]
+
+
+def test_a_route_can_be_replaced_while_serving() -> None:
+    table = RoutingTable()
+    a, b = FakeReplica("a"), FakeReplica("b")
+    try:
+        with RouterServer(table) as server, httpx.Client() as client:
+            url = f"{server.url_for('team', 'svc')}/v2/echo"
+            table.set(
+                Route("team", "svc", {"v1": 100}, (Endpoint("v1", a.address, True),), public=True)
+            )
+            assert client.get(url).json()["replica"] == "a"
+            table.set(
+                Route("team", "svc", {"v2": 100}, (Endpoint("v2", b.address, True),), public=True)
+            )
+            answer = client.get(url)
+            assert answer.json()["replica"] == "b" and answer.headers["x-kiban-revision"] == "v2"
+            table.remove("team", "svc")
+            assert client.get(url).status_code == 404
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_concurrent_clients_all_get_their_own_answers(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0]), ready(replicas[1])))
+    url = f"{router.url_for('team', 'svc')}/v2/echo"
+    failures: list[str] = []
+
+    def client(n: int) -> None:
+        with httpx.Client() as c:
+            for i in range(20):
+                answer = c.post(url, content=f"{n}-{i}".encode())
+                if answer.json()["body"] != f"{n}-{i}":
+                    failures.append(answer.text)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert replicas[0].requests + replicas[1].requests == 160
