@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -448,7 +449,7 @@ def _autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, An
             stop.set()
             thread.join(5)
             loop.close()
-    step = step_at[0] if step_at else math_nan()
+    step = step_at[0] if step_at else math.nan
 
     if peak[0] in ready_for:
         events["all_ready"] = ready_for[peak[0]]
@@ -469,10 +470,6 @@ def _autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, An
         "first_new_replica_serving_s": since("first_new_serving"),
         "all_requested_ready_s": since("all_ready"),
     }
-
-
-def math_nan() -> float:
-    return float("nan")
 
 
 # -- the cold start ------------------------------------------------------------------------
@@ -563,9 +560,11 @@ def run_router_bench(options: RouterBenchOptions, say: Progress | None = None) -
 
 
 def _num(value: Any, unit: str = "") -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"{value:,.3g}{unit}" if isinstance(value, float) else f"{value}{unit}"
+    if isinstance(value, float):
+        return (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}") + unit
+    return f"{value}{unit}"
 
 
 def router_table(report: dict[str, Any]) -> Table:

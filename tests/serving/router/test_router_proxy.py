@@ -116,6 +116,7 @@ def test_a_replica_that_dies_with_the_request_gives_502_and_no_retry(
     started = time.perf_counter()
     answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/die", timeout=10)
     assert answer.status_code == 502
+    assert answer.headers["x-kiban-revision"] == "v1"
     assert time.perf_counter() - started < 2
     assert replicas[0].requests + replicas[1].requests == 1  # sent once, not again
 
@@ -244,3 +245,22 @@ def test_concurrent_clients_all_get_their_own_answers(
         t.join()
     assert failures == []
     assert replicas[0].requests + replicas[1].requests == 160
+
+
+def test_a_client_that_leaves_mid_request_frees_its_replica(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    replica = replicas[0]
+    table.set(route(ready(replica), max_concurrency_per_endpoint=1))
+    with raw_connection(router.port) as sock:
+        sock.sendall(b"GET /s/team/svc/v2/echo?ms=3000 HTTP/1.1\r\nhost: x\r\n\r\n")
+        deadline = time.monotonic() + 5
+        while replica.in_flight == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    # the replica's slot is free again: the next request is not queued behind the dead one
+    started = time.perf_counter()
+    assert httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10).status_code == 200
+    assert time.perf_counter() - started < 1.5
+    snap = router.metrics.snapshot("team", "svc")
+    assert snap.in_flight == 0 and snap.errors == 1

@@ -42,6 +42,8 @@ DROPPED_HEADERS = frozenset(
 )
 """Hop-by-hop headers, the kiban token (the replica has no use for it) and ``Expect``."""
 CONNECT_TIMEOUT_S = 10.0
+MAX_HEAD = 64 * 1024
+"""An answer's head longer than this is passed on before it is complete."""
 MAX_BUFFERED_BODY = 1 << 20
 """Body bytes held for a waiting request before the client is paused."""
 REASONS = {
@@ -54,14 +56,21 @@ REASONS = {
 }
 
 
-def error_response(status: int, message: str, kind: str, *, keep_alive: bool) -> bytes:
-    """A complete JSON error answer: ``{"error": {"message": ..., "type": ...}}``."""
+def error_response(
+    status: int, message: str, kind: str, *, keep_alive: bool, revision: str = ""
+) -> bytes:
+    """A complete JSON error answer: ``{"error": {"message": ..., "type": ...}}``.
+
+    With the revision the request was meant for, when one was chosen (502, 503, 504).
+    """
     body = json.dumps({"error": {"message": message, "type": kind}}).encode()
     head = (
         f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
         f"connection: {'keep-alive' if keep_alive else 'close'}\r\n"
     )
+    if revision:
+        head += f"x-kiban-revision: {revision}\r\n"
     if status == 401:
         head += 'www-authenticate: Bearer realm="kiban"\r\n'
     return head.encode() + b"\r\n" + body
@@ -75,6 +84,29 @@ ERROR_TYPES = {
     503: "unavailable",
     504: "timeout",
 }
+
+
+def _content_length(head: bytes) -> tuple[int, bool] | None:
+    """(Content-Length, keep-alive) of an HTTP/1.1 answer's lowercased head, when framed so.
+
+    None when the body's end must be parsed out instead: chunked, no length, HTTP/1.0, 1xx.
+    """
+    if not head.startswith(b"http/1.1 ") or head[9:10] == b"1":
+        return None
+    at = head.find(b"\r\ncontent-length:")
+    if at < 0 or b"\r\ntransfer-encoding:" in head:
+        return None
+    value_end = head.find(b"\r\n", at + 17)
+    try:
+        length = int(head[at + 17 : value_end if value_end >= 0 else len(head)])
+    except ValueError:
+        return None
+    keep_alive = True
+    at = head.find(b"\r\nconnection:")
+    if at >= 0:
+        value_end = head.find(b"\r\n", at + 13)
+        keep_alive = b"close" not in head[at + 13 : value_end if value_end >= 0 else len(head)]
+    return length, keep_alive
 
 
 class ClientConnection(asyncio.Protocol):
@@ -219,9 +251,11 @@ class Exchange:
         "_headers",
         "_method",
         "_pending_head",
+        "_remaining",
         "_request_complete",
         "_response_complete",
         "_response_parser",
+        "_revision_line",
         "_started",
         "_timer",
         "_tried",
@@ -265,6 +299,8 @@ class Exchange:
         self._connecting: asyncio.Task[None] | None = None
         self._tried: list[str] = []
         self._pending_head = b""
+        self._remaining = 0
+        self._revision_line = b""
         self._response_parser: httptools.HttpResponseParser | None = None
         self._response_complete = False
         self._upstream_keep_alive = False
@@ -303,6 +339,7 @@ class Exchange:
         self.key = route.key
         self.revision = self.dispatcher.balancer.revision(route)
         self.counter = self.dispatcher.metrics.counter(self.key, self.revision)
+        self._revision_line = b"x-kiban-revision: " + self.revision.encode() + b"\r\n"
         self._timer = self.dispatcher.loop.call_later(route.timeout_s, self._timed_out)
         for name, value in self._headers:
             if name.lower() == b"transfer-encoding" and b"chunked" in value.lower():
@@ -429,7 +466,6 @@ class Exchange:
         assert self.endpoint is not None
         self.upstream = conn
         conn.exchange = self
-        self._response_parser = httptools.HttpResponseParser(self)
         lines = [
             self._method,
             b" ",
@@ -448,28 +484,48 @@ class Exchange:
 
     # -- the answer ----------------------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
-        """Bytes of the replica's answer: pass them on as they come, revision header added."""
+        """Bytes of the replica's answer: pass them on as they come, revision header added.
+
+        The answer's end is found by counting bytes when its head gives a Content-Length
+        (the usual case, and the cheapest), else by an httptools parser (chunked streams).
+        """
         if self.done:
             return
-        parser = self._response_parser
-        assert parser is not None
         if not self.response_started:
-            data = self._pending_head + data
-            end = data.find(b"\r\n")
-            if end < 0:
-                self._pending_head = data
-                return
-            self._pending_head = b""
-            self.response_started = True
-            self.client.write(
-                data[: end + 2]
-                + b"x-kiban-revision: "
-                + self.revision.encode()
-                + b"\r\n"
-                + data[end + 2 :]
-            )
-        else:
-            self.client.write(data)
+            self._answer_head(data)
+            return
+        self.client.write(data)
+        parser = self._response_parser
+        if parser is None:
+            self._remaining -= len(data)
+            if self._remaining <= 0:
+                self._complete(
+                    upstream_reusable=self._upstream_keep_alive and self._request_complete
+                )
+            return
+        self._feed(parser, data)
+
+    def _answer_head(self, data: bytes) -> None:
+        data = self._pending_head + data
+        head_end = data.find(b"\r\n\r\n")
+        if head_end < 0 and len(data) < MAX_HEAD:
+            self._pending_head = data
+            return
+        self._pending_head = b""
+        self.response_started = True
+        status_end = data.find(b"\r\n")
+        self.client.write(data[: status_end + 2] + self._revision_line + data[status_end + 2 :])
+        length = _content_length(data[:head_end].lower()) if head_end >= 0 else None
+        if length is None:
+            parser = self._response_parser = httptools.HttpResponseParser(self)
+            self._feed(parser, data)
+            return
+        self._upstream_keep_alive = length[1]
+        self._remaining = 0 if self._method == b"HEAD" else head_end + 4 + length[0] - len(data)
+        if self._remaining <= 0:
+            self._complete(upstream_reusable=self._upstream_keep_alive and self._request_complete)
+
+    def _feed(self, parser: httptools.HttpResponseParser, data: bytes) -> None:
         try:
             parser.feed_data(data)
         except httptools.HttpParserError:
@@ -534,7 +590,11 @@ class Exchange:
         keep_alive = self.keep_alive  # what is left of the request's body is read and dropped
         self.client.write(
             error_response(
-                status, message, kind or ERROR_TYPES.get(status, "error"), keep_alive=keep_alive
+                status,
+                message,
+                kind or ERROR_TYPES.get(status, "error"),
+                keep_alive=keep_alive,
+                revision=self.revision,
             )
         )
         self.client.exchange_done(self, keep_alive=keep_alive)
