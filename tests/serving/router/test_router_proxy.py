@@ -264,3 +264,35 @@ def test_a_client_that_leaves_mid_request_frees_its_replica(
     assert time.perf_counter() - started < 1.5
     snap = router.metrics.snapshot("team", "svc")
     assert snap.in_flight == 0 and snap.errors == 1
+
+
+def test_a_request_body_is_forwarded_as_it_arrives(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    replica = replicas[0]
+    table.set(route(ready(replica)))
+
+    def body():  # type: ignore[no-untyped-def]
+        yield b"first "
+        # the replica has the first chunk before the client sends the second
+        assert replica.first_chunk.wait(5)
+        yield b"second"
+
+    answer = httpx.post(f"{router.url_for('team', 'svc')}/v2/echo", content=body(), timeout=10)
+    assert answer.json()["body"] == "first second"
+
+
+def test_a_big_answer_to_a_slow_reader_arrives_whole(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    """The router's pausing of the replica (flow control) loses and reorders nothing."""
+    table.set(route(ready(replicas[0])))
+    received = 0
+    with httpx.stream("GET", f"{router.url_for('team', 'svc')}/v2/big?mb=16", timeout=10) as a:
+        for n, chunk in enumerate(a.iter_raw()):
+            received += len(chunk)
+            if n < 5:
+                time.sleep(0.05)
+    assert received == 16 << 20
+    with httpx.Client() as client:  # the connection to the replica is fine for the next one
+        assert client.get(f"{router.url_for('team', 'svc')}/v2/echo").status_code == 200
