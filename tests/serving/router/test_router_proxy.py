@@ -10,6 +10,7 @@ import pytest
 
 from conftest import TOKEN, FakeReplica, closed_port_address, raw_connection, ready, route
 from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
+from kiban.serving.router.proxy import _content_length
 
 
 def test_forwards_below_the_prefix_with_the_query_and_names_the_revision(
@@ -296,3 +297,19 @@ def test_a_big_answer_to_a_slow_reader_arrives_whole(
     assert received == 16 << 20
     with httpx.Client() as client:  # the connection to the replica is fine for the next one
         assert client.get(f"{router.url_for('team', 'svc')}/v2/echo").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (b"http/1.1 200 ok\r\ncontent-length: 12", (12, True)),
+        (b"http/1.1 200 ok\r\ncontent-length: 3\r\nconnection: close", (3, False)),
+        (b"http/1.1 304 not modified\r\ncontent-length: 99", (0, True)),
+        (b"http/1.1 200 ok\r\ntransfer-encoding: chunked", None),
+        (b"http/1.1 200 ok\r\ncontent-type: text/plain", None),
+        (b"http/1.0 200 ok\r\ncontent-length: 12", None),
+        (b"http/1.1 100 continue", None),
+    ],
+)
+def test_how_the_end_of_an_answer_is_found(head: bytes, expected: object) -> None:
+    assert _content_length(head) == expected

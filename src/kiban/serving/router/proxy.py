@@ -87,12 +87,19 @@ ERROR_TYPES = {
 
 
 def _content_length(head: bytes) -> tuple[int, bool] | None:
-    """(Content-Length, keep-alive) of an HTTP/1.1 answer's lowercased head, when framed so.
+    """(body length, keep-alive) of an HTTP/1.1 answer's lowercased head, when framed so.
 
     None when the body's end must be parsed out instead: chunked, no length, HTTP/1.0, 1xx.
     """
     if not head.startswith(b"http/1.1 ") or head[9:10] == b"1":
         return None
+    keep_alive = True
+    at = head.find(b"\r\nconnection:")
+    if at >= 0:
+        value_end = head.find(b"\r\n", at + 13)
+        keep_alive = b"close" not in head[at + 13 : value_end if value_end >= 0 else len(head)]
+    if head[9:12] in (b"204", b"304"):  # never a body, whatever Content-Length says
+        return 0, keep_alive
     at = head.find(b"\r\ncontent-length:")
     if at < 0 or b"\r\ntransfer-encoding:" in head:
         return None
@@ -101,11 +108,6 @@ def _content_length(head: bytes) -> tuple[int, bool] | None:
         length = int(head[at + 17 : value_end if value_end >= 0 else len(head)])
     except ValueError:
         return None
-    keep_alive = True
-    at = head.find(b"\r\nconnection:")
-    if at >= 0:
-        value_end = head.find(b"\r\n", at + 13)
-        keep_alive = b"close" not in head[at + 13 : value_end if value_end >= 0 else len(head)]
     return length, keep_alive
 
 
