@@ -65,9 +65,12 @@ def test_unknown_service_and_unforwarded_paths_are_404_json(
     assert missing.status_code == 404
     assert missing.json()["error"]["type"] == "not_found"
     assert "nope" in missing.json()["error"]["message"]
-    elsewhere = httpx.get(f"{router.url_for('team', 'svc')}/admin")
-    assert elsewhere.status_code == 404 and "error" in elsewhere.json()
+    for path in ("/admin", "/v2x", "/openai/v10/models", ""):
+        elsewhere = httpx.get(f"{router.url_for('team', 'svc')}{path}")
+        assert elsewhere.status_code == 404 and "error" in elsewhere.json()
     assert replicas[0].requests == 0
+    for path in ("/v2", "/openai/v1", "/openai/v1/models"):
+        assert httpx.get(f"{router.url_for('team', 'svc')}{path}").status_code == 200
 
 
 def test_a_private_route_needs_the_tenants_bearer_token(
@@ -313,3 +316,22 @@ def test_a_big_answer_to_a_slow_reader_arrives_whole(
 )
 def test_how_the_end_of_an_answer_is_found(head: bytes, expected: object) -> None:
     assert _content_length(head) == expected
+
+
+def test_expect_100_continue_is_answered_by_the_router(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0])))
+    with raw_connection(router.port) as sock:
+        sock.sendall(
+            b"POST /s/team/svc/v2/echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n"
+            b"expect: 100-continue\r\n\r\n"
+        )
+        assert sock.recv(1024).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(b"hello")
+        data = b""
+        while b'"body": "hello"' not in data:
+            chunk = sock.recv(65536)
+            assert chunk
+            data += chunk
+    assert b"expect" not in data  # not forwarded to the replica

@@ -24,8 +24,6 @@ from kiban.serving.router.table import Endpoint, Route, ServiceKey
 from kiban.serving.router.traffic import RevisionCounter
 from kiban.serving.router.upstream import UpstreamConnection
 
-FORWARDED_PREFIXES = (b"openai/v1", b"v2")
-"""What a service's URL forwards: ``/s/{tenant}/{service}/openai/v1/...`` and ``.../v2/...``."""
 DROPPED_HEADERS = frozenset(
     {
         b"host",
@@ -109,6 +107,15 @@ def _content_length(head: bytes) -> tuple[int, bool] | None:
     except ValueError:
         return None
     return length, keep_alive
+
+
+def _forwarded_path(rest: bytes) -> bool:
+    """Is ``rest`` (a service URL's path after ``/s/{tenant}/{service}/``) forwarded?"""
+    if rest.startswith(b"v2"):
+        return len(rest) == 2 or rest[2:3] == b"/"
+    if rest.startswith(b"openai/v1"):
+        return len(rest) == 9 or rest[9:10] == b"/"
+    return False
 
 
 class ClientConnection(asyncio.Protocol):
@@ -250,6 +257,8 @@ class Exchange:
         "_body_size",
         "_chunked",
         "_connecting",
+        "_continue",
+        "_forwarded",
         "_headers",
         "_method",
         "_pending_head",
@@ -294,6 +303,8 @@ class Exchange:
         self._body: list[bytes] = []
         self._body_size = 0
         self._chunked = False
+        self._forwarded = b""
+        self._continue = False
         self._request_complete = False
         self._started = time.perf_counter()
         self._timer: asyncio.TimerHandle | None = None
@@ -329,25 +340,23 @@ class Exchange:
         if route is None:
             self.answer(404, f"no service {service!r} of tenant {tenant!r}")
             return
-        if not route.public and not self._authorized(tenant):
+        authorization = self._read_headers()
+        if not route.public and not self._authorized(tenant, authorization):
             self.answer(401, "a valid 'Authorization: Bearer <token>' of the tenant is required")
             return
         rest = parts[4] if len(parts) == 5 else b""
-        if not any(rest == p or rest.startswith(p + b"/") for p in FORWARDED_PREFIXES):
+        if not _forwarded_path(rest):
             self.answer(404, "the router forwards /openai/v1/... and /v2/... of a service")
             return
         self._url = b"/" + rest + (b"?" + query if sep else b"")
+        if self._continue:  # the client waits for a go before it sends the body
+            self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self.route = route
         self.key = route.key
         self.revision = self.dispatcher.balancer.revision(route)
         self.counter = self.dispatcher.metrics.counter(self.key, self.revision)
         self._revision_line = b"x-kiban-revision: " + self.revision.encode() + b"\r\n"
         self._timer = self.dispatcher.loop.call_later(route.timeout_s, self._timed_out)
-        for name, value in self._headers:
-            if name.lower() == b"transfer-encoding" and b"chunked" in value.lower():
-                self._chunked = True
-            elif name.lower() == b"expect" and value.lower() == b"100-continue":
-                self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         endpoint = self.dispatcher.balancer.endpoint(route, self.revision)
         if endpoint is not None:
             self._counted().started()
@@ -362,17 +371,32 @@ class Exchange:
             route.activation_timeout_s, self._activation_expired
         )
 
-    def _authorized(self, tenant: str) -> bool:
+    def _read_headers(self) -> bytes | None:
+        """One pass over the request's headers: those to forward, framing, the token."""
+        forwarded: list[bytes] = []
+        authorization = None
         for name, value in self._headers:
-            if name.lower() == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                token = token.strip()
-                return (
-                    scheme.lower() == "bearer"
-                    and bool(token)
-                    and (self.dispatcher.authorize(tenant, token))
-                )
-        return False
+            lowered = name.lower()
+            if lowered in DROPPED_HEADERS:
+                if lowered == b"authorization":
+                    authorization = value
+                elif lowered == b"expect" and value.lower() == b"100-continue":
+                    self._continue = True
+                continue
+            if lowered == b"transfer-encoding" and b"chunked" in value.lower():
+                self._chunked = True
+            forwarded += (name, b": ", value, b"\r\n")
+        self._forwarded = b"".join(forwarded)
+        return authorization
+
+    def _authorized(self, tenant: str, authorization: bytes | None) -> bool:
+        if authorization is None:
+            return False
+        scheme, _, token = authorization.decode("latin-1").partition(" ")
+        token = token.strip()
+        return (
+            scheme.lower() == "bearer" and bool(token) and self.dispatcher.authorize(tenant, token)
+        )
 
     def request_body(self, data: bytes) -> None:
         if self.done:
@@ -468,21 +492,16 @@ class Exchange:
         assert self.endpoint is not None
         self.upstream = conn
         conn.exchange = self
-        lines = [
+        head = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b\r\n" % (
             self._method,
-            b" ",
             self._url,
-            b" HTTP/1.1\r\nhost: ",
             self.endpoint.address.encode(),
-            b"\r\n",
-        ]
-        for name, value in self._headers:
-            if name.lower() not in DROPPED_HEADERS:
-                lines += (name, b": ", value, b"\r\n")
-        lines.append(b"\r\n")
-        lines += self._body
-        self._body = []
-        conn.write(b"".join(lines))
+            self._forwarded,
+        )
+        if self._body:
+            head += b"".join(self._body)
+            self._body = []
+        conn.write(head)
 
     # -- the answer ----------------------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
