@@ -335,3 +335,20 @@ def test_expect_100_continue_is_answered_by_the_router(
             assert chunk
             data += chunk
     assert b"expect" not in data  # not forwarded to the replica
+
+
+def test_a_failing_authorize_refuses_and_names_are_percent_decoded(
+    table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    def authorize(tenant: str, token: str) -> bool:
+        if token == "boom":
+            raise RuntimeError("token store down")
+        return tenant == "team a" and token == TOKEN
+
+    table.set(Route("team a", "svc/1", {"v1": 100}, (ready(replicas[0]),)))
+    with RouterServer(table, authorize=authorize) as server, httpx.Client() as client:
+        url = f"{server.url_for('team a', 'svc/1')}/v2/echo"
+        assert "team%20a/svc%2F1" in url
+        assert client.get(url, headers={"authorization": "Bearer boom"}).status_code == 401
+        good = client.get(url, headers={"authorization": f"Bearer {TOKEN}"})
+        assert good.status_code == 200

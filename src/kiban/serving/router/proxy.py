@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import cast
+from urllib.parse import unquote
 
 import httptools
 
@@ -39,6 +41,8 @@ DROPPED_HEADERS = frozenset(
     }
 )
 """Hop-by-hop headers, the kiban token (the replica has no use for it) and ``Expect``."""
+log = logging.getLogger(__name__)
+
 CONNECT_TIMEOUT_S = 10.0
 MAX_HEAD = 64 * 1024
 """An answer's head longer than this is passed on before it is complete."""
@@ -107,6 +111,12 @@ def _content_length(head: bytes) -> tuple[int, bool] | None:
     except ValueError:
         return None
     return length, keep_alive
+
+
+def _name(part: bytes) -> str:
+    """A tenant's or service's name from the URL (percent-decoded, as ``url_for`` quotes)."""
+    text = part.decode("utf-8", "replace")
+    return unquote(text) if "%" in text else text
 
 
 def _forwarded_path(rest: bytes) -> bool:
@@ -335,7 +345,7 @@ class Exchange:
         if len(parts) < 4 or parts[0] != b"" or parts[1] != b"s":
             self.answer(404, "not a service URL; services are at /s/{tenant}/{service}")
             return
-        tenant, service = parts[2].decode("utf-8", "replace"), parts[3].decode("utf-8", "replace")
+        tenant, service = _name(parts[2]), _name(parts[3])
         route = self.dispatcher.table.get(tenant, service)
         if route is None:
             self.answer(404, f"no service {service!r} of tenant {tenant!r}")
@@ -394,9 +404,13 @@ class Exchange:
             return False
         scheme, _, token = authorization.decode("latin-1").partition(" ")
         token = token.strip()
-        return (
-            scheme.lower() == "bearer" and bool(token) and self.dispatcher.authorize(tenant, token)
-        )
+        if scheme.lower() != "bearer" or not token:
+            return False
+        try:
+            return self.dispatcher.authorize(tenant, token)
+        except Exception:  # a broken check must not open the door, nor end the connection
+            log.exception("authorize(%r, ...) failed; the request is refused", tenant)
+            return False
 
     def request_body(self, data: bytes) -> None:
         if self.done:
