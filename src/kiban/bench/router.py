@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from typing import Any
 
 from rich.table import Table
 
-from kiban.bench.loadgen import BenchError, as_ms, percentile
+from kiban.bench.loadgen import BenchError, percentile
 from kiban.bench.machine import describe_machine, machine_line
 
 Progress = Callable[[str], None]
@@ -274,6 +275,11 @@ class _Phase:
             self._seen(tail)
 
 
+def _ms(seconds: float) -> float:
+    """Milliseconds to the microsecond: the router's added latency is a fraction of one."""
+    return round(seconds * 1000, 3)
+
+
 async def _open_clients(port: int, path: str, count: int, phase: _Phase) -> list[_Client]:
     loop = asyncio.get_running_loop()
     request = f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\r\n".encode()
@@ -302,8 +308,8 @@ async def _closed_loop(
     await asyncio.sleep(0.05)
     counted = ended - phase.count_from
     return {
-        "p50_ms": as_ms(percentile(phase.latencies, 50)),
-        "p99_ms": as_ms(percentile(phase.latencies, 99)),
+        "p50_ms": _ms(percentile(phase.latencies, 50)),
+        "p99_ms": _ms(percentile(phase.latencies, 99)),
         "requests_per_s": round(len(phase.latencies) / counted, 1) if counted > 0 else None,
         "requests": len(phase.latencies),
         "errors": phase.errors,
@@ -448,7 +454,7 @@ def _autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, An
             stop.set()
             thread.join(5)
             loop.close()
-    step = step_at[0] if step_at else math_nan()
+    step = step_at[0] if step_at else math.nan
 
     if peak[0] in ready_for:
         events["all_ready"] = ready_for[peak[0]]
@@ -469,10 +475,6 @@ def _autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, An
         "first_new_replica_serving_s": since("first_new_serving"),
         "all_requested_ready_s": since("all_ready"),
     }
-
-
-def math_nan() -> float:
-    return float("nan")
 
 
 # -- the cold start ------------------------------------------------------------------------
@@ -563,9 +565,11 @@ def run_router_bench(options: RouterBenchOptions, say: Progress | None = None) -
 
 
 def _num(value: Any, unit: str = "") -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"{value:,.3g}{unit}" if isinstance(value, float) else f"{value}{unit}"
+    if isinstance(value, float):
+        return (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}") + unit
+    return f"{value}{unit}"
 
 
 def router_table(report: dict[str, Any]) -> Table:

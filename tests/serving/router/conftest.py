@@ -22,6 +22,8 @@ class FakeReplica:
 
     ``/v2/echo``: JSON of its name, path, query, headers and body; ``?ms=N`` waits first.
     ``/openai/v1/stream``: two SSE events; the second only after ``release`` is set.
+    ``first_chunk`` is set when the first chunk of a chunked request body has arrived.
+    ``/v2/big?mb=N``: N MiB of body.
     ``/v2/die``: closes the connection without an answer. ``/v2/die-mid``: half an answer.
     """
 
@@ -32,6 +34,7 @@ class FakeReplica:
         self.max_in_flight = 0
         self.bodies: list[str] = []
         self.release = threading.Event()
+        self.first_chunk = threading.Event()
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         started = threading.Event()
@@ -75,6 +78,7 @@ class FakeReplica:
                         if size == 0:
                             break
                         body += chunk[:-2]
+                        self.first_chunk.set()
                 self.requests += 1
                 self.bodies.append(body.decode())
                 self.in_flight += 1
@@ -119,6 +123,14 @@ class FakeReplica:
                 await writer.drain()
             writer.write(b"0\r\n\r\n")
             await writer.drain()
+            return True
+        if parts.path == "/v2/big":
+            size = int(query["mb"][0]) << 20
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+            block = b"x" * (1 << 16)
+            for _ in range(size >> 16):
+                writer.write(block)
+                await writer.drain()
             return True
         if "ms" in query:
             await asyncio.sleep(int(query["ms"][0]) / 1000)

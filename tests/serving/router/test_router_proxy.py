@@ -10,6 +10,7 @@ import pytest
 
 from conftest import TOKEN, FakeReplica, closed_port_address, raw_connection, ready, route
 from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
+from kiban.serving.router.proxy import _content_length
 
 
 def test_forwards_below_the_prefix_with_the_query_and_names_the_revision(
@@ -64,9 +65,12 @@ def test_unknown_service_and_unforwarded_paths_are_404_json(
     assert missing.status_code == 404
     assert missing.json()["error"]["type"] == "not_found"
     assert "nope" in missing.json()["error"]["message"]
-    elsewhere = httpx.get(f"{router.url_for('team', 'svc')}/admin")
-    assert elsewhere.status_code == 404 and "error" in elsewhere.json()
+    for path in ("/admin", "/v2x", "/openai/v10/models", ""):
+        elsewhere = httpx.get(f"{router.url_for('team', 'svc')}{path}")
+        assert elsewhere.status_code == 404 and "error" in elsewhere.json()
     assert replicas[0].requests == 0
+    for path in ("/v2", "/openai/v1", "/openai/v1/models"):
+        assert httpx.get(f"{router.url_for('team', 'svc')}{path}").status_code == 200
 
 
 def test_a_private_route_needs_the_tenants_bearer_token(
@@ -116,6 +120,7 @@ def test_a_replica_that_dies_with_the_request_gives_502_and_no_retry(
     started = time.perf_counter()
     answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/die", timeout=10)
     assert answer.status_code == 502
+    assert answer.headers["x-kiban-revision"] == "v1"
     assert time.perf_counter() - started < 2
     assert replicas[0].requests + replicas[1].requests == 1  # sent once, not again
 
@@ -244,3 +249,106 @@ def test_concurrent_clients_all_get_their_own_answers(
         t.join()
     assert failures == []
     assert replicas[0].requests + replicas[1].requests == 160
+
+
+def test_a_client_that_leaves_mid_request_frees_its_replica(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    replica = replicas[0]
+    table.set(route(ready(replica), max_concurrency_per_endpoint=1))
+    with raw_connection(router.port) as sock:
+        sock.sendall(b"GET /s/team/svc/v2/echo?ms=3000 HTTP/1.1\r\nhost: x\r\n\r\n")
+        deadline = time.monotonic() + 5
+        while replica.in_flight == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    # the replica's slot is free again: the next request is not queued behind the dead one
+    started = time.perf_counter()
+    assert httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10).status_code == 200
+    assert time.perf_counter() - started < 1.5
+    snap = router.metrics.snapshot("team", "svc")
+    assert snap.in_flight == 0 and snap.errors == 1
+
+
+def test_a_request_body_is_forwarded_as_it_arrives(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    replica = replicas[0]
+    table.set(route(ready(replica)))
+
+    def body():  # type: ignore[no-untyped-def]
+        yield b"first "
+        # the replica has the first chunk before the client sends the second
+        assert replica.first_chunk.wait(5)
+        yield b"second"
+
+    answer = httpx.post(f"{router.url_for('team', 'svc')}/v2/echo", content=body(), timeout=10)
+    assert answer.json()["body"] == "first second"
+
+
+def test_a_big_answer_to_a_slow_reader_arrives_whole(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    """The router's pausing of the replica (flow control) loses and reorders nothing."""
+    table.set(route(ready(replicas[0])))
+    received = 0
+    with httpx.stream("GET", f"{router.url_for('team', 'svc')}/v2/big?mb=16", timeout=10) as a:
+        for n, chunk in enumerate(a.iter_raw()):
+            received += len(chunk)
+            if n < 5:
+                time.sleep(0.05)
+    assert received == 16 << 20
+    with httpx.Client() as client:  # the connection to the replica is fine for the next one
+        assert client.get(f"{router.url_for('team', 'svc')}/v2/echo").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (b"http/1.1 200 ok\r\ncontent-length: 12", (12, True)),
+        (b"http/1.1 200 ok\r\ncontent-length: 3\r\nconnection: close", (3, False)),
+        (b"http/1.1 304 not modified\r\ncontent-length: 99", (0, True)),
+        (b"http/1.1 200 ok\r\ntransfer-encoding: chunked", None),
+        (b"http/1.1 200 ok\r\ncontent-type: text/plain", None),
+        (b"http/1.0 200 ok\r\ncontent-length: 12", None),
+        (b"http/1.1 100 continue", None),
+    ],
+)
+def test_how_the_end_of_an_answer_is_found(head: bytes, expected: object) -> None:
+    assert _content_length(head) == expected
+
+
+def test_expect_100_continue_is_answered_by_the_router(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(ready(replicas[0])))
+    with raw_connection(router.port) as sock:
+        sock.sendall(
+            b"POST /s/team/svc/v2/echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n"
+            b"expect: 100-continue\r\n\r\n"
+        )
+        assert sock.recv(1024).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(b"hello")
+        data = b""
+        while b'"body": "hello"' not in data:
+            chunk = sock.recv(65536)
+            assert chunk
+            data += chunk
+    assert b"expect" not in data  # not forwarded to the replica
+
+
+def test_a_failing_authorize_refuses_and_names_are_percent_decoded(
+    table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    def authorize(tenant: str, token: str) -> bool:
+        if token == "boom":
+            raise RuntimeError("token store down")
+        return tenant == "team a" and token == TOKEN
+
+    table.set(Route("team a", "svc/1", {"v1": 100}, (ready(replicas[0]),)))
+    with RouterServer(table, authorize=authorize) as server, httpx.Client() as client:
+        url = f"{server.url_for('team a', 'svc/1')}/v2/echo"
+        assert "team%20a/svc%2F1" in url
+        assert client.get(url, headers={"authorization": "Bearer boom"}).status_code == 401
+        good = client.get(url, headers={"authorization": f"Bearer {TOKEN}"})
+        assert good.status_code == 200

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import cast
+from urllib.parse import unquote
 
 import httptools
 
@@ -24,8 +26,6 @@ from kiban.serving.router.table import Endpoint, Route, ServiceKey
 from kiban.serving.router.traffic import RevisionCounter
 from kiban.serving.router.upstream import UpstreamConnection
 
-FORWARDED_PREFIXES = (b"openai/v1", b"v2")
-"""What a service's URL forwards: ``/s/{tenant}/{service}/openai/v1/...`` and ``.../v2/...``."""
 DROPPED_HEADERS = frozenset(
     {
         b"host",
@@ -41,7 +41,11 @@ DROPPED_HEADERS = frozenset(
     }
 )
 """Hop-by-hop headers, the kiban token (the replica has no use for it) and ``Expect``."""
+log = logging.getLogger(__name__)
+
 CONNECT_TIMEOUT_S = 10.0
+MAX_HEAD = 64 * 1024
+"""An answer's head longer than this is passed on before it is complete."""
 MAX_BUFFERED_BODY = 1 << 20
 """Body bytes held for a waiting request before the client is paused."""
 REASONS = {
@@ -54,14 +58,21 @@ REASONS = {
 }
 
 
-def error_response(status: int, message: str, kind: str, *, keep_alive: bool) -> bytes:
-    """A complete JSON error answer: ``{"error": {"message": ..., "type": ...}}``."""
+def error_response(
+    status: int, message: str, kind: str, *, keep_alive: bool, revision: str = ""
+) -> bytes:
+    """A complete JSON error answer: ``{"error": {"message": ..., "type": ...}}``.
+
+    With the revision the request was meant for, when one was chosen (502, 503, 504).
+    """
     body = json.dumps({"error": {"message": message, "type": kind}}).encode()
     head = (
         f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
         f"connection: {'keep-alive' if keep_alive else 'close'}\r\n"
     )
+    if revision:
+        head += f"x-kiban-revision: {revision}\r\n"
     if status == 401:
         head += 'www-authenticate: Bearer realm="kiban"\r\n'
     return head.encode() + b"\r\n" + body
@@ -75,6 +86,46 @@ ERROR_TYPES = {
     503: "unavailable",
     504: "timeout",
 }
+
+
+def _content_length(head: bytes) -> tuple[int, bool] | None:
+    """(body length, keep-alive) of an HTTP/1.1 answer's lowercased head, when framed so.
+
+    None when the body's end must be parsed out instead: chunked, no length, HTTP/1.0, 1xx.
+    """
+    if not head.startswith(b"http/1.1 ") or head[9:10] == b"1":
+        return None
+    keep_alive = True
+    at = head.find(b"\r\nconnection:")
+    if at >= 0:
+        value_end = head.find(b"\r\n", at + 13)
+        keep_alive = b"close" not in head[at + 13 : value_end if value_end >= 0 else len(head)]
+    if head[9:12] in (b"204", b"304"):  # never a body, whatever Content-Length says
+        return 0, keep_alive
+    at = head.find(b"\r\ncontent-length:")
+    if at < 0 or b"\r\ntransfer-encoding:" in head:
+        return None
+    value_end = head.find(b"\r\n", at + 17)
+    try:
+        length = int(head[at + 17 : value_end if value_end >= 0 else len(head)])
+    except ValueError:
+        return None
+    return length, keep_alive
+
+
+def _name(part: bytes) -> str:
+    """A tenant's or service's name from the URL (percent-decoded, as ``url_for`` quotes)."""
+    text = part.decode("utf-8", "replace")
+    return unquote(text) if "%" in text else text
+
+
+def _forwarded_path(rest: bytes) -> bool:
+    """Is ``rest`` (a service URL's path after ``/s/{tenant}/{service}/``) forwarded?"""
+    if rest.startswith(b"v2"):
+        return len(rest) == 2 or rest[2:3] == b"/"
+    if rest.startswith(b"openai/v1"):
+        return len(rest) == 9 or rest[9:10] == b"/"
+    return False
 
 
 class ClientConnection(asyncio.Protocol):
@@ -216,12 +267,16 @@ class Exchange:
         "_body_size",
         "_chunked",
         "_connecting",
+        "_continue",
+        "_forwarded",
         "_headers",
         "_method",
         "_pending_head",
+        "_remaining",
         "_request_complete",
         "_response_complete",
         "_response_parser",
+        "_revision_line",
         "_started",
         "_timer",
         "_tried",
@@ -258,6 +313,8 @@ class Exchange:
         self._body: list[bytes] = []
         self._body_size = 0
         self._chunked = False
+        self._forwarded = b""
+        self._continue = False
         self._request_complete = False
         self._started = time.perf_counter()
         self._timer: asyncio.TimerHandle | None = None
@@ -265,6 +322,8 @@ class Exchange:
         self._connecting: asyncio.Task[None] | None = None
         self._tried: list[str] = []
         self._pending_head = b""
+        self._remaining = 0
+        self._revision_line = b""
         self._response_parser: httptools.HttpResponseParser | None = None
         self._response_complete = False
         self._upstream_keep_alive = False
@@ -286,29 +345,28 @@ class Exchange:
         if len(parts) < 4 or parts[0] != b"" or parts[1] != b"s":
             self.answer(404, "not a service URL; services are at /s/{tenant}/{service}")
             return
-        tenant, service = parts[2].decode("utf-8", "replace"), parts[3].decode("utf-8", "replace")
+        tenant, service = _name(parts[2]), _name(parts[3])
         route = self.dispatcher.table.get(tenant, service)
         if route is None:
             self.answer(404, f"no service {service!r} of tenant {tenant!r}")
             return
-        if not route.public and not self._authorized(tenant):
+        authorization = self._read_headers()
+        if not route.public and not self._authorized(tenant, authorization):
             self.answer(401, "a valid 'Authorization: Bearer <token>' of the tenant is required")
             return
         rest = parts[4] if len(parts) == 5 else b""
-        if not any(rest == p or rest.startswith(p + b"/") for p in FORWARDED_PREFIXES):
+        if not _forwarded_path(rest):
             self.answer(404, "the router forwards /openai/v1/... and /v2/... of a service")
             return
         self._url = b"/" + rest + (b"?" + query if sep else b"")
+        if self._continue:  # the client waits for a go before it sends the body
+            self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self.route = route
         self.key = route.key
         self.revision = self.dispatcher.balancer.revision(route)
         self.counter = self.dispatcher.metrics.counter(self.key, self.revision)
+        self._revision_line = b"x-kiban-revision: " + self.revision.encode() + b"\r\n"
         self._timer = self.dispatcher.loop.call_later(route.timeout_s, self._timed_out)
-        for name, value in self._headers:
-            if name.lower() == b"transfer-encoding" and b"chunked" in value.lower():
-                self._chunked = True
-            elif name.lower() == b"expect" and value.lower() == b"100-continue":
-                self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         endpoint = self.dispatcher.balancer.endpoint(route, self.revision)
         if endpoint is not None:
             self._counted().started()
@@ -323,17 +381,36 @@ class Exchange:
             route.activation_timeout_s, self._activation_expired
         )
 
-    def _authorized(self, tenant: str) -> bool:
+    def _read_headers(self) -> bytes | None:
+        """One pass over the request's headers: those to forward, framing, the token."""
+        forwarded: list[bytes] = []
+        authorization = None
         for name, value in self._headers:
-            if name.lower() == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                token = token.strip()
-                return (
-                    scheme.lower() == "bearer"
-                    and bool(token)
-                    and (self.dispatcher.authorize(tenant, token))
-                )
-        return False
+            lowered = name.lower()
+            if lowered in DROPPED_HEADERS:
+                if lowered == b"authorization":
+                    authorization = value
+                elif lowered == b"expect" and value.lower() == b"100-continue":
+                    self._continue = True
+                continue
+            if lowered == b"transfer-encoding" and b"chunked" in value.lower():
+                self._chunked = True
+            forwarded += (name, b": ", value, b"\r\n")
+        self._forwarded = b"".join(forwarded)
+        return authorization
+
+    def _authorized(self, tenant: str, authorization: bytes | None) -> bool:
+        if authorization is None:
+            return False
+        scheme, _, token = authorization.decode("latin-1").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return False
+        try:
+            return self.dispatcher.authorize(tenant, token)
+        except Exception:  # a broken check must not open the door, nor end the connection
+            log.exception("authorize(%r, ...) failed; the request is refused", tenant)
+            return False
 
     def request_body(self, data: bytes) -> None:
         if self.done:
@@ -429,47 +506,61 @@ class Exchange:
         assert self.endpoint is not None
         self.upstream = conn
         conn.exchange = self
-        self._response_parser = httptools.HttpResponseParser(self)
-        lines = [
+        head = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b\r\n" % (
             self._method,
-            b" ",
             self._url,
-            b" HTTP/1.1\r\nhost: ",
             self.endpoint.address.encode(),
-            b"\r\n",
-        ]
-        for name, value in self._headers:
-            if name.lower() not in DROPPED_HEADERS:
-                lines += (name, b": ", value, b"\r\n")
-        lines.append(b"\r\n")
-        lines += self._body
-        self._body = []
-        conn.write(b"".join(lines))
+            self._forwarded,
+        )
+        if self._body:
+            head += b"".join(self._body)
+            self._body = []
+        conn.write(head)
 
     # -- the answer ----------------------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
-        """Bytes of the replica's answer: pass them on as they come, revision header added."""
+        """Bytes of the replica's answer: pass them on as they come, revision header added.
+
+        The answer's end is found by counting bytes when its head gives a Content-Length
+        (the usual case, and the cheapest), else by an httptools parser (chunked streams).
+        """
         if self.done:
             return
-        parser = self._response_parser
-        assert parser is not None
         if not self.response_started:
-            data = self._pending_head + data
-            end = data.find(b"\r\n")
-            if end < 0:
-                self._pending_head = data
-                return
-            self._pending_head = b""
-            self.response_started = True
-            self.client.write(
-                data[: end + 2]
-                + b"x-kiban-revision: "
-                + self.revision.encode()
-                + b"\r\n"
-                + data[end + 2 :]
-            )
-        else:
-            self.client.write(data)
+            self._answer_head(data)
+            return
+        self.client.write(data)
+        parser = self._response_parser
+        if parser is None:
+            self._remaining -= len(data)
+            if self._remaining <= 0:
+                self._complete(
+                    upstream_reusable=self._upstream_keep_alive and self._request_complete
+                )
+            return
+        self._feed(parser, data)
+
+    def _answer_head(self, data: bytes) -> None:
+        data = self._pending_head + data
+        head_end = data.find(b"\r\n\r\n")
+        if head_end < 0 and len(data) < MAX_HEAD:
+            self._pending_head = data
+            return
+        self._pending_head = b""
+        self.response_started = True
+        status_end = data.find(b"\r\n")
+        self.client.write(data[: status_end + 2] + self._revision_line + data[status_end + 2 :])
+        length = _content_length(data[:head_end].lower()) if head_end >= 0 else None
+        if length is None:
+            parser = self._response_parser = httptools.HttpResponseParser(self)
+            self._feed(parser, data)
+            return
+        self._upstream_keep_alive = length[1]
+        self._remaining = 0 if self._method == b"HEAD" else head_end + 4 + length[0] - len(data)
+        if self._remaining <= 0:
+            self._complete(upstream_reusable=self._upstream_keep_alive and self._request_complete)
+
+    def _feed(self, parser: httptools.HttpResponseParser, data: bytes) -> None:
         try:
             parser.feed_data(data)
         except httptools.HttpParserError:
@@ -534,7 +625,11 @@ class Exchange:
         keep_alive = self.keep_alive  # what is left of the request's body is read and dropped
         self.client.write(
             error_response(
-                status, message, kind or ERROR_TYPES.get(status, "error"), keep_alive=keep_alive
+                status,
+                message,
+                kind or ERROR_TYPES.get(status, "error"),
+                keep_alive=keep_alive,
+                revision=self.revision,
             )
         )
         self.client.exchange_done(self, keep_alive=keep_alive)
