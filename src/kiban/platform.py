@@ -10,14 +10,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
 from kiban.control.loop import ControlLoop
+from kiban.control.services import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
 from kiban.executors.base import Executor
-from kiban.services.auth import ensure_admin_token
+from kiban.services.auth import Principal, authenticate, ensure_admin_token
+from kiban.services.errors import ServiceError
 from kiban.services.jobs import ClusterFacts
 from kiban.services.lookup_cache import LookupCache
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import apply_startup_policy, current_policy
 from kiban.services.submissions import SubmissionWriter
+from kiban.serving.router.server import RouterServer
+from kiban.serving.router.table import RoutingTable
+from kiban.serving.router.traffic import TrafficMetrics
 from kiban.store.db import make_engine, migrate, session_factory
 from kiban.store.models import Node
 
@@ -37,9 +42,52 @@ class Platform:
     facts: ClusterFacts = field(default_factory=ClusterFacts)
     admin_token: str | None = None
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
+    routes: RoutingTable = field(default_factory=RoutingTable)
+    traffic: TrafficMetrics = field(default_factory=TrafficMetrics)
+    router: RouterServer | None = None
+    services: ServiceController = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.services = ServiceController(
+            sessions=self.sessions,
+            executor=self.executor,
+            table=self.routes,
+            traffic=self.traffic,
+            facts=lambda: self.facts,
+            clock=self.clock,
+            on_jobs_changed=self.loop.wake,
+        )
+
+    def start_router(self, host: str, port: int) -> None:
+        """Start the router: inference services' URLs (an OSError if it cannot listen)."""
+        self.router = RouterServer(
+            self.routes, host=host, port=port, authorize=self.may_call, metrics=self.traffic
+        )
+        self.router.start()
+
+    def may_call(self, tenant: str, token: str) -> bool:
+        """Whether a bearer token may call a tenant's services (its members and admins)."""
+
+        def load() -> Principal | None:
+            with self.sessions() as session:
+                try:
+                    return authenticate(session, f"Bearer {token}")
+                except ServiceError:
+                    return None
+
+        principal = self.lookups.get(("principal", f"Bearer {token}"), load)
+        return principal is not None and principal.can_see(tenant)
+
+    def service_url(self, tenant: str, name: str) -> str | None:
+        """A service's stable URL on the router (None while the router is not running)."""
+        return None if self.router is None else self.router.url_for(tenant, name)
 
     def close(self) -> None:
-        """Stop the control loop, the submission writer and the executor; close the store."""
+        """Stop the router, the service controller, the control loop, the submission writer
+        and the executor; close the store."""
+        self.services.stop()
+        if self.router is not None:
+            self.router.stop()
         self.loop.stop()
         self.submissions.stop()
         self.engine.dispose()

@@ -38,6 +38,7 @@ class ServerOptions:
     nodes: int | None = None
     gpus_per_node: int = 0
     tick_s: float = 0.2
+    router_port: int | None = None  # inference services' router; None: the API's port + 1
     backend: str = "local"  # or "kubernetes"
     kubeconfig: Path | None = None  # Kubernetes: None is in-cluster
     kube_options: KubernetesOptions | None = None
@@ -131,6 +132,9 @@ def serve(options: ServerOptions) -> None:
         raise SystemExit(f"error: cannot apply {what}: {exc}") from None
     port = sock.getsockname()[1]
     url = f"http://{options.host}:{port}"
+    router_port = options.router_port
+    if router_port is None:
+        router_port = port + 1 if options.port else 0
     write_atomically(options.home / "url", url + "\n")
 
     @asynccontextmanager
@@ -138,17 +142,30 @@ def serve(options: ServerOptions) -> None:
         # Runs on SIGINT and SIGTERM alike: uvicorn re-raises the signal after its shutdown,
         # so a ``finally`` around ``server.run`` would not be reached on SIGTERM.
         platform.loop.start()
+        platform.services.start()
         try:
             yield
         finally:
             platform.close()
             print("kiban stopped", file=sys.stderr, flush=True)
 
+    try:
+        platform.start_router(options.host, router_port)
+    except OSError as exc:
+        platform.close()
+        sock.close()
+        raise SystemExit(
+            f"error: the services' router cannot listen on {options.host}:{router_port}: "
+            f"{exc.strerror or exc} (choose another with --router-port)"
+        ) from None
     app = create_app(platform, lifespan)
     nodes = platform.executor.nodes()
     gpus = sum(n.gpus for n in nodes)
     print(f"kiban is up at {url}", file=sys.stderr)
     print(f"  home {options.home}; admin token in {platform.token_file}", file=sys.stderr)
+    if platform.router is not None:
+        services = f"{platform.router.url}/s/<tenant>/<service>"
+        print(f"  inference services at {services}", file=sys.stderr)
     print(
         f"  {len(nodes)} node(s), {gpus} GPU(s); store {platform.engine.url.render_as_string()}",
         file=sys.stderr,

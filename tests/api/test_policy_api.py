@@ -90,7 +90,7 @@ def test_anyone_signed_in_reads_the_policy(member: TestClient) -> None:
     )
     effective = body["effective"]
     assert [q["name"] for q in effective["queues"]] == ["default"]
-    assert [c["name"] for c in effective["priorityClasses"]] == ["low", "normal", "high"]
+    assert [c["name"] for c in effective["priorityClasses"]] == ["low", "normal", "serving", "high"]
     assert effective["fairShare"]["halfLife"] == 7 * 86400
 
 

@@ -338,7 +338,7 @@ INVALID = [
         "apiVersion",
         "unknown apiVersion 'kiban/v2'; known: batch.volcano.sh/v1alpha1/Job, kiban/v1/Job",
     ),
-    ("unknown-kind", "kind", "Service", "kind", "unknown kind 'Service' for kiban/v1"),
+    ("unknown-kind", "kind", "Deployment", "kind", "unknown kind 'Deployment' for kiban/v1"),
     ("missing-kind", "kind", DELETE, "kind", "required"),
     ("missing-api-version", "apiVersion", DELETE, "apiVersion", "required"),
     ("api-version-number", "apiVersion", 1, "apiVersion", "required"),

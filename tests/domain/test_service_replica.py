@@ -59,10 +59,11 @@ def test_huggingface_replica_honours_every_field() -> None:
     assert job.metadata.name == "embedder-a1b2c3-0"
     assert job.metadata.labels == {SERVICE_LABEL: "embedder", REVISION_LABEL: "a1b2c3"}
     spec = job.spec
-    assert (spec.queue, spec.priority_class, spec.restart_policy) == (
+    assert (spec.queue, spec.priority_class, spec.restart_policy, spec.master_port) == (
         "research",
         "serving",
-        "OnFailure",
+        "Never",  # the service controller replaces a replica that exits
+        8080,
     )
     assert spec.max_runtime is None
     assert spec.launcher == "none"
@@ -161,6 +162,8 @@ def test_names_are_dns_labels_deterministic_and_distinct() -> None:
         names[name] = (service, revision, index)
     # The plain form when it is a label and unambiguous; a hash otherwise.
     assert replica_job_name("a-b", "c", 0) == "a-b-c-0"
+    assert replica_job_name("chat", "chat-00002", 1) == "chat-00002-1"
+    assert replica_job_name("chat", "00002", 1) != "chat-00002-1"
     assert replica_job_name("a", "b-c", 0) != "a-b-c-0"
     assert len(replica_job_name("x" * 63, "a1b2c3", 7)) == 63
 

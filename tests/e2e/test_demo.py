@@ -1,4 +1,5 @@
-"""``scripts/demo.sh`` end to end: a 3-node x 2-GPU DDP job on the embedded platform, one epoch."""
+"""``scripts/demo.sh`` end to end: a 3-node x 2-GPU DDP job on the embedded platform, one epoch,
+then an embedding service called through its URL."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ DEMO = ROOT / "scripts" / "demo.sh"
 
 
 def leftovers(home: Path) -> list[psutil.Process]:
-    """Processes started for the demo's jobs that are still alive."""
+    """Processes started for the demo's jobs (its service's replicas too) still alive."""
     root = str(home / "checkpoints")
     return processes_with_env("KIBAN_CHECKPOINT_DIR", lambda v: v.startswith(root))
 
@@ -68,4 +69,5 @@ def test_demo_runs_to_a_test_accuracy(tmp_path: Path) -> None:
     )
     assert "test accuracy:" in output, output[-6000:]
     assert "no accuracy reported" not in output
+    assert "3 embeddings of 384 dimensions" in output, output[-6000:]
     assert stray == [], f"the demo left replica processes behind: {stray}"

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from kiban import __version__
 from kiban.api.errors import install_error_handlers
-from kiban.api.routers import cluster, jobs, policy
+from kiban.api.routers import cluster, jobs, policy, services
 from kiban.platform import Platform
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
@@ -33,4 +33,5 @@ def create_app(platform: Platform, lifespan: Lifespan | None = None) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(cluster.router)
     app.include_router(policy.router)
+    app.include_router(services.router)
     return app

@@ -19,6 +19,14 @@ from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.policy import policy_app
+from kiban.cli.serving import (
+    chat_command,
+    describe_service,
+    promote_command,
+    rollback_command,
+    serve_command,
+    services_command,
+)
 from kiban.cli.sim import sim_command
 from kiban.domain.errors import SpecError
 from kiban.domain.manifests import load_document
@@ -37,6 +45,11 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(dev_app, name="dev")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
+app.command("serve")(serve_command)
+app.command("services")(services_command)
+app.command("promote")(promote_command)
+app.command("rollback")(rollback_command)
+app.command("chat")(chat_command)
 
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json")]
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
@@ -66,6 +79,10 @@ def up(
     home: Annotated[Path | None, typer.Option(help="state directory (default ~/.kiban)")] = None,
     port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8470,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    router_port: Annotated[
+        int | None,
+        typer.Option(help="port of inference services' router (default: --port + 1; 0: any)"),
+    ] = None,
     nodes: Annotated[int | None, typer.Option(help="virtual nodes of the local executor")] = None,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs of each virtual node")] = 0,
     config: Annotated[Path | None, typer.Option(help="cluster file: nodes and policy")] = None,
@@ -116,6 +133,8 @@ def up(
         fail("--gpus-per-node must not be negative")
     if not 0 <= port <= 65535:
         fail("--port must be between 0 and 65535")
+    if router_port is not None and not 0 <= router_port <= 65535:
+        fail("--router-port must be between 0 and 65535")
     cluster = None
     if config is not None:
         try:
@@ -130,6 +149,7 @@ def up(
         home=home,
         host=host,
         port=port,
+        router_port=router_port,
         db_url=db,
         config=cluster,
         nodes=nodes,
@@ -140,6 +160,19 @@ def up(
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options)
+
+
+@app.command(
+    "model-server",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def model_server(ctx: typer.Context) -> None:
+    """Run the model server alone, as kiban runs it for each replica of a service (its
+    options, KServe's names included: ``kiban model-server --help``)."""
+    from kiban.serving.runtime.__main__ import main as runtime_main
+
+    raise typer.Exit(runtime_main(list(ctx.args)))
 
 
 # -- submitting --------------------------------------------------------------------------------
@@ -153,7 +186,9 @@ def read_manifest(file: str) -> dict[str, Any]:
             fail(f"cannot read {file}: {exc.strerror}")
     document = load_document(text)
     spec = document.get("spec")
-    if document.get("apiVersion") == "kiban/v1" and isinstance(spec, dict):
+    if document.get("kind") == "Job" and document.get("apiVersion") == "kiban/v1" and isinstance(
+        spec, dict
+    ):
         spec.setdefault("workingDir", os.getcwd())
     return document
 
@@ -245,18 +280,50 @@ def list_jobs(
 
 @app.command()
 def describe(
-    job_id: Annotated[str, typer.Argument(help="job id")], output: OutputOpt = "table"
+    target: Annotated[str, typer.Argument(help="a job id, or `service`")],
+    name: Annotated[str | None, typer.Argument(help="the service's name")] = None,
+    output: OutputOpt = "table",
 ) -> None:
     """A job's spec, state, placement, pending reason, positions, forecast start, its tenant's
-    standing, preemptor, last checkpoint and events."""
+    standing, preemptor, last checkpoint and events; or, as ``describe service NAME``, a
+    service's revisions, replicas, traffic split, latency and URL."""
     check_output(output)
+    if target in ("service", "svc"):
+        if name is None:
+            fail("name the service: kiban describe service NAME")
+        with client() as api:
+            service = api.service(name)
+            service_events = api.service_events(name)
+        if output == "json":
+            print_json({**service, "events": service_events})
+        else:
+            describe_service(service, service_events)
+        return
+    if name is not None:
+        if target != "job":
+            fail(f"describe takes a job id, `job ID` or `service NAME`, not {target!r}")
+        target = name
     with client() as api:
-        job = api.job(job_id)
-        events = api.events(job_id)
+        job = api.job(target)
+        events = api.events(target)
     if output == "json":
         print_json({**job, "events": events})
     else:
         render.describe_job(job, events)
+
+
+@app.command()
+def delete(
+    kind: Annotated[str, typer.Argument(help="service")],
+    name: Annotated[str, typer.Argument(help="its name")],
+) -> None:
+    """Delete an inference service: its replicas stop, then it is gone (``kiban cancel`` ends
+    a job)."""
+    if kind not in ("service", "svc"):
+        fail(f"kiban delete takes `service NAME`, not {kind!r} (a job is ended by kiban cancel)")
+    with client() as api:
+        api.delete_service(name)
+    render.err.print(escape(f"service {name} is being deleted; its replicas stop"))
 
 
 @app.command()

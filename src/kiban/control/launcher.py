@@ -88,6 +88,7 @@ class Launcher:
             spec=spec,
             placements=placements,
             master_port=job.master_port,
+            labels=(job.spec.get("metadata") or {}).get("labels") or {},
         )
         try:
             launched = self.executor.launch(request)

@@ -11,6 +11,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    field_serializer,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -61,6 +62,11 @@ class Resources(SpecModel):
     gpu: int = Field(default=0, ge=0, le=1024)
     cpu: CpuMillis = 1000
     memory: MemoryBytes = 2**30
+
+    @field_serializer("cpu", when_used="json")
+    def _cpu_out(self, value: int) -> str:
+        """Millicores written as ``500m``: a dumped spec reads back as the same spec."""
+        return f"{value}m"
 
     @field_validator("gpu", mode="before")
     @classmethod

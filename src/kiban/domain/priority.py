@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
-DEFAULT_PRIORITY_CLASSES: dict[str, int] = {"low": 100, "normal": 1000, "high": 10000}
+# ``serving`` is what inference services' replicas run at unless they name a class: above
+# training, and it may preempt lower-priority training to scale up.
+DEFAULT_PRIORITY_CLASSES: dict[str, int] = {
+    "low": 100,
+    "normal": 1000,
+    "serving": 5000,
+    "high": 10000,
+}
 DEFAULT_PRIORITY_CLASS = "normal"
-PREEMPTING_PRIORITY_CLASSES = frozenset({"high"})  # PreemptLowerPriority; the others: Never
+# PreemptLowerPriority; the others: Never.
+PREEMPTING_PRIORITY_CLASSES = frozenset({"serving", "high"})

@@ -182,13 +182,9 @@ class ServiceSpec(SpecModel):
         return self
 
     def to_document(self) -> dict[str, Any]:
-        """A JSON form (camelCase) that ``ServiceSpec.model_validate`` reads back unchanged.
-
-        CPU is written as ``"1500m"``: the Job model reads a bare number as cores.
-        """
-        data = self.model_dump(mode="json", by_alias=True)
-        data["resources"]["cpu"] = f"{self.resources.cpu}m"
-        return data
+        """A JSON form (camelCase) that ``ServiceSpec.model_validate`` reads back unchanged
+        (CPU is written as ``"1500m"``, as ``Resources`` dumps it)."""
+        return self.model_dump(mode="json", by_alias=True)
 
     def template_key(self) -> str:
         """A stable hash of what defines a revision: a change to any of these fields starts a new

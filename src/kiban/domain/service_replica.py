@@ -22,17 +22,28 @@ _MAX_LABEL = 63
 
 
 def replica_job_name(service: str, revision: str, index: int) -> str:
-    """``{service}-{revision}-{index}`` when that is a DNS label and unambiguous; otherwise a
+    """``{revision}-{index}`` for kiban's revision names (``{service}-{number}``),
+    ``{service}-{revision}-{index}`` for others when that is a DNS label and unambiguous; else a
     trimmed prefix, the index and a hash of all three (``...-{index}-h{hash}``), so that
     different inputs never share a name (a plain name ends in digits, a hashed one does not)."""
-    plain = f"{service}-{revision}-{index}"
-    if "-" not in revision and len(plain) <= _MAX_LABEL and DNS_LABEL.match(plain):
+    own = revision.removeprefix(f"{service}-")
+    if own != revision and own.isdigit():
+        # kiban's own revision names (``chat-00002``): the replica is ``chat-00002-0``.
+        plain = f"{revision}-{index}"
+    elif "-" not in revision and not revision.isdigit():
+        plain = f"{service}-{revision}-{index}"
+    else:
+        plain = ""
+    if plain and len(plain) <= _MAX_LABEL and DNS_LABEL.match(plain):
         return plain
     digest = hashlib.sha256(f"{service}\x00{revision}\x00{index}".encode()).hexdigest()[:12]
     tail = f"-{index}-h{digest}"
     head = "".join(c if c.isalnum() and c.isascii() else "-" for c in f"{service}-{revision}")
     head = head.lower()[: _MAX_LABEL - len(tail)].strip("-") or "svc"
     return head + tail
+
+
+SERVING_PORT = 8080  # KServe's model servers listen on 8080 too
 
 
 def replica_port(spec: ServiceSpec) -> int | None:
@@ -80,10 +91,15 @@ def replica_job_manifest(
     }
     if spec.image is not None:
         task["image"] = spec.image
+    # A replica that exits is replaced by the service controller (a new job), which also
+    # tells a model that cannot load from a crash: the job itself is never restarted.
     job_spec: dict[str, Any] = {
         "tasks": [task],
         "queue": spec.queue,
-        "restartPolicy": "OnFailure",
+        "restartPolicy": "Never",
+        # Where pods have their own network, every replica serves on one port (the revision's
+        # Service targets it); on one machine the executor picks a free one instead.
+        "masterPort": spec.port if spec.runtime == "custom" and spec.port else SERVING_PORT,
     }
     if spec.priority_class is not None:
         job_spec["priorityClass"] = spec.priority_class

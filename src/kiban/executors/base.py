@@ -52,6 +52,8 @@ class LaunchRequest:
     spec: JobSpec
     placements: tuple[ReplicaPlacement, ...]
     master_port: int
+    # The manifest's metadata.labels (a service replica's kiban.dev/service and /revision).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -133,4 +135,9 @@ class Executor(Protocol):
 
     def pick_master_port(self) -> int:
         """The rendezvous port for a job's replica 0."""
+        ...
+
+    def replica_address(self, replica: ReplicaRef, port: int) -> str | None:
+        """``host:port`` where the control plane reaches a replica listening on ``port`` (a
+        service's model server), or None while it has no address yet."""
         ...

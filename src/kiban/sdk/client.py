@@ -79,6 +79,50 @@ class Client:
             ) from None
         return _decode(response)
 
+    # -- services ------------------------------------------------------------------------------
+    def apply_service(self, manifest: dict[str, Any] | str) -> dict[str, Any]:
+        """Create or change an inference service (a kiban Service or a KServe
+        InferenceService), given as a mapping or as YAML/JSON text."""
+        if isinstance(manifest, str):
+            return dict(
+                self._request(
+                    "POST",
+                    "/api/v1/services",
+                    content=manifest.encode(),
+                    headers={"Content-Type": "application/yaml"},
+                )
+            )
+        return dict(self._request("POST", "/api/v1/services", json=manifest))
+
+    def services(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/api/v1/services"))
+
+    def _service_path(self, name: str, action: str = "") -> str:
+        return f"/api/v1/services/{quote(name, safe='')}{action}"
+
+    def service(self, name: str) -> dict[str, Any]:
+        return dict(self._request("GET", self._service_path(name)))
+
+    def promote(self, name: str) -> dict[str, Any]:
+        return dict(self._request("POST", self._service_path(name, "/promote")))
+
+    def rollback(self, name: str) -> dict[str, Any]:
+        return dict(self._request("POST", self._service_path(name, "/rollback")))
+
+    def delete_service(self, name: str) -> dict[str, Any]:
+        return dict(self._request("DELETE", self._service_path(name)))
+
+    def service_events(self, name: str, after: int = 0) -> list[dict[str, Any]]:
+        return list(
+            self._request("GET", self._service_path(name, "/events"), params={"after": after})
+        )
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token this client sends (a service's URL takes the same)."""
+        header = self._http.headers.get("Authorization", "")
+        return header.removeprefix("Bearer ") or None
+
     # -- jobs ----------------------------------------------------------------------------------
     def submit(self, manifest: dict[str, Any] | str) -> dict[str, Any]:
         """Submit a manifest given as a mapping or as YAML/JSON text."""

@@ -228,3 +228,64 @@ class Event(Base):
     at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (Index("ix_events_object", "object_kind", "object_name", "id"),)
+
+
+class ServiceRow(Base):
+    """An inference service: its tenant's name for it, the spec as last submitted, and which
+    revisions take its traffic (``stable``, and a ``canary`` with ``canary_percent``)."""
+
+    __tablename__ = "services"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    name: Mapped[str] = mapped_column(String(63))
+    document: Mapped[dict[str, Any]] = mapped_column(JSON)  # the manifest as submitted
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # the normalized ServiceSpec
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    revisions_made: Mapped[int] = mapped_column(Integer, default=0)
+    stable_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    canary_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    canary_percent: Mapped[int] = mapped_column(Integer, default=0)
+    # Set by a delete: the controller stops the replicas, then removes the service.
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ux_services_tenant_name", "tenant", "name", unique=True),)
+
+
+class ServiceRevision(Base):
+    """One revision of a service: the spec that made it (its template) and its state."""
+
+    __tablename__ = "service_revisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    service_id: Mapped[int] = mapped_column(
+        ForeignKey("services.id", ondelete="CASCADE"), index=True
+    )
+    number: Mapped[int] = mapped_column(Integer)
+    template_key: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))  # Loading, Ready, Failed, Retired
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    ready_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    desired_replicas: Mapped[int] = mapped_column(Integer, default=0)
+    crashes: Mapped[int] = mapped_column(Integer, default=0)  # replicas that died before ready
+
+
+class ServiceReplica(Base):
+    """A replica of a revision: the job that runs it (placed by the scheduler like any job)."""
+
+    __tablename__ = "service_replicas"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    service_id: Mapped[int] = mapped_column(
+        ForeignKey("services.id", ondelete="CASCADE"), index=True
+    )
+    revision_id: Mapped[int] = mapped_column(ForeignKey("service_revisions.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    ready: Mapped[bool] = mapped_column(Boolean, default=False)
+    ever_ready: Mapped[bool] = mapped_column(Boolean, default=False)
+    ended: Mapped[bool] = mapped_column(Boolean, default=False)  # its job's end was accounted

@@ -67,6 +67,10 @@ class FakeExecutor:
         self._next_port += 1
         return self._next_port
 
+    def replica_address(self, replica: ReplicaRef, port: int) -> str | None:
+        """A made-up host per job (replicas with containers all listen on one port)."""
+        return f"{replica.job_id}.fake:{port}"
+
     def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
         if self.fail_next_launch is not None:
             message, self.fail_next_launch = self.fail_next_launch, None

@@ -48,6 +48,7 @@ from kiban.executors.kubernetes.naming import (
     make_handle,
     namespace_for,
     parse_handle,
+    revision_service_name,
     service_name,
 )
 from kiban.executors.kubernetes.nodes import TERMINAL_PHASES, foreign_gpus, node_info
@@ -58,6 +59,7 @@ from kiban.executors.kubernetes.pods import (
     observe_pod,
     owner_reference,
     pod_manifest,
+    revision_service_manifest,
     service_manifest,
 )
 
@@ -261,6 +263,32 @@ class KubernetesExecutor:
             return Observation(running=False, lost=True, message="no pod was recorded for it")
         pod = found[3]
         return observe_pod(pod, node_present=pod is None or self._node_present(pod))
+
+    def replica_address(self, replica: ReplicaRef, port: int) -> str | None:
+        """The pod's IP once the cluster gave it one (simulated nodes' pods have theirs too,
+        though nothing listens there)."""
+        found = self._pod(replica)
+        pod = None if found is None else found[3]
+        ip = None if pod is None else (pod.get("status") or {}).get("podIP")
+        return f"{ip}:{port}" if ip else None
+
+    def publish_revision(self, tenant: str, service: str, revision: str, port: int) -> str:
+        """Make (or keep) the Service of one revision of an inference service; its address."""
+        namespace = namespace_for(self.options.namespace_prefix, tenant)
+        self._ensure_namespace(namespace)
+        body = revision_service_manifest(namespace, service, revision, port)
+        try:
+            self.api.create_service(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:  # 409: made by an earlier pass
+                raise
+        name = body["metadata"]["name"]
+        return f"{name}.{namespace}.svc.{self.options.cluster_domain}:80"
+
+    def unpublish_revision(self, tenant: str, revision: str) -> None:
+        """Delete a revision's Service (gone already is fine)."""
+        namespace = namespace_for(self.options.namespace_prefix, tenant)
+        _ignore_gone(self.api.delete_service, namespace, revision_service_name(revision))
 
     def _node_present(self, pod: Obj) -> bool:
         """Whether the pod's node was in the last node list (True before any list)."""

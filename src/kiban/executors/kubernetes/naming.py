@@ -19,6 +19,8 @@ RANK_LABEL = "kiban.dev/rank"
 TASK_LABEL = "kiban.dev/task"
 TENANT_LABEL = "kiban.dev/tenant"
 JOB_ID_ANNOTATION = "kiban.dev/job-id"
+SERVICE_LABEL = "kiban.dev/service"  # on a service replica's pods (from its job's labels)
+REVISION_LABEL = "kiban.dev/revision"
 MANAGED_SELECTOR = f"{MANAGED_BY}={MANAGER}"
 MAX_KEY = 40  # leaves room for "kb-", "-<attempt>" and "-<rank>" within a 63-character label
 
@@ -48,6 +50,16 @@ def namespace_for(prefix: str, tenant: str) -> str:
 def service_name(job_id: str, attempt: int) -> str:
     """The headless Service of one attempt (a DNS-1035 label: starts with a letter)."""
     return f"kb-{job_key(job_id)}-{attempt}"
+
+
+def revision_service_name(revision: str) -> str:
+    """The Service of one revision of an inference service (``kbs-<revision>``, hashed when
+    too long for a DNS-1035 label)."""
+    name = f"kbs-{revision}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(revision.encode()).hexdigest()[:8]
+    return f"kbs-{revision[:50].rstrip('-')}-{digest}"
 
 
 def pod_name(job_id: str, attempt: int, rank: int) -> str:

@@ -24,11 +24,16 @@ from kiban.executors.kubernetes.naming import (
     ATTEMPT_LABEL,
     JOB_ID_ANNOTATION,
     JOB_LABEL,
+    MANAGED_BY,
+    MANAGER,
     RANK_LABEL,
+    REVISION_LABEL,
+    SERVICE_LABEL,
     TASK_LABEL,
     job_labels,
     master_addr,
     pod_name,
+    revision_service_name,
     service_name,
 )
 from kiban.executors.kubernetes.options import GPU_RESOURCE, KubernetesOptions
@@ -71,6 +76,26 @@ def service_manifest(request: LaunchRequest, namespace: str) -> dict[str, Any]:
             },
             # Replica 0's name resolves before it is Ready: the workers need it to rendezvous.
             "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def revision_service_manifest(
+    namespace: str, service: str, revision: str, port: int
+) -> dict[str, Any]:
+    """A ClusterIP Service over the ready pods of one revision of an inference service: the
+    revision's stable address inside the cluster (kiban's router reaches pods directly)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": revision_service_name(revision),
+            "namespace": namespace,
+            "labels": {MANAGED_BY: MANAGER, SERVICE_LABEL: service, REVISION_LABEL: revision},
+        },
+        "spec": {
+            "selector": {SERVICE_LABEL: service, REVISION_LABEL: revision},
+            "ports": [{"name": "http", "port": 80, "targetPort": port, "protocol": "TCP"}],
         },
     }
 
@@ -140,7 +165,7 @@ def pod_manifest(
             for v in task.volumes
         ]
     name = pod_name(request.job_id, request.attempt, placement.rank)
-    labels = job_labels(request.job_id, request.tenant, request.attempt)
+    labels = {**request.labels, **job_labels(request.job_id, request.tenant, request.attempt)}
     labels[RANK_LABEL] = str(placement.rank)
     labels[TASK_LABEL] = placement.task
     metadata: dict[str, Any] = {

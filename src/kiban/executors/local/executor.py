@@ -97,6 +97,10 @@ class LocalExecutor:
             sock.bind(("127.0.0.1", 0))
             return int(sock.getsockname()[1])
 
+    def replica_address(self, replica: ReplicaRef, port: int) -> str | None:
+        """Every replica runs on this machine: loopback."""
+        return f"127.0.0.1:{port}"
+
     # -- launch ----------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
         job_dir = safe_job_dir(self.jobs_root, request.job_id)

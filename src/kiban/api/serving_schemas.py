@@ -1,0 +1,126 @@
+"""What the API returns for inference services (camelCase JSON)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from kiban.api.schemas import ApiModel
+from kiban.services.service_status import ServiceStatus
+
+
+class ServiceRevisionOut(ApiModel):
+    """A revision: its state (Loading, Ready, Failed with the loader's message, Retired), its
+    share of traffic and its replicas."""
+
+    name: str
+    number: int
+    state: str
+    message: str
+    role: str
+    traffic_percent: int
+    desired_replicas: int
+    ready_replicas: int
+    created_at: float
+    ready_at: float | None
+
+
+class ServiceReplicaOut(ApiModel):
+    """A replica: the job that runs it (``kiban describe JOB`` tells more), and whether the
+    router sends it requests."""
+
+    job: str
+    revision: str
+    state: str
+    node: str | None
+    ready: bool
+    reason: str | None
+
+
+class TrafficOut(ApiModel):
+    """What the router measured for the service lately (a sliding window)."""
+
+    requests: int
+    rps: float
+    in_flight: int
+    queued: int
+    p50_ms: float | None
+    p99_ms: float | None
+
+
+class ServiceOut(ApiModel):
+    """An inference service. ``url`` is its stable address on the router: requests to
+    ``url + /openai/v1/...`` or ``url + /v2/...`` reach a ready replica."""
+
+    name: str
+    tenant: str
+    state: str
+    url: str | None
+    queue: str
+    priority_class: str | None
+    runtime: str
+    model: str
+    min_replicas: int
+    max_replicas: int
+    scale_metric: str
+    scale_target: float | None
+    timeout_s: float
+    public: bool
+    traffic: dict[str, int]
+    revisions: list[ServiceRevisionOut]
+    replicas: list[ServiceReplicaOut]
+    created_at: float
+    updated_at: float
+    stats: TrafficOut | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+def service_out(
+    status: ServiceStatus, url: str | None, stats: TrafficOut | None = None
+) -> ServiceOut:
+    spec, row = status.spec, status.row
+    return ServiceOut(
+        name=row.name,
+        tenant=row.tenant,
+        state=status.state,
+        url=url,
+        queue=spec.queue,
+        priority_class=spec.priority_class,
+        runtime=spec.runtime,
+        model=spec.model_name,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        scale_metric=spec.scale_metric,
+        scale_target=spec.scale_target,
+        timeout_s=spec.timeout_s,
+        public=spec.public,
+        traffic=status.traffic,
+        revisions=[
+            ServiceRevisionOut(
+                name=r.name,
+                number=r.number,
+                state=r.state,
+                message=r.message,
+                role=r.role,
+                traffic_percent=r.traffic_percent,
+                desired_replicas=r.desired_replicas,
+                ready_replicas=r.ready_replicas,
+                created_at=r.created_at,
+                ready_at=r.ready_at,
+            )
+            for r in status.revisions
+        ],
+        replicas=[
+            ServiceReplicaOut(
+                job=r.job_id,
+                revision=r.revision,
+                state=r.state,
+                node=r.node,
+                ready=r.ready,
+                reason=r.reason,
+            )
+            for r in status.replicas
+        ],
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        stats=stats,
+    )

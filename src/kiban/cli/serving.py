@@ -1,0 +1,248 @@
+"""Serving commands: ``kiban serve``, ``services``, ``promote``, ``rollback``, ``chat``, and how
+``kiban describe service NAME`` prints a service."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kiban.cli import render
+from kiban.sdk.client import ApiError, Client
+
+
+def services_table(services: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "TENANT", "STATE", "MODEL", "READY", "TRAFFIC", "URL"):
+        table.add_column(column)
+    for s in services:
+        ready = sum(r["readyReplicas"] for r in s["revisions"] if r["trafficPercent"])
+        wanted = sum(r["desiredReplicas"] for r in s["revisions"] if r["trafficPercent"])
+        traffic = ", ".join(f"{rev} {share}%" for rev, share in s["traffic"].items()) or "-"
+        table.add_row(
+            *render.cells(
+                s["name"],
+                s["tenant"],
+                s["state"],
+                s["model"],
+                f"{ready}/{wanted}",
+                traffic,
+                s.get("url") or "-",
+            )
+        )
+    return table
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    """Revisions with their state and traffic, replicas, latency, URL, and the timeline."""
+    e = escape
+    out = render.out
+    out.print(f"[bold]Service[/bold]   {e(service['name'])}    Tenant {e(service['tenant'])}")
+    out.print(f"State     [bold]{e(service['state'])}[/bold]    URL {e(service.get('url') or '-')}")
+    out.print(
+        e(
+            f"Model     {service['model']} ({service['runtime']})    Queue {service['queue']}    "
+            f"Priority class {service.get('priorityClass') or '(serving default)'}"
+        )
+    )
+    target = service.get("scaleTarget")
+    out.print(
+        e(
+            f"Scaling   {service['minReplicas']} to {service['maxReplicas']} replicas on "
+            f"{service['scaleMetric']}"
+            + (f" (target {target:g} per replica)" if target else "")
+            + f"    Timeout {service['timeoutS']:g}s    "
+            + ("public" if service["public"] else "tenant tokens only")
+        )
+    )
+    stats = service.get("stats")
+    if stats:
+        out.print(
+            e(
+                f"Traffic   {stats['rps']:.1f} req/s, {stats['inFlight']} in flight, "
+                f"{stats['queued']} queued; latency p50 {_ms(stats.get('p50Ms'))}, "
+                f"p99 {_ms(stats.get('p99Ms'))}"
+            )
+        )
+    revisions = Table(title="Revisions", box=None, header_style="bold", title_justify="left")
+    for column in ("REVISION", "ROLE", "STATE", "TRAFFIC", "READY", "MESSAGE"):
+        revisions.add_column(column)
+    for r in service["revisions"]:
+        revisions.add_row(
+            *render.cells(
+                r["name"],
+                r["role"] or "-",
+                r["state"],
+                f"{r['trafficPercent']}%",
+                f"{r['readyReplicas']}/{r['desiredReplicas']}",
+                r["message"] or "",
+            )
+        )
+    out.print(revisions)
+    replicas = Table(title="Replicas", box=None, header_style="bold", title_justify="left")
+    for column in ("JOB", "REVISION", "STATE", "NODE", "READY", "REASON"):
+        replicas.add_column(column)
+    for p in service["replicas"]:
+        replicas.add_row(
+            *render.cells(
+                p["job"],
+                p["revision"],
+                p["state"],
+                p.get("node") or "-",
+                "yes" if p["ready"] else "no",
+                p.get("reason") or "",
+            )
+        )
+    out.print(replicas)
+    if events:
+        out.print("[bold]Events[/bold]")
+        for event in events[-15:]:
+            out.print(e(f"  {render.when(event['at'])}  {event['reason']:<20} {event['message']}"))
+
+
+def serve_command(
+    file: Annotated[str, typer.Argument(help="Service or InferenceService manifest; - for stdin")],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="wait until the new revision serves (or fails)")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 600.0,
+) -> None:
+    """Create or change an inference service; prints its URL on stdout."""
+    from kiban.cli.main import read_manifest
+
+    document = read_manifest(file)
+    with Client() as api:
+        service = api.apply_service(document)
+        revision = service["revisions"][-1] if service["revisions"] else None
+        what = "created" if len(service["revisions"]) <= 1 else "changed"
+        render.err.print(
+            escape(
+                f"service {service['name']} {what}"
+                + (
+                    f"; newest revision {revision['name']} is {revision['state']}"
+                    if revision
+                    else ""
+                )
+            )
+        )
+        for warning in service.get("warnings") or []:
+            render.err.print(f"warning: {warning}", markup=False, highlight=False)
+        if wait and revision is not None:
+            state = wait_for_revision(api, service["name"], revision["name"], timeout)
+            render.err.print(escape(f"revision {revision['name']} is {state}"))
+    if service.get("url"):
+        print(service["url"])
+
+
+def wait_for_revision(api: Client, service: str, revision: str, timeout: float) -> str:
+    """Poll until the revision is Ready (returns its state) or Failed (raises, with why)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = api.service(service)
+        current = next((r for r in found["revisions"] if r["name"] == revision), None)
+        if current is None:
+            raise ApiError(409, f"revision {revision} was replaced before it was ready")
+        if current["state"] == "Failed":
+            raise ApiError(409, f"revision {revision} failed: {current['message']}")
+        if current["state"] in ("Ready", "Retired"):
+            return str(current["state"])
+        if time.monotonic() > deadline:
+            raise ApiError(
+                408, f"revision {revision} is still {current['state']} after {timeout:g}s"
+            )
+        time.sleep(0.5)
+
+
+def services_command(
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+) -> None:
+    """List inference services: state, ready replicas, traffic split and URL."""
+    with Client() as api:
+        found = api.services()
+    if output == "json":
+        sys.stdout.write(json.dumps(found, indent=2) + "\n")
+    else:
+        render.out.print(services_table(found))
+
+
+def promote_command(service: Annotated[str, typer.Argument(help="service name")]) -> None:
+    """Send all of a service's traffic to its canary revision."""
+    with Client() as api:
+        found = api.promote(service)
+    render.err.print(escape(f"service {service}: traffic {found['traffic']}"))
+
+
+def rollback_command(service: Annotated[str, typer.Argument(help="service name")]) -> None:
+    """Drop a service's canary (or bring back the revision before the stable one)."""
+    with Client() as api:
+        found = api.rollback(service)
+    render.err.print(escape(f"service {service}: traffic {found['traffic']}"))
+
+
+def stream_chat(
+    http: httpx.Client, url: str, messages: list[dict[str, str]], model: str
+) -> Iterator[str]:
+    """The assistant's reply as it streams (server-sent events of chat completion chunks)."""
+    body = {"model": model, "messages": messages, "stream": True}
+    with http.stream("POST", f"{url}/openai/v1/chat/completions", json=body) as response:
+        if response.status_code != 200:
+            response.read()
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text
+            raise ApiError(response.status_code, f"the service answered: {message}")
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line.removeprefix("data:").strip()
+            if data == "[DONE]":
+                return
+            chunk = json.loads(data)
+            for choice in chunk.get("choices", []):
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    yield text
+
+
+def chat_command(
+    service: Annotated[str, typer.Argument(help="service name")],
+    system: Annotated[str | None, typer.Option(help="a system prompt")] = None,
+) -> None:
+    """Chat with a text-generation service in the terminal; the reply streams as it is made.
+    An empty line or end of input ends the chat."""
+    with Client() as api:
+        found = api.service(service)
+        token = api.token
+    url = found.get("url")
+    if not url:
+        raise ApiError(409, f"service {service} has no URL (is the router running?)")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    interactive = sys.stdin.isatty()
+    with httpx.Client(headers=headers, timeout=httpx.Timeout(None, connect=10)) as http:
+        while True:
+            if interactive:
+                render.err.print("[bold]you>[/bold] ", end="")
+            line = sys.stdin.readline()
+            if not line.strip():
+                break
+            messages.append({"role": "user", "content": line.rstrip("\n")})
+            reply = []
+            for piece in stream_chat(http, url, messages, found["model"]):
+                reply.append(piece)
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+            messages.append({"role": "assistant", "content": "".join(reply)})

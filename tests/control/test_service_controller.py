@@ -1,0 +1,216 @@
+"""The service controller over the fake executor: replicas as jobs, readiness, rollouts, routes,
+failed revisions, scale from zero, deletion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from loop_support import manifest, submit
+from sqlalchemy import select
+
+from kiban.platform import Platform
+from kiban.services import serving
+from kiban.services.auth import Principal
+from kiban.serving.router.traffic import TrafficMetrics
+from kiban.store.models import Event, Job, ServiceRevision, ServiceRow
+from kiban.testing import FakeExecutor, ManualClock
+
+ALICE = Principal(name="alice", tenant="default", is_admin=False)
+
+
+class Probe:
+    """Readiness as the test says: addresses listed in ``ready`` answer 200."""
+
+    def __init__(self) -> None:
+        self.ready: set[str] = set()
+        self.all = False
+
+    def __call__(self, address: str, path: str) -> bool:
+        return self.all or address in self.ready
+
+
+@pytest.fixture
+def probe(platform: Platform) -> Probe:
+    found = Probe()
+    platform.services.probe = found
+    return found
+
+
+def service_doc(name: str = "chat", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"name": "tiny", "storageUri": "file:///models/tiny"},
+        "resources": {"gpu": 1},
+        **spec,
+    }
+    return {"apiVersion": "kiban/v1", "kind": "Service", "metadata": {"name": name}, "spec": body}
+
+
+def apply(platform: Platform, document: dict[str, Any]) -> None:
+    with platform.sessions() as session:
+        serving.apply(session, ALICE, document, facts=platform.facts, at=platform.clock.now())
+        session.commit()
+
+
+def settle(platform: Platform, passes: int = 3) -> None:
+    """Controller and control loop, in turns: replicas are made, placed, probed."""
+    for _ in range(passes):
+        platform.services.run_once()
+        platform.loop.run_once()
+    platform.services.run_once()
+
+
+def replica_jobs(platform: Platform, state: str | None = None) -> list[Job]:
+    with platform.sessions() as session:
+        query = select(Job).order_by(Job.submitted_at, Job.id)
+        if state is not None:
+            query = query.where(Job.state == state)
+        return list(session.scalars(query))
+
+
+def revision_states(platform: Platform) -> list[tuple[int, str, str]]:
+    with platform.sessions() as session:
+        query = select(ServiceRevision).order_by(ServiceRevision.number)
+        return [(r.number, r.state, r.message) for r in session.scalars(query)]
+
+
+def service_events(platform: Platform) -> list[str]:
+    with platform.sessions() as session:
+        query = select(Event).where(Event.object_kind == "Service").order_by(Event.id)
+        return [e.reason for e in session.scalars(query)]
+
+
+def test_a_service_runs_its_replicas_as_serving_priority_jobs_and_routes_to_ready_ones(
+    platform: Platform, probe: Probe
+) -> None:
+    apply(platform, service_doc(minReplicas=2, maxReplicas=3))
+    settle(platform)
+    running = replica_jobs(platform, "Running")
+    assert len(running) == 2
+    assert {j.priority for j in running} == {5000}  # the serving class, above "normal"
+    assert all(j.spec["metadata"]["labels"]["kiban.dev/service"] == "chat" for j in running)
+    route = platform.routes.get("default", "chat")
+    assert route is not None
+    assert dict(route.traffic) == {"chat-00001": 100}
+    assert not any(e.ready for e in route.endpoints)  # nothing answers its probe yet
+    probe.all = True
+    settle(platform, passes=1)
+    route = platform.routes.get("default", "chat")
+    assert route is not None and all(e.ready for e in route.endpoints)
+    assert sorted(e.address for e in route.endpoints) == sorted(
+        f"{j.id}.fake:{j.master_port}" for j in running
+    )
+    assert revision_states(platform) == [(1, "Ready", "")]
+    with platform.sessions() as session:
+        row = session.scalars(select(ServiceRow)).one()
+        assert (row.stable_revision, row.canary_revision) == (1, None)  # rolled out by itself
+
+
+def test_a_canary_gets_its_share_once_ready_and_a_crashed_replica_is_replaced(
+    platform: Platform, probe: Probe, executor: FakeExecutor
+) -> None:
+    apply(platform, service_doc())
+    probe.all = True
+    settle(platform)
+    v2 = service_doc(canaryTrafficPercent=25)
+    v2["spec"]["model"]["args"] = ["--dtype", "float32"]
+    apply(platform, v2)
+    probe.all = False
+    probe.ready = {e.address for e in platform.routes.get("default", "chat").endpoints}  # type: ignore[union-attr]
+    settle(platform)
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 100}  # canary loading
+    probe.all = True
+    settle(platform, passes=1)
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 75, "chat-00002": 25}
+    # A ready replica that dies is replaced by a new job; the revision stays Ready.
+    first = replica_jobs(platform, "Running")[0]
+    executor.finish_all(first.id, exit_code=1)
+    settle(platform)
+    assert len(replica_jobs(platform, "Running")) == 2
+    assert [s for _, s, _ in revision_states(platform)] == ["Ready", "Ready"]
+
+
+def test_a_revision_whose_model_cannot_load_fails_and_traffic_stays(
+    platform: Platform, probe: Probe, executor: FakeExecutor
+) -> None:
+    apply(platform, service_doc())
+    probe.all = True
+    settle(platform)
+    broken = service_doc(canaryTrafficPercent=50)
+    broken["spec"]["model"]["storageUri"] = "file:///models/missing"
+    apply(platform, broken)
+    probe.all = False
+    probe.ready = {e.address for e in platform.routes.get("default", "chat").endpoints}  # type: ignore[union-attr]
+    settle(platform)
+    canary = [j for j in replica_jobs(platform, "Running") if "00002" in j.name]
+    assert len(canary) == 1
+    replica = executor.running(canary[0].id)[0]
+    replica.log += b"loading\nKIBAN_LOAD_FAILED: no model files in /models/missing\n"
+    executor.finish_all(canary[0].id, exit_code=3)
+    settle(platform)
+    assert revision_states(platform)[1] == (2, "Failed", "no model files in /models/missing")
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 100}
+    assert not [j for j in replica_jobs(platform, "Pending") if "00002" in j.name]
+    assert "RevisionFailed" in service_events(platform)
+
+
+def test_scale_to_zero_after_the_grace_period_and_from_zero_when_a_request_waits(
+    platform: Platform, probe: Probe
+) -> None:
+    seconds = ManualClock(start=1000.0)
+    platform.services.traffic = TrafficMetrics(clock=seconds.now)
+    apply(platform, service_doc(minReplicas=0, maxReplicas=2))
+    probe.all = True
+    settle(platform)
+    # Knative's initial scale: one replica shows that the model loads.
+    assert len(replica_jobs(platform, "Running")) == 1
+    settle(platform)
+    seconds.advance(20)  # idle, but within the 30 s grace period
+    settle(platform)
+    assert len(replica_jobs(platform, "Running")) == 1
+    seconds.advance(15)
+    settle(platform, passes=4)
+    assert replica_jobs(platform, "Running") == []
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 100}  # requests wait
+    platform.services.traffic.counter(("default", "chat"), "chat-00001").was_queued()
+    settle(platform)
+    assert len(replica_jobs(platform, "Running")) == 1
+
+
+def test_deleting_a_service_stops_its_replicas_and_then_removes_it(
+    platform: Platform, probe: Probe
+) -> None:
+    apply(platform, service_doc(minReplicas=2, maxReplicas=2))
+    probe.all = True
+    settle(platform)
+    assert len(replica_jobs(platform, "Running")) == 2
+    with platform.sessions() as session:
+        serving.delete(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+    settle(platform, passes=4)
+    assert {j.state for j in replica_jobs(platform)} == {"Cancelled"}
+    with platform.sessions() as session:
+        assert session.scalars(select(ServiceRow)).all() == []
+    assert platform.routes.get("default", "chat") is None
+    assert service_events(platform)[-1] == "Removed"
+
+
+def test_a_service_scaling_up_preempts_lower_priority_training(
+    platform: Platform, probe: Probe
+) -> None:
+    training = [submit(platform, manifest(f"train-{i}", gpu=2)) for i in range(3)]
+    platform.loop.run_once()
+    assert [j.state for j in replica_jobs(platform)] == ["Running"] * 3  # every GPU taken
+    probe.all = True
+    apply(platform, service_doc(minReplicas=1))
+    settle(platform, passes=5)
+    states = {j.id: j.state for j in replica_jobs(platform)}
+    preempted = [t for t in training if states[t] != "Running"]
+    assert len(preempted) == 1  # one 2-GPU job makes room for the 1-GPU replica
+    assert [j.name for j in replica_jobs(platform, "Running") if j.id not in training] == [
+        "chat-00001-0"
+    ]

@@ -1,0 +1,112 @@
+"""A KServe InferenceService on kiban's Kubernetes executor, against the real API server: kiban
+places a pod per replica (with the service's labels, image, port and model arguments), makes
+a Service per revision, scales on a spec change and deletes everything with the service.
+Simulated nodes serve no traffic, so readiness and requests are tested on the local executor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_platform import NAMESPACE, empty_the_cluster, env_of, kube_platform
+from kube_support import wait_for
+
+from kiban.devtools.kube import ControlPlane
+from kiban.domain.manifests import load_document
+from kiban.services import serving
+from kiban.services.auth import Principal
+
+pytestmark = pytest.mark.kube
+
+ALICE = Principal(name="alice", tenant="default", is_admin=False)
+
+INFERENCE_SERVICE = """
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata:
+  name: llm
+  annotations:
+    serving.kserve.io/deploymentMode: RawDeployment
+spec:
+  predictor:
+    minReplicas: 2
+    maxReplicas: 3
+    model:
+      modelFormat: {name: huggingface}
+      image: registry.example/kiban-model-server:1
+      args: [--model_name=llm, --model_id=org/tiny-llm, --dtype=float16]
+      env:
+        - {name: HF_HOME, value: /mnt/hf}
+      resources:
+        limits: {nvidia.com/gpu: "1", cpu: "2", memory: 8Gi}
+        requests: {cpu: "1", memory: 4Gi}
+"""
+
+
+def serving_pods(core: Any) -> list[Any]:
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector="kiban.dev/service=llm").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def revision_services(core: Any) -> list[str]:
+    found = core.list_namespaced_service(NAMESPACE, label_selector="kiban.dev/service=llm")
+    return sorted(s.metadata.name for s in found.items)
+
+
+def apply(platform: Any, document: dict[str, Any]) -> None:
+    with platform.sessions() as session:
+        serving.apply(session, ALICE, document, facts=platform.facts, at=platform.clock.now())
+        session.commit()
+    platform.services.wake()
+
+
+def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_revision(
+    control_plane: ControlPlane, core: Any, tmp_path: Path
+) -> None:
+    empty_the_cluster(core)
+    document = load_document(INFERENCE_SERVICE)
+    with kube_platform(control_plane, tmp_path / "home") as platform:
+        platform.services.interval_s = 0.2
+        platform.services.start()
+        apply(platform, document)
+        pods = wait_for("2 pods", lambda: len(serving_pods(core)) == 2 and serving_pods(core))
+        for pod in pods:
+            labels = pod.metadata.labels
+            assert labels["kiban.dev/revision"] == "llm-00001"
+            assert pod.spec.node_name  # bound by kiban, no scheduler involved
+            container = pod.spec.containers[0]
+            assert container.image == "registry.example/kiban-model-server:1"
+            assert container.resources.limits["nvidia.com/gpu"] == "1"
+            command = container.command
+            assert command[command.index("--model_id") + 1] == "org/tiny-llm"
+            assert "--dtype=float16" in command
+            env = env_of(pod)
+            assert env["HF_HOME"] == "/mnt/hf"
+            assert env["MASTER_PORT"] == "8080"  # every replica of a revision on one port
+        assert wait_for("its Service", lambda: revision_services(core) == ["kbs-llm-00001"])
+        service = core.read_namespaced_service("kbs-llm-00001", NAMESPACE)
+        assert service.spec.selector == {
+            "kiban.dev/service": "llm",
+            "kiban.dev/revision": "llm-00001",
+        }
+        assert service.spec.ports[0].target_port == 8080
+
+        # A new model makes revision 2 at 10%: its own pod and Service beside the first's.
+        document["spec"]["predictor"]["canaryTrafficPercent"] = 10
+        document["spec"]["predictor"]["model"]["args"][1] = "--model_id=org/tiny-llm-v2"
+        apply(platform, document)
+        wait_for(
+            "the canary's pod",
+            lambda: any(
+                p.metadata.labels["kiban.dev/revision"] == "llm-00002" for p in serving_pods(core)
+            ),
+        )
+
+        with platform.sessions() as session:
+            serving.delete(session, ALICE, "llm", platform.clock.now())
+            session.commit()
+        platform.services.wake()
+        wait_for("the pods to go", lambda: serving_pods(core) == [], timeout=60)
+        wait_for("the Services to go", lambda: revision_services(core) == [], timeout=60)

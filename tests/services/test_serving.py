@@ -1,0 +1,148 @@
+"""Services: applying manifests makes revisions; promote, rollback and delete move traffic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from kiban.domain.rollout import RevisionState
+from kiban.platform import Platform
+from kiban.services import serving
+from kiban.services.auth import Principal
+from kiban.services.errors import Conflict, InvalidInput, NotFound
+from kiban.store.models import Event, ServiceRevision, ServiceRow
+
+ADMIN = Principal(name="admin", tenant=None, is_admin=True)
+ALICE = Principal(name="alice", tenant="default", is_admin=False)
+MALLORY = Principal(name="mallory", tenant="other", is_admin=False)
+
+
+def service_doc(name: str = "chat", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"name": "tiny", "storageUri": "file:///models/tiny"},
+        "resources": {"gpu": 1},
+        **spec,
+    }
+    return {"apiVersion": "kiban/v1", "kind": "Service", "metadata": {"name": name}, "spec": body}
+
+
+def apply(platform: Platform, document: dict[str, Any], who: Principal = ALICE) -> ServiceRow:
+    with platform.sessions() as session:
+        applied = serving.apply(
+            session, who, document, facts=platform.facts, at=platform.clock.now()
+        )
+        session.commit()
+        session.refresh(applied.service)
+        session.expunge(applied.service)
+        return applied.service
+
+
+def revisions(platform: Platform, name: str = "chat") -> list[tuple[int, str]]:
+    with platform.sessions() as session:
+        row = session.scalars(select(ServiceRow).where(ServiceRow.name == name)).one()
+        return [(r.number, r.state) for r in serving.revisions_of(session, row)]
+
+
+def set_state(platform: Platform, number: int, state: RevisionState) -> None:
+    with platform.sessions() as session:
+        revision = session.scalars(
+            select(ServiceRevision).where(ServiceRevision.number == number)
+        ).one()
+        revision.state = state.value
+        session.commit()
+
+
+def test_a_new_service_has_one_revision_that_takes_all_traffic_once_ready(
+    platform: Platform,
+) -> None:
+    row = apply(platform, service_doc())
+    assert row.tenant == "default"
+    assert (row.stable_revision, row.canary_revision, row.canary_percent) == (None, 1, 100)
+    assert revisions(platform) == [(1, "Loading")]
+
+
+def test_scaling_changes_make_no_revision_but_a_model_change_does(platform: Platform) -> None:
+    apply(platform, service_doc())
+    apply(platform, service_doc(minReplicas=2, maxReplicas=4, timeout="20m"))
+    assert revisions(platform) == [(1, "Loading")]
+    changed = service_doc(minReplicas=2, maxReplicas=4)
+    changed["spec"]["model"]["storageUri"] = "file:///models/tiny-v2"
+    row = apply(platform, changed)
+    assert revisions(platform) == [(1, "Retired"), (2, "Loading")]
+    assert row.canary_revision == 2
+
+
+def test_a_canary_takes_its_share_and_promote_and_rollback_move_it(platform: Platform) -> None:
+    apply(platform, service_doc())
+    with platform.sessions() as session:
+        row = serving.get_visible(session, ALICE, "chat")
+        serving.promote_canary(session, row, platform.clock.now(), by="test")
+        session.commit()
+    v2 = service_doc(canaryTrafficPercent=20)
+    v2["spec"]["model"]["args"] = ["--dtype", "float32"]
+    row = apply(platform, v2)
+    assert (row.stable_revision, row.canary_revision, row.canary_percent) == (1, 2, 20)
+    with platform.sessions() as session, pytest.raises(Conflict, match="not Ready"):
+        serving.promote(session, ALICE, "chat", platform.clock.now())
+    set_state(platform, 2, RevisionState.READY)
+    with platform.sessions() as session:
+        promoted = serving.promote(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+        assert (promoted.stable_revision, promoted.canary_revision) == (2, None)
+    assert revisions(platform) == [(1, "Retired"), (2, "Ready")]
+    # With no canary, rollback brings the revision before the stable one back.
+    with platform.sessions() as session:
+        back = serving.rollback(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+        assert (back.stable_revision, back.canary_revision, back.canary_percent) == (2, 1, 100)
+    assert revisions(platform) == [(1, "Loading"), (2, "Ready")]
+    # And a rollback with a canary drops the canary.
+    with platform.sessions() as session:
+        dropped = serving.rollback(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+        assert (dropped.stable_revision, dropped.canary_revision) == (2, None)
+    assert revisions(platform) == [(1, "Retired"), (2, "Ready")]
+
+
+def test_bad_services_are_refused_naming_the_field(platform: Platform) -> None:
+    with pytest.raises(InvalidInput) as missing_queue:
+        apply(platform, service_doc(queue="nope"))
+    assert missing_queue.value.problems[0].field == "spec.queue"
+    with pytest.raises(InvalidInput) as too_big:
+        apply(platform, service_doc(resources={"gpu": 64}))
+    assert too_big.value.problems[0].field.startswith("spec.resources")
+    with pytest.raises(InvalidInput) as bad_class:
+        apply(platform, service_doc(priorityClass="urgent"))
+    assert bad_class.value.problems[0].field == "spec.priorityClass"
+    with platform.sessions() as session:
+        assert session.scalars(select(ServiceRow)).all() == []  # nothing half-written
+
+
+def test_tenants_see_only_their_services(platform: Platform) -> None:
+    apply(platform, service_doc())
+    with platform.sessions() as session:
+        assert [s.name for s in serving.list_services(session, ALICE)] == ["chat"]
+        assert serving.list_services(session, MALLORY) == []
+        with pytest.raises(NotFound):
+            serving.get_visible(session, MALLORY, "chat")
+        with pytest.raises(NotFound):
+            serving.promote(session, MALLORY, "chat", platform.clock.now())
+
+
+def test_delete_retires_every_revision_and_refuses_a_reapply_meanwhile(
+    platform: Platform,
+) -> None:
+    apply(platform, service_doc())
+    with platform.sessions() as session:
+        serving.delete(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+    assert revisions(platform) == [(1, "Retired")]
+    with pytest.raises(Conflict, match="being deleted"):
+        apply(platform, service_doc())
+    with platform.sessions() as session:
+        reasons = [
+            e.reason for e in session.scalars(select(Event).where(Event.object_kind == "Service"))
+        ]
+    assert reasons == ["Created", "RevisionRetired", "Deleted"]
