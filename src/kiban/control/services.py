@@ -32,7 +32,7 @@ from kiban.domain.service import ServiceSpec
 from kiban.domain.service_replica import replica_job_manifest, replica_port
 from kiban.domain.states import JobState
 from kiban.executors.base import Executor
-from kiban.services import events, jobs
+from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import ServiceError
 from kiban.services.jobs import ClusterFacts
@@ -40,6 +40,7 @@ from kiban.services.policy import current_policy
 from kiban.services.serving import (
     promote_canary,
     revisions_of,
+    service_event,
     serving_priority_class,
     stored_spec,
 )
@@ -257,11 +258,9 @@ class ServiceController:
             if service.stable_revision not in (None, revision.number)
             else ""
         )
-        events.record(
+        service_event(
             session,
-            kind="Service",
-            name=service.name,
-            tenant=service.tenant,
+            service,
             reason="RevisionFailed",
             message=f"revision {name} failed: {message}{kept}",
             at=now,
@@ -295,11 +294,9 @@ class ServiceController:
             view.row.ready = ready
         if revision.state == RevisionState.LOADING.value and any(v.row.ready for v in views):
             revision.state, revision.ready_at = RevisionState.READY.value, now
-            events.record(
+            service_event(
                 session,
-                kind="Service",
-                name=service.name,
-                tenant=service.tenant,
+                service,
                 reason="RevisionReady",
                 message=f"revision {revision_name(service.name, revision.number)} serves",
                 at=now,
@@ -473,11 +470,9 @@ class ServiceController:
     def _remove(self, session: Session, service: ServiceRow, now: float) -> None:
         session.execute(delete(ServiceReplica).where(ServiceReplica.service_id == service.id))
         session.execute(delete(ServiceRevision).where(ServiceRevision.service_id == service.id))
-        events.record(
+        service_event(
             session,
-            kind="Service",
-            name=service.name,
-            tenant=service.tenant,
+            service,
             reason="Removed",
             message="every replica has stopped; the service is gone",
             at=now,

@@ -21,6 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kiban.domain.errors import FieldProblem
+from kiban.domain.foreign import ManifestReader
+
 API_VERSION = "serving.kserve.io/v1beta1"
 KIND = "InferenceService"
 TRANSLATED_ANNOTATION = "kiban.dev/translated-from"
@@ -87,7 +90,7 @@ class Translation:
     document: dict[str, Any]
     warnings: tuple[str, ...]
     paths: tuple[tuple[str, str], ...]
-    problems: tuple[tuple[str, str], ...] = ()
+    problems: tuple[FieldProblem, ...] = ()
 
 
 def is_inference_service(document: Mapping[str, Any]) -> bool:
@@ -95,41 +98,22 @@ def is_inference_service(document: Mapping[str, Any]) -> bool:
 
 
 def translate(document: Mapping[str, Any]) -> Translation:
-    """Translate an InferenceService; the result's ``problems`` (field, message) are the input's
+    """Translate an InferenceService; the result's ``problems`` are the input's
     structural faults, which the caller raises (with the kiban model's own) as a SpecError."""
     return _Translator().run(document)
 
 
-class _Translator:
+class _Translator(ManifestReader):
     """One translation: the kiban document built, warnings, problems and the path map."""
 
     def __init__(self) -> None:
-        self.problems: list[tuple[str, str]] = []
+        super().__init__()
         self.warnings: list[str] = []
         self.paths: list[tuple[str, str]] = []
 
     # -- helpers -----------------------------------------------------------------------------
-    def problem(self, path: str, message: str) -> None:
-        self.problems.append((path, message))
-
     def ignore(self, path: str, why: str) -> None:
         self.warnings.append(f"{path}: ignored ({why})")
-
-    def mapping(self, value: Any, path: str) -> dict[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.problem(path, "must be a mapping")
-            return {}
-        return value
-
-    def items(self, value: Any, path: str) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self.problem(path, "must be a list")
-            return []
-        return value
 
     def source(self, kiban: str, kserve: str) -> None:
         """Record where a kiban field came from (a later source of the same field replaces)."""

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kiban.domain.errors import FieldProblem, SpecError, format_location
+from kiban.domain.foreign import validation_message
 from kiban.domain.jobspec import JobManifest
 from kiban.domain.service import SERVICE_KINDS, is_service
 from kiban.domain.volcano import API_VERSION as VOLCANO_API
@@ -39,13 +40,9 @@ def problems_from_validation(error: ValidationError) -> list[FieldProblem]:
     """Turn pydantic's errors into field problems with paths such as ``spec.tasks[0].replicas``."""
     problems = []
     for item in error.errors():
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown field (check its spelling)"
-        elif item["type"] == "missing":
-            message = "required field is missing"
-        message = message.removeprefix("Value error, ")
-        problems.append(FieldProblem(format_location(tuple(item["loc"])), message))
+        problems.append(
+            FieldProblem(format_location(tuple(item["loc"])), validation_message(dict(item)))
+        )
     return problems
 
 

@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 
 from kiban.domain import kserve
 from kiban.domain.errors import FieldProblem, SpecError, format_location
+from kiban.domain.foreign import validation_message
 from kiban.domain.jobspec import ObjectMeta, Resources, SpecModel, TaskSpec, VolumeSpec
 from kiban.domain.jobspec import check_dns_label as _dns_label
 from kiban.domain.quantity import parse_duration
@@ -342,7 +343,7 @@ def parse_service_submission(doc: dict[str, Any]) -> ServiceSubmission:
     if kserve.is_inference_service(doc):
         translation = kserve.translate(doc)
         if translation.problems:
-            raise SpecError([FieldProblem(f, m) for f, m in translation.problems])
+            raise SpecError(list(translation.problems))
         document, warnings, paths = translation.document, translation.warnings, translation.paths
     elif (doc.get("apiVersion"), doc.get("kind")) == (API_VERSION, KIND):
         document = doc
@@ -375,7 +376,9 @@ def validate_manifest(
     except ValidationError as exc:
         raise SpecError(
             [
-                FieldProblem(source_path(paths, format_location(tuple(e["loc"]))), _message(e))
+                FieldProblem(
+                    source_path(paths, format_location(tuple(e["loc"]))), validation_message(e)
+                )
                 for e in exc.errors()
             ]
         ) from None
@@ -391,11 +394,3 @@ SERVICE_KINDS = {
     (API_VERSION, KIND): service_manifest,
     (kserve.API_VERSION, kserve.KIND): service_manifest,
 }
-
-
-def _message(error: Mapping[str, Any]) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown field (check its spelling)"
-    if error["type"] == "missing":
-        return "required field is missing"
-    return str(error["msg"]).removeprefix("Value error, ")

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kiban.domain.errors import FieldProblem, SpecError, format_location
+from kiban.domain.foreign import ManifestReader, validation_message
 from kiban.domain.jobspec import JobManifest
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -89,11 +90,11 @@ def _pretty(items: list[str]) -> str:
     return ", ".join(items)
 
 
-class _Translator:
+class _Translator(ManifestReader):
     """One translation: the problems and warnings found on the way, and the path map."""
 
     def __init__(self) -> None:
-        self.problems: list[FieldProblem] = []
+        super().__init__()
         self.ignored: list[str] = []
         self.notes: list[str] = []
         self.paths: list[tuple[str, str]] = [
@@ -102,25 +103,6 @@ class _Translator:
         ]
 
     # -- helpers -------------------------------------------------------------------------
-    def problem(self, path: str, message: str) -> None:
-        self.problems.append(FieldProblem(path, message))
-
-    def mapping(self, value: Any, path: str) -> dict[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.problem(path, "must be a mapping")
-            return {}
-        return value
-
-    def items(self, value: Any, path: str) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self.problem(path, "must be a list")
-            return []
-        return value
-
     def leftovers(
         self, value: dict[str, Any], path: str, known: set[str], ignored: set[str]
     ) -> None:
@@ -154,7 +136,7 @@ class _Translator:
                 [
                     FieldProblem(
                         source_path(paths, format_location(tuple(e["loc"]))),
-                        _message(e),
+                        validation_message(e),
                     )
                     for e in exc.errors()
                 ]
@@ -532,11 +514,3 @@ class _Translator:
                     "(and ignores emptyDir)",
                 )
         return out
-
-
-def _message(error: Mapping[str, Any]) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown field (check its spelling)"
-    if error["type"] == "missing":
-        return "required field is missing"
-    return str(error["msg"]).removeprefix("Value error, ")

@@ -30,6 +30,28 @@ _NAME = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")
 SERVING_PRIORITY_CLASS = "serving"
 
 
+def service_event(
+    session: Session,
+    service: ServiceRow,
+    *,
+    reason: str,
+    message: str,
+    at: float,
+    warning: bool = False,
+) -> None:
+    """Record an event of a service (its tenant's to see)."""
+    events.record(
+        session,
+        kind="Service",
+        name=service.name,
+        tenant=service.tenant,
+        reason=reason,
+        message=message,
+        at=at,
+        warning=warning,
+    )
+
+
 def stored_spec(row: ServiceRow | ServiceRevision) -> ServiceSpec:
     """The normalized spec kept with a service or a revision."""
     return ServiceSpec.model_validate(row.spec)
@@ -145,11 +167,9 @@ def apply(
         )
     elif service.canary_revision is not None and spec.canary_traffic_percent is not None:
         service.canary_percent = spec.canary_traffic_percent
-    events.record(
+    service_event(
         session,
-        kind="Service",
-        name=name,
-        tenant=service.tenant,
+        service,
         reason="Created" if created else "Updated",
         message=f"applied by {principal.name}"
         + (f"; revision {revision_name(name, revision.number)}" if revision else "")
@@ -157,11 +177,9 @@ def apply(
         at=at,
     )
     if submission.warnings:
-        events.record(
+        service_event(
             session,
-            kind="Service",
-            name=name,
-            tenant=service.tenant,
+            service,
             reason="AppliedWithWarnings",
             message="; ".join(submission.warnings),
             at=at,
@@ -227,11 +245,9 @@ def _retire(session: Session, service: ServiceRow, number: int, at: float, why: 
     if revision.state != RevisionState.FAILED.value:
         revision.state = RevisionState.RETIRED.value
         revision.message = why
-    events.record(
+    service_event(
         session,
-        kind="Service",
-        name=service.name,
-        tenant=service.tenant,
+        service,
         reason="RevisionRetired",
         message=f"revision {revision_name(service.name, number)} retired: {why}",
         at=at,
@@ -288,11 +304,9 @@ def promote_canary(session: Session, service: ServiceRow, at: float, *, by: str)
     service.stable_revision, service.canary_revision, service.canary_percent = number, None, 0
     if old is not None and old != number:
         _retire(session, service, old, at, f"{revision_name(service.name, number)} promoted")
-    events.record(
+    service_event(
         session,
-        kind="Service",
-        name=service.name,
-        tenant=service.tenant,
+        service,
         reason="Promoted",
         message=f"revision {revision_name(service.name, number)} takes all traffic ({by})",
         at=at,
@@ -322,11 +336,9 @@ def rollback(session: Session, principal: Principal, name: str, at: float) -> Se
     back = earlier[-1]
     back.state, back.message, back.crashes = RevisionState.LOADING.value, "", 0
     service.canary_revision, service.canary_percent = back.number, 100
-    events.record(
+    service_event(
         session,
-        kind="Service",
-        name=name,
-        tenant=service.tenant,
+        service,
         reason="RolledBack",
         message=f"revision {revision_name(name, back.number)} comes back ({principal.name}); "
         "it takes all traffic once ready",
@@ -344,11 +356,9 @@ def delete(session: Session, principal: Principal, name: str, at: float) -> Serv
     service.stable_revision = service.canary_revision = None
     service.canary_percent = 0
     service.deleted_at = at
-    events.record(
+    service_event(
         session,
-        kind="Service",
-        name=name,
-        tenant=service.tenant,
+        service,
         reason="Deleted",
         message=f"deleted by {principal.name}; its replicas stop",
         at=at,

@@ -37,6 +37,18 @@ MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
 MAX_OFFSET = 2**63 - 1  # a file offset
 
 
+MANIFEST_BODY: dict[str, Any] = {
+    "requestBody": {
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+        "required": True,
+    }
+}
+"""A manifest in a request body, as OpenAPI describes it: JSON, or YAML text."""
+
+
 def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
     """The manifest in a request body: JSON, or YAML (which also reads JSON)."""
     if len(raw) > 1024 * 1024:
@@ -65,15 +77,7 @@ def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
     "",
     status_code=201,
     response_model=JobOut,
-    openapi_extra={
-        "requestBody": {
-            "content": {
-                "application/json": {"schema": {"type": "object"}},
-                "application/yaml": {"schema": {"type": "string"}},
-            },
-            "required": True,
-        }
-    },
+    openapi_extra=MANIFEST_BODY,
 )
 async def submit_job(
     request: Request,

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
-from kiban.api.routers.jobs import MAX_EVENT_ID, parse_manifest_body
+from kiban.api.routers.jobs import MANIFEST_BODY, MAX_EVENT_ID, parse_manifest_body
 from kiban.api.schemas import EventOut, event_out
 from kiban.api.serving_schemas import ServiceOut, TrafficOut, service_out
 from kiban.platform import Platform
@@ -45,15 +45,7 @@ def _out(platform: Platform, session: Session, row: ServiceRow) -> ServiceOut:
     "",
     response_model=ServiceOut,
     responses={201: {"description": "created"}, 200: {"description": "changed"}},
-    openapi_extra={
-        "requestBody": {
-            "content": {
-                "application/json": {"schema": {"type": "object"}},
-                "application/yaml": {"schema": {"type": "string"}},
-            },
-            "required": True,
-        }
-    },
+    openapi_extra=MANIFEST_BODY,
 )
 async def apply_service(
     request: Request, platform: PlatformDep, principal: PrincipalDep

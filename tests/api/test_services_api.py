@@ -1,0 +1,113 @@
+"""The services API: apply (kiban Service or KServe InferenceService, JSON or YAML), read, the
+tenant boundary, bad manifests, promote and rollback refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from kiban.api.app import create_app
+from kiban.platform import Platform
+
+INFERENCE_SERVICE = """
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata:
+  name: llm
+  annotations: {serving.kserve.io/deploymentMode: RawDeployment}
+spec:
+  predictor:
+    minReplicas: 1
+    maxReplicas: 2
+    model:
+      modelFormat: {name: huggingface}
+      args: [--model_name=llm, --model_id=org/llm]
+      resources: {limits: {nvidia.com/gpu: "1"}}
+"""
+
+
+def service(name: str = "embedder", queue: str = "default", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kiban/v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"queue": queue, "model": {"name": "m", "storageUri": "file:///m"}, **spec},
+    }
+
+
+@pytest.fixture
+def member(api: TestClient, platform: Platform) -> Iterator[TestClient]:
+    """Alice, of tenant vision (queue vision-q)."""
+    assert api.post("/api/v1/tenants", json={"name": "vision"}).status_code == 201
+    queue = {"name": "vision-q", "tenant": "vision", "quota": {"gpu": 2}}
+    assert api.post("/api/v1/queues", json=queue).status_code == 201
+    token = api.post("/api/v1/tenants/vision/tokens", json={"name": "alice"}).json()["token"]
+    with TestClient(create_app(platform), headers={"Authorization": f"Bearer {token}"}) as c:
+        yield c
+
+
+def test_apply_creates_then_changes_and_reports_ignored_kserve_fields(api: TestClient) -> None:
+    created = api.post(
+        "/api/v1/services", content=INFERENCE_SERVICE, headers={"Content-Type": "application/yaml"}
+    )
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert (body["name"], body["tenant"], body["model"], body["state"]) == (
+        "llm",
+        "default",
+        "llm",
+        "Loading",
+    )
+    assert [r["name"] for r in body["revisions"]] == ["llm-00001"]
+    assert any("deploymentMode" in w for w in body["warnings"])
+    again = api.post(
+        "/api/v1/services",
+        content=INFERENCE_SERVICE.replace("maxReplicas: 2", "maxReplicas: 3"),
+        headers={"Content-Type": "application/yaml"},
+    )
+    assert again.status_code == 200
+    assert [r["name"] for r in again.json()["revisions"]] == ["llm-00001"]  # scaling only
+    assert api.get("/api/v1/services/llm").json()["maxReplicas"] == 3
+    reasons = [e["reason"] for e in api.get("/api/v1/services/llm/events").json()]
+    assert reasons[:2] == ["Created", "AppliedWithWarnings"]
+
+
+def test_bad_manifests_name_the_field_and_store_nothing(api: TestClient) -> None:
+    bad = service(minReplicas=3, maxReplicas=2)
+    answer = api.post("/api/v1/services", json=bad)
+    assert answer.status_code == 422
+    assert "maxReplicas" in answer.text
+    unknown = service(replicas=2)
+    answer = api.post("/api/v1/services", json=unknown)
+    assert answer.status_code == 422
+    assert "spec.replicas" in answer.text
+    job = {"apiVersion": "kiban/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {}}
+    assert "kiban submit" in api.post("/api/v1/services", json=job).text
+    assert api.get("/api/v1/services").json() == []
+
+
+def test_tenants_see_and_change_only_their_own_services(
+    api: TestClient, member: TestClient
+) -> None:
+    assert api.post("/api/v1/services", json=service("admins")).status_code == 201
+    mine = member.post("/api/v1/services", json=service("mine", queue="vision-q"))
+    assert mine.status_code == 201, mine.text
+    assert [s["name"] for s in member.get("/api/v1/services").json()] == ["mine"]
+    assert member.get("/api/v1/services/admins").status_code == 404
+    assert member.post("/api/v1/services/admins/promote").status_code == 404
+    assert member.delete("/api/v1/services/admins").status_code == 404
+    # A member cannot put a service in another tenant's queue either.
+    assert member.post("/api/v1/services", json=service("x", queue="default")).status_code == 422
+    assert {s["name"] for s in api.get("/api/v1/services").json()} == {"admins", "mine"}
+
+
+def test_promote_and_rollback_refuse_what_cannot_be_done(api: TestClient) -> None:
+    api.post("/api/v1/services", json=service())
+    loading = api.post("/api/v1/services/embedder/promote")
+    assert loading.status_code == 409
+    assert "not Ready" in loading.text
+    assert api.post("/api/v1/services/embedder/rollback").status_code == 409
+    assert api.get("/api/v1/services/nope").status_code == 404
