@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -355,3 +355,43 @@ def job_manifest(
         "metadata": {"name": name},
         "spec": {**spec, "tasks": [task]},
     }
+
+
+@contextlib.contextmanager
+def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartKiban]:
+    """Start servers on demand; on exit stop them all and kill what their jobs left running."""
+    if not KIBAN.exists():
+        pytest.skip(f"the kiban console script is not installed at {KIBAN} (pip install -e .)")
+    servers: list[KibanServer] = []
+
+    def start(
+        *,
+        nodes: int | None = 3,
+        gpus_per_node: int = 2,
+        config: dict[str, Any] | str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> KibanServer:
+        base = tmp_path_factory.mktemp("kiban")
+        home = base / "home"
+        workdir = base / "work"
+        home.mkdir()
+        workdir.mkdir()
+        args = ["up", "--home", str(home), "--port", "0"]
+        if config is not None:
+            config_file = base / "cluster.yaml"
+            text = config if isinstance(config, str) else yaml.safe_dump(config)
+            config_file.write_text(text)
+            args += ["--config", str(config_file)]
+        if nodes is not None:
+            args += ["--nodes", str(nodes), "--gpus-per-node", str(gpus_per_node)]
+        args += list(extra_args)
+        server = KibanServer(home=home, up_args=args, env=cli_env(home), workdir=workdir)
+        servers.append(server)
+        server.start()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.close()

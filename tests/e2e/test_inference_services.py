@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from e2e_support import KibanServer, eventually
+from e2e_support import KibanServer, eventually, server_factory
 
 from kiban.testing.models import build_tiny_causal_lm, embedding_model_path
 
@@ -63,8 +63,6 @@ def revision_states(service: dict[str, Any]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from conftest import server_factory
-
     with server_factory(tmp_path_factory) as start:
         yield start(nodes=2, gpus_per_node=0)
 
