@@ -83,7 +83,7 @@ def service_events(platform: Platform) -> list[str]:
 def test_a_service_runs_its_replicas_as_serving_priority_jobs_and_routes_to_ready_ones(
     platform: Platform, probe: Probe
 ) -> None:
-    apply(platform, service_doc(minReplicas=2, maxReplicas=3))
+    apply(platform, service_doc(minReplicas=2, maxReplicas=3, containerConcurrency=4))
     settle(platform)
     running = replica_jobs(platform, "Running")
     assert len(running) == 2
@@ -92,6 +92,7 @@ def test_a_service_runs_its_replicas_as_serving_priority_jobs_and_routes_to_read
     route = platform.routes.get("default", "chat")
     assert route is not None
     assert dict(route.traffic) == {"chat-00001": 100}
+    assert route.max_concurrency_per_endpoint == 4  # more wait in the router's queue
     assert not any(e.ready for e in route.endpoints)  # nothing answers its probe yet
     probe.all = True
     settle(platform, passes=1)

@@ -391,3 +391,13 @@ def test_transformer_and_explainer_are_ignored_with_a_warning() -> None:
     document["spec"]["explainer"] = {"art": {}}
     ignored = {w.split(": ignored")[0] for w in parse_service_submission(document).warnings}
     assert ignored == {"spec.transformer", "spec.explainer"}
+
+
+def test_container_concurrency_is_the_hard_limit_per_replica() -> None:
+    limited = parse_service_submission(edit(LLAMA, "spec.predictor.containerConcurrency", 4))
+    assert limited.spec.container_concurrency == 4
+    assert not any("containerConcurrency" in w for w in limited.warnings)
+    assert parse(LLAMA).spec.container_concurrency == 0  # unlimited, as in KServe
+    assert "spec.predictor.containerConcurrency" in problems(
+        edit(LLAMA, "spec.predictor.containerConcurrency", -1)
+    )

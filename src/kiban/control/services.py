@@ -203,6 +203,7 @@ class ServiceController:
             endpoints=endpoints,
             timeout_s=spec.timeout_s,
             public=spec.public,
+            max_concurrency_per_endpoint=spec.container_concurrency,
         )
         return route, changed
 

@@ -51,11 +51,11 @@ METADATA_IGNORED |= {"finalizers"}
 
 PREDICTOR_USED = {"model", "huggingface", "containers", "volumes", "minReplicas", "maxReplicas"}
 PREDICTOR_USED |= {"scaleTarget", "scaleMetric", "canaryTrafficPercent", "timeout"}
-PREDICTOR_USED |= {"priorityClassName"}
+PREDICTOR_USED |= {"priorityClassName", "containerConcurrency"}
 # The pod and component fields of KServe's PredictorSpec that kiban does not use.
 PREDICTOR_IGNORED = {
     "activeDeadlineSeconds", "affinity", "annotations", "autoScaling", "batcher",
-    "automountServiceAccountToken", "containerConcurrency", "deploymentStrategy", "dnsConfig",
+    "automountServiceAccountToken", "deploymentStrategy", "dnsConfig",
     "dnsPolicy", "enableServiceLinks", "hostAliases", "hostIPC", "hostNetwork", "hostPID",
     "hostUsers", "hostname", "imagePullSecrets", "labels", "logger", "nodeName", "nodeSelector",
     "os", "overhead", "preemptionPolicy", "priority", "readinessGates", "resourceClaims",
@@ -204,6 +204,7 @@ class _Translator(ManifestReader):
             ("canaryTrafficPercent", "canaryTrafficPercent"),
             ("timeout", "timeout"),
             ("priorityClassName", "priorityClass"),
+            ("containerConcurrency", "containerConcurrency"),
         ):
             if predictor.get(kserve) is not None and kiban not in out:
                 out[kiban] = predictor[kserve]

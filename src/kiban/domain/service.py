@@ -138,6 +138,7 @@ MinReplicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS)]
 MaxReplicas = Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
 ScaleTarget = Annotated[float, Field(gt=0, le=1e9)]
 CanaryPercent = Annotated[int, Field(ge=0, le=100)]
+ContainerConcurrency = Annotated[int, Field(ge=0, le=10_000)]
 Timeout = Annotated[float, BeforeValidator(_seconds), Field(gt=0, le=86400)]
 
 
@@ -171,6 +172,9 @@ class ServiceSpec(SpecModel):
     scale_metric: ScaleMetric = "concurrency"
     scale_target: ScaleTarget | None = None
     canary_traffic_percent: CanaryPercent | None = None
+    # Requests one replica is sent at once (KServe's and Knative's containerConcurrency); more
+    # wait in the router's queue. 0: no limit (the model server batches what it gets).
+    container_concurrency: ContainerConcurrency = 0
     timeout_s: Timeout = 600.0
     public: bool = False
 
@@ -262,6 +266,7 @@ class ServiceManifestSpec(SpecModel):
     scale_metric: ScaleMetric = "concurrency"
     scale_target: ScaleTarget | None = None
     canary_traffic_percent: CanaryPercent | None = None
+    container_concurrency: ContainerConcurrency = 0
     timeout: Timeout = 600.0
     public: bool = False
 
