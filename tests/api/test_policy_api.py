@@ -94,6 +94,20 @@ def test_anyone_signed_in_reads_the_policy(member: TestClient) -> None:
     assert effective["fairShare"]["halfLife"] == 7 * 86400
 
 
+def test_a_member_sees_only_its_tenants_queues_and_cohorts(
+    api: TestClient, member: TestClient
+) -> None:
+    assert api.put("/api/v1/policy", json=POLICY).status_code == 200
+    seen = member.get("/api/v1/policy").json()
+    for view in (seen["document"], seen["effective"]):
+        assert [q["name"] for q in view["queues"]] == ["default"]  # not vision's
+        assert view.get("cohorts", []) == []  # research is vision's cohort
+        assert [f["name"] for f in view["flavors"]] == ["small", "large"]  # what jobs name
+        assert view["flavors"][1]["queues"] == []  # large is vision's alone
+    admin = api.get("/api/v1/policy").json()
+    assert [q["name"] for q in admin["document"]["queues"]] == ["default", "vision"]
+
+
 def test_an_admin_replaces_the_policy(api: TestClient, platform: Platform) -> None:
     answer = api.put("/api/v1/policy", json=POLICY)
     assert answer.status_code == 200, answer.text

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from kiban.domain.declarations import DEFAULT_TENANT
 from kiban.domain.states import JobState
 from kiban.scheduler.reasons import awaiting_pass
 from kiban.services.jobs import requested
@@ -344,13 +345,53 @@ def tenant_out(t: Tenant) -> TenantOut:
     return TenantOut(name=t.name, created_at=t.created_at)
 
 
-def policy_out(record: PolicyRecord) -> PolicyOut:
+def tenant_view(document: dict[str, Any], tenant: str | None) -> dict[str, Any]:
+    """A policy document as a member of ``tenant`` may see it: its own queues and their
+    cohorts; flavors, priority classes, fair share and topology (what a job file names)."""
+    queues = [
+        q
+        for q in document.get("queues") or []
+        if isinstance(q, dict) and q.get("tenant", DEFAULT_TENANT) == tenant
+    ]
+    parents = {
+        c.get("name"): c.get("parent") for c in document.get("cohorts") or [] if isinstance(c, dict)
+    }
+    cohorts = set()
+    for queue in queues:
+        cohort = queue.get("cohort")
+        while cohort is not None and cohort not in cohorts:  # the queue's cohort and its tree
+            cohorts.add(cohort)
+            cohort = parents.get(cohort)
+    view = {key: value for key, value in document.items() if key not in ("queues", "cohorts")}
+    if "queues" in document:
+        view["queues"] = queues
+    names = {q.get("name") for q in queues}
+    if isinstance(document.get("flavors"), list):  # a flavor's allowed queues: only its own
+        view["flavors"] = [
+            {**f, "queues": [n for n in f["queues"] if n in names]}
+            if isinstance(f, dict) and isinstance(f.get("queues"), list)
+            else f
+            for f in document["flavors"]
+        ]
+    if "cohorts" in document:
+        view["cohorts"] = [
+            c for c in document["cohorts"] or [] if isinstance(c, dict) and c.get("name") in cohorts
+        ]
+    return view
+
+
+def policy_out(record: PolicyRecord, *, tenant: str | None = None, admin: bool = True) -> PolicyOut:
+    """The policy; a member sees only its tenant's queues (``tenant_view``)."""
+    document = record.document
+    effective = record.policy.model_dump(mode="json", by_alias=True)
+    if not admin:
+        document, effective = tenant_view(document, tenant), tenant_view(effective, tenant)
     return PolicyOut(
         version=record.version,
         created_at=record.created_at,
         created_by=record.created_by,
-        document=record.document,
-        effective=record.policy.model_dump(mode="json", by_alias=True),
+        document=document,
+        effective=effective,
     )
 
 

@@ -36,6 +36,7 @@ MAX_PRIORITY = 1_000_000_000  # as Kubernetes' user-defined priority classes
 MAX_WEIGHT = 1_000_000.0
 DEFAULT_HALF_LIFE_S = 7 * 86400.0
 DEFAULT_QUEUE = "default"
+DEFAULT_TENANT = "default"  # a queue's tenant when the policy names none
 
 LEVEL_NAME = re.compile(r"^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
@@ -201,7 +202,7 @@ class QueueDecl(SpecModel):
     """
 
     name: str
-    tenant: str = "default"
+    tenant: str = DEFAULT_TENANT
     cohort: str | None = None
     quota: GpusByFlavor | None = None
     borrowing_limit: GpusByFlavor | None = None

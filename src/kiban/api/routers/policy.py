@@ -22,8 +22,11 @@ router = APIRouter(prefix="/api/v1/policy", tags=["policy"])
 
 @router.get("", response_model=PolicyOut)
 def get_policy(principal: PrincipalDep, session: SessionDep) -> PolicyOut:
-    """The policy in force and its version (0: the built-in default)."""
-    return policy_out(policy.current_record(session))
+    """The policy in force and its version (0: the built-in default); a member sees only its
+    tenant's queues and their cohorts."""
+    return policy_out(
+        policy.current_record(session), tenant=principal.tenant, admin=principal.is_admin
+    )
 
 
 @router.put("", response_model=PolicyChangeOut)
