@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
@@ -90,6 +91,9 @@ class ServiceController:
     _stopping: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _http: httpx.Client = field(default_factory=lambda: httpx.Client(trust_env=False))
+    _probes: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="kiban-probe")
+    )
 
     # -- thread --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -101,6 +105,7 @@ class ServiceController:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self._probes.shutdown(wait=True)
         self._http.close()
 
     def wake(self) -> None:
@@ -283,16 +288,22 @@ class ServiceController:
         now: float,
     ) -> None:
         spec = stored_spec(revision)
+        probed: list[_ReplicaView] = []
         for view in views:
+            view.row.ready = False
             if view.job.state != JobState.RUNNING.value or view.job.master_port is None:
-                view.row.ready = False
                 continue
             port = replica_port(spec) or view.job.master_port
             view.address = self._address(session, view.job, port)
-            ready = view.address is not None and self._ready(view.address, spec.readiness_path)
-            if ready and not view.row.ever_ready:
-                view.row.ever_ready = True
+            if view.address is not None:
+                probed.append(view)
+        # All at once: a replica that hangs costs the pass one timeout, not one each.
+        answers = self._probes.map(
+            lambda v: self._ready(v.address or "", spec.readiness_path), probed
+        )
+        for view, ready in zip(probed, answers, strict=True):
             view.row.ready = ready
+            view.row.ever_ready = view.row.ever_ready or ready
         if revision.state == RevisionState.LOADING.value and any(v.row.ready for v in views):
             revision.state, revision.ready_at = RevisionState.READY.value, now
             service_event(
