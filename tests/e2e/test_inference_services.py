@@ -222,3 +222,39 @@ def test_scale_to_zero_then_a_request_waits_while_a_replica_starts(
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-kiban-revision"] == "lazy-00001"
     served.ok("delete", "service", "lazy")
+
+
+def test_a_custom_runtime_serves_any_http_command(
+    served: KibanServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    site = tmp_path_factory.mktemp("site")
+    (site / "v2" / "models" / "echo").mkdir(parents=True)
+    (site / "v2" / "models" / "echo" / "ready").write_text("yes\n")
+    port = free_port()
+    manifest = {
+        "apiVersion": "kiban/v1",
+        "kind": "Service",
+        "metadata": {"name": "static"},
+        "spec": {
+            "runtime": "custom",
+            "command": ["python", "-m", "http.server", str(port), "--directory", str(site)],
+            "port": port,
+            "readinessPath": "/v2/models/echo/ready",
+            "resources": {"cpu": 0.5, "memory": "256Mi"},
+            "public": True,
+        },
+    }
+    url = serve(served, manifest, "static.yaml")
+    wait_for(served, "static", "Ready", lambda s: s["state"] == "Ready")
+    answer = httpx.get(f"{url}/v2/models/echo/ready", timeout=30)
+    assert (answer.status_code, answer.text) == (200, "yes\n")
+    assert answer.headers["x-kiban-revision"] == "static-00001"
+    served.ok("delete", "service", "static")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
