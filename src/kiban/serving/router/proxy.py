@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from typing import cast
 from urllib.parse import unquote
@@ -131,15 +132,16 @@ def _forwarded_path(rest: bytes) -> bool:
 class ClientConnection(asyncio.Protocol):
     """One client's keep-alive connection: parses its requests, answers them in order."""
 
-    def __init__(self, dispatcher: Dispatcher, connections: set[ClientConnection]) -> None:
+    def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
-        self._connections = connections
+        self._connections = dispatcher.connections
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._parsing: Exchange | None = None
-        self._active: Exchange | None = None
+        self.active: Exchange | None = None
+        """The exchange being answered (the others wait in ``_pending``, not yet begun)."""
         self._pending: list[Exchange] = []
         self._closed = False
         self._paused = 0
@@ -160,17 +162,17 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._connections.discard(self)
-        if self._active is not None:
-            self._active.client_lost()
+        if self.active is not None:
+            self.active.client_lost()
         self._pending.clear()
 
     def pause_writing(self) -> None:
-        if self._active is not None and self._active.upstream is not None:
-            self._active.upstream.pause_reading()
+        if self.active is not None and self.active.upstream is not None:
+            self.active.upstream.pause_reading()
 
     def resume_writing(self) -> None:
-        if self._active is not None and self._active.upstream is not None:
-            self._active.upstream.resume_reading()
+        if self.active is not None and self.active.upstream is not None:
+            self.active.upstream.resume_reading()
 
     # -- httptools callbacks -------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -193,8 +195,8 @@ class ClientConnection(asyncio.Protocol):
             keep_alive=parser.should_keep_alive(),
         )
         self._parsing = exchange
-        if self._active is None:
-            self._active = exchange
+        if self.active is None:
+            self.active = exchange
             exchange.begin()
         else:
             self._pending.append(exchange)
@@ -226,9 +228,9 @@ class ClientConnection(asyncio.Protocol):
 
     def exchange_done(self, exchange: Exchange, *, keep_alive: bool) -> None:
         """``exchange`` has written its whole answer: close, or answer the next request."""
-        if self._active is not exchange:
+        if self.active is not exchange:
             return
-        self._active = None
+        self.active = None
         if self._paused:
             self._paused = 0
             if not self._closed and self.transport is not None:
@@ -237,8 +239,8 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         if self._pending:
-            self._active = self._pending.pop(0)
-            self._active.begin()
+            self.active = self._pending.pop(0)
+            self.active.begin()
 
     def close(self) -> None:
         if not self._closed and self.transport is not None:
@@ -251,10 +253,10 @@ class ClientConnection(asyncio.Protocol):
             self.transport.abort()
 
     def _fail_parse(self, message: str) -> None:
-        if self._active is None or not self._active.response_started:
+        if self.active is None or not self.active.response_started:
             self.write(error_response(400, message, "invalid_request", keep_alive=False))
-        if self._active is not None:
-            self._active.client_lost()
+        if self.active is not None:
+            self.active.client_lost()
         self.close()
 
 
@@ -262,12 +264,12 @@ class Exchange:
     """One request through the router: route, wait, connect, forward, pass the answer back."""
 
     __slots__ = (
-        "_activation_timer",
         "_body",
         "_body_size",
         "_chunked",
         "_connecting",
         "_continue",
+        "_deadline",
         "_forwarded",
         "_headers",
         "_method",
@@ -278,10 +280,10 @@ class Exchange:
         "_response_parser",
         "_revision_line",
         "_started",
-        "_timer",
         "_tried",
         "_upstream_keep_alive",
         "_url",
+        "_wait_until",
         "client",
         "counter",
         "dispatcher",
@@ -316,9 +318,10 @@ class Exchange:
         self._forwarded = b""
         self._continue = False
         self._request_complete = False
-        self._started = time.perf_counter()
-        self._timer: asyncio.TimerHandle | None = None
-        self._activation_timer: asyncio.TimerHandle | None = None
+        self._started = 0.0
+        self._deadline = math.inf
+        self._wait_until = math.inf
+        """While the request waits for a replica: when it gives up; else infinity."""
         self._connecting: asyncio.Task[None] | None = None
         self._tried: list[str] = []
         self._pending_head = b""
@@ -366,20 +369,19 @@ class Exchange:
         self.revision = self.dispatcher.balancer.revision(route)
         self.counter = self.dispatcher.metrics.counter(self.key, self.revision)
         self._revision_line = b"x-kiban-revision: " + self.revision.encode() + b"\r\n"
-        self._timer = self.dispatcher.loop.call_later(route.timeout_s, self._timed_out)
+        self._deadline = self._started + route.timeout_s
+        self.dispatcher.watch(self._deadline)
         endpoint = self.dispatcher.balancer.endpoint(route, self.revision)
         if endpoint is not None:
             self._counted().started()
             self._attach(endpoint)
             return
         if not self.dispatcher.enqueue(self, route.queue_limit):
-            self._cancel_timers()
             self.answer(503, f"{route.queue_limit} requests already wait for a replica", "full")
             return
         self._counted().was_queued()
-        self._activation_timer = self.dispatcher.loop.call_later(
-            route.activation_timeout_s, self._activation_expired
-        )
+        self._wait_until = self._started + route.activation_timeout_s
+        self.dispatcher.watch(self._wait_until)
 
     def _read_headers(self) -> bytes | None:
         """One pass over the request's headers: those to forward, framing, the token."""
@@ -437,9 +439,7 @@ class Exchange:
     # -- waiting for a replica -----------------------------------------------------------------
     def dispatched(self, route: Route, endpoint: Endpoint) -> None:
         """The queue handed this waiting request a replica."""
-        if self._activation_timer is not None:
-            self._activation_timer.cancel()
-            self._activation_timer = None
+        self._wait_until = math.inf
         self._counted().dequeued(dispatched=True)
         self.route = route
         if self._body_size > MAX_BUFFERED_BODY:
@@ -449,13 +449,25 @@ class Exchange:
     def give_up(self, status: int, message: str, kind: str | None = None) -> None:
         """Stop waiting and answer an error (the queue has already let go of this request)."""
         self._counted().dequeued(dispatched=False)
-        self._cancel_timers()
+        self._wait_until = math.inf
         self.answer(status, message, kind)
 
-    def _activation_expired(self) -> None:
-        self._activation_timer = None
+    def check_deadlines(self, now: float) -> float:
+        """End this exchange if a deadline has passed; else the earliest deadline left.
+
+        Called by the dispatcher's deadline timer (``now`` from ``time.perf_counter``).
+        """
         if self.done:
-            return
+            return math.inf
+        if now >= self._wait_until and self._wait_until <= self._deadline:
+            self._activation_expired()
+            return math.inf
+        if now >= self._deadline:
+            self._timed_out()
+            return math.inf
+        return min(self._deadline, self._wait_until)
+
+    def _activation_expired(self) -> None:
         self.dispatcher.withdraw(self)
         route = self.route
         waited = route.activation_timeout_s if route is not None else 0.0
@@ -601,10 +613,7 @@ class Exchange:
         self.client.close()
 
     def _timed_out(self) -> None:
-        self._timer = None
-        if self.done:
-            return
-        if self._activation_timer is not None:
+        if self._wait_until != math.inf:
             self.dispatcher.withdraw(self)
             route = self.route
             self.give_up(504, f"no answer within {route.timeout_s if route else 0:g} s")
@@ -659,11 +668,10 @@ class Exchange:
         self.client.exchange_done(self, keep_alive=keep_alive)
 
     def _finish(self, *, ok: bool) -> None:
-        """Release the replica and the timers, count the request, wake the next waiter."""
+        """Release the replica, count the request, wake the next waiter."""
         if self.done:
             return
         self.done = True
-        self._cancel_timers()
         if self._connecting is not None:
             self._connecting.cancel()
             self._connecting = None
@@ -680,14 +688,6 @@ class Exchange:
         assert self.counter is not None
         return self.counter
 
-    def _cancel_timers(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._activation_timer is not None:
-            self._activation_timer.cancel()
-            self._activation_timer = None
-
     def client_lost(self) -> None:
         """The client went away: stop waiting, or drop the replica's connection mid-answer."""
         if self.done:
@@ -695,10 +695,10 @@ class Exchange:
         if self.route is None:
             self.done = True
             return
-        if self._activation_timer is not None:
+        if self._wait_until != math.inf:
             self.dispatcher.withdraw(self)
             self._counted().dequeued(dispatched=False)
-            self._cancel_timers()
+            self._wait_until = math.inf
             self.done = True
             return
         upstream, self.upstream = self.upstream, None
