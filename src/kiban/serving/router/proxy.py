@@ -145,6 +145,9 @@ class ClientConnection(asyncio.Protocol):
         self._pending: list[Exchange] = []
         self._closed = False
         self._paused = 0
+        self.feeding = False
+        """In ``data_received``: a request sent now may have more bytes in the same read."""
+        self._holding: Exchange | None = None
 
     # -- asyncio callbacks ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -152,12 +155,18 @@ class ClientConnection(asyncio.Protocol):
         self._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self.feeding = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail_parse("protocol upgrades are not supported")
         except httptools.HttpParserError as exc:
             self._fail_parse(f"malformed request: {exc}")
+        self.feeding = False
+        holding = self._holding
+        if holding is not None:
+            self._holding = None
+            holding.release_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -213,6 +222,12 @@ class ClientConnection(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if not self._closed and self.transport is not None:
             self.transport.write(data)
+
+    def hold(self, exchange: Exchange) -> None:
+        """``exchange`` holds what it sends until the read being parsed is done."""
+        previous, self._holding = self._holding, exchange
+        if previous is not None and previous is not exchange:
+            previous.release_held()
 
     def pause_reading(self) -> None:
         self._paused += 1
@@ -272,6 +287,7 @@ class Exchange:
         "_deadline",
         "_forwarded",
         "_headers",
+        "_held",
         "_method",
         "_pending_head",
         "_remaining",
@@ -316,6 +332,7 @@ class Exchange:
         self._body_size = 0
         self._chunked = False
         self._forwarded = b""
+        self._held = False
         self._continue = False
         self._request_complete = False
         self._started = 0.0
@@ -419,10 +436,12 @@ class Exchange:
             return
         if self._chunked:
             data = b"%x\r\n%b\r\n" % (len(data), data)
-        if self.upstream is not None:
+        if self.upstream is not None and not self._held:
             self.upstream.write(data)
             return
         self._body.append(data)
+        if self._held:
+            return
         self._body_size += len(data)
         if self._body_size > MAX_BUFFERED_BODY and self._body_size - len(data) <= MAX_BUFFERED_BODY:
             self.client.pause_reading()
@@ -431,7 +450,7 @@ class Exchange:
         self._request_complete = True
         if self.done or not self._chunked:
             return
-        if self.upstream is not None:
+        if self.upstream is not None and not self._held:
             self.upstream.write(b"0\r\n\r\n")
         else:
             self._body.append(b"0\r\n\r\n")
@@ -527,7 +546,21 @@ class Exchange:
         if self._body:
             head += b"".join(self._body)
             self._body = []
-        conn.write(head)
+        if self.client.feeding:
+            # the body may follow in the same read: head and body go in one write (one
+            # system call, one TCP segment), once the read is parsed
+            self._body.append(head)
+            self._held = True
+            self.client.hold(self)
+        else:
+            conn.write(head)
+
+    def release_held(self) -> None:
+        """Send what was held while the client's read was parsed (see ``_send``)."""
+        self._held = False
+        held, self._body = self._body, []
+        if not self.done and self.upstream is not None:
+            self.upstream.write(held[0] if len(held) == 1 else b"".join(held))
 
     # -- the answer ----------------------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
