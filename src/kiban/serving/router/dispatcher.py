@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from kiban.serving.router.balancer import Balancer
 from kiban.serving.router.table import RoutingTable, ServiceKey
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 Authorize = Callable[[str, str], bool]
 """``authorize(tenant, token)``: may this bearer token call the tenant's services?"""
+MAX_KNOWN_NAMES = 4096
+"""URL names decoded and kept (any client can make up names, so they are bounded)."""
 DEADLINE_SLACK_S = 0.001
 """The deadline timer is set this much late: the loop's timers count whole milliseconds."""
 
@@ -53,6 +56,29 @@ class Dispatcher:
         self._counts: dict[ServiceKey, int] = {}
         self._check: asyncio.TimerHandle | None = None
         self._check_at = math.inf
+        self._keys: dict[tuple[bytes, bytes], ServiceKey] = {}
+        self._revision_lines: dict[str, bytes] = {}
+
+    def service_key(self, tenant: bytes, service: bytes) -> ServiceKey:
+        """(tenant, service) from the two names of a service URL, decoded once and kept."""
+        raw = (tenant, service)
+        key = self._keys.get(raw)
+        if key is None:
+            if len(self._keys) >= MAX_KNOWN_NAMES:
+                self._keys.clear()
+            key = self._keys[raw] = (_name(tenant), _name(service))
+        return key
+
+    def revision_line(self, revision: str) -> bytes:
+        """The ``x-kiban-revision`` header line of the revision's answers, made once."""
+        line = self._revision_lines.get(revision)
+        if line is None:
+            if len(self._revision_lines) >= MAX_KNOWN_NAMES:
+                self._revision_lines.clear()
+            line = self._revision_lines[revision] = b"x-kiban-revision: %b\r\n" % (
+                revision.encode()
+            )
+        return line
 
     def waiting(self, key: ServiceKey) -> int:
         return self._counts.get(key, 0)
@@ -90,7 +116,7 @@ class Dispatcher:
         queue = self._waiting.get(key, {}).get(revision)
         if not queue:
             return
-        route = self.table.get(*key)
+        route = self.table.route(key)
         while queue:
             if route is None or revision not in route.traffic:
                 exchange = queue.popleft()
@@ -135,3 +161,9 @@ class Dispatcher:
                 earliest = min(earliest, exchange.check_deadlines(now))
         if earliest < self._check_at:  # exchanges begun meanwhile have called watch()
             self._set_check(earliest)
+
+
+def _name(part: bytes) -> str:
+    """A tenant's or service's name from the URL (percent-decoded, as ``url_for`` quotes)."""
+    text = part.decode("utf-8", "replace")
+    return unquote(text) if "%" in text else text

@@ -18,7 +18,6 @@ import logging
 import math
 import time
 from typing import cast
-from urllib.parse import unquote
 
 import httptools
 
@@ -112,12 +111,6 @@ def _content_length(head: bytes) -> tuple[int, bool] | None:
     except ValueError:
         return None
     return length, keep_alive
-
-
-def _name(part: bytes) -> str:
-    """A tenant's or service's name from the URL (percent-decoded, as ``url_for`` quotes)."""
-    text = part.decode("utf-8", "replace")
-    return unquote(text) if "%" in text else text
 
 
 def _forwarded_path(rest: bytes) -> bool:
@@ -286,6 +279,7 @@ class Exchange:
         "_continue",
         "_deadline",
         "_forwarded",
+        "_has_body",
         "_headers",
         "_held",
         "_method",
@@ -333,6 +327,8 @@ class Exchange:
         self._chunked = False
         self._forwarded = b""
         self._held = False
+        self._has_body = False
+        """The request's head announces a body (Content-Length above 0, or chunked)."""
         self._continue = False
         self._request_complete = False
         self._started = 0.0
@@ -340,7 +336,7 @@ class Exchange:
         self._wait_until = math.inf
         """While the request waits for a replica: when it gives up; else infinity."""
         self._connecting: asyncio.Task[None] | None = None
-        self._tried: list[str] = []
+        self._tried: tuple[str, ...] = ()
         self._pending_head = b""
         self._remaining = 0
         self._revision_line = b""
@@ -360,13 +356,15 @@ class Exchange:
     def begin(self) -> None:
         """Route the request: answer an error, or send it to a replica, or queue it."""
         self._started = time.perf_counter()
+        dispatcher = self.dispatcher
         path, sep, query = self._url.partition(b"?")
         parts = path.split(b"/", 4)
         if len(parts) < 4 or parts[0] != b"" or parts[1] != b"s":
             self.answer(404, "not a service URL; services are at /s/{tenant}/{service}")
             return
-        tenant, service = _name(parts[2]), _name(parts[3])
-        route = self.dispatcher.table.get(tenant, service)
+        key = dispatcher.service_key(parts[2], parts[3])
+        tenant, service = key
+        route = dispatcher.table.route(key)
         if route is None:
             self.answer(404, f"no service {service!r} of tenant {tenant!r}")
             return
@@ -382,21 +380,21 @@ class Exchange:
         if self._continue:  # the client waits for a go before it sends the body
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self.route = route
-        self.key = route.key
-        self.revision = self.dispatcher.balancer.revision(route)
-        self.counter = self.dispatcher.metrics.counter(self.key, self.revision)
-        self._revision_line = b"x-kiban-revision: " + self.revision.encode() + b"\r\n"
-        self._deadline = self._started + route.timeout_s
-        self.dispatcher.watch(self._deadline)
-        endpoint = self.dispatcher.balancer.endpoint(route, self.revision)
+        self.key = key
+        self.revision = revision = dispatcher.balancer.revision(route)
+        self.counter = counter = dispatcher.metrics.counter(key, revision)
+        self._revision_line = dispatcher.revision_line(revision)
+        self._deadline = deadline = self._started + route.timeout_s
+        dispatcher.watch(deadline)
+        endpoint = dispatcher.balancer.endpoint(route, revision)
         if endpoint is not None:
-            self._counted().started()
+            counter.started()
             self._attach(endpoint)
             return
-        if not self.dispatcher.enqueue(self, route.queue_limit):
+        if not dispatcher.enqueue(self, route.queue_limit):
             self.answer(503, f"{route.queue_limit} requests already wait for a replica", "full")
             return
-        self._counted().was_queued()
+        counter.was_queued()
         self._wait_until = self._started + route.activation_timeout_s
         self.dispatcher.watch(self._wait_until)
 
@@ -412,8 +410,12 @@ class Exchange:
                 elif lowered == b"expect" and value.lower() == b"100-continue":
                     self._continue = True
                 continue
-            if lowered == b"transfer-encoding" and b"chunked" in value.lower():
-                self._chunked = True
+            if lowered == b"transfer-encoding":
+                self._has_body = True
+                if b"chunked" in value.lower():
+                    self._chunked = True
+            elif lowered == b"content-length" and value.strip(b" \t") != b"0":
+                self._has_body = True
             forwarded += (name, b": ", value, b"\r\n")
         self._forwarded = b"".join(forwarded)
         return authorization
@@ -523,8 +525,8 @@ class Exchange:
         """Nothing was sent: another ready replica of the revision may take the request."""
         self.dispatcher.balancer.release(endpoint)
         self.endpoint = None
-        self._tried.append(endpoint.address)
-        route = self.dispatcher.table.get(*self.key) or self.route
+        self._tried += (endpoint.address,)
+        route = self.dispatcher.table.route(self.key) or self.route
         assert route is not None
         self.route = route
         retry = self.dispatcher.balancer.endpoint(route, self.revision, exclude=self._tried)
@@ -537,16 +539,16 @@ class Exchange:
         assert self.endpoint is not None
         self.upstream = conn
         conn.exchange = self
-        head = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b\r\n" % (
+        head = b"%b %b HTTP/1.1\r\n%b%b\r\n" % (
             self._method,
             self._url,
-            self.endpoint.address.encode(),
+            conn.host_line,
             self._forwarded,
         )
         if self._body:
             head += b"".join(self._body)
             self._body = []
-        if self.client.feeding:
+        if self._has_body and self.client.feeding:
             # the body may follow in the same read: head and body go in one write (one
             # system call, one TCP segment), once the read is parsed
             self._body.append(head)
@@ -586,7 +588,8 @@ class Exchange:
         self._feed(parser, data)
 
     def _answer_head(self, data: bytes) -> None:
-        data = self._pending_head + data
+        if self._pending_head:
+            data = self._pending_head + data
         head_end = data.find(b"\r\n\r\n")
         if head_end < 0 and len(data) < MAX_HEAD:
             self._pending_head = data
@@ -690,7 +693,8 @@ class Exchange:
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             if upstream_reusable:
-                upstream.resume_reading()
+                if upstream.paused:
+                    upstream.resume_reading()
                 self.dispatcher.pool.give_back(upstream)
             else:
                 upstream.exchange = None
