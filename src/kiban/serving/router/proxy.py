@@ -357,7 +357,7 @@ class Exchange:
         """Route the request: answer an error, or send it to a replica, or queue it."""
         self._started = time.perf_counter()
         dispatcher = self.dispatcher
-        path, sep, query = self._url.partition(b"?")
+        path = self._url.partition(b"?")[0]
         parts = path.split(b"/", 4)
         if len(parts) < 4 or parts[0] != b"" or parts[1] != b"s":
             self.answer(404, "not a service URL; services are at /s/{tenant}/{service}")
@@ -376,7 +376,8 @@ class Exchange:
         if not _forwarded_path(rest):
             self.answer(404, "the router forwards /openai/v1/... and /v2/... of a service")
             return
-        self._url = b"/" + rest + (b"?" + query if sep else b"")
+        # "/s/{tenant}/{service}" cut off: what is left is "/" + rest, then the query if any
+        self._url = self._url[len(parts[2]) + len(parts[3]) + 4 :]
         if self._continue:  # the client waits for a go before it sends the body
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self.route = route
