@@ -98,3 +98,29 @@ def test_a_chunked_body_in_one_read_goes_in_one_write(proxy: Proxy) -> None:
         b"POST /v2/infer HTTP/1.1\r\nhost: 127.0.0.1:9\r\ntransfer-encoding: chunked\r\n\r\n"
         b"2\r\nab\r\n0\r\n\r\n"
     ]
+
+
+def test_pipelined_requests_are_sent_one_at_a_time_each_whole(proxy: Proxy) -> None:
+    first = b"POST /s/team/svc/v2/a HTTP/1.1\r\ncontent-length: 1\r\n\r\na"
+    second = b"POST /s/team/svc/v2/b HTTP/1.1\r\ncontent-length: 1\r\n\r\nb"
+    proxy.client.data_received(first + second)
+    assert proxy.replica.writes == [
+        b"POST /v2/a HTTP/1.1\r\nhost: 127.0.0.1:9\r\ncontent-length: 1\r\n\r\na"
+    ]
+    proxy.answer()
+    assert proxy.replica.writes[1:] == [
+        b"POST /v2/b HTTP/1.1\r\nhost: 127.0.0.1:9\r\ncontent-length: 1\r\n\r\nb"
+    ]
+    proxy.answer()
+    assert len(proxy.client_side.writes) == 2
+
+
+def test_a_request_the_router_answers_itself_does_not_hold_up_the_next(proxy: Proxy) -> None:
+    proxy.client.data_received(
+        b"GET /s/team/nothing/v2/a HTTP/1.1\r\n\r\n"
+        b"POST /s/team/svc/v2/b HTTP/1.1\r\ncontent-length: 1\r\n\r\nb"
+    )
+    assert proxy.client_side.writes[0].startswith(b"HTTP/1.1 404 ")
+    assert proxy.replica.writes == [
+        b"POST /v2/b HTTP/1.1\r\nhost: 127.0.0.1:9\r\ncontent-length: 1\r\n\r\nb"
+    ]
