@@ -1,13 +1,13 @@
 """The HTTP/1.1 proxy: client connections, and one exchange per request they carry.
 
 Why not an ASGI app and an HTTP client: at 50 concurrent clients the router must add well
-under a millisecond, which leaves no room for per-request tasks, header objects and body
-copies. Here httptools parses the client's request (callbacks, in C); the request head is
+under a millisecond, which leaves no room for per-request tasks, timers, header objects and
+body copies. Here httptools parses the client's request (callbacks, in C); the request head is
 rebuilt for the replica (prefix stripped, hop-by-hop headers and the bearer token dropped) and
-the body forwarded as it arrives. The replica's answer is passed through as raw bytes, as it
-arrives, with ``x-kiban-revision`` inserted after the status line; a second httptools parser
-only watches it to learn where it ends. A request is handled without a task when a pooled
-connection to the replica is idle.
+the body forwarded as it arrives; what came in one read goes out in one write, head included.
+The replica's answer is passed through as raw bytes, as it arrives, with ``x-kiban-revision``
+inserted after the status line; a second httptools parser only watches it to learn where it
+ends. A request is handled without a task when a pooled connection to the replica is idle.
 """
 
 from __future__ import annotations
@@ -481,7 +481,7 @@ class Exchange:
         """
         if self.done:
             return math.inf
-        if now >= self._wait_until and self._wait_until <= self._deadline:
+        if now >= self._wait_until and self._wait_until < self._deadline:  # a tie: timeout
             self._activation_expired()
             return math.inf
         if now >= self._deadline:
