@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import httpx
+import pytest
 
 from conftest import FakeReplica, in_background, ready, route
 from kiban.serving.router import Endpoint, RouterServer, RoutingTable
@@ -105,6 +106,23 @@ def test_waiting_longer_than_the_activation_timeout_is_503(
     started = time.perf_counter()
     answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10)
     assert answer.status_code == 503 and answer.json()["error"]["type"] == "unavailable"
+    assert 0.25 < time.perf_counter() - started < 2
+    assert router.metrics.waiting("team", "svc", "v1") == 0
+
+
+@pytest.mark.parametrize("activation_timeout_s", [5.0, 0.3])
+def test_a_waiting_request_past_the_routes_timeout_is_504(
+    router: RouterServer,
+    table: RoutingTable,
+    replicas: list[FakeReplica],
+    activation_timeout_s: float,
+) -> None:
+    """The route's timeout counts while waiting too, and wins a tie with the wait's."""
+    unready = Endpoint("v1", replicas[0].address, False)
+    table.set(route(unready, timeout_s=0.3, activation_timeout_s=activation_timeout_s))
+    started = time.perf_counter()
+    answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10)
+    assert answer.status_code == 504 and answer.json()["error"]["type"] == "timeout"
     assert 0.25 < time.perf_counter() - started < 2
     assert router.metrics.waiting("team", "svc", "v1") == 0
 
