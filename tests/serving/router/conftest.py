@@ -7,9 +7,10 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 
 from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
@@ -213,3 +214,13 @@ def raw_connection(port: int) -> Iterator[socket.socket]:
         yield sock
     finally:
         sock.close()
+
+
+def in_background(
+    call: Callable[[], httpx.Response],
+) -> tuple[threading.Thread, list[httpx.Response]]:
+    """Run ``call`` in a thread; its answer is in the list once the thread is joined."""
+    out: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: out.append(call()))
+    thread.start()
+    return thread, out

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 
 import httpx
+import pytest
 
-from conftest import FakeReplica, ready, route
+from conftest import FakeReplica, in_background, ready, route
 from kiban.serving.router import Endpoint, RouterServer, RoutingTable
 
 
@@ -19,16 +19,6 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.005)
-
-
-Answers = list[httpx.Response]
-
-
-def _in_background(fn: Callable[[], httpx.Response]) -> tuple[threading.Thread, Answers]:
-    out: list[httpx.Response] = []
-    thread = threading.Thread(target=lambda: out.append(fn()))
-    thread.start()
-    return thread, out
 
 
 def test_canary_split_follows_the_percents_and_names_each_revision(
@@ -61,7 +51,7 @@ def test_least_outstanding_avoids_the_busy_replica(
     a, b = replicas[0], replicas[1]
     table.set(route(ready(a), ready(b)))
     url = f"{router.url_for('team', 'svc')}/v2/echo"
-    slow, _ = _in_background(lambda: httpx.get(f"{url}?ms=1000", timeout=10))
+    slow, _ = in_background(lambda: httpx.get(f"{url}?ms=1000", timeout=10))
     _wait_for(lambda: a.in_flight + b.in_flight == 1)
     busy = "r0" if a.in_flight else "r1"
     with httpx.Client() as client:
@@ -96,9 +86,9 @@ def test_a_full_replica_queues_and_a_full_queue_answers_503(
     replica = replicas[0]
     table.set(route(ready(replica), max_concurrency_per_endpoint=1, queue_limit=1))
     url = f"{router.url_for('team', 'svc')}/v2/echo"
-    first, first_out = _in_background(lambda: httpx.get(f"{url}?ms=400", timeout=10))
+    first, first_out = in_background(lambda: httpx.get(f"{url}?ms=400", timeout=10))
     _wait_for(lambda: replica.in_flight == 1)
-    second, second_out = _in_background(lambda: httpx.get(url, timeout=10))
+    second, second_out = in_background(lambda: httpx.get(url, timeout=10))
     _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
     third = httpx.get(url, timeout=10)
     assert third.status_code == 503 and third.json()["error"]["type"] == "full"
@@ -120,13 +110,30 @@ def test_waiting_longer_than_the_activation_timeout_is_503(
     assert router.metrics.waiting("team", "svc", "v1") == 0
 
 
+@pytest.mark.parametrize("activation_timeout_s", [5.0, 0.3])
+def test_a_waiting_request_past_the_routes_timeout_is_504(
+    router: RouterServer,
+    table: RoutingTable,
+    replicas: list[FakeReplica],
+    activation_timeout_s: float,
+) -> None:
+    """The route's timeout counts while waiting too, and wins a tie with the wait's."""
+    unready = Endpoint("v1", replicas[0].address, False)
+    table.set(route(unready, timeout_s=0.3, activation_timeout_s=activation_timeout_s))
+    started = time.perf_counter()
+    answer = httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10)
+    assert answer.status_code == 504 and answer.json()["error"]["type"] == "timeout"
+    assert 0.25 < time.perf_counter() - started < 2
+    assert router.metrics.waiting("team", "svc", "v1") == 0
+
+
 def test_a_request_waits_for_a_replica_to_become_ready(
     router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
 ) -> None:
     """Scale from zero: the waiting request counts as concurrency, then is served."""
     replica = replicas[0]
     table.set(route(Endpoint("v1", replica.address, False)))
-    waiting, out = _in_background(
+    waiting, out = in_background(
         lambda: httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10)
     )
     _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
@@ -150,7 +157,7 @@ def test_waiting_requests_are_served_in_arrival_order(
     threads = []
     outs = []
     for n in range(4):
-        thread, out = _in_background(lambda n=n: httpx.post(url, content=str(n), timeout=10))
+        thread, out = in_background(lambda n=n: httpx.post(url, content=str(n), timeout=10))
         threads.append(thread)
         outs.append(out)
         _wait_for(lambda n=n: router.metrics.waiting("team", "svc", "v1") == n + 1)

@@ -8,7 +8,15 @@ import time
 import httpx
 import pytest
 
-from conftest import TOKEN, FakeReplica, closed_port_address, raw_connection, ready, route
+from conftest import (
+    TOKEN,
+    FakeReplica,
+    closed_port_address,
+    in_background,
+    raw_connection,
+    ready,
+    route,
+)
 from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
 from kiban.serving.router.proxy import _content_length
 
@@ -146,6 +154,26 @@ def test_the_routes_timeout_answers_504(
     elapsed = time.perf_counter() - started
     assert answer.status_code == 504 and answer.json()["error"]["type"] == "timeout"
     assert 0.25 < elapsed < 2
+
+
+def test_a_shorter_timeout_begun_later_is_kept_on_time(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    """One timer serves every deadline: a later, earlier-due one must move it forward."""
+    table.set(route(ready(replicas[0]), timeout_s=30))
+    table.set(
+        Route("team", "quick", {"v1": 100}, (ready(replicas[1]),), public=True, timeout_s=0.3)
+    )
+    slow, slow_out = in_background(
+        lambda: httpx.get(f"{router.url_for('team', 'svc')}/v2/echo?ms=1500", timeout=10)
+    )
+    time.sleep(0.1)  # the 30 s deadline is the timer's now
+    started = time.perf_counter()
+    answer = httpx.get(f"{router.url_for('team', 'quick')}/v2/echo?ms=3000", timeout=10)
+    assert answer.status_code == 504
+    assert 0.25 < time.perf_counter() - started < 1
+    slow.join()
+    assert slow_out[0].status_code == 200  # the other request's deadline is still ahead
 
 
 def test_a_long_answer_within_the_timeout_is_not_cut(

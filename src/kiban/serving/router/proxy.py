@@ -1,13 +1,13 @@
 """The HTTP/1.1 proxy: client connections, and one exchange per request they carry.
 
 Why not an ASGI app and an HTTP client: at 50 concurrent clients the router must add well
-under a millisecond, which leaves no room for per-request tasks, header objects and body
-copies. Here httptools parses the client's request (callbacks, in C); the request head is
+under a millisecond, which leaves no room for per-request tasks, timers, header objects and
+body copies. Here httptools parses the client's request (callbacks, in C); the request head is
 rebuilt for the replica (prefix stripped, hop-by-hop headers and the bearer token dropped) and
-the body forwarded as it arrives. The replica's answer is passed through as raw bytes, as it
-arrives, with ``x-kiban-revision`` inserted after the status line; a second httptools parser
-only watches it to learn where it ends. A request is handled without a task when a pooled
-connection to the replica is idle.
+the body forwarded as it arrives; what came in one read goes out in one write, head included.
+The replica's answer is passed through as raw bytes, as it arrives, with ``x-kiban-revision``
+inserted after the status line; a second httptools parser only watches it to learn where it
+ends. A request is handled without a task when a pooled connection to the replica is idle.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from typing import cast
-from urllib.parse import unquote
 
 import httptools
 
@@ -113,12 +113,6 @@ def _content_length(head: bytes) -> tuple[int, bool] | None:
     return length, keep_alive
 
 
-def _name(part: bytes) -> str:
-    """A tenant's or service's name from the URL (percent-decoded, as ``url_for`` quotes)."""
-    text = part.decode("utf-8", "replace")
-    return unquote(text) if "%" in text else text
-
-
 def _forwarded_path(rest: bytes) -> bool:
     """Is ``rest`` (a service URL's path after ``/s/{tenant}/{service}/``) forwarded?"""
     if rest.startswith(b"v2"):
@@ -131,18 +125,22 @@ def _forwarded_path(rest: bytes) -> bool:
 class ClientConnection(asyncio.Protocol):
     """One client's keep-alive connection: parses its requests, answers them in order."""
 
-    def __init__(self, dispatcher: Dispatcher, connections: set[ClientConnection]) -> None:
+    def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
-        self._connections = connections
+        self._connections = dispatcher.connections
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._parsing: Exchange | None = None
-        self._active: Exchange | None = None
+        self.active: Exchange | None = None
+        """The exchange being answered (the others wait in ``_pending``, not yet begun)."""
         self._pending: list[Exchange] = []
         self._closed = False
         self._paused = 0
+        self.feeding = False
+        """In ``data_received``: a request sent now may have more bytes in the same read."""
+        self._holding: Exchange | None = None
 
     # -- asyncio callbacks ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -150,27 +148,33 @@ class ClientConnection(asyncio.Protocol):
         self._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self.feeding = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail_parse("protocol upgrades are not supported")
         except httptools.HttpParserError as exc:
             self._fail_parse(f"malformed request: {exc}")
+        self.feeding = False
+        holding = self._holding
+        if holding is not None:
+            self._holding = None
+            holding.release_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._connections.discard(self)
-        if self._active is not None:
-            self._active.client_lost()
+        if self.active is not None:
+            self.active.client_lost()
         self._pending.clear()
 
     def pause_writing(self) -> None:
-        if self._active is not None and self._active.upstream is not None:
-            self._active.upstream.pause_reading()
+        if self.active is not None and self.active.upstream is not None:
+            self.active.upstream.pause_reading()
 
     def resume_writing(self) -> None:
-        if self._active is not None and self._active.upstream is not None:
-            self._active.upstream.resume_reading()
+        if self.active is not None and self.active.upstream is not None:
+            self.active.upstream.resume_reading()
 
     # -- httptools callbacks -------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -193,8 +197,8 @@ class ClientConnection(asyncio.Protocol):
             keep_alive=parser.should_keep_alive(),
         )
         self._parsing = exchange
-        if self._active is None:
-            self._active = exchange
+        if self.active is None:
+            self.active = exchange
             exchange.begin()
         else:
             self._pending.append(exchange)
@@ -212,6 +216,12 @@ class ClientConnection(asyncio.Protocol):
         if not self._closed and self.transport is not None:
             self.transport.write(data)
 
+    def hold(self, exchange: Exchange) -> None:
+        """``exchange`` holds what it sends until the read being parsed is done."""
+        previous, self._holding = self._holding, exchange
+        if previous is not None and previous is not exchange:
+            previous.release_held()
+
     def pause_reading(self) -> None:
         self._paused += 1
         if self._paused == 1 and not self._closed and self.transport is not None:
@@ -226,9 +236,9 @@ class ClientConnection(asyncio.Protocol):
 
     def exchange_done(self, exchange: Exchange, *, keep_alive: bool) -> None:
         """``exchange`` has written its whole answer: close, or answer the next request."""
-        if self._active is not exchange:
+        if self.active is not exchange:
             return
-        self._active = None
+        self.active = None
         if self._paused:
             self._paused = 0
             if not self._closed and self.transport is not None:
@@ -237,8 +247,8 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         if self._pending:
-            self._active = self._pending.pop(0)
-            self._active.begin()
+            self.active = self._pending.pop(0)
+            self.active.begin()
 
     def close(self) -> None:
         if not self._closed and self.transport is not None:
@@ -251,10 +261,10 @@ class ClientConnection(asyncio.Protocol):
             self.transport.abort()
 
     def _fail_parse(self, message: str) -> None:
-        if self._active is None or not self._active.response_started:
+        if self.active is None or not self.active.response_started:
             self.write(error_response(400, message, "invalid_request", keep_alive=False))
-        if self._active is not None:
-            self._active.client_lost()
+        if self.active is not None:
+            self.active.client_lost()
         self.close()
 
 
@@ -262,14 +272,16 @@ class Exchange:
     """One request through the router: route, wait, connect, forward, pass the answer back."""
 
     __slots__ = (
-        "_activation_timer",
         "_body",
         "_body_size",
         "_chunked",
         "_connecting",
         "_continue",
+        "_deadline",
         "_forwarded",
+        "_has_body",
         "_headers",
+        "_held",
         "_method",
         "_pending_head",
         "_remaining",
@@ -278,10 +290,10 @@ class Exchange:
         "_response_parser",
         "_revision_line",
         "_started",
-        "_timer",
         "_tried",
         "_upstream_keep_alive",
         "_url",
+        "_wait_until",
         "client",
         "counter",
         "dispatcher",
@@ -314,13 +326,17 @@ class Exchange:
         self._body_size = 0
         self._chunked = False
         self._forwarded = b""
+        self._held = False
+        self._has_body = False
+        """The request's head announces a body (Content-Length above 0, or chunked)."""
         self._continue = False
         self._request_complete = False
-        self._started = time.perf_counter()
-        self._timer: asyncio.TimerHandle | None = None
-        self._activation_timer: asyncio.TimerHandle | None = None
+        self._started = 0.0
+        self._deadline = math.inf
+        self._wait_until = math.inf
+        """While the request waits for a replica: when it gives up; else infinity."""
         self._connecting: asyncio.Task[None] | None = None
-        self._tried: list[str] = []
+        self._tried: tuple[str, ...] = ()
         self._pending_head = b""
         self._remaining = 0
         self._revision_line = b""
@@ -340,13 +356,15 @@ class Exchange:
     def begin(self) -> None:
         """Route the request: answer an error, or send it to a replica, or queue it."""
         self._started = time.perf_counter()
-        path, sep, query = self._url.partition(b"?")
+        dispatcher = self.dispatcher
+        path = self._url.partition(b"?")[0]
         parts = path.split(b"/", 4)
         if len(parts) < 4 or parts[0] != b"" or parts[1] != b"s":
             self.answer(404, "not a service URL; services are at /s/{tenant}/{service}")
             return
-        tenant, service = _name(parts[2]), _name(parts[3])
-        route = self.dispatcher.table.get(tenant, service)
+        key = dispatcher.service_key(parts[2], parts[3])
+        tenant, service = key
+        route = dispatcher.table.route(key)
         if route is None:
             self.answer(404, f"no service {service!r} of tenant {tenant!r}")
             return
@@ -358,28 +376,28 @@ class Exchange:
         if not _forwarded_path(rest):
             self.answer(404, "the router forwards /openai/v1/... and /v2/... of a service")
             return
-        self._url = b"/" + rest + (b"?" + query if sep else b"")
+        # "/s/{tenant}/{service}" cut off: what is left is "/" + rest, then the query if any
+        self._url = self._url[len(parts[2]) + len(parts[3]) + 4 :]
         if self._continue:  # the client waits for a go before it sends the body
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self.route = route
-        self.key = route.key
-        self.revision = self.dispatcher.balancer.revision(route)
-        self.counter = self.dispatcher.metrics.counter(self.key, self.revision)
-        self._revision_line = b"x-kiban-revision: " + self.revision.encode() + b"\r\n"
-        self._timer = self.dispatcher.loop.call_later(route.timeout_s, self._timed_out)
-        endpoint = self.dispatcher.balancer.endpoint(route, self.revision)
+        self.key = key
+        self.revision = revision = dispatcher.balancer.revision(route)
+        self.counter = counter = dispatcher.metrics.counter(key, revision)
+        self._revision_line = dispatcher.revision_line(revision)
+        self._deadline = deadline = self._started + route.timeout_s
+        dispatcher.watch(deadline)
+        endpoint = dispatcher.balancer.endpoint(route, revision)
         if endpoint is not None:
-            self._counted().started()
+            counter.started()
             self._attach(endpoint)
             return
-        if not self.dispatcher.enqueue(self, route.queue_limit):
-            self._cancel_timers()
+        if not dispatcher.enqueue(self, route.queue_limit):
             self.answer(503, f"{route.queue_limit} requests already wait for a replica", "full")
             return
-        self._counted().was_queued()
-        self._activation_timer = self.dispatcher.loop.call_later(
-            route.activation_timeout_s, self._activation_expired
-        )
+        counter.was_queued()
+        self._wait_until = self._started + route.activation_timeout_s
+        self.dispatcher.watch(self._wait_until)
 
     def _read_headers(self) -> bytes | None:
         """One pass over the request's headers: those to forward, framing, the token."""
@@ -393,8 +411,12 @@ class Exchange:
                 elif lowered == b"expect" and value.lower() == b"100-continue":
                     self._continue = True
                 continue
-            if lowered == b"transfer-encoding" and b"chunked" in value.lower():
-                self._chunked = True
+            if lowered == b"transfer-encoding":
+                self._has_body = True
+                if b"chunked" in value.lower():
+                    self._chunked = True
+            elif lowered == b"content-length" and value.strip(b" \t") != b"0":
+                self._has_body = True
             forwarded += (name, b": ", value, b"\r\n")
         self._forwarded = b"".join(forwarded)
         return authorization
@@ -417,10 +439,12 @@ class Exchange:
             return
         if self._chunked:
             data = b"%x\r\n%b\r\n" % (len(data), data)
-        if self.upstream is not None:
+        if self.upstream is not None and not self._held:
             self.upstream.write(data)
             return
         self._body.append(data)
+        if self._held:
+            return
         self._body_size += len(data)
         if self._body_size > MAX_BUFFERED_BODY and self._body_size - len(data) <= MAX_BUFFERED_BODY:
             self.client.pause_reading()
@@ -429,7 +453,7 @@ class Exchange:
         self._request_complete = True
         if self.done or not self._chunked:
             return
-        if self.upstream is not None:
+        if self.upstream is not None and not self._held:
             self.upstream.write(b"0\r\n\r\n")
         else:
             self._body.append(b"0\r\n\r\n")
@@ -437,9 +461,7 @@ class Exchange:
     # -- waiting for a replica -----------------------------------------------------------------
     def dispatched(self, route: Route, endpoint: Endpoint) -> None:
         """The queue handed this waiting request a replica."""
-        if self._activation_timer is not None:
-            self._activation_timer.cancel()
-            self._activation_timer = None
+        self._wait_until = math.inf
         self._counted().dequeued(dispatched=True)
         self.route = route
         if self._body_size > MAX_BUFFERED_BODY:
@@ -449,13 +471,25 @@ class Exchange:
     def give_up(self, status: int, message: str, kind: str | None = None) -> None:
         """Stop waiting and answer an error (the queue has already let go of this request)."""
         self._counted().dequeued(dispatched=False)
-        self._cancel_timers()
+        self._wait_until = math.inf
         self.answer(status, message, kind)
 
-    def _activation_expired(self) -> None:
-        self._activation_timer = None
+    def check_deadlines(self, now: float) -> float:
+        """End this exchange if a deadline has passed; else the earliest deadline left.
+
+        Called by the dispatcher's deadline timer (``now`` from ``time.perf_counter``).
+        """
         if self.done:
-            return
+            return math.inf
+        if now >= self._wait_until and self._wait_until < self._deadline:  # a tie: timeout
+            self._activation_expired()
+            return math.inf
+        if now >= self._deadline:
+            self._timed_out()
+            return math.inf
+        return min(self._deadline, self._wait_until)
+
+    def _activation_expired(self) -> None:
         self.dispatcher.withdraw(self)
         route = self.route
         waited = route.activation_timeout_s if route is not None else 0.0
@@ -492,8 +526,8 @@ class Exchange:
         """Nothing was sent: another ready replica of the revision may take the request."""
         self.dispatcher.balancer.release(endpoint)
         self.endpoint = None
-        self._tried.append(endpoint.address)
-        route = self.dispatcher.table.get(*self.key) or self.route
+        self._tried += (endpoint.address,)
+        route = self.dispatcher.table.route(self.key) or self.route
         assert route is not None
         self.route = route
         retry = self.dispatcher.balancer.endpoint(route, self.revision, exclude=self._tried)
@@ -506,16 +540,30 @@ class Exchange:
         assert self.endpoint is not None
         self.upstream = conn
         conn.exchange = self
-        head = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b\r\n" % (
+        head = b"%b %b HTTP/1.1\r\n%b%b\r\n" % (
             self._method,
             self._url,
-            self.endpoint.address.encode(),
+            conn.host_line,
             self._forwarded,
         )
         if self._body:
             head += b"".join(self._body)
             self._body = []
-        conn.write(head)
+        if self._has_body and self.client.feeding:
+            # the body may follow in the same read: head and body go in one write (one
+            # system call, one TCP segment), once the read is parsed
+            self._body.append(head)
+            self._held = True
+            self.client.hold(self)
+        else:
+            conn.write(head)
+
+    def release_held(self) -> None:
+        """Send what was held while the client's read was parsed (see ``_send``)."""
+        self._held = False
+        held, self._body = self._body, []
+        if not self.done and self.upstream is not None:
+            self.upstream.write(held[0] if len(held) == 1 else b"".join(held))
 
     # -- the answer ----------------------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
@@ -541,7 +589,8 @@ class Exchange:
         self._feed(parser, data)
 
     def _answer_head(self, data: bytes) -> None:
-        data = self._pending_head + data
+        if self._pending_head:
+            data = self._pending_head + data
         head_end = data.find(b"\r\n\r\n")
         if head_end < 0 and len(data) < MAX_HEAD:
             self._pending_head = data
@@ -601,10 +650,7 @@ class Exchange:
         self.client.close()
 
     def _timed_out(self) -> None:
-        self._timer = None
-        if self.done:
-            return
-        if self._activation_timer is not None:
+        if self._wait_until != math.inf:
             self.dispatcher.withdraw(self)
             route = self.route
             self.give_up(504, f"no answer within {route.timeout_s if route else 0:g} s")
@@ -648,7 +694,8 @@ class Exchange:
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             if upstream_reusable:
-                upstream.resume_reading()
+                if upstream.paused:
+                    upstream.resume_reading()
                 self.dispatcher.pool.give_back(upstream)
             else:
                 upstream.exchange = None
@@ -659,11 +706,10 @@ class Exchange:
         self.client.exchange_done(self, keep_alive=keep_alive)
 
     def _finish(self, *, ok: bool) -> None:
-        """Release the replica and the timers, count the request, wake the next waiter."""
+        """Release the replica, count the request, wake the next waiter."""
         if self.done:
             return
         self.done = True
-        self._cancel_timers()
         if self._connecting is not None:
             self._connecting.cancel()
             self._connecting = None
@@ -680,14 +726,6 @@ class Exchange:
         assert self.counter is not None
         return self.counter
 
-    def _cancel_timers(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._activation_timer is not None:
-            self._activation_timer.cancel()
-            self._activation_timer = None
-
     def client_lost(self) -> None:
         """The client went away: stop waiting, or drop the replica's connection mid-answer."""
         if self.done:
@@ -695,10 +733,10 @@ class Exchange:
         if self.route is None:
             self.done = True
             return
-        if self._activation_timer is not None:
+        if self._wait_until != math.inf:
             self.dispatcher.withdraw(self)
             self._counted().dequeued(dispatched=False)
-            self._cancel_timers()
+            self._wait_until = math.inf
             self.done = True
             return
         upstream, self.upstream = self.upstream, None

@@ -62,7 +62,6 @@ class RouterServer:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._dispatcher: Dispatcher | None = None
-        self._connections: set[ClientConnection] = set()
         self._listener: Callable[[], None] | None = None
 
     @property
@@ -117,9 +116,8 @@ class RouterServer:
         balancer = Balancer(self._rng)
         dispatcher = Dispatcher(loop, self.table, self.metrics, balancer, self._authorize)
         self._dispatcher = dispatcher
-        connections = self._connections
         self._server = await loop.create_server(
-            lambda: ClientConnection(dispatcher, connections),
+            lambda: ClientConnection(dispatcher),
             self.host,
             self._requested_port,
             reuse_address=True,
@@ -146,9 +144,9 @@ class RouterServer:
         def shut() -> None:
             if self._server is not None:
                 self._server.close()
-            for conn in list(self._connections):
-                conn.abort()
             if self._dispatcher is not None:
+                for conn in list(self._dispatcher.connections):
+                    conn.abort()
                 self._dispatcher.pool.close_all()
             loop.call_later(0.05, loop.stop)
             done.set()

@@ -109,6 +109,10 @@ class RoutingTable:
     def get(self, tenant: str, service: str) -> Route | None:
         return self._routes.get((tenant, service))
 
+    def route(self, key: ServiceKey) -> Route | None:
+        """``get`` by (tenant, service), as the router holds them."""
+        return self._routes.get(key)
+
     def keys(self) -> list[ServiceKey]:
         return list(self._routes)
 

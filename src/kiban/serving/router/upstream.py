@@ -19,11 +19,13 @@ MAX_IDLE_PER_REPLICA = 1024
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a replica; hands what it reads to its current exchange."""
 
-    __slots__ = ("address", "closed", "exchange", "paused", "pool", "transport")
+    __slots__ = ("address", "closed", "exchange", "host_line", "paused", "pool", "transport")
 
     def __init__(self, pool: UpstreamPool, address: str) -> None:
         self.pool = pool
         self.address = address
+        self.host_line = b"host: %b\r\n" % address.encode()
+        """The ``Host`` header of every request sent here, made once."""
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
         self.closed = False
