@@ -372,3 +372,10 @@ def test_the_example_service_parses() -> None:
     submission = parse_service_submission(load_document(text))
     assert submission.name == "embedder"
     assert submission.spec.task == "text_embedding"
+
+
+def test_the_example_chat_service_parses() -> None:
+    text = (EXAMPLES / "chat.yaml").read_text()
+    submission = parse_service_submission(load_document(text))
+    assert (submission.name, submission.spec.task) == ("chat", "text_generation")
+    assert (submission.spec.min_replicas, submission.spec.canary_traffic_percent) == (0, 20)
