@@ -28,6 +28,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
+from kiban.control.loop import replica_ref
 from kiban.domain.rollout import RevisionState, TrafficTargets, revision_name, traffic_split
 from kiban.domain.service import ServiceSpec
 from kiban.domain.service_replica import replica_job_manifest, replica_port
@@ -67,6 +68,7 @@ LOG_TAIL_BYTES = 1 << 20
 class _ReplicaView:
     row: ServiceReplica
     job: Job
+    launched: Replica | None  # the job's active replica of its current attempt, once launched
     address: str | None = None
 
 
@@ -137,16 +139,21 @@ class ServiceController:
             self.on_jobs_changed()
 
     def _replicas(self, session: Session, service: ServiceRow) -> dict[int, list[_ReplicaView]]:
-        """The service's replica jobs by revision id, oldest first."""
+        """The service's replica jobs (with their launched replica) by revision id, oldest first:
+        one query for the whole service."""
         rows = session.execute(
-            select(ServiceReplica, Job)
+            select(ServiceReplica, Job, Replica)
             .join(Job, Job.id == ServiceReplica.job_id)
+            .outerjoin(
+                Replica,
+                (Replica.job_id == Job.id) & (Replica.attempt == Job.attempt) & Replica.active,
+            )
             .where(ServiceReplica.service_id == service.id)
             .order_by(ServiceReplica.index)
         ).all()
         by_revision: dict[int, list[_ReplicaView]] = {}
-        for row, job in rows:
-            by_revision.setdefault(row.revision_id, []).append(_ReplicaView(row, job))
+        for row, job, launched in rows:
+            by_revision.setdefault(row.revision_id, []).append(_ReplicaView(row, job, launched))
         return by_revision
 
     def _reconcile(
@@ -294,7 +301,8 @@ class ServiceController:
             if view.job.state != JobState.RUNNING.value or view.job.master_port is None:
                 continue
             port = replica_port(spec) or view.job.master_port
-            view.address = self._address(session, view.job, port)
+            if view.launched is not None:
+                view.address = self.executor.replica_address(replica_ref(view.launched), port)
             if view.address is not None:
                 probed.append(view)
         # All at once: a replica that hangs costs the pass one timeout, not one each.
@@ -313,18 +321,6 @@ class ServiceController:
                 message=f"revision {revision_name(service.name, revision.number)} serves",
                 at=now,
             )
-
-    def _address(self, session: Session, job: Job, port: int) -> str | None:
-        replica = session.scalar(
-            select(Replica).where(
-                Replica.job_id == job.id, Replica.attempt == job.attempt, Replica.active
-            )
-        )
-        if replica is None:
-            return None
-        from kiban.control.loop import replica_ref
-
-        return self.executor.replica_address(replica_ref(replica), port)
 
     def _ready(self, address: str, path: str) -> bool:
         if self.probe is not None:
