@@ -18,7 +18,7 @@ from conftest import (
     route,
 )
 from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
-from kiban.serving.router.proxy import _content_length
+from kiban.serving.router.messages import content_length as _content_length
 
 
 def test_forwards_below_the_prefix_with_the_query_and_names_the_revision(

@@ -23,7 +23,8 @@ from kiban.serving.router.traffic import TrafficMetrics
 from kiban.serving.router.upstream import UpstreamPool
 
 if TYPE_CHECKING:
-    from kiban.serving.router.proxy import ClientConnection, Exchange
+    from kiban.serving.router.exchange import Exchange
+    from kiban.serving.router.proxy import ClientConnection
 
 Authorize = Callable[[str, str], bool]
 """``authorize(tenant, token)``: may this bearer token call the tenant's services?"""

@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from kiban.serving.router.proxy import Exchange
+    from kiban.serving.router.exchange import Exchange
 
 MAX_IDLE_PER_REPLICA = 1024
 
