@@ -9,49 +9,46 @@
 3. The cold start of the embedding model: ``python -m kiban.serving.runtime`` on the packaged
    all-MiniLM-L6-v2 until ``/v2/health/ready`` answers 200.
 
-Run as ``python -m kiban.bench.router replica|router ...`` it is one of the helper processes.
+Its helper processes (the instant replica, the router) are in ``kiban.bench.router_load``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import importlib.util
-import json
 import math
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from kiban.bench.loadgen import BenchError, percentile
+from kiban.bench.loadgen import percentile
 from kiban.bench.machine import describe_machine, machine_line
+from kiban.bench.router_load import (
+    REVISION,
+    SERVICE,
+    TENANT,
+    HelperProcess,
+    Phase,
+    helper_processes,
+    open_clients,
+)
+from kiban.serving.router.server import new_event_loop
 
 Progress = Callable[[str], None]
 
 GOAL_ADDED_P50_MS = 0.5
 GOAL_ADDED_P99_MS = 2.0
 GOAL_CLIENTS = 50
-TENANT, SERVICE, REVISION = "bench", "echo", "v1"
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
 
 
 @dataclass(frozen=True)
@@ -84,217 +81,16 @@ class RouterBenchOptions:
 
 
 # -- helper processes ----------------------------------------------------------------------
-class _InstantReplica(asyncio.Protocol):
-    """Answers every request (no body expected) with one small fixed JSON body."""
-
-    def __init__(self, answer: bytes, delay_s: float) -> None:
-        self._answer = answer
-        self._delay_s = delay_s
-        self._buffer = b""
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer + data
-        count = buffer.count(b"\r\n\r\n")
-        self._buffer = buffer[buffer.rfind(b"\r\n\r\n") + 4 :] if count else buffer
-        if not count or self._transport is None:
-            return
-        if self._delay_s:
-            loop = asyncio.get_running_loop()
-            loop.call_later(self._delay_s, self._transport.write, self._answer * count)
-        else:
-            self._transport.write(self._answer * count)
-
-
-def _serve_replica(port_file: Path, delay_ms: float) -> None:
-    loop = _new_loop()
-    answer = [b""]
-
-    async def main() -> None:
-        server = await loop.create_server(
-            lambda: _InstantReplica(answer[0], delay_ms / 1000), "127.0.0.1", 0, backlog=4096
-        )
-        port = server.sockets[0].getsockname()[1]
-        body = json.dumps({"ok": True, "replica": port}).encode()
-        answer[0] = (
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\n\r\n%b" % (len(body), body)
-        )
-        _write_port(port_file, port)
-        await asyncio.Event().wait()
-
-    loop.run_until_complete(main())
-
-
-def _serve_router(port_file: Path, upstream: str) -> None:
-    from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
-
-    table = RoutingTable()
-    table.set(
-        Route(TENANT, SERVICE, {REVISION: 100}, (Endpoint(REVISION, upstream, True),), public=True)
-    )
-    server = RouterServer(table)
-    server.start()
-    _write_port(port_file, server.port)
-    threading.Event().wait()
-
-
-def _write_port(port_file: Path, port: int) -> None:
-    scratch = port_file.with_suffix(".tmp")
-    scratch.write_text(str(port))
-    scratch.rename(port_file)
-
-
-class _Process:
-    """A helper process of this module, and the port it listens on."""
-
-    def __init__(self, role: str, *args: str, timeout_s: float = 20.0) -> None:
-        self.port_file = Path(tempfile.mkdtemp(prefix="kiban-bench-router-")) / "port"
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kiban.bench.router", role, str(self.port_file), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        self._timeout_s = timeout_s
-        self._port: int | None = None
-
-    def poll_port(self) -> int | None:
-        if self._port is None and self.port_file.exists():
-            self._port = int(self.port_file.read_text())
-        if self._port is None and self.proc.poll() is not None:
-            error = self.proc.stderr.read().decode()[-2000:] if self.proc.stderr else ""
-            raise BenchError(f"a helper process exited: {error}")
-        return self._port
-
-    def wait_port(self) -> int:
-        deadline = time.perf_counter() + self._timeout_s
-        while (port := self.poll_port()) is None:
-            if time.perf_counter() > deadline:
-                raise BenchError("a helper process did not start listening")
-            time.sleep(0.01)
-        return port
-
-    def cpu_s(self) -> float | None:
-        try:
-            import psutil
-
-            times = psutil.Process(self.proc.pid).cpu_times()
-            return float(times.user + times.system)
-        except Exception:
-            return None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
-
-@contextlib.contextmanager
-def _processes() -> Iterator[list[_Process]]:
-    started: list[_Process] = []
-    try:
-        yield started
-    finally:
-        for process in started:
-            process.stop()
-
-
-# -- the load generator --------------------------------------------------------------------
-class _Client(asyncio.Protocol):
-    """One closed-loop client over a keep-alive connection: send, read the answer, again."""
-
-    def __init__(self, request: bytes, phase: _Phase) -> None:
-        self._request = request
-        self._phase = phase
-        self._buffer = b""
-        self._need = -1
-        self._sent_at = 0.0
-        self.transport: asyncio.Transport | None = None
-        self.last_body = b""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def send(self) -> None:
-        if self.transport is None or self._phase.stopped:
-            return
-        self._sent_at = time.perf_counter()
-        self.transport.write(self._request)
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer + data
-        if self._need < 0:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                self._buffer = buffer
-                return
-            head = buffer[:end].lower()
-            at = head.find(b"content-length:")
-            length = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
-            self._need = end + 4 + length
-            if not head.startswith(b"http/1.1 200"):
-                self._phase.errors += 1
-        if len(buffer) < self._need:
-            self._buffer = buffer
-            return
-        self._phase.record(
-            time.perf_counter() - self._sent_at, buffer[self._need - 60 : self._need]
-        )
-        self._buffer = buffer[self._need :]
-        self._need = -1
-        self.send()
-
-
-class _Phase:
-    """Latencies of one load phase, counted after the warm-up."""
-
-    def __init__(self, count_from: float, seen: Callable[[bytes], None] | None = None) -> None:
-        self.count_from = count_from
-        self.latencies: list[float] = []
-        self.errors = 0
-        self.total = 0
-        self.stopped = False
-        self._seen = seen
-
-    def record(self, latency: float, tail: bytes) -> None:
-        self.total += 1
-        if time.perf_counter() >= self.count_from:
-            self.latencies.append(latency)
-        if self._seen is not None:
-            self._seen(tail)
-
-
 def _ms(seconds: float) -> float:
     """Milliseconds to the microsecond: the router's added latency is a fraction of one."""
     return round(seconds * 1000, 3)
 
 
-async def _open_clients(port: int, path: str, count: int, phase: _Phase) -> list[_Client]:
-    loop = asyncio.get_running_loop()
-    request = f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\r\n".encode()
-    clients = []
-    for _ in range(count):
-        _, client = await loop.create_connection(lambda: _Client(request, phase), "127.0.0.1", port)
-        clients.append(client)
-    return clients
-
-
 async def _closed_loop(
     port: int, path: str, clients: int, options: RouterBenchOptions
 ) -> dict[str, Any]:
-    phase = _Phase(count_from=time.perf_counter() + 1e9)
-    conns = await _open_clients(port, path, clients, phase)
+    phase = Phase(count_from=time.perf_counter() + 1e9)
+    conns = await open_clients(port, path, clients, phase)
     started = time.perf_counter()
     phase.count_from = started + options.warmup_s
     for conn in conns:
@@ -318,12 +114,12 @@ async def _closed_loop(
 
 
 def _added_latency(options: RouterBenchOptions, say: Progress) -> dict[str, Any]:
-    loop = _new_loop()
-    with _processes() as procs:
-        replica = _Process("replica", "0")
+    loop = new_event_loop()
+    with helper_processes() as procs:
+        replica = HelperProcess("replica", "0")
         procs.append(replica)
         replica_port = replica.wait_port()
-        router = _Process("router", f"127.0.0.1:{replica_port}")
+        router = HelperProcess("router", f"127.0.0.1:{replica_port}")
         procs.append(router)
         router_port = router.wait_port()
         results: dict[str, Any] = {}
@@ -375,14 +171,14 @@ def _autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, An
         endpoints = tuple(Endpoint(REVISION, f"127.0.0.1:{p}", True) for p in ports)
         table.set(Route(TENANT, SERVICE, {REVISION: 100}, endpoints, public=True))
 
-    with _processes() as procs, RouterServer(table) as router:
+    with helper_processes() as procs, RouterServer(table) as router:
         delay = str(options.step_delay_ms)
-        first = _Process("replica", delay)
+        first = HelperProcess("replica", delay)
         procs.append(first)
         ports.append(first.wait_port())
         first_ports.update(ports)
         publish()
-        pending: list[_Process] = []
+        pending: list[HelperProcess] = []
         stop = threading.Event()
         step_at: list[float] = []
         peak = [1]
@@ -412,7 +208,7 @@ def _autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, An
                     events.setdefault("requested", time.perf_counter())
                     peak[0] = max(peak[0], decision.desired)
                 for _ in range(max(0, wanted)):
-                    process = _Process("replica", delay)
+                    process = HelperProcess("replica", delay)
                     procs.append(process)
                     pending.append(process)
                 for process in list(pending):
@@ -427,18 +223,18 @@ def _autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, An
 
         thread = threading.Thread(target=scaler, daemon=True)
         thread.start()
-        loop = _new_loop()
+        loop = new_event_loop()
         path = f"/s/{TENANT}/{SERVICE}/v2/infer"
         try:
 
             async def drive() -> None:
-                phase = _Phase(count_from=0.0, seen=seen)
-                base = await _open_clients(router.port, path, options.step_clients, phase)
+                phase = Phase(count_from=0.0, seen=seen)
+                base = await open_clients(router.port, path, options.step_clients, phase)
                 for conn in base:
                     conn.send()
                 say(f"autoscaler: {options.step_clients} clients, then 10x")
                 await asyncio.sleep(4.0)
-                more = await _open_clients(router.port, path, options.step_clients * 9, phase)
+                more = await open_clients(router.port, path, options.step_clients * 9, phase)
                 step_at.append(time.perf_counter())
                 for conn in more:
                     conn.send()
@@ -614,20 +410,3 @@ def router_table(report: dict[str, Any]) -> Table:
     )
     table.caption_justify = "left"
     return table
-
-
-def main(argv: list[str] | None = None) -> None:
-    """The helper processes: ``replica PORT_FILE DELAY_MS`` and ``router PORT_FILE UPSTREAM``."""
-    parser = argparse.ArgumentParser(prog="python -m kiban.bench.router")
-    parser.add_argument("role", choices=("replica", "router"))
-    parser.add_argument("port_file", type=Path)
-    parser.add_argument("arg")
-    args = parser.parse_args(argv)
-    if args.role == "replica":
-        _serve_replica(args.port_file, float(args.arg))
-    else:
-        _serve_router(args.port_file, args.arg)
-
-
-if __name__ == "__main__":
-    main()

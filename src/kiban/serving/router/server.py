@@ -24,7 +24,7 @@ def _deny(tenant: str, token: str) -> bool:
     return False
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
+def new_event_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
@@ -83,7 +83,7 @@ class RouterServer:
         """Start listening; returns once the port is open (errors binding it are raised here)."""
         if self._thread is not None:
             raise RuntimeError("the router is already started")
-        loop = _new_loop()
+        loop = new_event_loop()
         ready = threading.Event()
         failure: list[BaseException] = []
 
