@@ -12,6 +12,8 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import compress
+from operator import is_not
 
 from kiban.scheduler.snapshot import NodeView
 
@@ -161,7 +163,7 @@ class CapacityCache:
         self._last = tuple(nodes)
         if last is not None and len(last) == len(nodes):
             # Usually the same nodes in the same order: only the changed views need a look.
-            changed = [n for o, n in zip(last, nodes, strict=True) if o is not n]
+            changed = list(compress(nodes, map(is_not, last, nodes)))
             if all(views.get(n.name) is not None for n in changed) and len(changed) < len(nodes):
                 for node in changed:
                     self._reindex(views[node.name], node)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 
 from kiban.scheduler.backfill import may_backfill, reserve
 from kiban.scheduler.capacity_index import CapacityCache
@@ -21,8 +22,10 @@ from kiban.scheduler.preemption import find_victims
 from kiban.scheduler.reasons import PendingReason, ReasonCode, gpus
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, Snapshot
 
+_KEY = itemgetter(0)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class _Waiting:
     job: PendingJob
     reason: PendingReason
@@ -58,7 +61,8 @@ def schedule(
     blocked_by: dict[str, str] = {}
     admitted: list[Admit] = []
     preempted: list[Preempt] = []
-    waiting: list[_Waiting] = []
+    waits: list[Wait] = []
+    in_queue: dict[str, int] = {}  # waiting jobs so far per queue: the next one's position
     budget = policy.max_placements_per_cycle
     placed = 0
     more = False
@@ -71,39 +75,39 @@ def schedule(
         considered.add(job.id)
         queue = cycle.queues.get(job.queue)
         if queue is None:
-            waiting.append(_Waiting(job, _queue_not_found(job)))
+            _add_wait(waits, in_queue, job, _queue_not_found(job))
             continue
         head = blocked_by.get(queue.name)
         if head is not None:
-            waiting.append(_Waiting(job, _blocked_by_head(queue, head)))
+            _add_wait(waits, in_queue, job, _blocked_by_head(queue, head))
             continue
         outcome = _admit_or_explain(cycle, job, queue, preempted)
         if isinstance(outcome, Admit):
             admitted.append(outcome)
             placed += len(outcome.placements)
             continue
-        waiting.append(outcome)
+        _add_wait(waits, in_queue, job, outcome.reason, outcome.reserved_at)
         if queue.strategy is QueueStrategy.STRICT_FIFO:
             blocked_by[queue.name] = job.id
     if more:  # the rest wait for the next cycle, in the snapshot's order
         assert budget is not None
         reason = _over_budget(budget)
-        waiting.extend(_Waiting(j, reason) for j in snapshot.pending if j.id not in considered)
-
-    queue_positions: dict[str, int] = {}
-    waits = []
-    for position, entry in enumerate(waiting, start=1):
-        queue_positions[entry.job.queue] = queue_positions.get(entry.job.queue, 0) + 1
-        waits.append(
-            Wait(
-                entry.job.id,
-                entry.reason,
-                queue_positions[entry.job.queue],
-                cluster_position=position,
-                reserved_at=entry.reserved_at,
-            )
-        )
+        for job in snapshot.pending:
+            if job.id not in considered:
+                _add_wait(waits, in_queue, job, reason)
     return Decisions(tuple(admitted), tuple(waits), tuple(preempted), more=more)
+
+
+def _add_wait(
+    waits: list[Wait],
+    in_queue: dict[str, int],
+    job: PendingJob,
+    reason: PendingReason,
+    reserved_at: float | None = None,
+) -> None:
+    """The job waits; its positions are the order in which the cycle visited the waiting."""
+    position = in_queue[job.queue] = in_queue.get(job.queue, 0) + 1
+    waits.append(Wait(job.id, reason, position, len(waits) + 1, reserved_at))
 
 
 def _fair_order(cycle: Cycle) -> Iterator[PendingJob]:
@@ -117,28 +121,30 @@ def _fair_order(cycle: Cycle) -> Iterator[PendingJob]:
     before it is used.
     """
     order_key = cycle.policy.order_key
-    by_queue: dict[str, list[PendingJob]] = {}
+    Keyed = tuple[tuple[float | int | str, ...], PendingJob]
+    by_queue: dict[str, list[Keyed]] = {}
     preemptors: list[PendingJob] = []
     for job in cycle.snapshot.pending:
         if job.nominated_nodes and job.queue in cycle.queues:
             preemptors.append(job)
             continue
-        by_queue.setdefault(job.queue, []).append(job)
+        by_queue.setdefault(job.queue, []).append((order_key(job), job))
     yield from sorted(preemptors, key=order_key)
-    unknown: list[PendingJob] = []
+    unknown: list[Keyed] = []
     heap: list[tuple[float, tuple[float | int | str, ...], str]] = []
     for name, jobs in by_queue.items():
-        jobs.sort(key=order_key)
+        jobs.sort(key=_KEY)  # keys are total orders (they end in the job id): never a tie
         if name not in cycle.queues:
             unknown.extend(jobs)
             continue
-        heap.append((cycle.standing(jobs[0].tenant), order_key(jobs[0]), name))
+        key, head = jobs[0]
+        heap.append((cycle.standing(head.tenant), key, name))
     heapq.heapify(heap)
     next_index = dict.fromkeys(by_queue, 0)
     while heap:
         standing, key, name = heapq.heappop(heap)
         jobs = by_queue[name]
-        job = jobs[next_index[name]]
+        job = jobs[next_index[name]][1]
         now_standing = cycle.standing(job.tenant)
         if now_standing > standing:
             heapq.heappush(heap, (now_standing, key, name))
@@ -146,9 +152,10 @@ def _fair_order(cycle: Cycle) -> Iterator[PendingJob]:
         yield job
         next_index[name] += 1
         if next_index[name] < len(jobs):
-            following = jobs[next_index[name]]
-            heapq.heappush(heap, (cycle.standing(following.tenant), order_key(following), name))
-    yield from sorted(unknown, key=order_key)
+            key, following = jobs[next_index[name]]
+            heapq.heappush(heap, (cycle.standing(following.tenant), key, name))
+    unknown.sort(key=_KEY)
+    yield from (job for _key, job in unknown)
 
 
 def _admit_or_explain(
@@ -348,9 +355,9 @@ _TELLING = {  # when flavors disagree, the reason that says most about what woul
 
 def _most_telling(reasons: list[tuple[str, PendingReason]]) -> PendingReason:
     """The reason of the flavor closest to admitting the job (the first such flavor)."""
-    _flavor, best = min(reasons, key=lambda item: _TELLING.get(item[1].code, 9))
     if len(reasons) == 1:
-        return best
+        return reasons[0][1]
+    _flavor, best = min(reasons, key=lambda item: _TELLING.get(item[1].code, 9))
     others = {flavor: reason.code.value for flavor, reason in reasons}
     return PendingReason(best.code, best.message, {**best.details, "flavors": others})
 

@@ -6,7 +6,9 @@ every "what if" (preemption, reservation) runs inside a capacity transaction tha
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
 from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex
@@ -39,6 +41,10 @@ class Reservation:
     nodes: frozenset[str]
 
 
+_priority = attrgetter("priority")
+_preempted_by = attrgetter("preempted_by")
+
+
 @dataclass(slots=True)
 class Cycle:
     """What one cycle has decided so far, on top of the snapshot."""
@@ -53,12 +59,14 @@ class Cycle:
     reservations: list[Reservation] = field(default_factory=list)
     reserved_by: dict[str, str] = field(default_factory=dict)  # node -> the job it is kept for
     victims: set[str] = field(default_factory=set)
-    _stopping_for: dict[str, list[RunningJob]] | None = None
     preemption_searches: int = 0
     failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
     _running_by_queue: dict[str, list[RunningJob]] | None = None
+    _stopping_for: dict[str, list[RunningJob]] | None = None
     _running_sorted: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
+    _lowest_priority: dict[str, int | None] = field(default_factory=dict)
+    _queue_flavors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _cohorts: dict[str, list[QueueView]] | None = None
 
     @classmethod
@@ -77,6 +85,8 @@ class Cycle:
         )
         # Capacity freed by a preemption is kept for the preemptor, from now on.
         for waiting in snapshot.pending:
+            if not waiting.nominated_nodes:
+                continue
             nominated: dict[str, set[str]] = {}
             for name in waiting.nominated_nodes:
                 flavor = cycle.flavor_of_node(name)
@@ -91,11 +101,20 @@ class Cycle:
         """The running jobs being stopped to make room for ``job_id`` (found on first use)."""
         if self._stopping_for is None:
             by_preemptor: dict[str, list[RunningJob]] = {}
-            for job in self.snapshot.running:
-                if job.preempted_by is not None:
-                    by_preemptor.setdefault(job.preempted_by, []).append(job)
+            for job in filter(_preempted_by, self.snapshot.running):  # a job id, never empty
+                assert job.preempted_by is not None
+                by_preemptor.setdefault(job.preempted_by, []).append(job)
             self._stopping_for = by_preemptor
         return self._stopping_for.get(job_id, [])
+
+    def running_by_queue(self) -> dict[str, list[RunningJob]]:
+        """The running jobs grouped by queue (on first use: only victim searches need it)."""
+        if self._running_by_queue is None:
+            by_queue: defaultdict[str, list[RunningJob]] = defaultdict(list)
+            for job in self.snapshot.running:
+                by_queue[job.queue].append(job)
+            self._running_by_queue = dict(by_queue)
+        return self._running_by_queue
 
     def flavor_of_node(self, name: str) -> str | None:
         """The flavor of a node of the cycle's flavors (None: no such node)."""
@@ -117,19 +136,25 @@ class Cycle:
     def running_in(self, queue: str, flavor: str) -> list[RunningJob]:
         """The queue's running jobs holding GPUs of the flavor, least loss first (see
         ``loss_order``); sorted once per cycle, when first asked."""
-        if self._running_by_queue is None:
-            by_queue: dict[str, list[RunningJob]] = {}
-            for job in self.snapshot.running:
-                by_queue.setdefault(job.queue, []).append(job)
-            self._running_by_queue = by_queue
         key = (queue, flavor)
         jobs = self._running_sorted.get(key)
         if jobs is None:
             now = self.snapshot.now
-            jobs = [j for j in self._running_by_queue.get(queue, ()) if flavor in j.flavor_gpus]
+            jobs = [j for j in self.running_by_queue().get(queue, ()) if flavor in j.flavor_gpus]
             jobs.sort(key=lambda job: loss_order(job, now))
             self._running_sorted[key] = jobs
         return jobs
+
+    def lowest_priority(self, queue: str) -> int | None:
+        """The lowest priority among the queue's running jobs, of any flavor (None: it has
+        none): no job of a flavor ranks lower, so a preemptor that does not outrank it need not
+        sort the queue's jobs to find that none may be its victim."""
+        if queue in self._lowest_priority:
+            return self._lowest_priority[queue]
+        jobs = self.running_by_queue().get(queue, [])
+        lowest = min(map(_priority, jobs), default=None)
+        self._lowest_priority[queue] = lowest
+        return lowest
 
     def running_on(self, flavor: str) -> list[RunningJob]:
         """The running jobs holding GPUs of the flavor (found on first use: most cycles never
@@ -166,10 +191,14 @@ class Cycle:
         return job.total_gpus * self.policy.admission_charge_s / weight
 
     # -- flavors ---------------------------------------------------------------------------------
-    def flavors_for(self, queue: QueueView) -> list[str]:
-        """The flavors the queue may use, in the order they are tried."""
-        names = list(queue.nominal) if queue.nominal is not None else list(self.flavors)
-        return [n for n in names if n in self.flavors and self.allowed(n, queue.name)]
+    def flavors_for(self, queue: QueueView) -> tuple[str, ...]:
+        """The flavors the queue may use, in the order they are tried (found once a cycle)."""
+        flavors = self._queue_flavors.get(queue.name)
+        if flavors is None:
+            names = list(queue.nominal) if queue.nominal is not None else list(self.flavors)
+            flavors = tuple(n for n in names if n in self.flavors and self.allowed(n, queue.name))
+            self._queue_flavors[queue.name] = flavors
+        return flavors
 
     def allowed(self, flavor: str, queue: str) -> bool:
         view = self.flavors.get(flavor)

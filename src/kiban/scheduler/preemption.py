@@ -110,6 +110,10 @@ def _group(
     """One queue's candidates: on the priority ground those below the preemptor's priority; on
     a cohort ground only while the queue still borrows (the search gives back its victims'
     quota as it goes)."""
+    if ground == "priority":
+        lowest = cycle.lowest_priority(queue)
+        if lowest is None or lowest >= below:
+            return
     for victim in cycle.running_in(queue, flavor):  # lowest priority first
         if ground == "priority" and victim.priority >= below:
             return
