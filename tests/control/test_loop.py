@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from loop_support import (
 
 from kiban.api.schemas import job_out
 from kiban.domain.manifests import parse_job_manifest
-from kiban.executors.base import LaunchRequest, ReplicaRef
+from kiban.executors.base import LaunchError, LaunchRequest, ReplicaRef
 from kiban.executors.environment import replica_environment
 from kiban.platform import Platform
 from kiban.scheduler import ReasonCode
@@ -330,11 +331,42 @@ def test_cancel_during_launch_is_not_lost(
     assert executor.running(job_id) == []
 
 
+def test_admitted_jobs_launch_together_where_the_executor_allows(
+    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three jobs admitted in one pass launch at once on an executor that takes three
+    launches at a time (each waits for the others at a barrier: one at a time would time out);
+    one launch fails, and only its job fails."""
+    ids = [submit(platform, manifest(f"job-{i}", gpu=2)) for i in range(3)]
+    executor.launch_concurrency = 3
+    together = threading.Barrier(3, timeout=10)
+    launch = executor.launch
+
+    def launch_together(request: LaunchRequest) -> Any:
+        together.wait()
+        if request.job_id == ids[1]:
+            raise LaunchError("the API refused job-1")
+        return launch(request)
+
+    monkeypatch.setattr(executor, "launch", launch_together)
+    platform.loop.run_once()
+
+    assert [state(platform, job_id) for job_id in ids] == ["Running", "Failed", "Running"]
+    assert get(platform, ids[1]).message == "the API refused job-1"
+    assert reasons(platform, ids[0]) == ["Submitted", "Admitted", "Started"]
+    assert reasons(platform, ids[1]) == ["Submitted", "Admitted", "LaunchFailed"]
+    assert [(r.active, r.state) for r in replica_rows(platform, ids[1])] == [(False, "Lost")]
+    assert all(
+        r.pid is not None for job_id in (ids[0], ids[2]) for r in replica_rows(platform, job_id)
+    )
+    assert sorted(r.job_id for r in executor.launches) == sorted([ids[0], ids[2]])
+
+
 # -- restarts of the control plane -----------------------------------------------------------
 
 
-class Crash(Exception):
-    """The control plane dies in the middle of a launch."""
+class Crash(BaseException):
+    """The control plane dies in the middle of a launch (no ``except Exception`` stops it)."""
 
 
 def test_recover_requeues_a_job_cut_short_while_launching(
@@ -364,6 +396,29 @@ def test_recover_requeues_a_job_cut_short_while_launching(
     assert state(platform, job_id) == "Running"
     active = [r for r in replica_rows(platform, job_id) if r.active]
     assert [r.rank for r in active] == [0, 1]
+
+
+def test_an_unexpected_launch_error_leaves_that_job_admitted_and_the_others_run(
+    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a LaunchError (a bug, an API gone mid-call): that job stays Admitted for recovery,
+    as after a crash, and the rest of its pass's jobs start."""
+    broken, fine = (submit(platform, manifest(name, gpu=2)) for name in ("broken", "fine"))
+    launch = executor.launch
+
+    def launch_or_break(request: LaunchRequest) -> Any:
+        if request.job_id == broken:
+            raise ConnectionResetError("the API server went away")
+        return launch(request)
+
+    monkeypatch.setattr(executor, "launch", launch_or_break)
+    platform.loop.run_once()
+    assert (state(platform, broken), state(platform, fine)) == ("Admitted", "Running")
+
+    monkeypatch.undo()
+    platform.loop.recover()
+    platform.loop.run_once()
+    assert state(platform, broken) == "Running"
 
 
 # -- waiting ---------------------------------------------------------------------------------
@@ -451,6 +506,19 @@ def test_relaunch_after_recover_lists_each_replica_once(
         assert job is not None
         listed = [(r.rank, r.state) for r in jobs.replicas_of(session, job)]
     assert listed == [(0, "Running"), (1, "Running")]
+
+
+def test_a_pass_admitting_from_a_full_window_asks_for_the_next_at_once(
+    platform: Platform, clock: ManualClock
+) -> None:
+    """Jobs behind a full window are considered by the very next pass once admissions made
+    room, not at the next resync: ``schedule`` says a pass should follow at once."""
+    platform.loop.window = 2
+    ids = [submit(platform, manifest(f"job-{i}", gpu=1)) for i in range(3)]
+    assert platform.loop.schedule(clock.now()) is True  # job-0 and job-1; job-2 is behind
+    assert [state(platform, job_id) for job_id in ids] == ["Running", "Running", "Pending"]
+    assert platform.loop.schedule(clock.now()) is False  # the window is no longer full
+    assert state(platform, ids[2]) == "Running"
 
 
 def test_jobs_beyond_the_window_wait_in_the_backlog_until_they_reach_it(

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -45,6 +46,7 @@ from kiban.store.models import Job, Node, Replica
 log = logging.getLogger("kiban.control")
 
 ACTIVE_STATES = (JobState.RUNNING.value, JobState.STOPPING.value)
+ADMIT_BATCH = 256  # admitted jobs recorded and launched together (bounds a transaction's locks)
 
 
 def replica_ref(replica: Replica) -> ReplicaRef:
@@ -215,10 +217,20 @@ class ControlLoop:
             session.commit()
 
     def settle(self, now: float) -> bool:
-        """Observe running and stopping jobs; True if any of them changed state."""
+        """Observe running and stopping jobs; True if any of them changed state.
+
+        1. Read every active job and its active replicas at once, without locks, and observe
+           them: most jobs still run as they did, and need nothing written.
+        2. Each job that may change (a replica ended, it is stopping, its maxRuntime passed,
+           it wrote a checkpoint) is settled in its own transaction, locked and read again.
+        """
         changed = False
         with self.sessions() as session:
-            ids = session.scalars(select(Job.id).where(Job.state.in_(ACTIVE_STATES))).all()
+            ids = [
+                job.id
+                for job, replicas in self._active_jobs(session)
+                if self._may_change(job, replicas, now)
+            ]
         for job_id in ids:
             with self.sessions() as session:
                 job = session.get(Job, job_id, with_for_update=True)
@@ -229,6 +241,49 @@ class ControlLoop:
                 changed = changed or job.state != before
                 session.commit()
         return changed
+
+    def _active_jobs(self, session: Session) -> list[tuple[Job, list[Replica]]]:
+        """The running and stopping jobs, each with its active replicas (two queries)."""
+        jobs = list(session.scalars(select(Job).where(Job.state.in_(ACTIVE_STATES))))
+        by_job: dict[str, list[Replica]] = {job.id: [] for job in jobs}
+        query = (
+            select(Replica)
+            .join(Job, Job.id == Replica.job_id)
+            .where(Replica.active.is_(True), Job.state.in_(ACTIVE_STATES))
+            .order_by(Replica.job_id, Replica.rank)
+        )
+        for replica in session.scalars(query):
+            if replica.job_id in by_job:
+                by_job[replica.job_id].append(replica)
+        return [(job, by_job[job.id]) for job in jobs]
+
+    def _may_change(self, job: Job, replicas: list[Replica], now: float) -> bool:
+        """Whether settling could change the job: anything but a job whose replicas all run
+        on, before its maxRuntime, with no newer checkpoint."""
+        if job.state != JobState.RUNNING.value or not replicas:
+            return True
+        for replica in replicas:
+            if replica.state != ReplicaState.RUNNING.value:
+                return True
+            if not self.executor.observe(replica_ref(replica)).running:
+                return True
+        return self._past_max_runtime(job, now) or self._newer_checkpoint(job) is not None
+
+    def _past_max_runtime(self, job: Job, now: float) -> bool:
+        max_runtime = self.specs.get(job).max_runtime
+        return (
+            max_runtime is not None
+            and job.started_at is not None
+            and (now - job.started_at > max_runtime)
+        )
+
+    def _newer_checkpoint(self, job: Job) -> float | None:
+        """When a file was last written in the job's checkpoint directory, if after the last
+        checkpoint recorded (None: nothing newer)."""
+        newest = newest_mtime(self.executor.checkpoint_dir(job.id))
+        if newest is not None and (job.last_checkpoint_at or 0.0) < newest:
+            return newest
+        return None
 
     def _active_replicas(self, session: Session, job: Job) -> list[Replica]:
         query = (
@@ -302,11 +357,7 @@ class ControlLoop:
                 )
                 self.specs.forget(job.id)
                 return
-            elif (
-                spec.max_runtime is not None
-                and job.started_at is not None
-                and now - job.started_at > spec.max_runtime
-            ):
+            elif self._past_max_runtime(job, now):
                 self._begin_stop(
                     session,
                     job,
@@ -341,8 +392,8 @@ class ControlLoop:
 
     def _note_checkpoint(self, job: Job) -> None:
         """A file written in the job's checkpoint directory counts as a checkpoint."""
-        newest = newest_mtime(self.executor.checkpoint_dir(job.id))
-        if newest is not None and (job.last_checkpoint_at or 0.0) < newest:
+        newest = self._newer_checkpoint(job)
+        if newest is not None:
             job.last_checkpoint_at = newest
 
     def _begin_stop(
@@ -442,7 +493,9 @@ class ControlLoop:
 
     # -- scheduling ----------------------------------------------------------------------------
     def schedule(self, now: float) -> bool:
-        """One scheduling pass; True when its cycle stopped at the placement budget."""
+        """One scheduling pass; True when the next should follow at once: its cycle stopped at
+        the placement budget, or it admitted jobs from a queue with more waiting than the
+        window."""
         recorded: dict[str, RecordedWait] = {}
         with self.sessions() as session:
             policy = self.policies.get(session)
@@ -457,9 +510,9 @@ class ControlLoop:
         decisions = schedule(snapshot, self.policy, self.capacity)
         for preempt in decisions.preempted:
             self._preempt(preempt, now)
-        for admit in decisions.admitted:
-            self._admit(admit, now)
+        self._admit(decisions.admitted, now)
         self._refresh_forecast(snapshot, now)
+        more = decisions.more or (bool(decisions.admitted) and self._window_full(snapshot))
         etas = self.forecaster.estimates()
         changed = [
             w
@@ -474,7 +527,13 @@ class ControlLoop:
                         session, wait, recorded.get(wait.job_id), etas.get(wait.job_id), now
                     )
                 session.commit()
-        return decisions.more
+        return more
+
+    def _window_full(self, snapshot: Snapshot) -> bool:
+        """Whether some queue had more pending jobs than the snapshot's window holds: once
+        admissions made room, the next pass (at once) considers the jobs behind them."""
+        per_queue = Counter(job.queue for job in snapshot.pending)
+        return any(count >= self.window for count in per_queue.values())
 
     def _refresh_forecast(self, snapshot: Snapshot, now: float) -> None:
         """Ask for start-time estimates from this pass's snapshot, at most every few seconds
@@ -542,13 +601,24 @@ class ControlLoop:
             self._begin_stop(session, job, running, intent, reason=reason, message=message, now=now)
             session.commit()
 
-    def _admit(self, admit: Admit, now: float) -> None:
-        with self.sessions() as session:
-            job = session.get(Job, admit.job_id, with_for_update=True)
-            if job is None or job.state != JobState.PENDING.value:
-                return  # cancelled since the snapshot
-            self.launcher.launch(session, job, admit.placements, now, restart=False)
-            session.commit()
+    def _admit(self, admits: Sequence[Admit], now: float) -> None:
+        """Launch the admitted jobs still pending (one may have been cancelled since the
+        snapshot), a batch at a time: one commit per batch each way, launches overlapped."""
+        for first in range(0, len(admits), ADMIT_BATCH):
+            batch = admits[first : first + ADMIT_BATCH]
+            with self.sessions() as session:
+                ids = [admit.job_id for admit in batch]
+                jobs = {
+                    job.id: job
+                    for job in session.scalars(select(Job).where(Job.id.in_(ids)).with_for_update())
+                }
+                admitted = [
+                    (jobs[admit.job_id], admit.placements)
+                    for admit in batch
+                    if admit.job_id in jobs and jobs[admit.job_id].state == JobState.PENDING.value
+                ]
+                self.launcher.launch_all(session, admitted, now)
+                session.commit()
 
 
 def newest_mtime(directory: str) -> float | None:

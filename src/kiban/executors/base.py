@@ -104,6 +104,8 @@ class Executor(Protocol):
 
     name: str
     capabilities: frozenset[Capability]
+    launch_concurrency: int
+    """How many ``launch`` calls may run at once, from as many threads (1: one at a time)."""
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes this executor offers."""

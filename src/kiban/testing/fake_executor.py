@@ -47,6 +47,7 @@ class FakeExecutor:
         self._nodes = list(nodes)
         self._clock = clock or SystemClock()
         self.capabilities = capabilities if capabilities is not None else frozenset(Capability)
+        self.launch_concurrency = 1  # deterministic: launches in the order of the decisions
         self.replicas: dict[tuple[str, int, int], FakeReplica] = {}
         self.launches: list[LaunchRequest] = []
         self.fail_next_launch: str | None = None

@@ -67,6 +67,18 @@ def test_a_replica_pod_is_bound_to_its_node_with_gpus_environment_and_toleration
     assert "hostNetwork" not in spec and "volumes" not in spec
 
 
+def test_a_one_replica_attempt_has_no_service_and_its_master_is_itself() -> None:
+    req = request({"replicas": 1})
+    pod = pod_manifest(req, req.placements[0], "kiban-vision", OPTIONS)
+    assert "subdomain" not in pod["spec"]  # no headless Service is made for it
+    variables = env(pod)
+    assert (variables["MASTER_ADDR"], variables["WORLD_SIZE"], variables["RANK"]) == (
+        "localhost",
+        "1",
+        "0",
+    )
+
+
 def test_a_replica_without_gpus_sees_none() -> None:
     req = request({"resources": {"gpu": 0}})
     pod = pod_manifest(req, req.placements[0], "ns", OPTIONS)

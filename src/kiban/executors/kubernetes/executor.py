@@ -1,10 +1,11 @@
 """Runs kiban's jobs as pods on a Kubernetes cluster, through the official client.
 
 For each attempt of an admitted job: the tenant's namespace (made if absent), a headless
-Service (DNS names for the pods; ``MASTER_ADDR`` is replica 0's), and one pod per replica bound
-to the node kiban chose (see ``pods`` for why ``nodeName``). The Service owns the pods (owner
-references), and every object carries the job's labels, so all of an attempt is found with one
-selector and deleted together (explicitly: kiban does not count on a garbage collector).
+Service (DNS names for the pods; ``MASTER_ADDR`` is replica 0's) unless the attempt has one
+replica, and one pod per replica bound to the node kiban chose (see ``pods`` for why
+``nodeName``). The Service owns the pods (owner references), and every object carries the job's
+labels, so all of an attempt is found with one selector and deleted together (explicitly: kiban
+does not count on a garbage collector).
 
 Replicas are identified by a handle ``namespace/name/uid``; ``observe`` reads a pod cache that
 a watch keeps current (``podcache``), so a restarted kiban finds the pods it started before
@@ -56,6 +57,7 @@ from kiban.executors.kubernetes.options import KubernetesOptions
 from kiban.executors.kubernetes.podcache import PodCache
 from kiban.executors.kubernetes.pods import (
     CONTAINER,
+    needs_no_service,
     observe_pod,
     owner_reference,
     pod_manifest,
@@ -94,6 +96,7 @@ class KubernetesExecutor:
 
     name = "kubernetes"
     capabilities = frozenset({Capability.ADOPT, Capability.CONTAINERS, Capability.TORCHRUN})
+    launch_concurrency = LAUNCH_WORKERS  # each launch waits on API round trips: overlap them
 
     def __init__(
         self,
@@ -163,11 +166,12 @@ class KubernetesExecutor:
         bodies = [pod_manifest(request, p, namespace, self.options) for p in request.placements]
         try:
             self._ensure_namespace(namespace)
-            owner = owner_reference(
-                request.job_id, request.attempt, self._ensure_service(request, namespace)
-            )
-            for body in bodies:
-                body["metadata"]["ownerReferences"] = [owner]
+            if not needs_no_service(request):
+                owner = owner_reference(
+                    request.job_id, request.attempt, self._ensure_service(request, namespace)
+                )
+                for body in bodies:
+                    body["metadata"]["ownerReferences"] = [owner]
             launched = []
             for placement, pod in zip(
                 request.placements, self._create_pods(namespace, bodies), strict=True

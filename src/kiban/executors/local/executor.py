@@ -83,6 +83,7 @@ class LocalExecutor:
         if importlib.util.find_spec("torch") is not None:
             caps.add(Capability.TORCHRUN)
         self.capabilities = frozenset(caps)
+        self.launch_concurrency = 1  # spawning a process is quick and local: one at a time
 
     # -- nodes -----------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
