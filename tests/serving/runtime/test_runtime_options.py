@@ -35,6 +35,16 @@ def test_port_defaults_to_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_options(["--http_port", "80"]).port == 80
 
 
+def test_a_unix_socket_from_the_flag_or_the_local_executors_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KIBAN_REPLICA_SOCKET", raising=False)
+    assert parse_options([]).uds is None
+    monkeypatch.setenv("KIBAN_REPLICA_SOCKET", "/run/r.sock")
+    assert parse_options([]).uds == "/run/r.sock"
+    assert parse_options(["--uds", "/tmp/x.sock"]).uds == "/tmp/x.sock"
+
+
 def test_unknown_kserve_arguments_are_kept_as_ignored() -> None:
     options = parse_options(["--backend", "vllm", "--model_name", "m",
                              "--tensor_parallel_size", "2", "--enable_prefix_caching"])
