@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kiban.serving.runtime.options import Task, parse_dtype, parse_options, parse_task
@@ -79,3 +81,17 @@ def test_unknown_task_and_dtype_name_the_choices() -> None:
     with pytest.raises(ValueError, match=r"unknown dtype 'int3'.*bfloat16"):
         parse_dtype("int3")
     assert parse_dtype("bf16") == "bfloat16"
+
+
+def test_the_unix_socket_replaces_a_stale_one_and_nothing_else(tmp_path: Path) -> None:
+    from kiban.serving.runtime.__main__ import unix_socket
+
+    path = tmp_path / "replica.sock"
+    unix_socket(str(path)).close()  # a server that died leaves its socket behind
+    unix_socket(str(path)).close()
+    assert path.is_socket() and path.stat().st_mode & 0o777 == 0o600
+    other = tmp_path / "notes.txt"
+    other.write_text("mine")
+    with pytest.raises(OSError):
+        unix_socket(str(other))
+    assert other.read_text() == "mine"

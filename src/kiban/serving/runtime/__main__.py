@@ -43,8 +43,17 @@ def main(argv: list[str] | None = None) -> int:
 
     app = create_app(options, on_load_failure=on_load_failure)
     uds = options.uds
+    unix: socket.socket | None = None
+    if uds is not None:
+        try:
+            unix = unix_socket(uds)
+        except OSError as exc:  # the port alone still serves (the executor then uses it)
+            log.warning("cannot listen on the Unix socket %s (%s); on the port only", uds, exc)
+            uds = None
 
     class Server(uvicorn.Server):
+        """Removes its Unix socket when it stops."""
+
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             # here, not after run(): uvicorn ends the process by the signal that stopped it
             await super().shutdown(sockets)
@@ -55,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     config = uvicorn.Config(app, host=options.host, port=options.port, log_level="info")
     server = Server(config)
     log.info("model server for %s on http://%s:%d", options.model_name, options.host, options.port)
-    if uds is None:
+    if unix is None:
         server.run()
     else:
         log.info("and on the Unix socket %s", uds)
-        server.run(sockets=[config.bind_socket(), unix_socket(uds)])
+        server.run(sockets=[config.bind_socket(), unix])
     if failures:
         return LOAD_FAILED_EXIT
     return 0 if server.started else 1
