@@ -70,6 +70,7 @@ def test_a_quick_run_through_the_cli() -> None:
     assert scale["first_new_replica_serving_s"] >= scale["scale_up_requested_s"]
     assert report["cold_start"] is None and "skipped" in report["cold_start_reason"]
     assert report["machine"]["cores"] >= 1
+    assert report["replica_link"] == "unix"  # as the local executor's replicas are reached
     assert "kiban bench router" in done.stderr  # the table
 
 
@@ -117,3 +118,5 @@ def test_options_are_validated() -> None:
         RouterBenchOptions(clients=(0,))
     with pytest.raises(ValueError):
         RouterBenchOptions(duration_s=0)
+    with pytest.raises(ValueError):
+        RouterBenchOptions(replica_link="udp")

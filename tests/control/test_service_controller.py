@@ -3,6 +3,10 @@ failed revisions, scale from zero, deletion."""
 
 from __future__ import annotations
 
+import http.server
+import socketserver
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -215,3 +219,30 @@ def test_a_service_scaling_up_preempts_lower_priority_training(
     assert [j.name for j in replica_jobs(platform, "Running") if j.id not in training] == [
         "chat-00001-0"
     ]
+
+
+class _Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/v2/health/ready" else 503)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_replica_on_a_unix_socket_is_probed_there(platform: Platform, tmp_path: Path) -> None:
+    path = tmp_path / "replica.sock"
+    server = socketserver.UnixStreamServer(str(path), _Ready)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        ready = platform.services._ready
+        assert ready(f"unix:{path}", "/v2/health/ready")
+        assert ready(f"unix:{path}", "/v2/health/ready")  # its client is kept
+        assert not ready(f"unix:{path}", "/loading")
+        assert not ready(f"unix:{tmp_path / 'gone.sock'}", "/v2/health/ready")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

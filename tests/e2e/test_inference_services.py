@@ -100,6 +100,9 @@ def test_an_embedding_service_answers_through_its_url_with_the_tenants_token(
     shown = describe(served, "embedder")
     assert shown["stats"]["requests"] >= 2
     assert shown["replicas"][0]["ready"] is True
+    # The local executor offered the model server a Unix socket, and it listens there (so the
+    # router reaches it over the socket, not loopback TCP).
+    assert any(path.is_socket() for path in (served.home / "jobs").glob("*/attempt-*/rank-0.sock"))
 
 
 def test_chat_streams_canary_splits_promotes_and_a_bad_revision_fails(

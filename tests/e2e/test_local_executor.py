@@ -381,3 +381,54 @@ def test_stop_never_signals_a_reused_pid(tmp_path: Path) -> None:
     finally:
         stranger.kill()
         stranger.wait(timeout=30)
+
+
+LISTEN_ON_SOCKET = """
+import os, socket, time
+path = os.environ.get("KIBAN_REPLICA_SOCKET")
+print("SOCKET", path, flush=True)
+if path:
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+time.sleep(60)
+"""
+
+
+def test_a_service_replica_that_listens_on_its_socket_is_reached_there(tmp_path: Path) -> None:
+    """The local executor offers a service's replica a Unix socket; once the replica listens
+    there, its address is that socket (cheaper for the router than loopback TCP)."""
+    from kiban.domain.manifests import parse_job_manifest
+    from kiban.domain.service_replica import SERVICE_LABEL
+    from kiban.executors.base import LaunchRequest, ReplicaRef
+    from kiban.executors.local import LocalExecutor
+    from kiban.scheduler.decisions import ReplicaPlacement
+
+    home = tmp_path / "h"
+    executor = LocalExecutor(home, [])
+    (tmp_path / "listen.py").write_text(LISTEN_ON_SOCKET)
+    document = {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": "svc"},
+        "spec": {
+            "tasks": [{"name": "server", "replicas": 1, "command": ["python", "listen.py"]}],
+            "workingDir": str(tmp_path),
+        },
+    }
+    spec = parse_job_manifest(document).spec
+    placement = ReplicaPlacement("server", 0, 0, "node-0", (), 1000, 2**30)
+    refs: list[ReplicaRef] = []
+    try:
+        for job_id, labels in (("plain-abc123", {}), ("svc-abc123", {SERVICE_LABEL: "svc"})):
+            request = LaunchRequest(job_id, "svc", "t", 1, spec, (placement,), 29500, labels)
+            (up,) = executor.launch(request)
+            refs.append(ReplicaRef(job_id, 1, "server", 0, 0, up.pid, up.pid_start_time))
+        plain, service = refs
+        socket_path = home / "jobs" / "svc-abc123" / "attempt-1" / "rank-0.sock"
+        eventually(lambda: executor.replica_address(service, 8080) == f"unix:{socket_path}")
+        assert executor.replica_address(plain, 8080) == "127.0.0.1:8080"
+        assert "SOCKET None" in (home / "jobs" / "plain-abc123" / "rank-0.log").read_text()
+    finally:
+        for ref in refs:
+            executor.stop(ref, force=True)

@@ -3,6 +3,9 @@
 1. Added latency, side by side in one run: the same closed-loop clients call an instant
    replica directly, then through the router, at 1, 50 and 500 concurrent clients. Replica,
    router and load generator are three processes, so no two share an event loop or the GIL.
+   The clients reach router and replica over loopback TCP; the router reaches the replica
+   over its Unix socket, as it does kiban's model server under the local executor
+   (``--replica-link tcp``: over loopback TCP, as a replica on another host).
 2. The autoscaler live: the router and the autoscaler (ticking every 0.5 s) in this process,
    replicas started on demand as processes; the load steps up 10x; how long until more
    replicas are asked for, and until the first new one serves.
@@ -41,6 +44,7 @@ from kiban.bench.router_load import (
     Phase,
     helper_processes,
     open_clients,
+    replica_socket,
 )
 from kiban.serving.router.server import new_event_loop
 
@@ -49,6 +53,8 @@ Progress = Callable[[str], None]
 GOAL_ADDED_P50_MS = 0.5
 GOAL_ADDED_P99_MS = 2.0
 GOAL_CLIENTS = 50
+LINKS = {"unix": "a Unix socket", "tcp": "loopback TCP"}
+"""How the router may reach the bench's replica (``--replica-link``), in words."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +76,17 @@ class RouterBenchOptions:
     """How long the autoscaler's phase runs after the step (the panic window is 6 s)."""
     cold_start: bool = True
     cold_start_timeout_s: float = 180.0
+    replica_link: str = "unix"
+    """How the router reaches the replica: "unix" (a Unix socket, as it reaches kiban's model
+    server under the local executor) or "tcp" (loopback TCP, as a replica on another host)."""
 
     def __post_init__(self) -> None:
         if not self.clients or any(c < 1 for c in self.clients):
             raise ValueError("--clients must be positive")
         if self.duration_s <= 0 or self.warmup_s < 0:
             raise ValueError("--duration must be positive and --warmup not negative")
+        if self.replica_link not in ("unix", "tcp"):
+            raise ValueError(f"--replica-link must be unix or tcp, got {self.replica_link!r}")
         if self.step_clients < 1 or self.step_target <= 0:
             raise ValueError("--step-clients and the target must be positive")
 
@@ -119,7 +130,11 @@ def _added_latency(options: RouterBenchOptions, say: Progress) -> dict[str, Any]
         replica = HelperProcess("replica", "0")
         procs.append(replica)
         replica_port = replica.wait_port()
-        router = HelperProcess("router", f"127.0.0.1:{replica_port}")
+        if options.replica_link == "unix":
+            upstream = f"unix:{replica_socket(replica.port_file)}"
+        else:
+            upstream = f"127.0.0.1:{replica_port}"
+        router = HelperProcess("router", upstream)
         procs.append(router)
         router_port = router.wait_port()
         results: dict[str, Any] = {}
@@ -346,6 +361,7 @@ def run_router_bench(options: RouterBenchOptions, say: Progress | None = None) -
         "added_p50_ms": added_p50,
         "added_p99_ms": added_p99,
         "headline_clients": GOAL_CLIENTS if str(GOAL_CLIENTS) in latency else options.clients[-1],
+        "replica_link": options.replica_link,
         "latency": latency,
         "autoscaler": autoscaler,
         "cold_start": cold,
@@ -397,7 +413,8 @@ def router_table(report: dict[str, Any]) -> Table:
             f"goals at {report['headline_clients']} clients: added p50 <= {GOAL_ADDED_P50_MS} ms "
             f"({'met' if met['added_p50_ms'] else 'not met'}), added p99 <= "
             f"{GOAL_ADDED_P99_MS} ms ({'met' if met['added_p99_ms'] else 'not met'}); "
-            "closed loop: at many clients latency is the queue, clients / rate",
+            "closed loop: at many clients latency is the queue, clients / rate; router to "
+            f"replica over {LINKS.get(report.get('replica_link', ''), 'loopback TCP')}",
             f"autoscaler, {scale['clients_before']} -> {scale['clients_after']} clients: more "
             f"replicas asked for after {_num(scale['scale_up_requested_s'], ' s')}, the first "
             f"new one served after {_num(scale['first_new_replica_serving_s'], ' s')}, all "

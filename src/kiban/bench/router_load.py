@@ -52,12 +52,19 @@ class InstantReplica(asyncio.Protocol):
 
 
 def serve_replica(port_file: Path, delay_ms: float) -> None:
+    """Listen on a loopback port and, as kiban's model server under the local executor, on a
+    Unix socket beside the port file (``replica_socket``)."""
     loop = new_event_loop()
     answer = [b""]
 
     async def main() -> None:
         server = await loop.create_server(
             lambda: InstantReplica(answer[0], delay_ms / 1000), "127.0.0.1", 0, backlog=4096
+        )
+        await loop.create_unix_server(
+            lambda: InstantReplica(answer[0], delay_ms / 1000),
+            str(replica_socket(port_file)),
+            backlog=4096,
         )
         port = server.sockets[0].getsockname()[1]
         body = json.dumps({"ok": True, "replica": port}).encode()
@@ -82,6 +89,11 @@ def serve_router(port_file: Path, upstream: str) -> None:
     server.start()
     write_port(port_file, server.port)
     threading.Event().wait()
+
+
+def replica_socket(port_file: Path) -> Path:
+    """The Unix socket a replica helper listens on besides its port."""
+    return port_file.with_name("replica.sock")
 
 
 def write_port(port_file: Path, port: int) -> None:

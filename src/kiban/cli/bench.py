@@ -212,6 +212,13 @@ def router(
     cold_start: Annotated[
         bool, typer.Option(help="time the embedding model's runtime until ready")
     ] = True,
+    replica_link: Annotated[
+        str,
+        typer.Option(
+            help="how the router reaches the replica: unix (a Unix socket, as kiban's model "
+            "server under the local executor) or tcp (loopback TCP, as one on another host)"
+        ),
+    ] = "unix",
     as_json: Annotated[
         bool,
         typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
@@ -220,7 +227,8 @@ def router(
     """The latency the serving router adds, the autoscaler's reaction, a model's cold start.
 
     1. closed-loop clients call an instant replica directly, then through the router (three
-    processes), at each --clients: added = via router - direct, p50 and p99;
+    processes), at each --clients: added = via router - direct, p50 and p99 (the router
+    reaches the replica as --replica-link says);
 
     2. the router and the autoscaler live, replicas started on demand, the load stepped up
     10x: time until more replicas are asked for and until the first new one serves;
@@ -237,6 +245,7 @@ def router(
             warmup_s=warmup,
             step_observe_s=step_observe,
             cold_start=cold_start,
+            replica_link=replica_link,
         )
     except ValueError as exc:
         render.err.print(f"error: {exc}", markup=False)

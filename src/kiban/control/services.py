@@ -49,6 +49,7 @@ from kiban.services.serving import (
 from kiban.serving.autoscaler import ScalerState, ScalingPolicy, decide
 from kiban.serving.router.table import Endpoint, Route, RoutingTable
 from kiban.serving.router.traffic import TrafficMetrics
+from kiban.serving.router.upstream import UNIX_PREFIX
 from kiban.store.models import (
     Job,
     Replica,
@@ -62,6 +63,7 @@ log = logging.getLogger("kiban.services.controller")
 LOAD_FAILED = "KIBAN_LOAD_FAILED:"
 MAX_CRASHES = 3  # replicas of a revision that exit before ever being ready: then it failed
 LOG_TAIL_BYTES = 1 << 20
+MAX_UNIX_CLIENTS = 256  # probe clients of replicas' Unix sockets kept at most
 
 
 @dataclass
@@ -96,6 +98,8 @@ class ServiceController:
     _probes: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="kiban-probe")
     )
+    _unix_clients: dict[str, httpx.Client] = field(default_factory=dict)
+    _unix_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- thread --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -109,6 +113,8 @@ class ServiceController:
             self._thread.join(timeout=30)
         self._probes.shutdown(wait=True)
         self._http.close()
+        for client in self._unix_clients.values():
+            client.close()
 
     def wake(self) -> None:
         self._wake.set()
@@ -326,10 +332,30 @@ class ServiceController:
         if self.probe is not None:
             return self.probe(address, path)
         try:
-            response = self._http.get(f"http://{address}{path}", timeout=self.probe_timeout_s)
+            if address.startswith(UNIX_PREFIX):  # the Unix socket the router will use too
+                client, url = self._unix_client(address[len(UNIX_PREFIX) :]), "http://localhost"
+            else:
+                client, url = self._http, f"http://{address}"
+            response = client.get(url + path, timeout=self.probe_timeout_s)
         except httpx.HTTPError:
             return False
         return response.status_code == 200
+
+    def _unix_client(self, path: str) -> httpx.Client:
+        """The probes' client of one replica's Unix socket, made once (a client costs
+        milliseconds to make); those of replicas gone are dropped once there are many."""
+        with self._unix_lock:
+            client = self._unix_clients.get(path)
+            if client is None:
+                if len(self._unix_clients) >= MAX_UNIX_CLIENTS:
+                    for stale in self._unix_clients.values():
+                        stale.close()
+                    self._unix_clients.clear()
+                transport = httpx.HTTPTransport(uds=path)
+                client = self._unix_clients[path] = httpx.Client(
+                    transport=transport, trust_env=False
+                )
+            return client
 
     # -- steps 3 and 4: how many replicas, and jobs to match -----------------------------------
     def _wanted(

@@ -26,10 +26,12 @@ class FakeReplica:
     ``first_chunk`` is set when the first chunk of a chunked request body has arrived.
     ``/v2/big?mb=N``: N MiB of body.
     ``/v2/die``: closes the connection without an answer. ``/v2/die-mid``: half an answer.
+    With ``unix_path`` it listens on that Unix socket too (``unix_address``).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, unix_path: str | None = None) -> None:
         self.name = name
+        self.unix_path = unix_path
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -38,6 +40,7 @@ class FakeReplica:
         self.first_chunk = threading.Event()
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
+        self._unix_server: asyncio.Server | None = None
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(started,), daemon=True)
         self._thread.start()
@@ -47,12 +50,19 @@ class FakeReplica:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def unix_address(self) -> str:
+        assert self.unix_path is not None
+        return f"unix:{self.unix_path}"
+
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
 
         async def listen() -> None:
             self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
             self.port = self._server.sockets[0].getsockname()[1]
+            if self.unix_path is not None:
+                self._unix_server = await asyncio.start_unix_server(self._serve, self.unix_path)
 
         self.loop.run_until_complete(listen())
         started.set()
@@ -154,8 +164,9 @@ class FakeReplica:
 
     def stop(self) -> None:
         async def shut() -> None:
-            if self._server is not None:
-                self._server.close()
+            for server in (self._server, self._unix_server):
+                if server is not None:
+                    server.close()
             others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in others:
                 task.cancel()

@@ -33,5 +33,5 @@ def test_names_are_percent_decoded_once_and_the_cache_is_bounded(
 
 def test_the_revision_line_is_a_header_line() -> None:
     dispatcher = _dispatcher()
-    assert dispatcher.revision_line("v1") == b"x-kiban-revision: v1\r\n"
+    assert dispatcher.revision_line("v1") == b"\r\nx-kiban-revision: v1\r\n"
     assert dispatcher.revision_line("v1") is dispatcher.revision_line("v1")

@@ -340,6 +340,11 @@ def test_a_big_answer_to_a_slow_reader_arrives_whole(
         (b"http/1.1 200 ok\r\ncontent-type: text/plain", None),
         (b"http/1.0 200 ok\r\ncontent-length: 12", None),
         (b"http/1.1 100 continue", None),
+        (b"http/1.1 200 ok\r\nconnection: keep-alive\r\ncontent-length: 5", (5, True)),
+        (b"http/1.1 200 ok\r\nconnection: close", None),
+        (b"http/1.1 204 no content\r\nconnection: close", (0, False)),
+        (b"http/1.1 200 ok\r\ncontent-length: x\r\nserver: s", None),
+        (b"http/1.1 200 ok\r\ncontent-length: 7\r\ntransfer-encoding: chunked", None),
     ],
 )
 def test_how_the_end_of_an_answer_is_found(head: bytes, expected: object) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kiban.serving.runtime.options import Task, parse_dtype, parse_options, parse_task
@@ -33,6 +35,16 @@ def test_port_defaults_to_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MASTER_PORT", "23456")
     assert parse_options([]).port == 23456
     assert parse_options(["--http_port", "80"]).port == 80
+
+
+def test_a_unix_socket_from_the_flag_or_the_local_executors_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KIBAN_REPLICA_SOCKET", raising=False)
+    assert parse_options([]).uds is None
+    monkeypatch.setenv("KIBAN_REPLICA_SOCKET", "/run/r.sock")
+    assert parse_options([]).uds == "/run/r.sock"
+    assert parse_options(["--uds", "/tmp/x.sock"]).uds == "/tmp/x.sock"
 
 
 def test_unknown_kserve_arguments_are_kept_as_ignored() -> None:
@@ -69,3 +81,17 @@ def test_unknown_task_and_dtype_name_the_choices() -> None:
     with pytest.raises(ValueError, match=r"unknown dtype 'int3'.*bfloat16"):
         parse_dtype("int3")
     assert parse_dtype("bf16") == "bfloat16"
+
+
+def test_the_unix_socket_replaces_a_stale_one_and_nothing_else(tmp_path: Path) -> None:
+    from kiban.serving.runtime.__main__ import unix_socket
+
+    path = tmp_path / "replica.sock"
+    unix_socket(str(path)).close()  # a server that died leaves its socket behind
+    unix_socket(str(path)).close()
+    assert path.is_socket() and path.stat().st_mode & 0o777 == 0o600
+    other = tmp_path / "notes.txt"
+    other.write_text("mine")
+    with pytest.raises(OSError):
+        unix_socket(str(other))
+    assert other.read_text() == "mine"

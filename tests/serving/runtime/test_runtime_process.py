@@ -38,10 +38,16 @@ def _start(*args: str) -> subprocess.Popen[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_lm_dir: Path) -> Iterator[str]:
+def unix_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("uds") / "replica.sock"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_lm_dir: Path, unix_path: Path) -> Iterator[str]:
     port = _free_port()
     process = _start("--model_dir", str(tiny_lm_dir), "--model_name", "tiny",
-                     "--http_port", str(port), "--backend", "vllm", "--tensor-parallel-size", "1")
+                     "--http_port", str(port), "--backend", "vllm", "--tensor-parallel-size", "1",
+                     "--uds", str(unix_path))
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     try:
@@ -66,6 +72,13 @@ def server(tiny_lm_dir: Path) -> Iterator[str]:
     assert process.returncode in (0, -signal.SIGTERM), stderr
     assert "Application shutdown complete" in stderr
     assert "ignoring arguments this server does not use: --backend vllm" in stderr
+    assert not unix_path.exists()  # the server removes its socket when it stops
+
+
+def test_answers_on_its_unix_socket_too(server: str, unix_path: Path) -> None:
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(unix_path))) as client:
+        assert client.get("http://localhost/v2/health/ready").status_code == 200
+    assert unix_path.stat().st_mode & 0o777 == 0o600
 
 
 def test_streams_a_chat_completion(server: str) -> None:

@@ -5,6 +5,7 @@ Layout under the kiban home::
     jobs/<job>/rank-<R>.log                 the replica's output, appended across attempts
     jobs/<job>/attempt-<A>/rank-<R>.pid     "pid start-time", written right after the launch
     jobs/<job>/attempt-<A>/rank-<R>.exit    exit code, written by the shim when the command ends
+    jobs/<job>/attempt-<A>/rank-<R>.sock    a Unix socket kiban's model server listens on too
     checkpoints/<job>/                      KIBAN_CHECKPOINT_DIR, kept across attempts
 """
 
@@ -18,6 +19,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -26,6 +28,7 @@ from pathlib import Path
 import psutil
 
 from kiban.clock import Clock, SystemClock
+from kiban.domain.service_replica import SERVICE_LABEL
 from kiban.executors.base import (
     Capability,
     LaunchedReplica,
@@ -36,11 +39,14 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.environment import replica_command, replica_environment
+from kiban.serving.runtime.options import SOCKET_ENV
 
 logger = logging.getLogger("kiban.executors.local")
 
 JOB_ID = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")
 SHIM = "kiban.executors.local.shim"
+MAX_SOCKET_PATH = 107
+"""Bytes in a Unix socket's path at most (Linux's ``sun_path`` less its final NUL)."""
 
 
 def safe_job_dir(root: Path, job_id: str) -> Path:
@@ -99,8 +105,18 @@ class LocalExecutor:
             return int(sock.getsockname()[1])
 
     def replica_address(self, replica: ReplicaRef, port: int) -> str | None:
-        """Every replica runs on this machine: loopback."""
+        """Every replica runs on this machine: its Unix socket (``unix:/path``) when it listens
+        on the one offered at launch (``$KIBAN_REPLICA_SOCKET``), else loopback TCP."""
+        path = self._socket_path(replica.job_id, replica.attempt, replica.rank)
+        try:
+            if stat.S_ISSOCK(path.stat().st_mode):
+                return f"unix:{path}"
+        except OSError:
+            pass
         return f"127.0.0.1:{port}"
+
+    def _socket_path(self, job_id: str, attempt: int, rank: int) -> Path:
+        return safe_job_dir(self.jobs_root, job_id) / f"attempt-{attempt}" / f"rank-{rank}.sock"
 
     # -- launch ----------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
@@ -153,6 +169,12 @@ class LocalExecutor:
                         index_env=spec.index_env,
                     )
                 )
+                # a service's replica gets a Unix socket to listen on too: the router and the
+                # probes then use it, as it costs far less than loopback TCP (kiban's model
+                # server listens there; a custom one need not)
+                sock = self._socket_path(request.job_id, request.attempt, placement.rank)
+                if SERVICE_LABEL in request.labels and len(os.fsencode(sock)) <= MAX_SOCKET_PATH:
+                    env[SOCKET_ENV] = str(sock)
                 command = replica_command(
                     launcher=spec.launcher,
                     task=task,

@@ -71,12 +71,14 @@ class Dispatcher:
         return key
 
     def revision_line(self, revision: str) -> bytes:
-        """The ``x-kiban-revision`` header line of the revision's answers, made once."""
+        """The ``x-kiban-revision`` header line of the revision's answers, made once; it comes
+        after the CRLF that ends the status line, so it begins with that CRLF (the answer's
+        first CRLF is replaced by it)."""
         line = self._revision_lines.get(revision)
         if line is None:
             if len(self._revision_lines) >= MAX_KNOWN_NAMES:
                 self._revision_lines.clear()
-            line = self._revision_lines[revision] = b"x-kiban-revision: %b\r\n" % (
+            line = self._revision_lines[revision] = b"\r\nx-kiban-revision: %b\r\n" % (
                 revision.encode()
             )
         return line

@@ -363,8 +363,7 @@ class Exchange:
             return
         self._pending_head = b""
         self.response_started = True
-        status_end = data.find(b"\r\n")
-        self.client.write(data[: status_end + 2] + self._revision_line + data[status_end + 2 :])
+        self.client.write(data.replace(b"\r\n", self._revision_line, 1))  # after the status
         length = content_length(data[:head_end].lower()) if head_end >= 0 else None
         if length is None:
             parser = self._response_parser = httptools.HttpResponseParser(self)

@@ -64,22 +64,25 @@ def content_length(head: bytes) -> tuple[int, bool] | None:
     """(body length, keep-alive) of an HTTP/1.1 answer's lowercased head, when framed so.
 
     None when the body's end must be parsed out instead: chunked, no length, HTTP/1.0, 1xx.
+    Written for speed, as it runs for every answer: ``find`` over ``in`` (faster on bytes),
+    no slices that are not needed.
     """
-    if not head.startswith(b"http/1.1 ") or head[9:10] == b"1":
+    if head[9:10] == b"1" or not head.startswith(b"http/1.1 "):
         return None
     keep_alive = True
     at = head.find(b"\r\nconnection:")
     if at >= 0:
         value_end = head.find(b"\r\n", at + 13)
-        keep_alive = b"close" not in head[at + 13 : value_end if value_end >= 0 else len(head)]
-    if head[9:12] in (b"204", b"304"):  # never a body, whatever Content-Length says
+        keep_alive = head.find(b"close", at + 13, value_end if value_end >= 0 else len(head)) < 0
+    status = head[9:12]
+    if status == b"204" or status == b"304":  # never a body, whatever Content-Length says
         return 0, keep_alive
     at = head.find(b"\r\ncontent-length:")
-    if at < 0 or b"\r\ntransfer-encoding:" in head:
+    if at < 0 or head.find(b"\r\ntransfer-encoding:") >= 0:
         return None
     value_end = head.find(b"\r\n", at + 17)
     try:
-        length = int(head[at + 17 : value_end if value_end >= 0 else len(head)])
+        length = int(head[at + 17 : value_end] if value_end >= 0 else head[at + 17 :])
     except ValueError:
         return None
     return length, keep_alive

@@ -78,10 +78,7 @@ class ClientConnection(asyncio.Protocol):
             self.active.upstream.resume_reading()
 
     # -- httptools callbacks -------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self._url = b""
-        self._headers = []
-
+    # (no on_message_begin: the URL and headers are reset once taken, one callback fewer)
     def on_url(self, url: bytes) -> None:
         self._url += url
 
@@ -97,6 +94,8 @@ class ClientConnection(asyncio.Protocol):
             self._headers,
             keep_alive=parser.should_keep_alive(),
         )
+        self._url = b""
+        self._headers = []
         self._parsing = exchange
         if self.active is None:
             self.active = exchange

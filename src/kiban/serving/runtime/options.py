@@ -71,11 +71,17 @@ class ServerOptions:
     max_length: int | None = None
     host: str = "127.0.0.1"
     port: int = 8080
+    uds: str | None = None
+    """A Unix socket to listen on as well as the port (for a router on the same machine)."""
     max_batch_size: int = 8
     max_batch_wait_ms: float = 5.0
     max_request_bytes: int = 1 << 20
     max_tokens_limit: int = 2048
     ignored: tuple[str, ...] = ()
+
+
+SOCKET_ENV = "KIBAN_REPLICA_SOCKET"
+"""Where kiban's local executor asks a replica to listen besides its port: a Unix socket path."""
 
 
 def _flag(name: str) -> list[str]:
@@ -123,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(*_flag("http_port"), "--port", dest="port", type=int,
                    help="port to listen on (default: $MASTER_PORT, else 8080)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--uds", dest="uds",
+                   help="a Unix socket path to listen on as well as the port (default: "
+                   f"${SOCKET_ENV}, set by kiban's local executor; else none)")
     p.add_argument(*_flag("max_batch_size"), dest="max_batch_size", type=_positive_int, default=8,
                    help="most requests run together in one forward pass (default: 8)")
     p.add_argument(*_flag("max_batch_wait_ms"), dest="max_batch_wait_ms",
@@ -155,6 +164,7 @@ def parse_options(argv: Sequence[str] | None = None) -> ServerOptions:
         max_length=namespace.max_length,
         host=namespace.host,
         port=port,
+        uds=namespace.uds or os.environ.get(SOCKET_ENV) or None,
         max_batch_size=namespace.max_batch_size,
         max_batch_wait_ms=namespace.max_batch_wait_ms,
         max_request_bytes=namespace.max_request_bytes,
