@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import subprocess
 import sys
@@ -216,6 +217,36 @@ def test_the_runner_admits_without_overcommitting(scenario: Scenario) -> None:
     assert jobs <= set(admitted)
     assert len(admitted) == runner.admitted == len(jobs) + runner.preempted
     assert (runner.replicas_placed, runner.gpus_placed) == (replicas, gpus)
+
+
+def test_the_clusters_running_index_holds_its_running_jobs_and_changes_no_decision(
+    scenario: Scenario,
+) -> None:
+    """The running jobs the cluster state hands the core by queue are exactly its running jobs,
+    cycle after cycle, and the core decides the same with them as when it groups them itself."""
+    runner = CycleRunner(scenario)
+    preempted = 0
+    for _ in range(400):
+        if not runner.pending:
+            break
+        snapshot = runner.snapshot()
+        index = snapshot.running_index
+        assert index is not None
+        grouped: dict[str, set[str]] = collections.defaultdict(set)
+        for running in snapshot.running:
+            grouped[running.queue].add(running.id)
+        assert {q: {j.id for j in jobs} for q, jobs in index.by_queue.items()} == grouped
+        assert [j.id for j in index.stopping] == [j.id for j in snapshot.running if j.preempted_by]
+        decisions = schedule(snapshot, runner.policy)
+        assert schedule(dataclasses.replace(snapshot, running_index=None), runner.policy) == (
+            decisions
+        )
+        preempted += len(decisions.preempted)
+        runner.apply(decisions)
+        if not decisions.admitted and not decisions.preempted:
+            runner.finish_next()
+    assert not runner.pending
+    assert preempted > 0  # victim searches, which read the index, did find victims
 
 
 def test_the_runner_refuses_a_placement_on_busy_gpus(scenario: Scenario) -> None:

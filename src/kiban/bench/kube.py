@@ -284,9 +284,7 @@ class KubeBench:
                                 at=platform.clock.now(),
                                 policy=platform.policy,
                             )
-                        futures.append(
-                            platform.submissions.write(prepared.job, *prepared.events)
-                        )
+                        futures.append(platform.submissions.write(prepared.job, *prepared.events))
                         platform.loop.wake()
                     for future in futures:
                         future.result(timeout=options.phase_timeout_s)

@@ -186,8 +186,10 @@ def read_manifest(file: str) -> dict[str, Any]:
             fail(f"cannot read {file}: {exc.strerror}")
     document = load_document(text)
     spec = document.get("spec")
-    if document.get("kind") == "Job" and document.get("apiVersion") == "kiban/v1" and isinstance(
-        spec, dict
+    if (
+        document.get("kind") == "Job"
+        and document.get("apiVersion") == "kiban/v1"
+        and isinstance(spec, dict)
     ):
         spec.setdefault("workingDir", os.getcwd())
     return document

@@ -7,6 +7,7 @@ every "what if" (preemption, reservation) runs inside a capacity transaction tha
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -62,7 +63,7 @@ class Cycle:
     preemption_searches: int = 0
     failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
-    _running_by_queue: dict[str, list[RunningJob]] | None = None
+    _running_by_queue: Mapping[str, Sequence[RunningJob]] | None = None
     _stopping_for: dict[str, list[RunningJob]] | None = None
     _running_sorted: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
     _lowest_priority: dict[str, int | None] = field(default_factory=dict)
@@ -100,20 +101,31 @@ class Cycle:
     def stopping_for(self, job_id: str) -> list[RunningJob]:
         """The running jobs being stopped to make room for ``job_id`` (found on first use)."""
         if self._stopping_for is None:
+            given = self.snapshot.running_index
+            stopping = (
+                given.stopping
+                if given is not None
+                else filter(_preempted_by, self.snapshot.running)  # a job id, never empty
+            )
             by_preemptor: dict[str, list[RunningJob]] = {}
-            for job in filter(_preempted_by, self.snapshot.running):  # a job id, never empty
+            for job in stopping:
                 assert job.preempted_by is not None
                 by_preemptor.setdefault(job.preempted_by, []).append(job)
             self._stopping_for = by_preemptor
         return self._stopping_for.get(job_id, [])
 
-    def running_by_queue(self) -> dict[str, list[RunningJob]]:
-        """The running jobs grouped by queue (on first use: only victim searches need it)."""
+    def running_by_queue(self) -> Mapping[str, Sequence[RunningJob]]:
+        """The running jobs grouped by queue (the snapshot's, or grouped on first use: only
+        victim searches need it)."""
         if self._running_by_queue is None:
-            by_queue: defaultdict[str, list[RunningJob]] = defaultdict(list)
-            for job in self.snapshot.running:
-                by_queue[job.queue].append(job)
-            self._running_by_queue = dict(by_queue)
+            given = self.snapshot.running_index
+            if given is not None:
+                self._running_by_queue = given.by_queue
+            else:
+                by_queue: defaultdict[str, list[RunningJob]] = defaultdict(list)
+                for job in self.snapshot.running:
+                    by_queue[job.queue].append(job)
+                self._running_by_queue = dict(by_queue)
         return self._running_by_queue
 
     def flavor_of_node(self, name: str) -> str | None:
@@ -151,7 +163,7 @@ class Cycle:
         sort the queue's jobs to find that none may be its victim."""
         if queue in self._lowest_priority:
             return self._lowest_priority[queue]
-        jobs = self.running_by_queue().get(queue, [])
+        jobs = self.running_by_queue().get(queue, ())
         lowest = min(map(_priority, jobs), default=None)
         self._lowest_priority[queue] = lowest
         return lowest

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -196,6 +196,17 @@ class RunningJob:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningIndex:
+    """The running jobs grouped as the core looks them up: by queue (for victim searches) and
+    those being stopped (``preempted_by`` set). Optional in a snapshot: a producer that keeps
+    its running jobs so (the simulator's cluster state) spares the core regrouping tens of
+    thousands of them every cycle. It must hold exactly the jobs of ``Snapshot.running``."""
+
+    by_queue: Mapping[str, Sequence[RunningJob]]
+    stopping: Sequence[RunningJob]
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one scheduling cycle needs, taken at ``now``.
 
@@ -211,3 +222,4 @@ class Snapshot:
     flavors: tuple[FlavorView, ...] = (FlavorView(DEFAULT_FLAVOR),)
     standings: Mapping[str, float] = field(default_factory=dict)
     topology_levels: tuple[str, ...] = ()
+    running_index: RunningIndex | None = None  # None: the core groups ``running`` itself

@@ -244,7 +244,7 @@ class Simulator:
             running = self.state.running.get(job_id)
             if running is None or run.attempt != attempt:
                 continue
-            self.state.running[job_id] = replace(running, last_progress_at=at)
+            self.state.replace_running(replace(running, last_progress_at=at))
             heapq.heappush(self.checkpoints, (at + self.checkpoint_s, job_id, attempt))
         while self.wakeups and self.wakeups[0][0] <= now:
             _at, job_id, attempt = heapq.heappop(self.wakeups)

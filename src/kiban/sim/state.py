@@ -27,6 +27,7 @@ from kiban.scheduler.snapshot import (
     NodeView,
     PendingJob,
     QueueView,
+    RunningIndex,
     RunningJob,
     RunningReplica,
     Snapshot,
@@ -93,7 +94,11 @@ class ClusterState:
         self.flavors = flavors
         self.topology_levels = topology_levels
         self.window = window
-        self.running: dict[str, RunningJob] = {}
+        self.running: dict[str, RunningJob] = {}  # change it only through the methods below
+        self._by_queue: dict[str, dict[str, RunningJob]] = {}  # the same jobs, by queue
+        self._stopping: dict[str, RunningJob] = {}  # those with preempted_by set
+        self._queue_jobs: dict[str, tuple[RunningJob, ...]] = {}  # last snapshot's, by queue
+        self._queues_changed: set[str] = set()
         self.waiting: dict[str, list[PendingJob]] = {name: [] for name in self.queues}
         self.in_window: dict[str, PendingJob] = {}
         self.nominated: set[str] = set()  # waiting jobs holding nominated nodes
@@ -133,7 +138,19 @@ class ClusterState:
             flavors=self.flavors,
             standings=standings,
             topology_levels=self.topology_levels,
+            running_index=self._running_index(),
         )
+
+    def _running_index(self) -> RunningIndex:
+        """The running jobs by queue (a queue's tuple made again only once it changed)."""
+        for name in self._queues_changed:
+            jobs = self._by_queue.get(name)
+            if jobs:
+                self._queue_jobs[name] = tuple(jobs.values())
+            else:
+                self._queue_jobs.pop(name, None)
+        self._queues_changed.clear()
+        return RunningIndex(dict(self._queue_jobs), tuple(self._stopping.values()))
 
     # -- changing --------------------------------------------------------------------------------
     def add_waiting(self, job: PendingJob) -> None:
@@ -146,7 +163,7 @@ class ClusterState:
 
     def add_running(self, job: RunningJob, *, take: bool = True) -> None:
         """Count a running job (``take``: also take its replicas' capacity off their nodes)."""
-        self.running[job.id] = job
+        self._keep(job)
         if take:
             for r in job.replicas:
                 i = self.index[r.node]
@@ -158,8 +175,30 @@ class ClusterState:
 
     def finish(self, job_id: str) -> RunningJob:
         """A running job ended: its capacity and quota are free again."""
-        job = self.running.pop(job_id)
+        job = self._forget(job_id)
+        assert job is not None, f"{job_id} is not running"
         self._release(job)
+        return job
+
+    def replace_running(self, job: RunningJob) -> None:
+        """A running job's new view (a checkpoint, say); what it holds is unchanged."""
+        self._keep(job)
+
+    def _keep(self, job: RunningJob) -> None:
+        self.running[job.id] = job
+        self._by_queue.setdefault(job.queue, {})[job.id] = job
+        self._queues_changed.add(job.queue)
+        if job.preempted_by is not None:
+            self._stopping[job.id] = job
+        else:
+            self._stopping.pop(job.id, None)
+
+    def _forget(self, job_id: str) -> RunningJob | None:
+        job = self.running.pop(job_id, None)
+        if job is not None:
+            del self._by_queue[job.queue][job_id]
+            self._queues_changed.add(job.queue)
+            self._stopping.pop(job_id, None)
         return job
 
     def apply(
@@ -219,7 +258,7 @@ class ClusterState:
         nominated: dict[str, set[str]] = {}
         for preempt in preempted:
             nominated.setdefault(preempt.preemptor_id, set()).update(preempt.nodes)
-            job = self.running.pop(preempt.victim_id, None)
+            job = self._forget(preempt.victim_id)
             if job is None:
                 raise InvalidDecision(
                     f"the core preempted {preempt.victim_id}, which was not running"

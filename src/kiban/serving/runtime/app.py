@@ -54,9 +54,7 @@ class _MetricsMiddleware:
         finally:
             self.metrics.in_flight.dec()
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.request_seconds.labels(route=route).observe(
-                time.perf_counter() - started
-            )
+            self.metrics.request_seconds.labels(route=route).observe(time.perf_counter() - started)
             self.metrics.requests.labels(route=route, status=str(status)).inc()
 
 

@@ -251,8 +251,12 @@ class Generator:
         stops = _RowStops(width, prompts, self.eos_ids, self._decode, cancelled)
         sampling: dict[str, Any] = {"do_sample": False}
         if not params.greedy:
-            sampling = {"do_sample": True, "temperature": params.temperature,
-                        "top_p": params.top_p, "top_k": 0}
+            sampling = {
+                "do_sample": True,
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": 0,
+            }
             if params.seed is not None:
                 torch.manual_seed(params.seed)
         with torch.inference_mode():

@@ -20,32 +20,44 @@ class ServerMetrics:
         self.request_seconds = Histogram(
             "kiban_model_request_duration_seconds",
             "Time from request to the last byte of the response, by route.",
-            ["route"], registry=self.registry, buckets=LATENCY_BUCKETS,
+            ["route"],
+            registry=self.registry,
+            buckets=LATENCY_BUCKETS,
         )
         self.requests = Counter(
-            "kiban_model_requests", "Requests answered, by route and HTTP status.",
-            ["route", "status"], registry=self.registry,
+            "kiban_model_requests",
+            "Requests answered, by route and HTTP status.",
+            ["route", "status"],
+            registry=self.registry,
         )
         self.in_flight = Gauge(
-            "kiban_model_requests_in_flight", "Requests being handled now.",
+            "kiban_model_requests_in_flight",
+            "Requests being handled now.",
             registry=self.registry,
         )
         self.generated_tokens = Counter(
-            "kiban_model_generated_tokens", "Completion tokens generated.",
-            list(labels), registry=self.registry,
+            "kiban_model_generated_tokens",
+            "Completion tokens generated.",
+            list(labels),
+            registry=self.registry,
         ).labels(**labels)
         self.prompt_tokens = Counter(
-            "kiban_model_prompt_tokens", "Prompt and embedding input tokens processed.",
-            list(labels), registry=self.registry,
+            "kiban_model_prompt_tokens",
+            "Prompt and embedding input tokens processed.",
+            list(labels),
+            registry=self.registry,
         ).labels(**labels)
         self.tokens_per_second = Gauge(
             "kiban_model_tokens_per_second",
             "Completion tokens per second of the most recent generation pass.",
-            list(labels), registry=self.registry,
+            list(labels),
+            registry=self.registry,
         ).labels(**labels)
         self.batch_size = Histogram(
-            "kiban_model_batch_size", "Requests run together in one forward pass.",
-            registry=self.registry, buckets=BATCH_BUCKETS,
+            "kiban_model_batch_size",
+            "Requests run together in one forward pass.",
+            registry=self.registry,
+            buckets=BATCH_BUCKETS,
         )
 
     def observe_generation(self, tokens: int, seconds: float) -> None:

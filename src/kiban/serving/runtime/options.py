@@ -113,34 +113,83 @@ def build_parser() -> argparse.ArgumentParser:
         "Open Inference Protocol v2).",
         allow_abbrev=False,
     )
-    p.add_argument(*_flag("model_name"), dest="model_name", default="model",
-                   help="the name clients use for the model (default: model)")
-    p.add_argument(*_flag("model_id"), dest="model_id",
-                   help="a Hugging Face id (org/name[@revision]) looked up in the local cache")
+    p.add_argument(
+        *_flag("model_name"),
+        dest="model_name",
+        default="model",
+        help="the name clients use for the model (default: model)",
+    )
+    p.add_argument(
+        *_flag("model_id"),
+        dest="model_id",
+        help="a Hugging Face id (org/name[@revision]) looked up in the local cache",
+    )
     p.add_argument(*_flag("model_dir"), dest="model_dir", help="a local model directory")
-    p.add_argument(*_flag("storage_uri"), dest="storage_uri",
-                   help="file:///path, pvc://claim/path or hf://org/name[@revision]")
-    p.add_argument(*_flag("task"), dest="task", default="auto",
-                   help="auto | text_generation | text_embedding (also generate | embed)")
-    p.add_argument(*_flag("dtype"), dest="dtype", default="auto",
-                   help="auto | float32 | float16 | bfloat16 (auto is float32 on CPU)")
-    p.add_argument(*_flag("max_length"), dest="max_length", type=_positive_int,
-                   help="the most tokens of context (prompt plus completion, or one input)")
-    p.add_argument(*_flag("http_port"), "--port", dest="port", type=int,
-                   help="port to listen on (default: $MASTER_PORT, else 8080)")
+    p.add_argument(
+        *_flag("storage_uri"),
+        dest="storage_uri",
+        help="file:///path, pvc://claim/path or hf://org/name[@revision]",
+    )
+    p.add_argument(
+        *_flag("task"),
+        dest="task",
+        default="auto",
+        help="auto | text_generation | text_embedding (also generate | embed)",
+    )
+    p.add_argument(
+        *_flag("dtype"),
+        dest="dtype",
+        default="auto",
+        help="auto | float32 | float16 | bfloat16 (auto is float32 on CPU)",
+    )
+    p.add_argument(
+        *_flag("max_length"),
+        dest="max_length",
+        type=_positive_int,
+        help="the most tokens of context (prompt plus completion, or one input)",
+    )
+    p.add_argument(
+        *_flag("http_port"),
+        "--port",
+        dest="port",
+        type=int,
+        help="port to listen on (default: $MASTER_PORT, else 8080)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--uds", dest="uds",
-                   help="a Unix socket path to listen on as well as the port (default: "
-                   f"${SOCKET_ENV}, set by kiban's local executor; else none)")
-    p.add_argument(*_flag("max_batch_size"), dest="max_batch_size", type=_positive_int, default=8,
-                   help="most requests run together in one forward pass (default: 8)")
-    p.add_argument(*_flag("max_batch_wait_ms"), dest="max_batch_wait_ms",
-                   type=_non_negative_float, default=5.0,
-                   help="how long a request waits for others to batch with (default: 5)")
-    p.add_argument(*_flag("max_request_bytes"), dest="max_request_bytes", type=_positive_int,
-                   default=1 << 20, help="largest request body accepted (default: 1 MiB)")
-    p.add_argument(*_flag("max_tokens_limit"), dest="max_tokens_limit", type=_positive_int,
-                   default=2048, help="largest max_tokens a request may ask for (default: 2048)")
+    p.add_argument(
+        "--uds",
+        dest="uds",
+        help="a Unix socket path to listen on as well as the port (default: "
+        f"${SOCKET_ENV}, set by kiban's local executor; else none)",
+    )
+    p.add_argument(
+        *_flag("max_batch_size"),
+        dest="max_batch_size",
+        type=_positive_int,
+        default=8,
+        help="most requests run together in one forward pass (default: 8)",
+    )
+    p.add_argument(
+        *_flag("max_batch_wait_ms"),
+        dest="max_batch_wait_ms",
+        type=_non_negative_float,
+        default=5.0,
+        help="how long a request waits for others to batch with (default: 5)",
+    )
+    p.add_argument(
+        *_flag("max_request_bytes"),
+        dest="max_request_bytes",
+        type=_positive_int,
+        default=1 << 20,
+        help="largest request body accepted (default: 1 MiB)",
+    )
+    p.add_argument(
+        *_flag("max_tokens_limit"),
+        dest="max_tokens_limit",
+        type=_positive_int,
+        default=2048,
+        help="largest max_tokens a request may ask for (default: 2048)",
+    )
     return p
 
 

@@ -107,10 +107,13 @@ async def chat_completions(request: Request) -> Any:
             if text is not None:
                 delta["content"] = text
             return {
-                "id": ident, "object": "chat.completion.chunk", "created": created,
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
                 "model": service.options.model_name,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
-                             "logprobs": None}],
+                "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                ],
             }
 
         return _event_stream(service, prompt, chunk)
@@ -147,10 +150,13 @@ async def completions(request: Request) -> Any:
 
         def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
             return {
-                "id": ident, "object": "text_completion", "created": created,
+                "id": ident,
+                "object": "text_completion",
+                "created": created,
                 "model": service.options.model_name,
-                "choices": [{"index": 0, "text": text or "", "finish_reason": finish,
-                             "logprobs": None}],
+                "choices": [
+                    {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+                ],
             }
 
         return _event_stream(service, prompt, chunk)
@@ -177,9 +183,7 @@ def _encode(vector: list[float], encoding: str) -> list[float] | str:
 async def embeddings(request: Request) -> Any:
     """Vectors for a string or a list of strings."""
     service = _service(request)
-    body = parse_body(
-        await read_body(request, service.options.max_request_bytes), EmbeddingRequest
-    )
+    body = parse_body(await read_body(request, service.options.max_request_bytes), EmbeddingRequest)
     service.check_name(body.model)
     result = await service.embed(body.texts())
     tokens = sum(result.token_counts)

@@ -72,8 +72,13 @@ async def model_metadata(name: str, request: Request) -> Any:
     else:
         inputs = [{"name": "text_input", "datatype": "BYTES", "shape": [-1]}]
         outputs = [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}]
-    return {"name": name, "versions": [], "platform": PLATFORM, "inputs": inputs,
-            "outputs": outputs}
+    return {
+        "name": name,
+        "versions": [],
+        "platform": PLATFORM,
+        "inputs": inputs,
+        "outputs": outputs,
+    }
 
 
 @router.get("/v2/models/{name}/ready")
@@ -129,7 +134,10 @@ def _generation_settings(body: InferRequest, tensor: InferTensor) -> dict[str, A
     given = {**(body.parameters or {}), **(tensor.parameters or {})}
     settings: dict[str, Any] = {}
     kinds: dict[str, tuple[type, ...]] = {
-        "max_tokens": (int,), "temperature": (int, float), "top_p": (int, float), "seed": (int,),
+        "max_tokens": (int,),
+        "temperature": (int, float),
+        "top_p": (int, float),
+        "seed": (int,),
     }
     for key, kinds_ok in kinds.items():
         if key in given and given[key] is not None:
@@ -140,16 +148,18 @@ def _generation_settings(body: InferRequest, tensor: InferTensor) -> dict[str, A
     if settings.get("max_tokens", 1) < 1:
         raise BadRequest("parameters.max_tokens: must be at least 1", param="parameters.max_tokens")
     if not 0 <= settings.get("temperature", 1.0) <= 2:
-        raise BadRequest("parameters.temperature: must be within [0, 2]",
-                         param="parameters.temperature")
+        raise BadRequest(
+            "parameters.temperature: must be within [0, 2]", param="parameters.temperature"
+        )
     if not 0 < settings.get("top_p", 1.0) <= 1:
         raise BadRequest("parameters.top_p: must be within (0, 1]", param="parameters.top_p")
     stop = given.get("stop")
     if stop is not None:
         stops = [stop] if isinstance(stop, str) else stop
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-            raise BadRequest("parameters.stop: must be a string or a list of strings",
-                             param="parameters.stop")
+            raise BadRequest(
+                "parameters.stop: must be a string or a list of strings", param="parameters.stop"
+            )
         settings["stop"] = tuple(s for s in stops if s)
     return settings
 
@@ -176,9 +186,7 @@ async def infer(name: str, request: Request) -> Any:
         index, tensor = _pick(body, "text_input")
         texts = _strings(tensor, index)
         settings = _generation_settings(body, tensor)
-        prompts = [
-            service.prompt(text, field=f"inputs.{index}.data", **settings) for text in texts
-        ]
+        prompts = [service.prompt(text, field=f"inputs.{index}.data", **settings) for text in texts]
         done = await asyncio.gather(*(service.complete(p) for p in prompts))
         output = {
             "name": "text_output",

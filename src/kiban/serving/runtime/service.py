@@ -72,12 +72,18 @@ class ModelService:
         self.generator: Generator | None = None
         wait_s = options.max_batch_wait_ms / 1000.0
         self.embed_batcher: MicroBatcher[list[str], Embeddings] = MicroBatcher(
-            self._embed_batch, executor=self._executor, max_batch_size=options.max_batch_size,
-            max_wait_s=wait_s, on_batch=metrics.batch_size.observe,
+            self._embed_batch,
+            executor=self._executor,
+            max_batch_size=options.max_batch_size,
+            max_wait_s=wait_s,
+            on_batch=metrics.batch_size.observe,
         )
         self.generate_batcher: MicroBatcher[Prompt, Completion] = MicroBatcher(
-            self._generate_batch, executor=self._executor, max_batch_size=options.max_batch_size,
-            max_wait_s=wait_s, on_batch=metrics.batch_size.observe,
+            self._generate_batch,
+            executor=self._executor,
+            max_batch_size=options.max_batch_size,
+            max_wait_s=wait_s,
+            on_batch=metrics.batch_size.observe,
         )
 
     # -- loading -----------------------------------------------------------------------------
@@ -114,19 +120,28 @@ class ModelService:
             if loaded.pooling is None:
                 raise LoadError(f"{loaded.directory}: an embedding model needs a pooling config")
             self.embedder = Embedder(
-                loaded.model, loaded.tokenizer, device=loaded.device, pooling=loaded.pooling,
+                loaded.model,
+                loaded.tokenizer,
+                device=loaded.device,
+                pooling=loaded.pooling,
                 max_length=loaded.context_length,
             )
         else:
             self.generator = Generator(
-                loaded.model, loaded.tokenizer, device=loaded.device,
+                loaded.model,
+                loaded.tokenizer,
+                device=loaded.device,
                 context_length=loaded.context_length,
             )
         self.loaded = loaded
         self.state = State.READY
         log.info(
-            "model %s ready: %s from %s on %s (%s)", self.options.model_name, loaded.task,
-            loaded.directory, loaded.device, loaded.dtype,
+            "model %s ready: %s from %s on %s (%s)",
+            self.options.model_name,
+            loaded.task,
+            loaded.directory,
+            loaded.device,
+            loaded.dtype,
         )
 
     async def close(self) -> None:
@@ -143,7 +158,8 @@ class ModelService:
             raise ModelNotFound(
                 f"model {name!r} is not served here; this server serves "
                 f"{self.options.model_name!r}",
-                param="model", code="model_not_found",
+                param="model",
+                code="model_not_found",
             )
 
     def require(self, task: Task | None = None) -> LoadedModel:
@@ -204,7 +220,8 @@ class ModelService:
             raise BadRequest(
                 f"max_tokens is {max_tokens}, over this server's limit of {limit} "
                 "(--max-tokens-limit)",
-                param="max_tokens", code="max_tokens_exceeded",
+                param="max_tokens",
+                code="max_tokens_exceeded",
             )
         ids = self.generator.encode(text)
         context = self.generator.context_length
@@ -213,11 +230,15 @@ class ModelService:
             raise BadRequest(
                 f"{field}: the prompt is {len(ids)} tokens; the model's context is {context} "
                 "tokens and leaves no room for a completion",
-                param=field, code="context_length_exceeded",
+                param=field,
+                code="context_length_exceeded",
             )
         wanted = max_tokens if max_tokens is not None else limit
         params = GenerationParams(
-            max_tokens=min(wanted, room), temperature=temperature, top_p=top_p, seed=seed,
+            max_tokens=min(wanted, room),
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
             stop=stop,
         )
         return Prompt(input_ids=ids, params=params)

@@ -1,0 +1,63 @@
+"""The simulator's cluster state keeps its running jobs by queue for the core, as they change."""
+
+from __future__ import annotations
+
+from kiban.scheduler.policy import priority_then_fifo
+from kiban.scheduler.snapshot import (
+    FlavorView,
+    NodeView,
+    QueueView,
+    RunningJob,
+    RunningReplica,
+)
+from kiban.sim.state import ClusterState
+
+
+def state() -> ClusterState:
+    nodes = [NodeView(f"n{i}", 8, 64_000, 2**36, tuple(range(8)), 64_000, 2**36) for i in range(2)]
+    queues = [QueueView("a", "a"), QueueView("b", "b")]
+    return ClusterState(
+        nodes=nodes, queues=queues, order_key=priority_then_fifo, flavors=(FlavorView("default"),)
+    )
+
+
+def running(job_id: str, queue: str, node: str, gpu: int, **extra: object) -> RunningJob:
+    return RunningJob(
+        id=job_id,
+        queue=queue,
+        tenant=queue,
+        priority=0,
+        submitted_at=0.0,
+        started_at=0.0,
+        replicas=(RunningReplica(node, (gpu,), 0, 0),),
+        flavor_gpus={"default": 1},
+        **extra,
+    )
+
+
+def by_queue(cluster: ClusterState) -> dict[str, list[str]]:
+    index = cluster.snapshot(0.0, {}).running_index
+    assert index is not None
+    return {name: [job.id for job in jobs] for name, jobs in index.by_queue.items()}
+
+
+def test_started_replaced_and_finished_jobs_are_grouped_as_they_are_now() -> None:
+    cluster = state()
+    cluster.add_running(running("a1", "a", "n0", 0))
+    cluster.add_running(running("a2", "a", "n0", 1))
+    cluster.add_running(running("b1", "b", "n1", 0))
+    assert by_queue(cluster) == {"a": ["a1", "a2"], "b": ["b1"]}
+
+    stopping = running("a2", "a", "n0", 1, preempted_by="b9")
+    cluster.replace_running(stopping)
+    index = cluster.snapshot(0.0, {}).running_index
+    assert index is not None
+    assert list(index.stopping) == [stopping]
+    assert index.by_queue["a"][1] is stopping  # the new view, not the old one
+
+    cluster.finish("a2")
+    cluster.finish("b1")
+    index = cluster.snapshot(0.0, {}).running_index
+    assert index is not None
+    assert {name: [j.id for j in jobs] for name, jobs in index.by_queue.items()} == {"a": ["a1"]}
+    assert list(index.stopping) == []
