@@ -19,6 +19,7 @@ from kiban.scheduler.snapshot import (
     NodeView,
     PendingJob,
     QueueView,
+    RunningIndex,
     RunningJob,
     RunningReplica,
     Snapshot,
@@ -128,14 +129,21 @@ def build_snapshot(
     used_cpu: dict[str, int] = {}
     used_memory: dict[str, int] = {}
     queue_used: dict[str, dict[str, int]] = {}
+    by_queue: dict[str, list[RunningJob]] = {}  # handed to the core: it need not regroup them
     for job in running:
         for r in job.replicas:
             used_gpus.setdefault(r.node, set()).update(r.gpu_ids)
             used_cpu[r.node] = used_cpu.get(r.node, 0) + r.cpu_millis
             used_memory[r.node] = used_memory.get(r.node, 0) + r.memory
-        per_flavor = queue_used.setdefault(job.queue, {})
+        per_flavor = queue_used.get(job.queue)
+        if per_flavor is None:
+            per_flavor = queue_used[job.queue] = {}
+            by_queue[job.queue] = [job]
+        else:
+            by_queue[job.queue].append(job)
         for flavor, gpus in job.flavor_gpus.items():
             per_flavor[flavor] = per_flavor.get(flavor, 0) + gpus
+    stopping = tuple(job for job in running if job.preempted_by is not None)
 
     views = views or NodeViews()
     nodes = []
@@ -178,6 +186,7 @@ def build_snapshot(
         flavors=policy.flavor_views(),
         standings=standings(session, now, policy, queues),
         topology_levels=policy.topology_levels,
+        running_index=RunningIndex(by_queue, stopping),
     )
 
 
