@@ -27,7 +27,8 @@ _KEY = itemgetter(0)
 
 @dataclass(slots=True)
 class _Waiting:
-    job: PendingJob
+    """Why a job visited waits (the cycle numbers its positions)."""
+
     reason: PendingReason
     reserved_at: float | None = None
 
@@ -163,7 +164,7 @@ def _admit_or_explain(
 ) -> Admit | _Waiting:
     flavors = cycle.flavors_for(queue)
     if not flavors:
-        return _Waiting(job, _no_flavor(cycle, job, queue))
+        return _Waiting(_no_flavor(cycle, job, queue))
     reasons: list[tuple[str, PendingReason]] = []
     capacity_short: list[str] = []
     for flavor in flavors:
@@ -189,7 +190,6 @@ def _admit_or_explain(
             cycle.hold_quota_for(job, held[0], stopping)
         names = [victim.id for victim in stopping]
         return _Waiting(
-            job,
             PendingReason(
                 ReasonCode.WAITING_FOR_PREEMPTION,
                 f"waits for {len(names)} preempted job(s) to stop: {', '.join(names)}",
@@ -223,7 +223,6 @@ def _admit_or_explain(
                     )
                 )
             return _Waiting(
-                job,
                 PendingReason(
                     ReasonCode.WAITING_FOR_PREEMPTION,
                     f"preempting {len(names)} job(s) to make room on {flavor}: {', '.join(names)}",
@@ -235,7 +234,6 @@ def _admit_or_explain(
             reservation = reserve(cycle, job, flavor)
             if reservation is not None:
                 return _Waiting(
-                    job,
                     PendingReason(
                         ReasonCode.WAITING_FOR_RESERVATION,
                         f"needs {gpus(gang_gpus(job), flavor)} together; reserved on "
@@ -249,7 +247,7 @@ def _admit_or_explain(
                     ),
                     reserved_at=reservation.at,
                 )
-    return _Waiting(job, _most_telling(reasons))
+    return _Waiting(_most_telling(reasons))
 
 
 def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, PendingReason | None]:
