@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kiban.bench.router import RouterBenchOptions, router_table
+from kiban.bench.router import RouterBenchOptions, goals_met, router_table
 
 PHASE_KEYS = {"p50_ms", "p99_ms", "requests_per_s", "requests", "errors", "answers_in_phase"}
 
@@ -63,6 +63,7 @@ def test_a_quick_run_through_the_cli() -> None:
     assert report["headline_clients"] == 4
     assert report["added_p50_ms"] == report["latency"]["4"]["added_p50_ms"]
     assert set(report["goals_met"]) == {"added_p50_ms", "added_p99_ms"}
+    assert report["failed_requests"] == 0
     scale = report["autoscaler"]
     assert scale["replicas_requested"] > scale["replicas_before"]
     assert _positive(scale["scale_up_requested_s"])
@@ -94,7 +95,8 @@ def test_the_table_renders_a_report() -> None:
                 "router_cpu_ms_per_request": 0.02,
             }
         },
-        "goals_met": {"added_p50_ms": True, "added_p99_ms": True},
+        "goals_met": {"added_p50_ms": False, "added_p99_ms": False},
+        "failed_requests": 7,
         "autoscaler": {
             "clients_before": 2,
             "clients_after": 20,
@@ -111,6 +113,27 @@ def test_the_table_renders_a_report() -> None:
     console.print(router_table(report))
     text = console.export_text()
     assert "not installed" in text and "50" in text
+    assert "7 requests failed" in text
+
+
+def _entry(added_p50_ms: float, added_p99_ms: float, router_errors: int = 0) -> dict[str, Any]:
+    phase = {"errors": 0}
+    return {
+        "direct": phase,
+        "router": {"errors": router_errors},
+        "added_p50_ms": added_p50_ms,
+        "added_p99_ms": added_p99_ms,
+    }
+
+
+def test_goals_are_met_only_by_figures_of_answered_requests() -> None:
+    assert goals_met(_entry(0.4, 1.5)) == {"added_p50_ms": True, "added_p99_ms": True}
+    assert goals_met(_entry(0.6, 2.5)) == {"added_p50_ms": False, "added_p99_ms": False}
+    # fast because the requests failed: not met
+    assert goals_met(_entry(0.1, 0.2, router_errors=3)) == {
+        "added_p50_ms": False,
+        "added_p99_ms": False,
+    }
 
 
 def test_options_are_validated() -> None:

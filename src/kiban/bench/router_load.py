@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,8 @@ def serve_replica(port_file: Path, delay_ms: float) -> None:
         server = await loop.create_server(
             lambda: InstantReplica(answer[0], delay_ms / 1000), "127.0.0.1", 0, backlog=4096
         )
-        await loop.create_unix_server(
+        # kept in a name: a server nothing refers to may be collected, and so closed
+        unix_server = await loop.create_unix_server(
             lambda: InstantReplica(answer[0], delay_ms / 1000),
             str(replica_socket(port_file)),
             backlog=4096,
@@ -73,7 +75,8 @@ def serve_replica(port_file: Path, delay_ms: float) -> None:
             b"content-length: %d\r\n\r\n%b" % (len(body), body)
         )
         write_port(port_file, port)
-        await asyncio.Event().wait()
+        async with server, unix_server:
+            await asyncio.Event().wait()
 
     loop.run_until_complete(main())
 
@@ -152,6 +155,7 @@ class HelperProcess:
                 self.proc.wait()
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+        shutil.rmtree(self.port_file.parent, ignore_errors=True)
 
 
 @contextlib.contextmanager
