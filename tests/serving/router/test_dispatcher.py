@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kiban.serving.router import RoutingTable, TrafficMetrics
+from kiban.serving.router import Endpoint, Route, RoutingTable, TrafficMetrics
 from kiban.serving.router import dispatcher as dispatching
 from kiban.serving.router.balancer import Balancer
 from kiban.serving.router.dispatcher import Dispatcher
@@ -35,3 +35,49 @@ def test_the_revision_line_is_a_header_line() -> None:
     dispatcher = _dispatcher()
     assert dispatcher.revision_line("v1") == b"\r\nx-kiban-revision: v1\r\n"
     assert dispatcher.revision_line("v1") is dispatcher.revision_line("v1")
+
+
+def _route(*ready: str, traffic: dict[str, int] | None = None, limit: int = 0) -> Route:
+    endpoints = tuple(Endpoint("v1", address, True) for address in ready)
+    return Route("t", "s", traffic or {"v1": 100}, endpoints, max_concurrency_per_endpoint=limit)
+
+
+def test_a_plan_is_kept_until_the_routing_table_changes() -> None:
+    dispatcher = _dispatcher()
+    assert dispatcher.plan(b"t", b"s") is None
+    first = _route("10.0.0.1:80")
+    dispatcher.table.set(first)
+    plan = dispatcher.plan(b"t", b"s")
+    assert plan is not None and plan.route is first and plan.key == ("t", "s")
+    assert dispatcher.plan(b"t", b"s") is plan
+    assert plan.only is not None and plan.only.revision == "v1"
+    assert plan.only.only == Endpoint("v1", "10.0.0.1:80", True)
+    assert plan.only.line == dispatcher.revision_line("v1")
+    assert plan.only.counter is dispatcher.metrics.counter(("t", "s"), "v1")
+
+    second = _route("10.0.0.1:80", "10.0.0.2:80")  # two replicas: the balancer chooses
+    dispatcher.table.set(second)
+    replanned = dispatcher.plan(b"t", b"s")
+    assert replanned is not None and replanned.route is second
+    assert replanned.only is not None and replanned.only.only is None
+
+    dispatcher.table.remove("t", "s")
+    assert dispatcher.plan(b"t", b"s") is None
+
+
+def test_a_plan_leaves_choices_to_the_balancer_when_there_are_any() -> None:
+    dispatcher = _dispatcher()
+    dispatcher.table.set(_route("10.0.0.1:80", limit=4))  # the limit must be checked
+    limited = dispatcher.plan(b"t", b"s")
+    assert limited is not None and limited.only is not None and limited.only.only is None
+    canary = Route(
+        "t",
+        "s",
+        {"v1": 90, "v2": 10},
+        (Endpoint("v1", "10.0.0.1:80", True), Endpoint("v2", "10.0.0.2:80", False)),
+    )
+    dispatcher.table.set(canary)
+    split = dispatcher.plan(b"t", b"s")
+    assert split is not None and split.only is None  # a revision is drawn per request
+    assert split.revisions["v1"].only == Endpoint("v1", "10.0.0.1:80", True)
+    assert split.revisions["v2"].only is None  # its one replica is not ready

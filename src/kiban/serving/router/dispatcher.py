@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from kiban.serving.router.balancer import Balancer
+from kiban.serving.router.plans import ServicePlan, make_plan
 from kiban.serving.router.table import RoutingTable, ServiceKey
 from kiban.serving.router.traffic import TrafficMetrics
 from kiban.serving.router.upstream import UpstreamPool
@@ -56,9 +57,11 @@ class Dispatcher:
         self._waiting: dict[ServiceKey, dict[str, deque[Exchange]]] = {}
         self._counts: dict[ServiceKey, int] = {}
         self._check: asyncio.TimerHandle | None = None
-        self._check_at = math.inf
+        self.check_at = math.inf
+        """When the deadline timer fires (infinity when unset)."""
         self._keys: dict[tuple[bytes, bytes], ServiceKey] = {}
         self._revision_lines: dict[str, bytes] = {}
+        self._plans: dict[tuple[bytes, bytes], ServicePlan] = {}
 
     def service_key(self, tenant: bytes, service: bytes) -> ServiceKey:
         """(tenant, service) from the two names of a service URL, decoded once and kept."""
@@ -69,6 +72,25 @@ class Dispatcher:
                 self._keys.clear()
             key = self._keys[raw] = (_name(tenant), _name(service))
         return key
+
+    def plan(self, tenant: bytes, service: bytes) -> ServicePlan | None:
+        """The plan of the service named by a URL's two segments, or None when it has no
+        route; worked out again only when the routing table has changed since."""
+        plan = self._plans.get((tenant, service))
+        table = self.table
+        if plan is not None and plan.version == table.version:
+            return plan
+        version = table.version  # read first: the routes read next are at least this new
+        key = self.service_key(tenant, service)
+        route = table.route(key)
+        if route is None:
+            self._plans.pop((tenant, service), None)
+            return None
+        if len(self._plans) >= MAX_KNOWN_NAMES:
+            self._plans.clear()
+        lines = {revision: self.revision_line(revision) for revision in route.traffic}
+        plan = self._plans[(tenant, service)] = make_plan(key, route, version, self.metrics, lines)
+        return plan
 
     def revision_line(self, revision: str) -> bytes:
         """The ``x-kiban-revision`` header line of the revision's answers, made once; it comes
@@ -142,27 +164,27 @@ class Dispatcher:
         deadline that may be due, looks at the current exchange of every connection when it
         fires; with the same timeout for all, it fires about once per timeout.
         """
-        if deadline < self._check_at:
+        if deadline < self.check_at:
             self._set_check(deadline)
 
     def _set_check(self, at: float) -> None:
         if self._check is not None:
             self._check.cancel()
-        self._check_at = at
+        self.check_at = at
         delay = max(at - time.perf_counter(), 0.0) + DEADLINE_SLACK_S
         self._check = self.loop.call_later(delay, self._check_deadlines)
 
     def _check_deadlines(self) -> None:
         """End the exchanges past a deadline; set the timer for the earliest one left."""
         self._check = None
-        self._check_at = math.inf
+        self.check_at = math.inf
         now = time.perf_counter()
         earliest = math.inf
         for conn in list(self.connections):
             exchange = conn.active
             if exchange is not None:
                 earliest = min(earliest, exchange.check_deadlines(now))
-        if earliest < self._check_at:  # exchanges begun meanwhile have called watch()
+        if earliest < self.check_at:  # exchanges begun meanwhile have called watch()
             self._set_check(earliest)
 
 

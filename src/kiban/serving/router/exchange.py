@@ -128,14 +128,14 @@ class Exchange:
         if len(parts) < 4 or parts[0] != b"" or parts[1] != b"s":
             self.answer(404, "not a service URL; services are at /s/{tenant}/{service}")
             return
-        key = dispatcher.service_key(parts[2], parts[3])
-        tenant, service = key
-        route = dispatcher.table.route(key)
-        if route is None:
+        plan = dispatcher.plan(parts[2], parts[3])
+        if plan is None:
+            tenant, service = dispatcher.service_key(parts[2], parts[3])
             self.answer(404, f"no service {service!r} of tenant {tenant!r}")
             return
+        route = plan.route
         authorization = self._read_headers()
-        if not route.public and not self._authorized(tenant, authorization):
+        if not route.public and not self._authorized(route.tenant, authorization):
             self.answer(401, "a valid 'Authorization: Bearer <token>' of the tenant is required")
             return
         rest = parts[4] if len(parts) == 5 else b""
@@ -147,13 +147,15 @@ class Exchange:
         if self._continue:  # the client waits for a go before it sends the body
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self.route = route
-        self.key = key
-        self.revision = revision = dispatcher.balancer.revision(route)
-        self.counter = counter = dispatcher.metrics.counter(key, revision)
-        self._revision_line = dispatcher.revision_line(revision)
+        self.key = plan.key
+        chosen = plan.only or plan.revisions[dispatcher.balancer.revision(route)]
+        self.revision = revision = chosen.revision
+        self.counter = counter = chosen.counter
+        self._revision_line = chosen.line
         self._deadline = deadline = self._started + route.timeout_s
-        dispatcher.watch(deadline)
-        endpoint = dispatcher.balancer.endpoint(route, revision)
+        if deadline < dispatcher.check_at:
+            dispatcher.watch(deadline)
+        endpoint = chosen.only or dispatcher.balancer.endpoint(route, revision)
         if endpoint is not None:
             counter.started()
             self._attach(endpoint)

@@ -80,12 +80,15 @@ class Route:
 class RoutingTable:
     """The routes of all services; written by the control plane, read by the router.
 
-    Readers take no lock: writers build a new mapping and swap it in. Listeners are called
-    after each change, from the writer's thread.
+    Readers take no lock: writers build a new mapping and swap it in, then count the change
+    in ``version`` (so a reader that sees a new version finds the new mapping). Listeners
+    are called after each change, from the writer's thread.
     """
 
     def __init__(self) -> None:
         self._routes: Mapping[ServiceKey, Route] = MappingProxyType({})
+        self.version = 0
+        """Changes so far: what was worked out from the routes holds while this stays."""
         self._write = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
 
@@ -95,6 +98,7 @@ class RoutingTable:
             routes = dict(self._routes)
             routes[route.key] = route
             self._routes = MappingProxyType(routes)
+            self.version += 1
         self._notify()
 
     def remove(self, tenant: str, service: str) -> None:
@@ -105,6 +109,7 @@ class RoutingTable:
             routes = dict(self._routes)
             del routes[(tenant, service)]
             self._routes = MappingProxyType(routes)
+            self.version += 1
         self._notify()
 
     def get(self, tenant: str, service: str) -> Route | None:
