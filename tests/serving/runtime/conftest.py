@@ -46,8 +46,9 @@ def make_client() -> Serve:
 
 @pytest.fixture(scope="module")
 def lm_client(tiny_lm: LoadedModel) -> Iterator[TestClient]:
-    with serve(tiny_lm, "--model_name", "tiny", "--max-tokens-limit", "64",
-               "--max-request-bytes", "4096") as client:
+    with serve(
+        tiny_lm, "--model_name", "tiny", "--max-tokens-limit", "64", "--max-request-bytes", "4096"
+    ) as client:
         yield client
 
 

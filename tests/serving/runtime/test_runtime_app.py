@@ -51,10 +51,17 @@ def test_chat_completion(lm_client: TestClient) -> None:
 
 def test_chat_stream_is_openai_chunks_ending_with_done(lm_client: TestClient) -> None:
     plain = _chat(lm_client, max_tokens=10, temperature=0).json()
-    with lm_client.stream("POST", "/openai/v1/chat/completions", json={
-        "model": "tiny", "messages": [{"role": "user", "content": "Hello"}],
-        "max_tokens": 10, "temperature": 0, "stream": True,
-    }) as response:
+    with lm_client.stream(
+        "POST",
+        "/openai/v1/chat/completions",
+        json={
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 10,
+            "temperature": 0,
+            "stream": True,
+        },
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
@@ -69,14 +76,26 @@ def test_chat_stream_is_openai_chunks_ending_with_done(lm_client: TestClient) ->
 
 
 def test_text_completion_with_stop(lm_client: TestClient) -> None:
-    free = lm_client.post("/openai/v1/completions", json={
-        "model": "tiny", "prompt": "the quick brown fox", "max_tokens": 20, "temperature": 0,
-    }).json()["choices"][0]
+    free = lm_client.post(
+        "/openai/v1/completions",
+        json={
+            "model": "tiny",
+            "prompt": "the quick brown fox",
+            "max_tokens": 20,
+            "temperature": 0,
+        },
+    ).json()["choices"][0]
     stop = free["text"][2:4]
-    cut = lm_client.post("/openai/v1/completions", json={
-        "model": "tiny", "prompt": ["the quick brown fox"], "max_tokens": 20, "temperature": 0,
-        "stop": [stop],
-    }).json()["choices"][0]
+    cut = lm_client.post(
+        "/openai/v1/completions",
+        json={
+            "model": "tiny",
+            "prompt": ["the quick brown fox"],
+            "max_tokens": 20,
+            "temperature": 0,
+            "stop": [stop],
+        },
+    ).json()["choices"][0]
     assert cut["finish_reason"] == "stop"
     assert cut["text"] == free["text"][: free["text"].find(stop)]
 
@@ -98,8 +117,9 @@ def test_concurrent_chats_are_batched_and_match_unbatched(
         service: ModelService = client.app.state.service  # type: ignore[attr-defined]
         assert set(service.generate_batcher.batch_sizes) == {1}
         with ThreadPoolExecutor(len(contents)) as pool:
-            together = list(pool.map(
-                lambda c: _chat(client, c, max_tokens=6, temperature=0).json(), contents))
+            together = list(
+                pool.map(lambda c: _chat(client, c, max_tokens=6, temperature=0).json(), contents)
+            )
         assert max(service.generate_batcher.batch_sizes) > 1
     texts = [[b["choices"][0]["message"]["content"] for b in run] for run in (alone, together)]
     assert texts[0] == texts[1]
@@ -119,9 +139,13 @@ def test_a_prompt_longer_than_the_context_is_refused(lm_client: TestClient) -> N
 
 
 def test_embeddings_for_a_list_and_a_string(embed_client: TestClient) -> None:
-    response = embed_client.post("/openai/v1/embeddings", json={
-        "model": "minilm", "input": ["A cat sleeps.", "A kitten naps.", "Stock prices fell."],
-    })
+    response = embed_client.post(
+        "/openai/v1/embeddings",
+        json={
+            "model": "minilm",
+            "input": ["A cat sleeps.", "A kitten naps.", "Stock prices fell."],
+        },
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     vectors = [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])]
@@ -129,8 +153,9 @@ def test_embeddings_for_a_list_and_a_string(embed_client: TestClient) -> None:
     cos = [sum(a * b for a, b in zip(vectors[0], v, strict=True)) for v in vectors[1:]]
     assert cos[0] > cos[1]
     assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 3
-    single = embed_client.post("/openai/v1/embeddings",
-                               json={"model": "minilm", "input": "A cat sleeps."}).json()
+    single = embed_client.post(
+        "/openai/v1/embeddings", json={"model": "minilm", "input": "A cat sleeps."}
+    ).json()
     assert single["data"][0]["embedding"] == pytest.approx(vectors[0], abs=1e-5)
 
 
@@ -138,8 +163,10 @@ def test_embeddings_in_base64(embed_client: TestClient) -> None:
     import base64
     import struct
 
-    body = embed_client.post("/openai/v1/embeddings", json={
-        "model": "minilm", "input": "hello", "encoding_format": "base64"}).json()
+    body = embed_client.post(
+        "/openai/v1/embeddings",
+        json={"model": "minilm", "input": "hello", "encoding_format": "base64"},
+    ).json()
     raw = base64.b64decode(body["data"][0]["embedding"])
     vector = struct.unpack(f"<{len(raw) // 4}f", raw)
     assert len(vector) == 384
@@ -151,9 +178,9 @@ def test_concurrent_embeddings_share_a_forward_pass(
 ) -> None:
     texts = ["alpha", "a much longer sentence about GPUs", "gamma ray", "delta"]
     with make_client(minilm, "--model_name", "minilm", "--max-batch-wait-ms", "200") as client:
+
         def embed(text: str) -> list[float]:
-            response = client.post("/openai/v1/embeddings", json={"model": "minilm",
-                                                                  "input": text})
+            response = client.post("/openai/v1/embeddings", json={"model": "minilm", "input": text})
             vector: list[float] = response.json()["data"][0]["embedding"]
             return vector
 
@@ -170,18 +197,28 @@ def test_concurrent_embeddings_share_a_forward_pass(
 
 
 def test_wrong_task_names_the_task_served(lm_client: TestClient, embed_client: TestClient) -> None:
-    error = _error(embed_client.post("/openai/v1/chat/completions", json={
-        "model": "minilm", "messages": [{"role": "user", "content": "hi"}]}), 400)
+    error = _error(
+        embed_client.post(
+            "/openai/v1/chat/completions",
+            json={"model": "minilm", "messages": [{"role": "user", "content": "hi"}]},
+        ),
+        400,
+    )
     assert "text embedding" in error["message"] and error["code"] == "wrong_task"
-    error = _error(lm_client.post("/openai/v1/embeddings",
-                                  json={"model": "tiny", "input": "x"}), 400)
+    error = _error(
+        lm_client.post("/openai/v1/embeddings", json={"model": "tiny", "input": "x"}), 400
+    )
     assert "text generation" in error["message"]
 
 
 def test_unknown_model_is_404(lm_client: TestClient) -> None:
-    error = _error(lm_client.post(
-        "/openai/v1/chat/completions",
-        json={"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}), 404)
+    error = _error(
+        lm_client.post(
+            "/openai/v1/chat/completions",
+            json={"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]},
+        ),
+        404,
+    )
     assert "gpt-9" in error["message"] and "tiny" in error["message"]
     _error(lm_client.get("/v2/models/gpt-9"), 404)
     _error(lm_client.get("/no/such/route"), 404)
@@ -193,11 +230,15 @@ def test_unknown_model_is_404(lm_client: TestClient) -> None:
         ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
         ({"model": "tiny", "messages": []}, "messages"),
         ({"model": "tiny", "messages": [{"content": "hi"}]}, "messages.0.role"),
-        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": 3},
-         "temperature"),
+        (
+            {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": 3},
+            "temperature",
+        ),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
-        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0},
-         "max_tokens"),
+        (
+            {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0},
+            "max_tokens",
+        ),
     ],
 )
 def test_malformed_requests_name_the_field(
@@ -241,8 +282,10 @@ def test_not_ready_while_loading_then_ready(tiny_lm: LoadedModel) -> None:
 
 def test_a_failed_load_is_reported_and_not_ready() -> None:
     failures: list[str] = []
-    app = create_app(ServerOptions(model_name="m", model_dir="/nonexistent/model"),
-                     on_load_failure=failures.append)
+    app = create_app(
+        ServerOptions(model_name="m", model_dir="/nonexistent/model"),
+        on_load_failure=failures.append,
+    )
     with TestClient(app) as client:
         deadline = time.monotonic() + 10
         while not failures:
@@ -258,9 +301,15 @@ def test_a_failed_load_is_reported_and_not_ready() -> None:
 
 
 def test_v2_infer_embeddings(embed_client: TestClient) -> None:
-    response = embed_client.post("/v2/models/minilm/infer", json={
-        "id": "r1", "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES",
-                                "data": ["a cat", "a dog"]}]})
+    response = embed_client.post(
+        "/v2/models/minilm/infer",
+        json={
+            "id": "r1",
+            "inputs": [
+                {"name": "text", "shape": [2], "datatype": "BYTES", "data": ["a cat", "a dog"]}
+            ],
+        },
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["id"] == "r1" and body["model_name"] == "minilm"
@@ -272,14 +321,22 @@ def test_v2_infer_embeddings(embed_client: TestClient) -> None:
 
 
 def test_v2_infer_generation(lm_client: TestClient) -> None:
-    response = lm_client.post("/v2/models/tiny/infer", json={
-        "inputs": [{"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["hello"]}],
-        "parameters": {"max_tokens": 5, "temperature": 0}})
+    response = lm_client.post(
+        "/v2/models/tiny/infer",
+        json={
+            "inputs": [
+                {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["hello"]}
+            ],
+            "parameters": {"max_tokens": 5, "temperature": 0},
+        },
+    )
     assert response.status_code == 200, response.text
     output = response.json()["outputs"][0]
     assert output["name"] == "text_output" and output["datatype"] == "BYTES"
-    completion = lm_client.post("/openai/v1/completions", json={
-        "model": "tiny", "prompt": "hello", "max_tokens": 5, "temperature": 0}).json()
+    completion = lm_client.post(
+        "/openai/v1/completions",
+        json={"model": "tiny", "prompt": "hello", "max_tokens": 5, "temperature": 0},
+    ).json()
     assert output["data"] == [completion["choices"][0]["text"]]
 
 
@@ -309,9 +366,10 @@ def test_health_models_and_metrics(lm_client: TestClient) -> None:
     text = lm_client.get("/metrics").text
     samples = {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines() if line and not line.startswith("#")
+        for line in text.splitlines()
+        if line and not line.startswith("#")
     }
-    route = '/openai/v1/chat/completions'
+    route = "/openai/v1/chat/completions"
     assert samples[f'kiban_model_request_duration_seconds_count{{route="{route}"}}'] >= 1
     assert samples['kiban_model_generated_tokens_total{model_name="tiny"}'] >= 3
     assert samples['kiban_model_tokens_per_second{model_name="tiny"}'] > 0

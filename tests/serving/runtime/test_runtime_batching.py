@@ -11,16 +11,16 @@ import pytest
 from kiban.serving.runtime.batching import MicroBatcher
 
 
-def _batcher(calls: list[list[int]], *, size: int = 4, wait_s: float = 0.05,
-             fail_on: int | None = None) -> MicroBatcher[int, int]:
+def _batcher(
+    calls: list[list[int]], *, size: int = 4, wait_s: float = 0.05, fail_on: int | None = None
+) -> MicroBatcher[int, int]:
     def run(items: Sequence[int]) -> list[int]:
         calls.append(list(items))
         if fail_on is not None and fail_on in items:
             raise ValueError(f"bad item {fail_on}")
         return [item * 10 for item in items]
 
-    return MicroBatcher(run, executor=ThreadPoolExecutor(1), max_batch_size=size,
-                        max_wait_s=wait_s)
+    return MicroBatcher(run, executor=ThreadPoolExecutor(1), max_batch_size=size, max_wait_s=wait_s)
 
 
 def test_concurrent_requests_run_together_and_get_their_own_results() -> None:
@@ -56,8 +56,11 @@ def test_only_equal_keys_share_a_batch_and_none_runs_alone() -> None:
 
     async def scenario() -> None:
         await asyncio.gather(
-            batcher.submit(1, "a"), batcher.submit(2, "b"), batcher.submit(3, "a"),
-            batcher.submit(4, None), batcher.submit(5, None),
+            batcher.submit(1, "a"),
+            batcher.submit(2, "b"),
+            batcher.submit(3, "a"),
+            batcher.submit(4, None),
+            batcher.submit(5, None),
         )
         await batcher.close()
 
@@ -82,8 +85,9 @@ def test_a_failing_batch_fails_each_of_its_requests_and_the_batcher_goes_on() ->
     batcher = _batcher(calls, size=2, fail_on=13)
 
     async def scenario() -> int:
-        results = await asyncio.gather(batcher.submit(1), batcher.submit(13),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            batcher.submit(1), batcher.submit(13), return_exceptions=True
+        )
         assert all(isinstance(r, ValueError) for r in results)
         after = await batcher.submit(2)
         await batcher.close()

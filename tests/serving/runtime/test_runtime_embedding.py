@@ -17,8 +17,13 @@ from kiban.serving.runtime.loading import LoadedModel
 @pytest.fixture(scope="module")
 def embedder(minilm: LoadedModel) -> Embedder:
     assert minilm.pooling is not None
-    return Embedder(minilm.model, minilm.tokenizer, device=minilm.device, pooling=minilm.pooling,
-                    max_length=minilm.context_length)
+    return Embedder(
+        minilm.model,
+        minilm.tokenizer,
+        device=minilm.device,
+        pooling=minilm.pooling,
+        max_length=minilm.context_length,
+    )
 
 
 def _cos(a: list[float], b: list[float]) -> float:
@@ -27,11 +32,13 @@ def _cos(a: list[float], b: list[float]) -> float:
 
 
 def test_similar_sentences_are_closer_than_unrelated_ones(embedder: Embedder) -> None:
-    cat, kitten, gpu = embedder.embed([
-        "A cat is sleeping on the sofa.",
-        "A kitten naps on the couch.",
-        "The quarterly GPU budget was exceeded by the vision team.",
-    ]).vectors
+    cat, kitten, gpu = embedder.embed(
+        [
+            "A cat is sleeping on the sofa.",
+            "A kitten naps on the couch.",
+            "The quarterly GPU budget was exceeded by the vision team.",
+        ]
+    ).vectors
     assert _cos(cat, kitten) > _cos(cat, gpu) + 0.2
     assert _cos(cat, kitten) > _cos(kitten, gpu) + 0.2
 
@@ -58,8 +65,11 @@ def test_long_inputs_are_truncated_not_refused(embedder: Embedder) -> None:
 
 @pytest.mark.parametrize(
     ("flags", "mode"),
-    [({"pooling_mode_cls_token": True}, "cls"), ({"pooling_mode_max_tokens": True}, "max"),
-     ({"pooling_mode_mean_tokens": True}, "mean")],
+    [
+        ({"pooling_mode_cls_token": True}, "cls"),
+        ({"pooling_mode_max_tokens": True}, "max"),
+        ({"pooling_mode_mean_tokens": True}, "mean"),
+    ],
 )
 def test_pooling_config_is_read(tmp_path: Path, flags: dict[str, bool], mode: str) -> None:
     (tmp_path / "1_Pooling").mkdir()

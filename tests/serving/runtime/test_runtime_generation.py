@@ -18,8 +18,12 @@ from kiban.serving.runtime.loading import LoadedModel
 
 @pytest.fixture(scope="module")
 def generator(tiny_lm: LoadedModel) -> Generator:
-    return Generator(tiny_lm.model, tiny_lm.tokenizer, device=tiny_lm.device,
-                     context_length=tiny_lm.context_length)
+    return Generator(
+        tiny_lm.model,
+        tiny_lm.tokenizer,
+        device=tiny_lm.device,
+        context_length=tiny_lm.context_length,
+    )
 
 
 def _prompt(generator: Generator, text: str, **params: object) -> Prompt:
@@ -34,8 +38,9 @@ def test_chat_template_is_used_when_the_tokenizer_has_one(tiny_lm: LoadedModel) 
     class NoTemplate:
         chat_template = None
 
-    plain = render_chat(NoTemplate(), [{"role": "system", "content": "be brief"},
-                                       {"role": "user", "content": "hi"}])
+    plain = render_chat(
+        NoTemplate(), [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    )
     assert plain == "system: be brief\nuser: hi\nassistant:"
 
 
@@ -104,8 +109,9 @@ def test_a_cancelled_stream_stops_early(generator: Generator) -> None:
 
 def test_batch_keys() -> None:
     greedy = GenerationParams(max_tokens=5, temperature=0.0)
-    assert batch_key(greedy) == batch_key(GenerationParams(max_tokens=50, temperature=0.0,
-                                                           stop=("x",)))
+    assert batch_key(greedy) == batch_key(
+        GenerationParams(max_tokens=50, temperature=0.0, stop=("x",))
+    )
     sampled = GenerationParams(max_tokens=5, temperature=0.7, top_p=0.9)
     assert batch_key(sampled) != batch_key(greedy)
     assert batch_key(GenerationParams(max_tokens=5, temperature=0.7, seed=3)) is None

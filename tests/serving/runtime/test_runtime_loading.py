@@ -31,8 +31,14 @@ def test_an_encoder_without_sentence_transformers_files_embeds(tmp_path: Path) -
     from kiban.testing.models import embedding_model_path
 
     source = embedding_model_path()
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "vocab.txt", "special_tokens_map.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+        "special_tokens_map.json",
+    ):
         shutil.copy(source / name, tmp_path / name)
     loaded = load_model(parse_options(["--model_dir", str(tmp_path)]))
     assert loaded.task is Task.TEXT_EMBEDDING
@@ -40,8 +46,20 @@ def test_an_encoder_without_sentence_transformers_files_embeds(tmp_path: Path) -
 
 
 def test_dtype_and_max_length_are_honoured(tiny_lm_dir: Path) -> None:
-    loaded = load_model(parse_options(["--model_dir", str(tiny_lm_dir), "--dtype", "bfloat16",
-                                       "--max_length", "64", "--task", "generate"]))
+    loaded = load_model(
+        parse_options(
+            [
+                "--model_dir",
+                str(tiny_lm_dir),
+                "--dtype",
+                "bfloat16",
+                "--max_length",
+                "64",
+                "--task",
+                "generate",
+            ]
+        )
+    )
     assert loaded.dtype == "bfloat16"
     assert loaded.context_length == 64
 

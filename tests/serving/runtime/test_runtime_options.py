@@ -10,10 +10,34 @@ from kiban.serving.runtime.options import Task, parse_dtype, parse_options, pars
 
 
 def test_kserve_names_in_both_spellings() -> None:
-    snake = parse_options(["--model_name", "m", "--model_dir", "/x", "--http_port", "9000",
-                           "--max_length", "128", "--task", "text_embedding"])
-    dash = parse_options(["--model-name", "m", "--model-dir", "/x", "--http-port", "9000",
-                          "--max-length", "128", "--task", "text_embedding"])
+    snake = parse_options(
+        [
+            "--model_name",
+            "m",
+            "--model_dir",
+            "/x",
+            "--http_port",
+            "9000",
+            "--max_length",
+            "128",
+            "--task",
+            "text_embedding",
+        ]
+    )
+    dash = parse_options(
+        [
+            "--model-name",
+            "m",
+            "--model-dir",
+            "/x",
+            "--http-port",
+            "9000",
+            "--max-length",
+            "128",
+            "--task",
+            "text_embedding",
+        ]
+    )
     assert snake == dash
     assert snake.model_name == "m"
     assert (snake.model_dir, snake.port, snake.max_length) == ("/x", 9000, 128)
@@ -24,11 +48,31 @@ def test_kiban_options_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     default = parse_options([])
     assert (default.model_name, default.host, default.port) == ("model", "127.0.0.1", 8080)
     assert (default.max_batch_size, default.max_request_bytes, default.max_tokens_limit) == (
-        8, 1 << 20, 2048)
-    custom = parse_options(["--max-batch-size", "3", "--max_batch_wait_ms", "0",
-                            "--max-request-bytes", "10", "--max-tokens-limit", "7", "--port", "1"])
-    assert (custom.max_batch_size, custom.max_batch_wait_ms, custom.max_request_bytes,
-            custom.max_tokens_limit, custom.port) == (3, 0.0, 10, 7, 1)
+        8,
+        1 << 20,
+        2048,
+    )
+    custom = parse_options(
+        [
+            "--max-batch-size",
+            "3",
+            "--max_batch_wait_ms",
+            "0",
+            "--max-request-bytes",
+            "10",
+            "--max-tokens-limit",
+            "7",
+            "--port",
+            "1",
+        ]
+    )
+    assert (
+        custom.max_batch_size,
+        custom.max_batch_wait_ms,
+        custom.max_request_bytes,
+        custom.max_tokens_limit,
+        custom.port,
+    ) == (3, 0.0, 10, 7, 1)
 
 
 def test_port_defaults_to_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,11 +92,25 @@ def test_a_unix_socket_from_the_flag_or_the_local_executors_variable(
 
 
 def test_unknown_kserve_arguments_are_kept_as_ignored() -> None:
-    options = parse_options(["--backend", "vllm", "--model_name", "m",
-                             "--tensor_parallel_size", "2", "--enable_prefix_caching"])
+    options = parse_options(
+        [
+            "--backend",
+            "vllm",
+            "--model_name",
+            "m",
+            "--tensor_parallel_size",
+            "2",
+            "--enable_prefix_caching",
+        ]
+    )
     assert options.model_name == "m"
-    assert options.ignored == ("--backend", "vllm", "--tensor_parallel_size", "2",
-                               "--enable_prefix_caching")
+    assert options.ignored == (
+        "--backend",
+        "vllm",
+        "--tensor_parallel_size",
+        "2",
+        "--enable_prefix_caching",
+    )
 
 
 def test_bad_numbers_are_usage_errors() -> None:

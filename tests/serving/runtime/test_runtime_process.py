@@ -33,7 +33,10 @@ def _start(*args: str) -> subprocess.Popen[str]:
     env.pop("MASTER_PORT", None)
     return subprocess.Popen(
         [sys.executable, "-m", "kiban.serving.runtime", *args],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -45,9 +48,20 @@ def unix_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(tiny_lm_dir: Path, unix_path: Path) -> Iterator[str]:
     port = _free_port()
-    process = _start("--model_dir", str(tiny_lm_dir), "--model_name", "tiny",
-                     "--http_port", str(port), "--backend", "vllm", "--tensor-parallel-size", "1",
-                     "--uds", str(unix_path))
+    process = _start(
+        "--model_dir",
+        str(tiny_lm_dir),
+        "--model_name",
+        "tiny",
+        "--http_port",
+        str(port),
+        "--backend",
+        "vllm",
+        "--tensor-parallel-size",
+        "1",
+        "--uds",
+        str(unix_path),
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     try:
@@ -82,10 +96,16 @@ def test_answers_on_its_unix_socket_too(server: str, unix_path: Path) -> None:
 
 
 def test_streams_a_chat_completion(server: str) -> None:
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "Hello"}],
-            "max_tokens": 8, "temperature": 0, "stream": True}
-    with httpx.stream("POST", f"{server}/openai/v1/chat/completions", json=body,
-                      timeout=30) as response:
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Hello"}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST", f"{server}/openai/v1/chat/completions", json=body, timeout=30
+    ) as response:
         assert response.status_code == 200
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
@@ -93,8 +113,9 @@ def test_streams_a_chat_completion(server: str) -> None:
     streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["usage"]["completion_tokens"] == 8
-    whole = httpx.post(f"{server}/openai/v1/chat/completions",
-                       json={**body, "stream": False}, timeout=30).json()
+    whole = httpx.post(
+        f"{server}/openai/v1/chat/completions", json={**body, "stream": False}, timeout=30
+    ).json()
     assert streamed == whole["choices"][0]["message"]["content"] != ""
 
 
@@ -109,8 +130,9 @@ def test_a_bad_model_dir_exits_3_with_one_load_failed_line(tmp_path: Path) -> No
 
 
 def test_an_unknown_dtype_is_a_load_failure(tiny_lm_dir: Path) -> None:
-    process = _start("--model_dir", str(tiny_lm_dir), "--dtype", "float8",
-                     "--port", str(_free_port()))
+    process = _start(
+        "--model_dir", str(tiny_lm_dir), "--dtype", "float8", "--port", str(_free_port())
+    )
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 3, stderr
     assert "KIBAN_LOAD_FAILED: unknown dtype 'float8'" in stderr

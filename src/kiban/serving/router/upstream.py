@@ -6,18 +6,24 @@ the kernel far less than over loopback TCP, a fifth of the router's CPU per requ
 
 A connection carries one request at a time (no pipelining to replicas). Idle connections are
 reused last-in first-out, so the busiest stay warm; one the replica closes while idle leaves
-the pool at once (``connection_lost``).
+the pool at once (``connection_lost``). One idle longer than ``IDLE_EXPIRY_S`` is closed rather
+than reused: a replica's server closes idle keep-alive connections on its own timer (uvicorn
+after 5 s, gunicorn after 2 s), and a request written into a connection the replica is closing
+at that moment fails after it was sent, which the router may not retry.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from kiban.serving.router.exchange import Exchange
 
 MAX_IDLE_PER_REPLICA = 1024
+IDLE_EXPIRY_S = 1.5
+"""Idle connections older than this are not reused: below gunicorn's 2 s keep-alive default."""
 UNIX_PREFIX = "unix:"
 """An address that starts so is the path of a Unix socket."""
 
@@ -25,7 +31,16 @@ UNIX_PREFIX = "unix:"
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a replica; hands what it reads to its current exchange."""
 
-    __slots__ = ("address", "closed", "exchange", "host_line", "paused", "pool", "transport")
+    __slots__ = (
+        "address",
+        "closed",
+        "exchange",
+        "host_line",
+        "idle_since",
+        "paused",
+        "pool",
+        "transport",
+    )
 
     def __init__(self, pool: UpstreamPool, address: str) -> None:
         self.pool = pool
@@ -37,6 +52,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.exchange: Exchange | None = None
         self.closed = False
         self.paused = False
+        self.idle_since = 0.0
+        """When it was last given back to the pool, on the pool's clock."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -91,17 +108,36 @@ class UpstreamConnection(asyncio.Protocol):
 class UpstreamPool:
     """Idle keep-alive connections per replica address."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        clock: Callable[[], float] | None = None,
+        idle_expiry_s: float = IDLE_EXPIRY_S,
+    ) -> None:
         self._loop = loop
+        self._clock = clock or loop.time
+        self._idle_expiry_s = idle_expiry_s
         self._idle: dict[str, list[UpstreamConnection]] = {}
 
     def take(self, address: str) -> UpstreamConnection | None:
-        """An idle connection to ``address``, or None (open one with ``open``)."""
+        """A fresh idle connection to ``address``, or None (open one with ``open``)."""
         idle = self._idle.get(address)
+        if not idle:
+            return None
+        oldest_fresh = self._clock() - self._idle_expiry_s
         while idle:
             conn = idle.pop()
-            if not conn.closed:
+            if conn.closed:
+                continue
+            if conn.idle_since >= oldest_fresh:
                 return conn
+            # given back in time order, so every connection under this one is older still
+            stale = [conn, *idle]
+            idle.clear()
+            for conn in stale:
+                conn.close()
+            return None
         return None
 
     async def open(self, address: str) -> UpstreamConnection:
@@ -122,6 +158,7 @@ class UpstreamPool:
         conn.exchange = None
         if conn.closed:
             return
+        conn.idle_since = self._clock()
         idle = self._idle.setdefault(conn.address, [])
         if len(idle) >= MAX_IDLE_PER_REPLICA:
             conn.close()
