@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: setup demo test lint typecheck unit clean
 
 setup: $(STAMP)
+	$(BIN)/python -m kiban.devtools.router_native || echo "(optional: needs a C compiler)"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +30,7 @@ test: setup
 	$(BIN)/ruff check src tests examples
 	$(BIN)/mypy
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
+	KIBAN_ROUTER_NATIVE=0 $(BIN)/pytest -q tests/serving/router
 
 unit: setup
 	$(BIN)/pytest -m "not e2e and not postgres and not kube"

@@ -72,6 +72,21 @@ def test_a_quick_run_through_the_cli() -> None:
     assert report["cold_start"] is None and "skipped" in report["cold_start_reason"]
     assert report["machine"]["cores"] >= 1
     assert report["replica_link"] == "unix"  # as the local executor's replicas are reached
+    build = report["router_build"]
+    assert isinstance(build["compiled"], bool) and build["detail"]
+    if build["compiled"]:  # a plain-Python router ran beside it, at the headline count only
+        assert "plain_router" not in report["latency"]["1"]
+        headline = report["latency"]["4"]
+        assert set(headline["plain_router"]) == PHASE_KEYS
+        assert headline["plain_router"]["errors"] == 0
+        assert _positive(headline["plain_router_cpu_ms_per_request"])
+        gain = report["compiled_vs_plain"]
+        assert gain["cpu_ratio_compiled_to_plain"] == pytest.approx(
+            headline["router_cpu_ms_per_request"] / headline["plain_router_cpu_ms_per_request"],
+            abs=1e-3,
+        )
+    else:
+        assert report["compiled_vs_plain"] is None
     assert "kiban bench router" in done.stderr  # the table
 
 
@@ -93,8 +108,14 @@ def test_the_table_renders_a_report() -> None:
                 "added_p50_ms": 0.0,
                 "added_p99_ms": 0.0,
                 "router_cpu_ms_per_request": 0.02,
+                "plain_router": {**phase, "p50_ms": 0.9},
+                "plain_added_p50_ms": 0.7,
+                "plain_added_p99_ms": 0.1,
+                "plain_router_cpu_ms_per_request": 0.025,
             }
         },
+        "router_build": {"compiled": True, "detail": "compiled by mypyc (build abc)"},
+        "compiled_vs_plain": {"cpu_ratio_compiled_to_plain": 0.8},
         "goals_met": {"added_p50_ms": False, "added_p99_ms": False},
         "failed_requests": 7,
         "autoscaler": {
@@ -114,6 +135,8 @@ def test_the_table_renders_a_report() -> None:
     text = console.export_text()
     assert "not installed" in text and "50" in text
     assert "7 requests failed" in text
+    assert "50, plain Python" in text and "0.9 ms" in text
+    assert "compiled by mypyc (build abc)" in text and "compiled / plain Python = 0.8" in text
 
 
 def _entry(added_p50_ms: float, added_p99_ms: float, router_errors: int = 0) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -45,7 +46,9 @@ from kiban.bench.router_load import (
     helper_processes,
     open_clients,
     replica_socket,
+    router_build_file,
 )
+from kiban.serving.router import native
 from kiban.serving.router.server import new_event_loop
 
 Progress = Callable[[str], None]
@@ -125,6 +128,8 @@ async def _closed_loop(
 
 
 def _added_latency(options: RouterBenchOptions, say: Progress) -> dict[str, Any]:
+    """Per client count: direct, then via the router; when the router runs compiled, at the
+    headline count also via a plain-Python router, so that the build's gain is measured."""
     loop = new_event_loop()
     with helper_processes() as procs:
         replica = HelperProcess("replica", "0")
@@ -136,36 +141,61 @@ def _added_latency(options: RouterBenchOptions, say: Progress) -> dict[str, Any]
             upstream = f"127.0.0.1:{replica_port}"
         router = HelperProcess("router", upstream)
         procs.append(router)
-        router_port = router.wait_port()
+        routers = {"router": (router, router.wait_port())}
+        build = json.loads(router_build_file(router.port_file).read_text())
+        headline = GOAL_CLIENTS if GOAL_CLIENTS in options.clients else options.clients[-1]
+        if build["compiled"]:
+            plain = HelperProcess("router", upstream, env={native.SWITCH: "0"})
+            procs.append(plain)
+            routers["plain"] = (plain, plain.wait_port())
+        path = f"/s/{TENANT}/{SERVICE}/v2/health/ready"
         results: dict[str, Any] = {}
         try:
             for clients in options.clients:
-                entry: dict[str, Any] = {}
-                for name, port, path in (
-                    ("direct", replica_port, "/v2/health/ready"),
-                    ("router", router_port, f"/s/{TENANT}/{SERVICE}/v2/health/ready"),
-                ):
-                    say(f"{clients} clients, {name}")
-                    cpu = (router.cpu_s(), replica.cpu_s())
-                    entry[name] = loop.run_until_complete(
-                        _closed_loop(port, path, clients, options)
+                say(f"{clients} clients, direct")
+                entry: dict[str, Any] = {
+                    "direct": loop.run_until_complete(
+                        _closed_loop(replica_port, "/v2/health/ready", clients, options)
                     )
-                    after = router.cpu_s()
-                    if name == "router" and cpu[0] is not None and after is not None:
-                        answers = max(entry[name]["answers_in_phase"], 1)
-                        entry["router_cpu_ms_per_request"] = round(
-                            (after - cpu[0]) * 1000 / answers, 4
+                }
+                for name, (process, port) in routers.items():
+                    if name == "plain" and clients != headline:
+                        continue
+                    say(f"{clients} clients, {'plain-Python router' if name == 'plain' else name}")
+                    before = process.cpu_s()
+                    measured = loop.run_until_complete(_closed_loop(port, path, clients, options))
+                    after = process.cpu_s()
+                    prefix = "" if name == "router" else "plain_"
+                    entry[f"{prefix}router"] = measured
+                    if before is not None and after is not None:
+                        answers = max(measured["answers_in_phase"], 1)
+                        entry[f"{prefix}router_cpu_ms_per_request"] = round(
+                            (after - before) * 1000 / answers, 4
                         )
-                entry["added_p50_ms"] = round(
-                    entry["router"]["p50_ms"] - entry["direct"]["p50_ms"], 3
-                )
-                entry["added_p99_ms"] = round(
-                    entry["router"]["p99_ms"] - entry["direct"]["p99_ms"], 3
-                )
+                    for q in ("p50", "p99"):
+                        entry[f"{prefix}added_{q}_ms"] = round(
+                            measured[f"{q}_ms"] - entry["direct"][f"{q}_ms"], 3
+                        )
                 results[str(clients)] = entry
         finally:
             loop.close()
-    return results
+    return {"latency": results, "router_build": build}
+
+
+def compiled_gain(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The compiled router against the plain-Python one, measured in the same client count."""
+    if "plain_router" not in entry:
+        return None
+    compiled_cpu = entry.get("router_cpu_ms_per_request")
+    plain_cpu = entry.get("plain_router_cpu_ms_per_request")
+    return {
+        "added_p50_ms": {"compiled": entry["added_p50_ms"], "plain": entry["plain_added_p50_ms"]},
+        "added_p99_ms": {"compiled": entry["added_p99_ms"], "plain": entry["plain_added_p99_ms"]},
+        "router_cpu_ms_per_request": {"compiled": compiled_cpu, "plain": plain_cpu},
+        "cpu_ratio_compiled_to_plain": (
+            round(compiled_cpu / plain_cpu, 3) if compiled_cpu and plain_cpu else None
+        ),
+    }
 
 
 # -- the autoscaler, live ------------------------------------------------------------------
@@ -351,7 +381,8 @@ def run_router_bench(options: RouterBenchOptions, say: Progress | None = None) -
     """Run the three measurements; the report is one JSON-ready dict."""
     progress: Progress = say or (lambda _: None)
     machine = describe_machine()
-    latency = _added_latency(options, progress)
+    measured = _added_latency(options, progress)
+    latency = measured["latency"]
     autoscaler = _autoscaler_step(options, progress)
     cold, cold_reason = _cold_start(options, progress)
     machine["load_average_after"] = round(os.getloadavg()[0], 2)
@@ -363,6 +394,8 @@ def run_router_bench(options: RouterBenchOptions, say: Progress | None = None) -
         "failed_requests": headline["direct"]["errors"] + headline["router"]["errors"],
         "headline_clients": GOAL_CLIENTS if str(GOAL_CLIENTS) in latency else options.clients[-1],
         "replica_link": options.replica_link,
+        "router_build": measured["router_build"],
+        "compiled_vs_plain": compiled_gain(headline),
         "latency": latency,
         "autoscaler": autoscaler,
         "cold_start": cold,
@@ -415,7 +448,23 @@ def router_table(report: dict[str, Any]) -> Table:
             _num(entry.get("router_cpu_ms_per_request"), " ms"),
             _num(d["errors"] + r["errors"]),
         )
+        if "plain_router" in entry:
+            p = entry["plain_router"]
+            table.add_row(
+                f"{clients}, plain Python",
+                _num(d["p50_ms"], " ms"),
+                _num(p["p50_ms"], " ms"),
+                _num(entry["plain_added_p50_ms"], " ms"),
+                _num(d["p99_ms"], " ms"),
+                _num(p["p99_ms"], " ms"),
+                _num(entry["plain_added_p99_ms"], " ms"),
+                _num(p["requests_per_s"]),
+                _num(entry.get("plain_router_cpu_ms_per_request"), " ms"),
+                _num(d["errors"] + p["errors"]),
+            )
     met = report["goals_met"]
+    build = report.get("router_build") or {}
+    gain = report.get("compiled_vs_plain")
     scale = report["autoscaler"]
     cold = report["cold_start"]
     table.caption = "\n".join(
@@ -427,6 +476,13 @@ def router_table(report: dict[str, Any]) -> Table:
             + "); "
             "closed loop: at many clients latency is the queue, clients / rate; router to "
             f"replica over {LINKS.get(report.get('replica_link', ''), 'loopback TCP')}",
+            f"router: {build.get('detail', 'unknown')}"
+            + (
+                f"; CPU per request compiled / plain Python = "
+                f"{_num(gain['cpu_ratio_compiled_to_plain'])}"
+                if gain
+                else ""
+            ),
             f"autoscaler, {scale['clients_before']} -> {scale['clients_after']} clients: more "
             f"replicas asked for after {_num(scale['scale_up_requested_s'], ' s')}, the first "
             f"new one served after {_num(scale['first_new_replica_serving_s'], ' s')}, all "

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def serve_replica(port_file: Path, delay_ms: float) -> None:
 
 
 def serve_router(port_file: Path, upstream: str) -> None:
-    from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
+    from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable, native
 
     table = RoutingTable()
     table.set(
@@ -90,6 +91,9 @@ def serve_router(port_file: Path, upstream: str) -> None:
     )
     server = RouterServer(table)
     server.start()
+    router_build_file(port_file).write_text(
+        json.dumps({"compiled": native.running_compiled(), "detail": native.state.detail})
+    )
     write_port(port_file, server.port)
     threading.Event().wait()
 
@@ -97,6 +101,11 @@ def serve_router(port_file: Path, upstream: str) -> None:
 def replica_socket(port_file: Path) -> Path:
     """The Unix socket a replica helper listens on besides its port."""
     return port_file.with_name("replica.sock")
+
+
+def router_build_file(port_file: Path) -> Path:
+    """Where a router helper says whether it runs compiled (``kiban.serving.router.native``)."""
+    return port_file.with_name("router-build.json")
 
 
 def write_port(port_file: Path, port: int) -> None:
@@ -108,11 +117,14 @@ def write_port(port_file: Path, port: int) -> None:
 class HelperProcess:
     """A helper process of this module, and the port it listens on."""
 
-    def __init__(self, role: str, *args: str, timeout_s: float = 20.0) -> None:
+    def __init__(
+        self, role: str, *args: str, timeout_s: float = 20.0, env: dict[str, str] | None = None
+    ) -> None:
         self.port_file = Path(tempfile.mkdtemp(prefix="kiban-bench-router-")) / "port"
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kiban.bench.router_load", role, str(self.port_file), *args],
+            env=None if env is None else {**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -4,28 +4,32 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from kiban.serving.router import Endpoint, Route, RoutingTable, TrafficMetrics
 from kiban.serving.router import dispatcher as dispatching
 from kiban.serving.router.balancer import Balancer
 from kiban.serving.router.dispatcher import Dispatcher
 
 
-def _dispatcher() -> Dispatcher:
+def _dispatcher(max_known_names: int = dispatching.MAX_KNOWN_NAMES) -> Dispatcher:
     loop = asyncio.new_event_loop()
     loop.close()  # nothing here runs on it
-    return Dispatcher(loop, RoutingTable(), TrafficMetrics(), Balancer(), lambda t, k: False)
+    return Dispatcher(
+        loop,
+        RoutingTable(),
+        TrafficMetrics(),
+        Balancer(),
+        lambda t, k: False,
+        max_known_names=max_known_names,
+    )
 
 
-def test_names_are_percent_decoded_once_and_the_cache_is_bounded(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    dispatcher = _dispatcher()
+def test_names_are_percent_decoded_once_and_the_cache_is_bounded() -> None:
+    dispatcher = _dispatcher(max_known_names=3)
     key = dispatcher.service_key(b"my%20team", b"svc")
     assert key == ("my team", "svc")
-    assert dispatcher.service_key(b"my%20team", b"svc") is key
-    monkeypatch.setattr(dispatching, "MAX_KNOWN_NAMES", 3)
+    assert dispatcher._keys == {(b"my%20team", b"svc"): key}  # kept: not decoded again
+    assert dispatcher.service_key(b"my%20team", b"svc") == key
+    assert len(dispatcher._keys) == 1
     for n in range(10):
         assert dispatcher.service_key(b"t", b"s%d" % n) == ("t", f"s{n}")
     assert len(dispatcher._keys) <= 3

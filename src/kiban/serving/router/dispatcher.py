@@ -45,8 +45,12 @@ class Dispatcher:
         metrics: TrafficMetrics,
         balancer: Balancer,
         authorize: Authorize,
+        *,
+        max_known_names: int = MAX_KNOWN_NAMES,
     ) -> None:
         self.loop = loop
+        self.max_known_names = max_known_names
+        """Bound of each cache keyed by names from URLs."""
         self.table = table
         self.metrics = metrics
         self.balancer = balancer
@@ -68,7 +72,7 @@ class Dispatcher:
         raw = (tenant, service)
         key = self._keys.get(raw)
         if key is None:
-            if len(self._keys) >= MAX_KNOWN_NAMES:
+            if len(self._keys) >= self.max_known_names:
                 self._keys.clear()
             key = self._keys[raw] = (_name(tenant), _name(service))
         return key
@@ -86,7 +90,7 @@ class Dispatcher:
         if route is None:
             self._plans.pop((tenant, service), None)
             return None
-        if len(self._plans) >= MAX_KNOWN_NAMES:
+        if len(self._plans) >= self.max_known_names:
             self._plans.clear()
         lines = {revision: self.revision_line(revision) for revision in route.traffic}
         plan = self._plans[(tenant, service)] = make_plan(key, route, version, self.metrics, lines)
@@ -98,7 +102,7 @@ class Dispatcher:
         first CRLF is replaced by it)."""
         line = self._revision_lines.get(revision)
         if line is None:
-            if len(self._revision_lines) >= MAX_KNOWN_NAMES:
+            if len(self._revision_lines) >= self.max_known_names:
                 self._revision_lines.clear()
             line = self._revision_lines[revision] = b"\r\nx-kiban-revision: %b\r\n" % (
                 revision.encode()

@@ -23,8 +23,12 @@ from kiban.serving.router.exchange import Exchange
 from kiban.serving.router.messages import error_response
 
 
-class ClientConnection(asyncio.Protocol):
-    """One client's keep-alive connection: parses its requests, answers them in order."""
+class ClientConnection:
+    """One client's keep-alive connection: parses its requests, answers them in order.
+
+    An ``asyncio.Protocol`` by its methods, not by inheritance: a class with a Python base
+    cannot be compiled to a native class (see ``native``).
+    """
 
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
@@ -61,6 +65,9 @@ class ClientConnection(asyncio.Protocol):
         if holding is not None:
             self._holding = None
             holding.release_held()
+
+    def eof_received(self) -> bool | None:
+        return None  # the client is done sending: close our side too, as Protocol's default
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

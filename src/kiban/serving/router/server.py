@@ -11,6 +11,7 @@ import contextlib
 import random
 import threading
 from collections.abc import Callable
+from typing import cast
 from urllib.parse import quote
 
 from kiban.serving.router.balancer import Balancer
@@ -117,7 +118,7 @@ class RouterServer:
         dispatcher = Dispatcher(loop, self.table, self.metrics, balancer, self._authorize)
         self._dispatcher = dispatcher
         self._server = await loop.create_server(
-            lambda: ClientConnection(dispatcher),
+            lambda: cast(asyncio.Protocol, ClientConnection(dispatcher)),
             self.host,
             self._requested_port,
             reuse_address=True,

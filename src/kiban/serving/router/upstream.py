@@ -28,8 +28,11 @@ UNIX_PREFIX = "unix:"
 """An address that starts so is the path of a Unix socket."""
 
 
-class UpstreamConnection(asyncio.Protocol):
-    """One keep-alive connection to a replica; hands what it reads to its current exchange."""
+class UpstreamConnection:
+    """One keep-alive connection to a replica; hands what it reads to its current exchange.
+
+    An ``asyncio.Protocol`` by its methods, not by inheritance (see ``ClientConnection``).
+    """
 
     __slots__ = (
         "address",
@@ -142,16 +145,15 @@ class UpstreamPool:
 
     async def open(self, address: str) -> UpstreamConnection:
         """A new connection; raises OSError when the replica cannot be reached."""
+        conn = UpstreamConnection(self, address)
+        protocol = cast(asyncio.Protocol, conn)
         if address.startswith(UNIX_PREFIX):
-            _, protocol = await self._loop.create_unix_connection(
-                lambda: UpstreamConnection(self, address), address[len(UNIX_PREFIX) :]
-            )
-            return protocol
-        host, _, port = address.rpartition(":")
-        _, protocol = await self._loop.create_connection(
-            lambda: UpstreamConnection(self, address), host.strip("[]"), int(port)
-        )
-        return protocol
+            path = address[len(UNIX_PREFIX) :]
+            await self._loop.create_unix_connection(lambda: protocol, path)
+        else:
+            host, _, port = address.rpartition(":")
+            await self._loop.create_connection(lambda: protocol, host.strip("[]"), int(port))
+        return conn
 
     def give_back(self, conn: UpstreamConnection) -> None:
         """Keep ``conn`` for the next request to its replica (or close it when too many)."""
