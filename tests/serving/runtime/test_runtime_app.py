@@ -72,7 +72,49 @@ def test_chat_stream_is_openai_chunks_ending_with_done(lm_client: TestClient) ->
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     assert text == plain["choices"][0]["message"]["content"]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert chunks[-1]["usage"] == plain["usage"]
+    assert all("usage" not in c for c in chunks)  # as OpenAI: only when asked for
+
+
+def _stream_chunks(client: TestClient, path: str, body: dict[str, object]) -> list[Any]:
+    with client.stream("POST", path, json={**body, "stream": True}) as response:
+        assert response.status_code == 200
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+@pytest.mark.parametrize(
+    ("path", "prompt"),
+    [
+        ("/openai/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}]}),
+        ("/openai/v1/completions", {"prompt": "the quick brown fox"}),
+    ],
+)
+def test_include_usage_adds_a_last_chunk_with_the_usage(
+    lm_client: TestClient, path: str, prompt: dict[str, object]
+) -> None:
+    body = {"model": "tiny", "max_tokens": 9, "temperature": 0, **prompt}
+    whole = lm_client.post(path, json=body).json()
+    chunks = _stream_chunks(lm_client, path, {**body, "stream_options": {"include_usage": True}})
+    *pieces, last = chunks
+    assert last["choices"] == [] and last["usage"] == whole["usage"]
+    assert last["usage"]["completion_tokens"] == 9
+    assert all(c["usage"] is None and len(c["choices"]) == 1 for c in pieces)
+    assert pieces[-1]["choices"][0]["finish_reason"] == "length"
+    assert last["id"] == pieces[0]["id"]
+
+
+def test_stream_options_without_streaming_is_refused(lm_client: TestClient) -> None:
+    response = lm_client.post(
+        "/openai/v1/chat/completions",
+        json={
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "Hello"}],
+            "stream_options": {"include_usage": True},
+        },
+    )
+    assert response.status_code == 400
+    assert "stream_options" in response.json()["error"]["message"]
 
 
 def test_text_completion_with_stop(lm_client: TestClient) -> None:

@@ -102,6 +102,7 @@ def test_streams_a_chat_completion(server: str) -> None:
         "max_tokens": 8,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
     with httpx.stream(
         "POST", f"{server}/openai/v1/chat/completions", json=body, timeout=30
@@ -110,11 +111,14 @@ def test_streams_a_chat_completion(server: str) -> None:
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
-    streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
-    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert chunks[-1]["usage"]["completion_tokens"] == 8
+    *pieces, usage = chunks
+    streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in pieces)
+    assert pieces[-1]["choices"][0]["finish_reason"] == "length"
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 8
     whole = httpx.post(
-        f"{server}/openai/v1/chat/completions", json={**body, "stream": False}, timeout=30
+        f"{server}/openai/v1/chat/completions",
+        json={**body, "stream": False, "stream_options": None},
+        timeout=30,
     ).json()
     assert streamed == whole["choices"][0]["message"]["content"] != ""
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from starlette.requests import Request
 
 from kiban.serving.runtime.errors import BadRequest, RequestTooLarge
@@ -41,6 +48,11 @@ class ChatMessage(_Lenient):
         return "".join(part.text for part in self.content)
 
 
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+    """A last chunk, with no choices, carries the usage; every chunk before has ``usage: null``."""
+
+
 class SamplingFields(_Lenient):
     """Sampling fields shared by chat and text completions."""
 
@@ -53,6 +65,17 @@ class SamplingFields(_Lenient):
     stop: str | list[str] | None = None
     n: int = 1
     stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    @model_validator(mode="after")
+    def _stream_options_only_when_streaming(self) -> SamplingFields:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed when stream is true")
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
 
     @field_validator("n")
     @classmethod

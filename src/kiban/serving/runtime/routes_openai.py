@@ -61,19 +61,33 @@ def _sse(payload: dict[str, Any]) -> bytes:
 
 
 def _event_stream(
-    service: ModelService, prompt: Prompt, chunk: Callable[[str | None, str | None], dict[str, Any]]
+    service: ModelService,
+    prompt: Prompt,
+    chunk: Callable[[str | None, str | None], dict[str, Any]],
+    *,
+    include_usage: bool,
 ) -> StreamingResponse:
-    """An SSE response: one chunk per text piece, a final chunk with finish_reason and usage."""
+    """An SSE response as OpenAI streams one: a chunk per text piece, one with the finish
+    reason, and with ``stream_options.include_usage`` a last one with no choices and the usage
+    (every chunk before it then says ``usage: null``)."""
+
+    def event(payload: dict[str, Any]) -> bytes:
+        if include_usage:
+            payload["usage"] = None
+        return _sse(payload)
 
     async def events() -> AsyncIterator[bytes]:
         try:
             async for item in service.stream(prompt):
                 if isinstance(item, Completion):
-                    final = chunk(None, item.finish_reason)
-                    final["usage"] = _usage(item.prompt_tokens, item.completion_tokens)
-                    yield _sse(final)
+                    yield event(chunk(None, item.finish_reason))
+                    if include_usage:
+                        last = chunk(None, None)
+                        last["choices"] = []
+                        last["usage"] = _usage(item.prompt_tokens, item.completion_tokens)
+                        yield _sse(last)
                 elif item:
-                    yield _sse(chunk(item, None))
+                    yield event(chunk(item, None))
         except ServingError as exc:  # headers are sent: the error travels as an event
             yield _sse(exc.body())
         yield b"data: [DONE]\n\n"
@@ -116,7 +130,7 @@ async def chat_completions(request: Request) -> Any:
                 ],
             }
 
-        return _event_stream(service, prompt, chunk)
+        return _event_stream(service, prompt, chunk, include_usage=body.include_usage)
 
     done = await service.complete(prompt)
     return {
@@ -159,7 +173,7 @@ async def completions(request: Request) -> Any:
                 ],
             }
 
-        return _event_stream(service, prompt, chunk)
+        return _event_stream(service, prompt, chunk, include_usage=body.include_usage)
 
     done = await service.complete(prompt)
     return {
