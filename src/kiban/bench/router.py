@@ -425,6 +425,24 @@ def _num(value: Any, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _latency_row(label: str, entry: dict[str, Any], prefix: str) -> list[str]:
+    """One client count's row: direct against the router (``prefix`` "") or the plain-Python
+    router beside it ("plain_")."""
+    d, r = entry["direct"], entry[f"{prefix}router"]
+    return [
+        label,
+        _num(d["p50_ms"], " ms"),
+        _num(r["p50_ms"], " ms"),
+        _num(entry[f"{prefix}added_p50_ms"], " ms"),
+        _num(d["p99_ms"], " ms"),
+        _num(r["p99_ms"], " ms"),
+        _num(entry[f"{prefix}added_p99_ms"], " ms"),
+        _num(r["requests_per_s"]),
+        _num(entry.get(f"{prefix}router_cpu_ms_per_request"), " ms"),
+        _num(d["errors"] + r["errors"]),
+    ]
+
+
 def router_table(report: dict[str, Any]) -> Table:
     """The report as a table: direct and via the router side by side, per client count."""
     table = Table(title="kiban bench router", title_justify="left", header_style="bold")
@@ -435,33 +453,9 @@ def router_table(report: dict[str, Any]) -> Table:
     table.add_column("router CPU/req", justify="right")
     table.add_column("errors", justify="right")
     for clients, entry in report["latency"].items():
-        d, r = entry["direct"], entry["router"]
-        table.add_row(
-            clients,
-            _num(d["p50_ms"], " ms"),
-            _num(r["p50_ms"], " ms"),
-            _num(entry["added_p50_ms"], " ms"),
-            _num(d["p99_ms"], " ms"),
-            _num(r["p99_ms"], " ms"),
-            _num(entry["added_p99_ms"], " ms"),
-            _num(r["requests_per_s"]),
-            _num(entry.get("router_cpu_ms_per_request"), " ms"),
-            _num(d["errors"] + r["errors"]),
-        )
+        table.add_row(*_latency_row(clients, entry, ""))
         if "plain_router" in entry:
-            p = entry["plain_router"]
-            table.add_row(
-                f"{clients}, plain Python",
-                _num(d["p50_ms"], " ms"),
-                _num(p["p50_ms"], " ms"),
-                _num(entry["plain_added_p50_ms"], " ms"),
-                _num(d["p99_ms"], " ms"),
-                _num(p["p99_ms"], " ms"),
-                _num(entry["plain_added_p99_ms"], " ms"),
-                _num(p["requests_per_s"]),
-                _num(entry.get("plain_router_cpu_ms_per_request"), " ms"),
-                _num(d["errors"] + p["errors"]),
-            )
+            table.add_row(*_latency_row(f"{clients}, plain Python", entry, "plain_"))
     met = report["goals_met"]
     build = report.get("router_build") or {}
     gain = report.get("compiled_vs_plain")

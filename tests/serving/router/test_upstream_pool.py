@@ -61,30 +61,18 @@ def test_the_most_recently_returned_connection_is_reused_first(
     assert pool.take("unix:/r.sock") is None
 
 
+@pytest.mark.parametrize(("idle_s", "reused"), [(1.6, False), (1.4, True)])
 def test_a_connection_idle_past_the_expiry_is_closed_not_reused(
-    loop: asyncio.AbstractEventLoop,
+    loop: asyncio.AbstractEventLoop, idle_s: float, reused: bool
 ) -> None:
     clock = _Clock()
     pool = UpstreamPool(loop, clock=clock, idle_expiry_s=1.5)
     conn = _connection(pool)
     pool.give_back(conn)
-    clock.now += 1.6
+    clock.now += idle_s
 
-    assert pool.take("unix:/r.sock") is None
-    assert _transport(conn).closed
-
-
-def test_a_connection_idle_just_under_the_expiry_is_reused(
-    loop: asyncio.AbstractEventLoop,
-) -> None:
-    clock = _Clock()
-    pool = UpstreamPool(loop, clock=clock, idle_expiry_s=1.5)
-    conn = _connection(pool)
-    pool.give_back(conn)
-    clock.now += 1.4
-
-    assert pool.take("unix:/r.sock") is conn
-    assert not _transport(conn).closed
+    assert pool.take("unix:/r.sock") is (conn if reused else None)
+    assert _transport(conn).closed is not reused
 
 
 def test_finding_a_stale_connection_closes_the_older_ones_under_it(
