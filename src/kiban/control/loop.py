@@ -1,8 +1,8 @@
 """The control loop: settle running jobs from what the executor observes, then schedule.
 
 Each pass:
-1. Observe the replicas of running and stopping jobs; record exits and checkpoints; finish,
-   fail, restart, requeue or stop jobs accordingly (grace period, then force).
+1. Settle (``settling``): observe the replicas of running and stopping jobs; record exits and
+   checkpoints; finish, fail, restart, requeue or stop jobs (grace period, then force).
 2. Take a snapshot of the store; add the usage held since the last pass to each tenant's
    decayed usage; requeue jobs on nodes found unhealthy.
 3. Run the pure scheduler core on the snapshot, and now and then the same core forward in
@@ -14,7 +14,6 @@ Each pass:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -25,41 +24,27 @@ from sqlalchemy.orm import Session, sessionmaker
 from kiban.clock import Clock, SystemClock
 from kiban.control.forecaster import Forecaster
 from kiban.control.launcher import Launcher
+from kiban.control.settling import JobSettler, replica_ref
 from kiban.control.snapshot_builder import NodeViews, RecordedWait, SpecCache, build_snapshot
 from kiban.control.waits import record_wait, wait_changed
 from kiban.domain.cluster import ClusterPolicy
-from kiban.domain.states import JobState, ReplicaState
-from kiban.executors.base import Executor, NodeInfo, ReplicaRef
+from kiban.domain.states import JobState
+from kiban.executors.base import Executor, NodeInfo
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
-from kiban.scheduler.decisions import Admit, Preempt, ReplicaPlacement
+from kiban.scheduler.decisions import Admit, Preempt
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
 from kiban.scheduler.snapshot import RunningJob, Snapshot
-from kiban.services import events
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition
 from kiban.services.usage import accrue_usage
-from kiban.store.models import Job, Node, Replica
+from kiban.store.models import Job, Node
 
 log = logging.getLogger("kiban.control")
 
-ACTIVE_STATES = (JobState.RUNNING.value, JobState.STOPPING.value)
 ADMIT_BATCH = 256  # admitted jobs recorded and launched together (bounds a transaction's locks)
-
-
-def replica_ref(replica: Replica) -> ReplicaRef:
-    return ReplicaRef(
-        job_id=replica.job_id,
-        attempt=replica.attempt,
-        task=replica.task,
-        index=replica.index,
-        rank=replica.rank,
-        pid=replica.pid,
-        pid_start_time=replica.pid_start_time,
-        handle=replica.handle,
-    )
 
 
 class ControlLoop:
@@ -82,6 +67,7 @@ class ControlLoop:
         self.tick_s = tick_s
         self.specs = SpecCache()
         self.launcher = Launcher(executor, self.specs, self.clock)
+        self.settler = JobSettler(sessions, executor, self.specs, self.launcher)
         self.capacity = CapacityCache()  # the core's capacity index, kept between passes
         self.node_views = NodeViews()
         self._wake = threading.Event()
@@ -99,8 +85,6 @@ class ControlLoop:
         self.forecast_every_s = 5.0
         self._last_forecast = float("-inf")
         self.forecaster = Forecaster()
-        # (job, attempt) whose replicas were asked to stop; after a restart they are asked again.
-        self._signalled: set[tuple[str, int]] = set()
         # Executors whose nodes change under them (a cluster) are asked again this often.
         self.node_sync_s = node_sync_s
         self._last_node_sync = float("-inf")
@@ -203,7 +187,7 @@ class ControlLoop:
                 # Replicas may have started before their pids were recorded: the executor
                 # finds them by the attempt, and the attempt's rows are dropped with them.
                 self.executor.abandon(job.id, job.attempt)
-                for replica in self._active_replicas(session, job):
+                for replica in self.settler.active_replicas(session, job):
                     self.executor.stop(replica_ref(replica), force=True)
                     session.delete(replica)
                 transition(
@@ -217,279 +201,8 @@ class ControlLoop:
             session.commit()
 
     def settle(self, now: float) -> bool:
-        """Observe running and stopping jobs; True if any of them changed state.
-
-        1. Read every active job and its active replicas at once, without locks, and observe
-           them: most jobs still run as they did, and need nothing written.
-        2. Each job that may change (a replica ended, it is stopping, its maxRuntime passed,
-           it wrote a checkpoint) is settled in its own transaction, locked and read again.
-        """
-        changed = False
-        with self.sessions() as session:
-            ids = [
-                job.id
-                for job, replicas in self._active_jobs(session)
-                if self._may_change(job, replicas, now)
-            ]
-        for job_id in ids:
-            with self.sessions() as session:
-                job = session.get(Job, job_id, with_for_update=True)
-                if job is None or job.state not in ACTIVE_STATES:
-                    continue
-                before = job.state
-                self._settle_job(session, job, now)
-                changed = changed or job.state != before
-                session.commit()
-        return changed
-
-    def _active_jobs(self, session: Session) -> list[tuple[Job, list[Replica]]]:
-        """The running and stopping jobs, each with its active replicas (two queries)."""
-        jobs = list(session.scalars(select(Job).where(Job.state.in_(ACTIVE_STATES))))
-        by_job: dict[str, list[Replica]] = {job.id: [] for job in jobs}
-        query = (
-            select(Replica)
-            .join(Job, Job.id == Replica.job_id)
-            .where(Replica.active.is_(True), Job.state.in_(ACTIVE_STATES))
-            .order_by(Replica.job_id, Replica.rank)
-        )
-        for replica in session.scalars(query):
-            if replica.job_id in by_job:
-                by_job[replica.job_id].append(replica)
-        return [(job, by_job[job.id]) for job in jobs]
-
-    def _may_change(self, job: Job, replicas: list[Replica], now: float) -> bool:
-        """Whether settling could change the job: anything but a job whose replicas all run
-        on, before its maxRuntime, with no newer checkpoint."""
-        if job.state != JobState.RUNNING.value or not replicas:
-            return True
-        for replica in replicas:
-            if replica.state != ReplicaState.RUNNING.value:
-                return True
-            if not self.executor.observe(replica_ref(replica)).running:
-                return True
-        return self._past_max_runtime(job, now) or self._newer_checkpoint(job) is not None
-
-    def _past_max_runtime(self, job: Job, now: float) -> bool:
-        max_runtime = self.specs.get(job).max_runtime
-        return (
-            max_runtime is not None
-            and job.started_at is not None
-            and (now - job.started_at > max_runtime)
-        )
-
-    def _newer_checkpoint(self, job: Job) -> float | None:
-        """When a file was last written in the job's checkpoint directory, if after the last
-        checkpoint recorded (None: nothing newer)."""
-        newest = newest_mtime(self.executor.checkpoint_dir(job.id))
-        if newest is not None and (job.last_checkpoint_at or 0.0) < newest:
-            return newest
-        return None
-
-    def _active_replicas(self, session: Session, job: Job) -> list[Replica]:
-        query = (
-            select(Replica)
-            .where(Replica.job_id == job.id, Replica.active.is_(True))
-            .order_by(Replica.rank)
-        )
-        return list(session.scalars(query))
-
-    def _settle_job(self, session: Session, job: Job, now: float) -> None:
-        replicas = self._active_replicas(session, job)
-        running: list[Replica] = []
-        failed: list[tuple[Replica, str]] = []
-        for replica in replicas:
-            if replica.state == ReplicaState.RUNNING.value:
-                seen = self.executor.observe(replica_ref(replica))
-                if seen.running:
-                    running.append(replica)
-                    continue
-                replica.state = (ReplicaState.LOST if seen.lost else ReplicaState.EXITED).value
-                replica.exit_code = seen.exit_code
-                replica.finished_at = now
-                what = f"{replica.task}[{replica.index}] (rank {replica.rank})"
-                if seen.lost:
-                    message = f"replica {what} was lost: {seen.message}"
-                else:
-                    message = f"replica {what} exited with code {seen.exit_code}"
-                    if seen.message:
-                        message += f": {seen.message}"
-                events.record(
-                    session,
-                    kind="Job",
-                    name=job.id,
-                    tenant=job.tenant,
-                    reason="ReplicaExited",
-                    message=message,
-                    at=now,
-                    warning=seen.lost or seen.exit_code != 0,
-                )
-                if seen.lost or seen.exit_code != 0:
-                    failed.append((replica, message))
-            elif replica.exit_code not in (0, None) or replica.state == ReplicaState.LOST.value:
-                failed.append((replica, job.message or "replica failed"))
-
-        spec = self.specs.get(job)
-        if job.state == JobState.RUNNING.value:
-            self._note_checkpoint(job)
-            if failed:
-                message = failed[0][1]
-                retry = spec.restart_policy == "OnFailure" and job.attempt <= spec.backoff_limit
-                # Replicas lost (vanished with their pod or node) are no fault of the job's own.
-                lost = all(r.state == ReplicaState.LOST.value for r, _ in failed)
-                self._begin_stop(
-                    session,
-                    job,
-                    running,
-                    "lost" if lost else "restart" if retry else "fail",
-                    reason="ReplicaFailed",
-                    message=message,
-                    now=now,
-                )
-            elif not running:
-                self._release(job, replicas)
-                transition(
-                    session,
-                    job,
-                    JobState.SUCCEEDED,
-                    reason="Succeeded",
-                    message="all replicas exited with code 0",
-                    at=now,
-                )
-                self.specs.forget(job.id)
-                return
-            elif self._past_max_runtime(job, now):
-                self._begin_stop(
-                    session,
-                    job,
-                    running,
-                    "deadline",
-                    reason="DeadlineExceeded",
-                    message=f"ran longer than maxRuntime ({spec.max_runtime:g}s)",
-                    now=now,
-                )
-        if job.state == JobState.STOPPING.value:
-            if running and (job.id, job.attempt) not in self._signalled:
-                # Stopped from outside the loop (a cancel): ask politely first.
-                for replica in running:
-                    self.executor.stop(replica_ref(replica), force=False)
-                self._signalled.add((job.id, job.attempt))
-            if running and job.stop_deadline is not None and now >= job.stop_deadline:
-                for replica in running:
-                    self.executor.stop(replica_ref(replica), force=True)
-                job.stop_deadline = None  # killed once; their exits are seen in later passes
-                events.record(
-                    session,
-                    kind="Job",
-                    name=job.id,
-                    tenant=job.tenant,
-                    reason="Killed",
-                    warning=True,
-                    at=now,
-                    message=f"grace period over; killed {len(running)} replica(s)",
-                )
-            if not running:
-                self._finish_stop(session, job, replicas, now)
-
-    def _note_checkpoint(self, job: Job) -> None:
-        """A file written in the job's checkpoint directory counts as a checkpoint."""
-        newest = self._newer_checkpoint(job)
-        if newest is not None:
-            job.last_checkpoint_at = newest
-
-    def _begin_stop(
-        self,
-        session: Session,
-        job: Job,
-        running: list[Replica],
-        intent: str,
-        *,
-        reason: str,
-        message: str,
-        now: float,
-    ) -> None:
-        spec = self.specs.get(job)
-        job.stop_intent = intent
-        job.stop_deadline = now + (spec.termination_grace_period or 0.0)
-        for replica in running:
-            self.executor.stop(replica_ref(replica), force=False)
-        self._signalled.add((job.id, job.attempt))
-        suffix = {
-            "restart": "; restarting",
-            "preempt": "; it returns to its queue",
-            "requeue": "; it returns to its queue",
-            "lost": "; it returns to its queue",
-        }.get(intent, "")
-        transition(
-            session,
-            job,
-            JobState.STOPPING,
-            reason=reason,
-            message=message + suffix,
-            at=now,
-            warning=True,
-        )
-
-    def _release(self, job: Job, replicas: list[Replica]) -> None:
-        """Free the replicas' resources and make sure no process of theirs is left."""
-        for replica in replicas:
-            self.executor.stop(replica_ref(replica), force=True)
-            replica.active = False
-
-    def _finish_stop(self, session: Session, job: Job, replicas: list[Replica], now: float) -> None:
-        intent = job.stop_intent or "fail"
-        self._release(job, replicas)
-        self._signalled.discard((job.id, job.attempt))
-        job.stop_intent = None
-        job.stop_deadline = None
-        if intent == "cancel":
-            transition(
-                session,
-                job,
-                JobState.CANCELLED,
-                reason="Cancelled",
-                message="all replicas stopped",
-                at=now,
-            )
-        elif intent in ("preempt", "requeue", "lost"):
-            # Back in its queue with its original submit time; the next attempt starts anew.
-            job.attempt += 1
-            transition(
-                session,
-                job,
-                JobState.PENDING,
-                reason="Requeued",
-                message=(
-                    f"preempted by job {job.preempted_by}; waits in queue {job.queue} again"
-                    if intent == "preempt"
-                    else f"its node became unhealthy; waits in queue {job.queue} again"
-                    if intent == "requeue"
-                    else f"a replica was lost; waits in queue {job.queue} again"
-                ),
-                at=now,
-            )
-            return
-        elif intent == "restart":
-            placements = tuple(
-                ReplicaPlacement(
-                    r.task, r.index, r.rank, r.node, tuple(r.gpu_ids), r.cpu_millis, r.memory
-                )
-                for r in replicas
-            )
-            job.attempt += 1
-            self.launcher.launch(session, job, placements, now, restart=True)
-            return
-        else:
-            message = job.message or "failed"
-            transition(
-                session,
-                job,
-                JobState.FAILED,
-                reason="Failed",
-                message=message,
-                at=now,
-                warning=True,
-            )
-        self.specs.forget(job.id)
+        """Observe running and stopping jobs; True if any of them changed state."""
+        return self.settler.settle(now)
 
     # -- scheduling ----------------------------------------------------------------------------
     def schedule(self, now: float) -> bool:
@@ -560,7 +273,8 @@ class ControlLoop:
             if job.stopping or not any(r.node in bad for r in job.replicas):
                 continue
             nodes = sorted({r.node for r in job.replicas if r.node in bad})
-            self._stop_for(job.id, "requeue", "NodeUnhealthy", f"node(s) unhealthy: {nodes}", now)
+            message = f"node(s) unhealthy: {nodes}"
+            self.settler.stop_for(job.id, "requeue", "NodeUnhealthy", message, now)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
         with self.sessions() as session:
@@ -569,7 +283,7 @@ class ControlLoop:
                 nodes = set(preemptor.nominated_nodes or ()) | set(preempt.nodes)
                 preemptor.nominated_nodes = sorted(nodes)
                 session.commit()
-        self._stop_for(
+        self.settler.stop_for(
             preempt.victim_id,
             "preempt",
             "Preempted",
@@ -577,29 +291,6 @@ class ControlLoop:
             now,
             preemptor=preempt.preemptor_id,
         )
-
-    def _stop_for(
-        self,
-        job_id: str,
-        intent: str,
-        reason: str,
-        message: str,
-        now: float,
-        preemptor: str | None = None,
-    ) -> None:
-        with self.sessions() as session:
-            job = session.get(Job, job_id, with_for_update=True)
-            if job is None or job.state not in (JobState.RUNNING.value, JobState.ADMITTED.value):
-                return
-            if preemptor is not None:
-                job.preempted_by = preemptor
-            running = [
-                r
-                for r in self._active_replicas(session, job)
-                if r.state == ReplicaState.RUNNING.value
-            ]
-            self._begin_stop(session, job, running, intent, reason=reason, message=message, now=now)
-            session.commit()
 
     def _admit(self, admits: Sequence[Admit], now: float) -> None:
         """Launch the admitted jobs still pending (one may have been cancelled since the
@@ -619,17 +310,3 @@ class ControlLoop:
                 ]
                 self.launcher.launch_all(session, admitted, now)
                 session.commit()
-
-
-def newest_mtime(directory: str) -> float | None:
-    """The newest modification time of the files directly in ``directory`` (None: none)."""
-    newest: float | None = None
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.is_file(follow_symlinks=False):
-                    mtime = entry.stat(follow_symlinks=False).st_mtime
-                    newest = mtime if newest is None else max(newest, mtime)
-    except OSError:
-        return None
-    return newest

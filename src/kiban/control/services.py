@@ -28,7 +28,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
-from kiban.control.loop import replica_ref
+from kiban.control.settling import replica_ref
 from kiban.domain.rollout import RevisionState, TrafficTargets, revision_name, traffic_split
 from kiban.domain.service import ServiceSpec
 from kiban.domain.service_replica import replica_job_manifest, replica_port
