@@ -138,8 +138,8 @@ class UpstreamPool:
             # given back in time order, so every connection under this one is older still
             stale = [conn, *idle]
             idle.clear()
-            for conn in stale:
-                conn.close()
+            for old in stale:
+                old.close()
             return None
         return None
 
