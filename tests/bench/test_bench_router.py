@@ -11,9 +11,17 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kiban.bench.router import RouterBenchOptions, goals_met, router_table
+from kiban.bench.router import RouterBenchOptions, goals_met, over_rounds, router_table
 
-PHASE_KEYS = {"p50_ms", "p99_ms", "requests_per_s", "requests", "errors", "answers_in_phase"}
+PHASE_KEYS = {
+    "p50_ms",
+    "p99_ms",
+    "requests_per_s",
+    "requests",
+    "errors",
+    "answers_in_phase",
+    "each_round",
+}
 
 
 def _positive(value: Any) -> bool:
@@ -37,6 +45,8 @@ def test_a_quick_run_through_the_cli() -> None:
         "0.5",
         "--warmup",
         "0.2",
+        "--rounds",
+        "2",
         "--step-observe",
         "3",
         "--no-cold-start",
@@ -55,6 +65,11 @@ def test_a_quick_run_through_the_cli() -> None:
             assert entry[side]["requests"] > 0
             assert _positive(entry[side]["p50_ms"]) and _positive(entry[side]["p99_ms"])
             assert entry[side]["p50_ms"] <= entry[side]["p99_ms"]
+            rounds = entry[side]["each_round"]
+            assert len(rounds) == 2  # direct and router took turns, twice
+            for q in ("p50_ms", "p99_ms"):  # the median of two rounds lies between them
+                low, high = sorted(r[q] for r in rounds)
+                assert low - 1e-3 <= entry[side][q] <= high + 1e-3
         assert entry["added_p50_ms"] == pytest.approx(
             entry["router"]["p50_ms"] - entry["direct"]["p50_ms"], abs=1e-3
         )
@@ -166,3 +181,24 @@ def test_options_are_validated() -> None:
         RouterBenchOptions(duration_s=0)
     with pytest.raises(ValueError):
         RouterBenchOptions(replica_link="udp")
+    with pytest.raises(ValueError, match="--rounds"):
+        RouterBenchOptions(rounds=0)
+
+
+def test_a_side_over_rounds_takes_medians_and_sums_counts() -> None:
+    """One slow round (a busy host for a few seconds) does not move the side's figures."""
+
+    def phase(p50: float, p99: float, rate: float, errors: int = 0) -> dict[str, Any]:
+        return {
+            "p50_ms": p50,
+            "p99_ms": p99,
+            "requests_per_s": rate,
+            "requests": 100,
+            "errors": errors,
+            "answers_in_phase": 120,
+        }
+
+    side = over_rounds([phase(0.7, 1.1, 60000), phase(1.4, 3.0, 30000, 2), phase(0.75, 1.0, 61000)])
+    assert (side["p50_ms"], side["p99_ms"], side["requests_per_s"]) == (0.75, 1.1, 60000)
+    assert (side["requests"], side["errors"], side["answers_in_phase"]) == (300, 2, 360)
+    assert [r["p50_ms"] for r in side["each_round"]] == [0.7, 1.4, 0.75]

@@ -1,8 +1,10 @@
 """``kiban bench router``: the latency the router adds, the autoscaler's reaction, a cold start.
 
 1. Added latency, side by side in one run: the same closed-loop clients call an instant
-   replica directly, then through the router, at 1, 50 and 500 concurrent clients. Replica,
-   router and load generator are three processes, so no two share an event loop or the GIL.
+   replica directly, then through the router, at 1, 50 and 500 concurrent clients, in turn for
+   a few rounds; each side's figure is its median over the rounds, so a few seconds of a
+   slower host sway one round, not the result. Replica, router and load generator are three
+   processes, so no two share an event loop or the GIL.
    The clients reach router and replica over loopback TCP; the router reaches the replica
    over its Unix socket, as it does kiban's model server under the local executor
    (``--replica-link tcp``: over loopback TCP, as a replica on another host).
@@ -23,6 +25,7 @@ import importlib.util
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -65,10 +68,13 @@ class RouterBenchOptions:
     """What ``kiban bench router`` measures and for how long."""
 
     clients: tuple[int, ...] = (1, 50, 500)
-    duration_s: float = 5.0
-    """Of each load phase (direct, then through the router, per client count)."""
-    warmup_s: float = 1.0
+    duration_s: float = 2.0
+    """Of each load phase (direct, then through the router, per client count and round)."""
+    warmup_s: float = 0.5
     """Of each phase, not counted."""
+    rounds: int = 3
+    """Direct and through the router in turn this many times per client count; the figures
+    are medians over the rounds."""
     step_clients: int = 2
     """Clients before the 10x step of the autoscaler's phase (10x after)."""
     step_target: float = 5.0
@@ -88,6 +94,8 @@ class RouterBenchOptions:
             raise ValueError("--clients must be positive")
         if self.duration_s <= 0 or self.warmup_s < 0:
             raise ValueError("--duration must be positive and --warmup not negative")
+        if self.rounds < 1:
+            raise ValueError(f"--rounds must be positive, got {self.rounds}")
         if self.replica_link not in ("unix", "tcp"):
             raise ValueError(f"--replica-link must be unix or tcp, got {self.replica_link!r}")
         if self.step_clients < 1 or self.step_target <= 0:
@@ -127,8 +135,21 @@ async def _closed_loop(
     }
 
 
+@dataclass(frozen=True)
+class _Side:
+    """One way of calling the instant replica in a latency phase."""
+
+    key: str
+    """Its entry in the report: "direct", "router" or "plain_router"."""
+    label: str
+    port: int
+    path: str
+    process: HelperProcess | None = None
+    """The router process whose CPU is counted; None when direct."""
+
+
 def _added_latency(options: RouterBenchOptions, say: Progress) -> dict[str, Any]:
-    """Per client count: direct, then via the router; when the router runs compiled, at the
+    """Per client count, direct and via the router; when the router runs compiled, at the
     headline count also via a plain-Python router, so that the build's gain is measured."""
     loop = new_event_loop()
     with helper_processes() as procs:
@@ -141,45 +162,89 @@ def _added_latency(options: RouterBenchOptions, say: Progress) -> dict[str, Any]
             upstream = f"127.0.0.1:{replica_port}"
         router = HelperProcess("router", upstream)
         procs.append(router)
-        # (key prefix in the entry, what the progress line calls it, the process, its port)
-        routers = [("", "router", router, router.wait_port())]
+        path = f"/s/{TENANT}/{SERVICE}/v2/health/ready"
+        direct = _Side("direct", "direct", replica_port, "/v2/health/ready")
+        routed = [_Side("router", "router", router.wait_port(), path, router)]
         build = json.loads(router_build_file(router.port_file).read_text())
         headline = headline_clients(options)
         if build["compiled"]:
             plain = HelperProcess("router", upstream, env={native.SWITCH: "0"})
             procs.append(plain)
-            routers.append(("plain_", "plain-Python router", plain, plain.wait_port()))
-        path = f"/s/{TENANT}/{SERVICE}/v2/health/ready"
-        results: dict[str, Any] = {}
+            routed.append(
+                _Side("plain_router", "plain-Python router", plain.wait_port(), path, plain)
+            )
         try:
-            for clients in options.clients:
-                say(f"{clients} clients, direct")
-                entry: dict[str, Any] = {
-                    "direct": loop.run_until_complete(
-                        _closed_loop(replica_port, "/v2/health/ready", clients, options)
-                    )
-                }
-                for prefix, label, process, port in routers:
-                    if prefix and clients != headline:
-                        continue
-                    say(f"{clients} clients, {label}")
-                    before = process.cpu_s()
-                    measured = loop.run_until_complete(_closed_loop(port, path, clients, options))
-                    after = process.cpu_s()
-                    entry[f"{prefix}router"] = measured
-                    if before is not None and after is not None:
-                        answers = max(measured["answers_in_phase"], 1)
-                        entry[f"{prefix}router_cpu_ms_per_request"] = round(
-                            (after - before) * 1000 / answers, 4
-                        )
-                    for q in ("p50", "p99"):
-                        entry[f"{prefix}added_{q}_ms"] = round(
-                            measured[f"{q}_ms"] - entry["direct"][f"{q}_ms"], 3
-                        )
-                results[str(clients)] = entry
+            results = {
+                str(clients): _measure_at(
+                    loop,
+                    clients,
+                    [direct, *(routed if clients == headline else routed[:1])],
+                    options,
+                    say,
+                )
+                for clients in options.clients
+            }
         finally:
             loop.close()
     return {"latency": results, "router_build": build}
+
+
+def _measure_at(
+    loop: asyncio.AbstractEventLoop,
+    clients: int,
+    sides: list[_Side],
+    options: RouterBenchOptions,
+    say: Progress,
+) -> dict[str, Any]:
+    """One client count: every side in turn, for each round; each side's figures are
+    medians over the rounds, and each router's added latency is its median less direct's."""
+    rounds: dict[str, list[dict[str, Any]]] = {side.key: [] for side in sides}
+    cpu_s: dict[str, float | None] = {side.key: 0.0 for side in sides}
+    for number in range(1, options.rounds + 1):
+        for side in sides:
+            say(f"{clients} clients, {side.label}, round {number} of {options.rounds}")
+            before = side.process.cpu_s() if side.process else None
+            phase = _closed_loop(side.port, side.path, clients, options)
+            rounds[side.key].append(loop.run_until_complete(phase))
+            after = side.process.cpu_s() if side.process else None
+            spent = cpu_s[side.key]
+            if spent is None or before is None or after is None:
+                cpu_s[side.key] = None  # direct, or psutil could not tell
+            else:
+                cpu_s[side.key] = spent + after - before
+    entry: dict[str, Any] = {side.key: over_rounds(rounds[side.key]) for side in sides}
+    for side in sides[1:]:
+        prefix = side.key.removesuffix("router")
+        measured = entry[side.key]
+        spent = cpu_s[side.key]
+        if spent is not None:
+            answers = max(measured["answers_in_phase"], 1)
+            entry[f"{prefix}router_cpu_ms_per_request"] = round(spent * 1000 / answers, 4)
+        for q in ("p50", "p99"):
+            entry[f"{prefix}added_{q}_ms"] = round(
+                measured[f"{q}_ms"] - entry["direct"][f"{q}_ms"], 3
+            )
+    return entry
+
+
+def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's phases over the rounds: the median of each latency and rate, the sum of the
+    counts, and every round's figures as ``each_round``."""
+    medians = {
+        name: round(statistics.median(r[name] for r in rounds), 3) for name in ("p50_ms", "p99_ms")
+    }
+    rates = [r["requests_per_s"] for r in rounds if r["requests_per_s"] is not None]
+    return {
+        **medians,
+        "requests_per_s": round(statistics.median(rates), 1) if rates else None,
+        "requests": sum(r["requests"] for r in rounds),
+        "errors": sum(r["errors"] for r in rounds),
+        "answers_in_phase": sum(r["answers_in_phase"] for r in rounds),
+        "each_round": [
+            {name: r[name] for name in ("p50_ms", "p99_ms", "requests_per_s", "errors")}
+            for r in rounds
+        ],
+    }
 
 
 def headline_clients(options: RouterBenchOptions) -> int:

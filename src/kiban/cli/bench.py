@@ -204,8 +204,12 @@ def router(
         list[int] | None,
         typer.Option(help="concurrent clients of a latency phase (repeatable; default 1 50 500)"),
     ] = None,
-    duration: Annotated[float, typer.Option(help="seconds of each latency phase")] = 5.0,
-    warmup: Annotated[float, typer.Option(help="seconds of each phase not counted")] = 1.0,
+    duration: Annotated[float, typer.Option(help="seconds of each latency phase")] = 2.0,
+    warmup: Annotated[float, typer.Option(help="seconds of each phase not counted")] = 0.5,
+    rounds: Annotated[
+        int,
+        typer.Option(help="direct and via the router in turn, this many times; medians count"),
+    ] = 3,
     step_observe: Annotated[
         float, typer.Option(help="seconds the autoscaler phase runs after its 10x step")
     ] = 10.0,
@@ -227,8 +231,9 @@ def router(
     """The latency the serving router adds, the autoscaler's reaction, a model's cold start.
 
     1. closed-loop clients call an instant replica directly, then through the router (three
-    processes), at each --clients: added = via router - direct, p50 and p99 (the router
-    reaches the replica as --replica-link says);
+    processes), at each --clients, in turn for --rounds rounds: added = via router - direct,
+    each the median over the rounds, p50 and p99 (the router reaches the replica as
+    --replica-link says);
 
     2. the router and the autoscaler live, replicas started on demand, the load stepped up
     10x: time until more replicas are asked for and until the first new one serves;
@@ -243,6 +248,7 @@ def router(
             clients=tuple(clients) if clients else (1, 50, 500),
             duration_s=duration,
             warmup_s=warmup,
+            rounds=rounds,
             step_observe_s=step_observe,
             cold_start=cold_start,
             replica_link=replica_link,
