@@ -25,14 +25,6 @@ class Endpoint:
     address: str
     ready: bool
 
-    @property
-    def host(self) -> str:
-        return self.address.rpartition(":")[0]
-
-    @property
-    def port(self) -> int:
-        return int(self.address.rpartition(":")[2])
-
 
 @dataclass(frozen=True, slots=True)
 class Route:
