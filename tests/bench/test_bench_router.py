@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kiban.bench.router import RouterBenchOptions, goals_met, over_rounds, router_table
+from kiban.bench.router import (
+    CpuTally,
+    RouterBenchOptions,
+    goals_met,
+    over_rounds,
+    router_table,
+)
 
 PHASE_KEYS = {
     "p50_ms",
@@ -21,6 +27,8 @@ PHASE_KEYS = {
     "errors",
     "answers_in_phase",
     "each_round",
+    "cpu_us_per_request",
+    "cores_busy",
 }
 
 
@@ -74,6 +82,17 @@ def test_a_quick_run_through_the_cli() -> None:
             entry["router"]["p50_ms"] - entry["direct"]["p50_ms"], abs=1e-3
         )
         assert _positive(entry["router_cpu_ms_per_request"])
+        direct_cpu, router_cpu = (
+            entry[side]["cpu_us_per_request"] for side in ("direct", "router")
+        )
+        assert set(direct_cpu) == {"load_generator", "replica"}
+        assert set(router_cpu) == {"load_generator", "replica", "router"}
+        assert all(_positive(us) for us in (*direct_cpu.values(), *router_cpu.values()))
+        assert entry["router_cpu_ms_per_request"] == pytest.approx(
+            router_cpu["router"] / 1000, abs=1e-4
+        )
+        for side in ("direct", "router"):  # the processes cannot keep more cores busy than exist
+            assert 0 < entry[side]["cores_busy"] <= report["machine"]["cores"] * 1.05
     # 50 clients was not run: the headline is the largest count run
     assert report["headline_clients"] == 4
     assert report["added_p50_ms"] == report["latency"]["4"]["added_p50_ms"]
@@ -113,13 +132,20 @@ def test_the_table_renders_a_report() -> None:
         "requests": 10,
         "errors": 0,
         "answers_in_phase": 12,
+        "cpu_us_per_request": {"load_generator": 7.9, "replica": 7.3},
+        "cores_busy": 1.87,
+    }
+    routed = {
+        **phase,
+        "cpu_us_per_request": {"load_generator": 9.3, "replica": 5.1, "router": 15.2},
+        "cores_busy": 1.85,
     }
     report = {
         "headline_clients": 50,
         "latency": {
             "50": {
                 "direct": phase,
-                "router": phase,
+                "router": routed,
                 "added_p50_ms": 0.0,
                 "added_p99_ms": 0.0,
                 "router_cpu_ms_per_request": 0.02,
@@ -152,6 +178,20 @@ def test_the_table_renders_a_report() -> None:
     assert "7 requests failed" in text
     assert "50, plain Python" in text and "0.9 ms" in text
     assert "compiled by mypyc (build abc)" in text and "compiled / plain Python = 0.8" in text
+    words = " ".join(text.split())  # the caption wraps at the table's width
+    assert "direct: load generator 7.9 µs, replica 7.3 µs; 1.87 cores busy" in words
+    assert "via the router: load generator 9.3 µs, replica 5.1 µs, router 15.2 µs" in words
+
+
+def test_a_cpu_tally_sums_phases_and_knows_when_it_cannot_tell() -> None:
+    tally = CpuTally()
+    tally.add({"router": 1.0, "replica": 2.0}, {"router": 1.5, "replica": 2.25}, wall_s=0.5)
+    tally.add({"router": 3.0, "replica": 3.0}, {"router": 3.5, "replica": 3.25}, wall_s=0.5)
+    assert tally.per_request_us(100_000) == {"router": 10.0, "replica": 5.0}
+    assert tally.cores_busy() == 1.5  # 1.5 CPU seconds in 1 s of phases
+    tally.add({"router": None, "replica": 4.0}, {"router": 5.0, "replica": 4.5}, wall_s=1.0)
+    assert tally.per_request_us(100_000)["router"] is None  # unknown stays unknown
+    assert tally.cores_busy() is None
 
 
 def _entry(added_p50_ms: float, added_p99_ms: float, router_errors: int = 0) -> dict[str, Any]:

@@ -179,6 +179,7 @@ def _added_latency(options: RouterBenchOptions, say: Progress) -> dict[str, Any]
                     loop,
                     clients,
                     [direct, *(routed if clients == headline else routed[:1])],
+                    replica,
                     options,
                     say,
                 )
@@ -193,38 +194,86 @@ def _measure_at(
     loop: asyncio.AbstractEventLoop,
     clients: int,
     sides: list[_Side],
+    replica: HelperProcess,
     options: RouterBenchOptions,
     say: Progress,
 ) -> dict[str, Any]:
     """One client count: every side in turn, for each round; each side's figures are
-    medians over the rounds, and each router's added latency is its median less direct's."""
+    medians over the rounds, and each router's added latency is its median less direct's.
+    Each side also gets the CPU every process spent per request, and the cores they kept busy:
+    with the load generator and the replica on the same cores, that shows what caps a phase."""
     rounds: dict[str, list[dict[str, Any]]] = {side.key: [] for side in sides}
-    cpu_s: dict[str, float | None] = {side.key: 0.0 for side in sides}
+    tallies = {side.key: CpuTally() for side in sides}
     for number in range(1, options.rounds + 1):
         for side in sides:
             say(f"{clients} clients, {side.label}, round {number} of {options.rounds}")
-            before = side.process.cpu_s() if side.process else None
+            before, started = _cpu_now(replica, side.process), time.perf_counter()
             phase = _closed_loop(side.port, side.path, clients, options)
             rounds[side.key].append(loop.run_until_complete(phase))
-            after = side.process.cpu_s() if side.process else None
-            spent = cpu_s[side.key]
-            if spent is None or before is None or after is None:
-                cpu_s[side.key] = None  # direct, or psutil could not tell
-            else:
-                cpu_s[side.key] = spent + after - before
-    entry: dict[str, Any] = {side.key: over_rounds(rounds[side.key]) for side in sides}
+            wall_s = time.perf_counter() - started
+            tallies[side.key].add(before, _cpu_now(replica, side.process), wall_s)
+    entry: dict[str, Any] = {}
+    for side in sides:
+        measured = entry[side.key] = over_rounds(rounds[side.key])
+        tally = tallies[side.key]
+        measured["cpu_us_per_request"] = tally.per_request_us(measured["answers_in_phase"])
+        measured["cores_busy"] = tally.cores_busy()
     for side in sides[1:]:
         prefix = side.key.removesuffix("router")
         measured = entry[side.key]
-        spent = cpu_s[side.key]
-        if spent is not None:
-            answers = max(measured["answers_in_phase"], 1)
-            entry[f"{prefix}router_cpu_ms_per_request"] = round(spent * 1000 / answers, 4)
+        router_us = measured["cpu_us_per_request"].get("router")
+        if router_us is not None:
+            entry[f"{prefix}router_cpu_ms_per_request"] = round(router_us / 1000, 4)
         for q in ("p50", "p99"):
             entry[f"{prefix}added_{q}_ms"] = round(
                 measured[f"{q}_ms"] - entry["direct"][f"{q}_ms"], 3
             )
     return entry
+
+
+def _cpu_now(replica: HelperProcess, router: HelperProcess | None) -> dict[str, float | None]:
+    """CPU seconds so far of the bench's processes: this one (the load generator; nothing
+    else runs in it during a phase), the replica, and the router when one is in the path."""
+    now: dict[str, float | None] = {
+        "load_generator": time.process_time(),
+        "replica": replica.cpu_s(),
+    }
+    if router is not None:
+        now["router"] = router.cpu_s()
+    return now
+
+
+class CpuTally:
+    """CPU seconds each process spent over a side's phases, and the wall time they took."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float | None] = {}
+        """Process -> CPU seconds; None once psutil could not tell."""
+        self.wall_s = 0.0
+
+    def add(
+        self, before: dict[str, float | None], after: dict[str, float | None], wall_s: float
+    ) -> None:
+        self.wall_s += wall_s
+        for name, start in before.items():
+            end, known = after.get(name), self.seconds.get(name, 0.0)
+            if start is None or end is None or known is None:
+                self.seconds[name] = None
+            else:
+                self.seconds[name] = known + end - start
+
+    def per_request_us(self, answers: int) -> dict[str, float | None]:
+        return {
+            name: None if spent is None else round(spent * 1e6 / max(answers, 1), 2)
+            for name, spent in self.seconds.items()
+        }
+
+    def cores_busy(self) -> float | None:
+        """Cores the processes kept busy together, on average; None if one is unknown."""
+        spent = list(self.seconds.values())
+        if not self.wall_s or any(s is None for s in spent):
+            return None
+        return round(sum(s for s in spent if s is not None) / self.wall_s, 2)
 
 
 def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -514,6 +563,24 @@ def _latency_row(label: str, entry: dict[str, Any], prefix: str) -> list[str]:
     ]
 
 
+def cpu_line(report: dict[str, Any]) -> str:
+    """Each process's CPU per request at the headline count, direct and via the router, and
+    how many of the machine's cores they kept busy."""
+    entry = report["latency"][str(report["headline_clients"])]
+    parts = []
+    for key, label in (("direct", "direct"), ("router", "via the router")):
+        side = entry[key]
+        spent = ", ".join(
+            f"{name.replace('_', ' ')} {_num(us, ' µs')}"
+            for name, us in side.get("cpu_us_per_request", {}).items()
+        )
+        parts.append(f"{label}: {spent}; {_num(side.get('cores_busy'))} cores busy")
+    cores = report["machine"].get("cores", "?")
+    return f"CPU per request at {report['headline_clients']} clients ({cores} cores): " + (
+        "; ".join(parts)
+    )
+
+
 def router_table(report: dict[str, Any]) -> Table:
     """The report as a table: direct and via the router side by side, per client count."""
     table = Table(title="kiban bench router", title_justify="left", header_style="bold")
@@ -548,6 +615,7 @@ def router_table(report: dict[str, Any]) -> Table:
                 if gain
                 else ""
             ),
+            cpu_line(report),
             f"autoscaler, {scale['clients_before']} -> {scale['clients_after']} clients: more "
             f"replicas asked for after {_num(scale['scale_up_requested_s'], ' s')}, the first "
             f"new one served after {_num(scale['first_new_replica_serving_s'], ' s')}, all "
