@@ -186,6 +186,26 @@ def test_scale_to_zero_after_the_grace_period_and_from_zero_when_a_request_waits
     assert len(replica_jobs(platform, "Running")) == 1
 
 
+def test_a_replica_asked_to_stop_takes_no_new_request_from_that_pass_on(
+    platform: Platform, probe: Probe
+) -> None:
+    """The pass that scales a replica down takes it out of the router's choices at once: its
+    process may be stopped before the next pass, and a request sent to it then would fail."""
+    seconds = ManualClock(start=1000.0)
+    platform.services.traffic = TrafficMetrics(clock=seconds.now)
+    apply(platform, service_doc(minReplicas=0, maxReplicas=2))
+    probe.all = True
+    settle(platform)
+    route = platform.routes.get("default", "chat")
+    assert route is not None and [e.ready for e in route.endpoints] == [True]
+    seconds.advance(35)  # idle past the 30 s grace period: scale to zero
+    platform.services.run_once()  # this pass asks the replica to stop
+    assert len(replica_jobs(platform, "Stopping")) == 1
+    route = platform.routes.get("default", "chat")
+    assert route is not None and not any(e.ready for e in route.endpoints)
+    assert dict(route.traffic) == {"chat-00001": 100}  # a request now waits for a new one
+
+
 def test_deleting_a_service_stops_its_replicas_and_then_removes_it(
     platform: Platform, probe: Probe
 ) -> None:

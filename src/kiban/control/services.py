@@ -139,8 +139,10 @@ class ServiceController:
                 jobs_changed = jobs_changed or changed
                 if route is not None:
                     routes.append(route)
+            # The router learns first: once committed, a replica asked to stop may be stopped
+            # by the control loop, and the router must no longer be choosing it by then.
+            self._publish(routes)
             session.commit()
-        self._publish(routes)
         if jobs_changed:
             self.on_jobs_changed()
 
@@ -417,6 +419,9 @@ class ServiceController:
                 key=lambda v: (v.job.state != JobState.PENDING.value, -v.row.index),
             )[: len(live) - wanted]
             for view in extra:
+                # Out of the router's choices in this pass's route, before its process may be
+                # stopped: a new request sent to it then would fail. Its in-flight ones finish.
+                view.row.ready = False
                 if view.job.state == JobState.STOPPING.value:
                     continue
                 try:
