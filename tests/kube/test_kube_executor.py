@@ -77,7 +77,8 @@ def test_pytorch_job_runs_as_pods_with_the_environment_and_succeeds(
     )
     job_id = submit(platform, document)
     pods = running_pods(core, job_id, 3)
-    assert state(platform, job_id) == "Running"
+    # the loop sees the pods run on its next pass over the pod cache, a tick or two after
+    wait_for(f"{job_id} running", lambda: state(platform, job_id) == "Running", timeout=10)
 
     assert sorted(p.spec.node_name for p in pods) == NODES  # one 2-GPU node each
     service = core.read_namespaced_service(pods[0].spec.subdomain, NAMESPACE)
