@@ -111,3 +111,17 @@ def test_promote_and_rollback_refuse_what_cannot_be_done(api: TestClient) -> Non
     assert "not Ready" in loading.text
     assert api.post("/api/v1/services/embedder/rollback").status_code == 409
     assert api.get("/api/v1/services/nope").status_code == 404
+
+
+def test_describe_shows_the_autoscalers_numbers_and_cpu_warnings(
+    api: TestClient, platform: Platform
+) -> None:
+    applied = api.post("/api/v1/services", json=service(scaleMetric="cpu", minReplicas=0))
+    assert applied.status_code == 201, applied.text
+    assert any("one replica is kept" in w for w in applied.json()["warnings"])
+    assert applied.json()["revisions"][0]["scaling"] is None  # not decided yet
+    platform.services.run_once()
+    (revision,) = api.get("/api/v1/services/embedder").json()["revisions"]
+    scaling = revision["scaling"]
+    assert (scaling["metric"], scaling["perReplica"], scaling["desiredReplicas"]) == ("cpu", 0.8, 1)
+    assert "no CPU reading yet" in scaling["note"]  # no replica has answered its probe

@@ -186,6 +186,35 @@ def test_scale_to_zero_after_the_grace_period_and_from_zero_when_a_request_waits
     assert len(replica_jobs(platform, "Running")) == 1
 
 
+def test_a_cpu_scaled_service_follows_its_replicas_cpu_use(
+    platform: Platform, probe: Probe, executor: FakeExecutor
+) -> None:
+    """scaleMetric cpu, target 50% of one CPU: 1.5 busy cores need 3 replicas; once the load
+    falls to 0.2 cores, the panic and the stable window pass and one is left."""
+    seconds = ManualClock(start=1000.0)
+    platform.services.traffic = TrafficMetrics(clock=seconds.now)
+    document = service_doc(
+        minReplicas=1, maxReplicas=4, scaleMetric="cpu", scaleTarget=50,
+        resources={"gpu": 1, "cpu": 1},
+    )  # fmt: skip
+    apply(platform, document)
+    probe.all = True
+    settle(platform)
+    assert len(replica_jobs(platform, "Running")) == 1
+
+    def run(busy_cores: float, for_s: int, step_s: int = 1) -> int:
+        for _ in range(0, for_s, step_s):
+            seconds.advance(step_s)
+            executor.burn(busy_cores, step_s)  # shared by the replicas running
+            settle(platform, passes=1)
+        return len(replica_jobs(platform, "Running"))
+
+    assert run(1.5, 6) == 3  # 150% of one CPU: panic, then 3 at 50% each
+    assert run(1.5, 60) == 3  # steady
+    assert run(0.2, 150, step_s=5) == 1
+    assert "AppliedWithWarnings" not in service_events(platform)
+
+
 def test_a_replica_asked_to_stop_takes_no_new_request_from_that_pass_on(
     platform: Platform, probe: Probe
 ) -> None:

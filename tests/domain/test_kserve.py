@@ -365,6 +365,15 @@ def test_bad_input_is_refused_at_the_field_written(
     assert message in found[field]
 
 
+def test_cpu_scaling_needs_a_cpu_request_named_where_it_is_written() -> None:
+    document = edit(EMBEDDING, f"{P}.scaleMetric", "cpu")
+    assert parse_service_submission(document).spec.scale_metric == "cpu"
+    document = edit(LLAMA, f"{M}.resources.requests.cpu", "0")
+    document["spec"]["predictor"]["scaleMetric"] = "cpu"
+    found = problems(document)
+    assert "needs a CPU request" in found[f"{M}.resources"], found
+
+
 def test_unsupported_format_lists_what_is_supported() -> None:
     found = problems(edit(LLAMA, f"{M}.modelFormat", {"name": "tensorflow"}))
     assert "huggingface" in found[f"{M}.modelFormat.name"]

@@ -186,6 +186,11 @@ def test_storage_uri_schemes(uri: str, accepted: bool) -> None:
         ({"model": model(modelId="not an id")}, "spec.model.modelId", "Hugging Face id"),
         ({"model": model(name="has space")}, "spec.model.name", "model name"),
         (
+            {"scaleMetric": "cpu", "resources": {"cpu": "0"}},
+            "spec.resources",
+            "scaleMetric cpu needs a CPU request",
+        ),
+        (
             {"volumes": [{"name": "a", "claimName": "c", "mountPath": "rel"}]},
             "spec.volumes[0].mountPath",
             "absolute path",

@@ -255,6 +255,66 @@ def test_a_custom_runtime_serves_any_http_command(
     served.ok("delete", "service", "static")
 
 
+BUSY_SERVER = """
+import http.server, os, threading, time
+def work():  # a fifth of a core, all the time: the replica's requested CPU, fully used
+    while True:
+        end = time.perf_counter() + 0.02
+        while time.perf_counter() < end:
+            pass
+        time.sleep(0.08)
+threading.Thread(target=work, daemon=True).start()
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+address = ("127.0.0.1", int(os.environ["MASTER_PORT"]))
+http.server.ThreadingHTTPServer(address, Ready).serve_forever()
+"""
+
+
+def test_a_service_scaled_on_cpu_adds_replicas_when_they_are_busy(
+    served: KibanServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """scaleMetric cpu, target 50% of 200m: a replica busy at its whole request makes the
+    autoscaler ask for another, from the CPU its processes used (no request is sent)."""
+    site = tmp_path_factory.mktemp("busy")
+    (site / "busy.py").write_text(BUSY_SERVER)
+    manifest = {
+        "apiVersion": "kiban/v1",
+        "kind": "Service",
+        "metadata": {"name": "busy"},
+        "spec": {
+            "runtime": "custom",
+            "command": ["python", str(site / "busy.py")],
+            "readinessPath": "/ready",
+            "resources": {"cpu": "200m", "memory": "256Mi"},
+            "scaleMetric": "cpu",
+            "scaleTarget": 50,
+            "minReplicas": 1,
+            "maxReplicas": 2,
+        },
+    }
+    serve(served, manifest, "busy.yaml")
+    service = wait_for(
+        served,
+        "busy",
+        "two ready replicas",
+        lambda s: sum(1 for r in s["replicas"] if r["ready"]) == 2,
+    )
+    assert service["scaleMetric"] == "cpu"
+    (revision,) = describe(served, "busy")["revisions"]
+    scaling = revision["scaling"]
+    assert (scaling["metric"], scaling["perReplica"]) == ("cpu", 0.5)
+    assert scaling["stableValue"] > 0.5  # busier than one replica's target: hence two
+    assert "AUTOSCALER" in served.ok("describe", "service", "busy")
+    served.ok("delete", "service", "busy")
+
+
 def free_port() -> int:
     import socket
 

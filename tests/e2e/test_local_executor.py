@@ -432,3 +432,49 @@ def test_a_service_replica_that_listens_on_its_socket_is_reached_there(tmp_path:
     finally:
         for ref in refs:
             executor.stop(ref, force=True)
+
+
+BURN_IN_A_GRANDCHILD = """
+import subprocess, sys
+burn = "import time\\nend = time.process_time() + 0.6\\nwhile time.process_time() < end: pass\\n"
+subprocess.run([sys.executable, "-c", burn + "time.sleep(60)"])
+"""
+
+
+def test_a_replicas_cpu_use_counts_every_process_under_it(tmp_path: Path) -> None:
+    """What the autoscaler's cpu metric reads: the CPU seconds of the replica's whole tree
+    (here a grandchild does the work), and nothing once the replica is gone."""
+    from kiban.domain.manifests import parse_job_manifest
+    from kiban.executors.base import Capability, LaunchRequest, ReplicaRef
+    from kiban.executors.local import LocalExecutor
+    from kiban.scheduler.decisions import ReplicaPlacement
+
+    executor = LocalExecutor(tmp_path / "h", [])
+    assert Capability.CPU_USAGE in executor.capabilities
+    (tmp_path / "burn.py").write_text(BURN_IN_A_GRANDCHILD)
+    document = {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": "burn"},
+        "spec": {
+            "tasks": [{"name": "server", "replicas": 1, "command": ["python", "burn.py"]}],
+            "workingDir": str(tmp_path),
+        },
+    }
+    spec = parse_job_manifest(document).spec
+    placement = ReplicaPlacement("server", 0, 0, "node-0", (), 1000, 2**30)
+    request = LaunchRequest("burn-abc123", "burn", "t", 1, spec, (placement,), 29500)
+    (up,) = executor.launch(request)
+    ref = ReplicaRef("burn-abc123", 1, "server", 0, 0, up.pid, up.pid_start_time)
+    try:
+        used = eventually(
+            lambda: (executor.replica_cpu_seconds(ref) or 0.0) >= 0.6 or None,
+            timeout=60,
+            what="the grandchild's 0.6 s of CPU to count",
+        )
+        assert used
+        settled = executor.replica_cpu_seconds(ref)
+        assert settled is not None and settled < 5.0  # it sleeps now: no more than it did
+    finally:
+        executor.stop(ref, force=True)
+    eventually(lambda: executor.replica_cpu_seconds(ref) is None, what="the replica to be gone")

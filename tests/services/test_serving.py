@@ -8,6 +8,8 @@ import pytest
 from sqlalchemy import select
 
 from kiban.domain.rollout import RevisionState
+from kiban.domain.service import ServiceSpec
+from kiban.executors.base import Capability
 from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
@@ -146,3 +148,32 @@ def test_delete_retires_every_revision_and_refuses_a_reapply_meanwhile(
             e.reason for e in session.scalars(select(Event).where(Event.object_kind == "Service"))
         ]
     assert reasons == ["Created", "RevisionRetired", "Deleted"]
+
+
+def test_cpu_scaling_warns_of_what_it_cannot_do_here(platform: Platform) -> None:
+    """cpu does not scale to zero; an executor without CPU readings scales on concurrency."""
+    spec = ServiceSpec.model_validate(
+        {"runtime": "huggingface", "model_name": "m", "model_id": "o/m", "scale_metric": "cpu"}
+    )
+    everything = frozenset(Capability)
+    assert serving.scaling_warnings(spec, everything) == []
+    at_zero = spec.model_copy(update={"min_replicas": 0})
+    (warning,) = serving.scaling_warnings(at_zero, everything)
+    assert "minReplicas 0 with scaleMetric cpu: one replica is kept" in warning
+    (warning,) = serving.scaling_warnings(spec, everything - {Capability.CPU_USAGE})
+    assert "scales on concurrency" in warning
+    concurrency = spec.model_copy(update={"scale_metric": "concurrency", "min_replicas": 0})
+    assert serving.scaling_warnings(concurrency, frozenset()) == []
+
+    with platform.sessions() as session:
+        applied = serving.apply(
+            session,
+            ALICE,
+            service_doc(scaleMetric="cpu", minReplicas=0, maxReplicas=2),
+            facts=platform.facts,
+            at=platform.clock.now(),
+        )
+        session.commit()
+        assert len(applied.warnings) == 1 and "one replica is kept" in applied.warnings[0]
+        reasons = [e.reason for e in session.scalars(select(Event).order_by(Event.id))]
+    assert reasons[-1] == "AppliedWithWarnings"

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from kiban.serving.autoscaler import ScalerState, ScalingPolicy, decide, window_average
+from kiban.serving.autoscaler import (
+    ScalerState,
+    ScalingPolicy,
+    decide,
+    metric_points,
+    window_average,
+)
+from kiban.serving.cpu_use import CpuSample
 from kiban.serving.router.traffic import ConcurrencySample
 
 TICK_S = 2.0  # Knative's tick-interval
@@ -156,17 +163,94 @@ def test_rps_is_scaled_on_requests_per_second() -> None:
     assert ticks[-1].desired == 5
 
 
-def test_cpu_is_treated_as_concurrency_with_a_note() -> None:
+def simulate_cpu(
+    policy: ScalingPolicy, busy_cores: Callable[[float], float], *, until: float, replicas: int
+) -> list[Tick]:
+    """As ``simulate``, on the cpu metric: the replicas share ``busy_cores`` of work, each
+    requesting one core (so the utilization summed over them is the busy cores)."""
+    state = ScalerState()
+    ticks = []
+    t = TICK_S
+    while t <= until:
+        cpu = [
+            CpuSample(at=float(s), seconds=1.0, utilization=busy_cores(s))
+            for s in range(max(0, int(t) - 120), int(t))
+        ]
+        decision = decide(policy, state, [], ready_replicas=replicas, waiting=0, now=t, cpu=cpu)
+        state = decision.state
+        replicas = decision.desired
+        ticks.append(Tick(t, decision.desired, decision.panicking))
+        t += TICK_S
+    return ticks
+
+
+CPU_POLICY = ScalingPolicy(metric="cpu", target=80, max_replicas=10)
+
+
+@pytest.mark.parametrize(
+    ("busy", "start", "expected"),
+    [
+        (2.4, 3, 3),  # 80% each
+        (3.3, 3, 5),  # 3.3 / 0.8 = 4.1: beyond the 10% tolerance, up to 5
+        (2.6, 3, 3),  # 2.6 / 2.4 = 1.08: within the tolerance, stays
+        (2.1, 3, 3),  # 2.1 / 2.4 = 0.875: beyond it, but 3 is ceil(2.1 / 0.8)
+        (0.7, 3, 1),  # down to what 70% of one core needs
+    ],
+)
+def test_cpu_scales_to_the_busy_cores_over_the_target_percentage(
+    busy: float, start: int, expected: int
+) -> None:
+    ticks = simulate_cpu(CPU_POLICY, lambda t: busy, until=300, replicas=start)
+    assert {tick.desired for tick in ticks[-30:]} == {expected}
+
+
+def test_cpu_within_the_tolerance_keeps_the_replicas_it_has() -> None:
+    """1.7 busy cores on 2 replicas at 80%: 6% over the target, within the HPA's 10%."""
+    ticks = simulate_cpu(CPU_POLICY, lambda t: 1.7, until=300, replicas=2)
+    assert {tick.desired for tick in ticks} == {2}
+    more = simulate_cpu(CPU_POLICY, lambda t: 1.9, until=300, replicas=2)  # 19% over
+    assert more[-1].desired == 3
+
+
+def test_a_cpu_step_panics_and_scales_up_within_the_panic_window() -> None:
+    step = 100.0
+    ticks = simulate_cpu(CPU_POLICY, lambda t: 0.8 if t < step else 8.0, until=200, replicas=1)
+    assert at(ticks, step - 1).desired == 1
+    assert at(ticks, step + 2).panicking and at(ticks, step + 2).desired > 1
+    assert at(ticks, step + 6).desired == 10
+
+
+def test_cpu_never_scales_to_zero() -> None:
+    policy = ScalingPolicy(metric="cpu", target=50, min_replicas=0)
+    ticks = simulate_cpu(policy, lambda t: 0.0, until=400, replicas=3)
+    assert ticks[-1].desired == 1
+    assert min(tick.desired for tick in ticks) == 1
+
+
+def test_cpu_before_any_reading_keeps_the_replicas_there_are() -> None:
+    policy = ScalingPolicy(metric="cpu", target=50, min_replicas=0, max_replicas=4)
+    for ready, expected in ((3, 3), (0, 1), (6, 4)):
+        held = decide(policy, ScalerState(), [], ready_replicas=ready, waiting=0, now=9.0, cpu=[])
+        assert held.desired == expected and "no CPU reading" in held.note
+
+
+def test_cpu_from_an_executor_that_cannot_tell_scales_on_concurrency_with_a_note() -> None:
     samples = [ConcurrencySample(at=float(s), concurrency=20.0, requests=0) for s in range(60)]
-    cpu = decide(
-        ScalingPolicy(metric="cpu", target=10),
+    decision = decide(
+        ScalingPolicy(metric="cpu", target=10),  # 10 in flight at 70%: 7 per replica
         ScalerState(),
         samples,
         ready_replicas=3,
         waiting=0,
         now=60.0,
+        cpu=None,
     )
-    assert cpu.desired == 3 and "concurrency" in cpu.note
+    assert decision.desired == 3 and "scaled on concurrency" in decision.note
+
+
+def test_the_cpu_target_defaults_to_80_percent_of_the_request() -> None:
+    assert ScalingPolicy(metric="cpu").per_replica == pytest.approx(0.8)
+    assert ScalingPolicy(metric="cpu", target=120).per_replica == pytest.approx(1.2)
 
 
 def test_the_average_weighs_the_current_partial_second_by_its_length() -> None:
@@ -174,8 +258,9 @@ def test_the_average_weighs_the_current_partial_second_by_its_length() -> None:
         ConcurrencySample(at=0.0, concurrency=2.0, requests=0),
         ConcurrencySample(at=1.0, concurrency=8.0, requests=0, seconds=0.5),
     ]
-    assert window_average(samples, "concurrency", 1.5, 60) == pytest.approx(4.0)
-    assert window_average(samples, "concurrency", 1.5, 0.5) == pytest.approx(8.0)
+    points = metric_points("concurrency", samples, [])
+    assert window_average(points, 1.5, 60) == pytest.approx(4.0)
+    assert window_average(points, 1.5, 0.5) == pytest.approx(8.0)
 
 
 def test_invalid_policies_are_refused() -> None:

@@ -2,10 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import Field
 
 from kiban.api.schemas import ApiModel
 from kiban.services.service_status import ServiceStatus
+from kiban.serving.autoscaler import ScaleDecision
+
+
+class ScalingOut(ApiModel):
+    """The autoscaler's last decision for a revision and the numbers behind it. The values are
+    of ``metric``: requests in flight, requests/s, or for cpu the replicas' CPU use in
+    requests' worth (1.0: one replica's whole CPU request)."""
+
+    metric: str
+    stable_value: float
+    """Averaged over the stable window (60 s)."""
+    panic_value: float
+    """Averaged over the panic window (6 s)."""
+    per_replica: float
+    """What one replica should carry."""
+    panicking: bool
+    desired_replicas: int
+    note: str
+
+
+def scaling_out(decision: ScaleDecision) -> ScalingOut:
+    return ScalingOut(
+        metric=decision.metric,
+        stable_value=round(decision.stable_value, 4),
+        panic_value=round(decision.panic_value, 4),
+        per_replica=round(decision.per_replica, 4),
+        panicking=decision.panicking,
+        desired_replicas=decision.desired,
+        note=decision.note,
+    )
 
 
 class ServiceRevisionOut(ApiModel):
@@ -22,6 +54,8 @@ class ServiceRevisionOut(ApiModel):
     ready_replicas: int
     created_at: float
     ready_at: float | None
+    scaling: ScalingOut | None = None
+    """None while the revision does not scale (not taking traffic, failed, retired)."""
 
 
 class ServiceReplicaOut(ApiModel):
@@ -75,9 +109,14 @@ class ServiceOut(ApiModel):
 
 
 def service_out(
-    status: ServiceStatus, url: str | None, stats: TrafficOut | None = None
+    status: ServiceStatus,
+    url: str | None,
+    stats: TrafficOut | None = None,
+    scaling: Mapping[int, ScaleDecision] | None = None,
 ) -> ServiceOut:
+    """``scaling``: the autoscaler's last decision by revision number."""
     spec, row = status.spec, status.row
+    decisions = scaling or {}
     return ServiceOut(
         name=row.name,
         tenant=row.tenant,
@@ -106,6 +145,7 @@ def service_out(
                 ready_replicas=r.ready_replicas,
                 created_at=r.created_at,
                 ready_at=r.ready_at,
+                scaling=scaling_out(decisions[r.number]) if r.number in decisions else None,
             )
             for r in status.revisions
         ],

@@ -44,6 +44,20 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
+def _scaling(scaling: dict[str, Any] | None) -> str:
+    """The autoscaler's numbers for a revision: the averages and what one replica carries."""
+    if not scaling:
+        return "-"
+    stable, panic, each = scaling["stableValue"], scaling["panicValue"], scaling["perReplica"]
+    if scaling["metric"] == "cpu":
+        text = f"cpu {stable:.0%} (60 s), {panic:.0%} (6 s) of a request; {each:.0%} each"
+    else:
+        text = f"{scaling['metric']} {stable:.2f} (60 s), {panic:.2f} (6 s); {each:.2f} each"
+    if scaling["panicking"]:
+        text += "; panic"
+    return text + (f"; {scaling['note']}" if scaling["note"] else "")
+
+
 def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> None:
     """Revisions with their state and traffic, replicas, latency, URL, and the timeline."""
     e = escape
@@ -57,11 +71,12 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
         )
     )
     target = service.get("scaleTarget")
+    unit = "% of its CPU request" if service["scaleMetric"] == "cpu" else ""
     out.print(
         e(
             f"Scaling   {service['minReplicas']} to {service['maxReplicas']} replicas on "
             f"{service['scaleMetric']}"
-            + (f" (target {target:g} per replica)" if target else "")
+            + (f" (target {target:g}{unit} per replica)" if target else "")
             + f"    Timeout {service['timeoutS']:g}s    "
             + ("public" if service["public"] else "tenant tokens only")
         )
@@ -76,7 +91,7 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
             )
         )
     revisions = Table(title="Revisions", box=None, header_style="bold", title_justify="left")
-    for column in ("REVISION", "ROLE", "STATE", "TRAFFIC", "READY", "MESSAGE"):
+    for column in ("REVISION", "ROLE", "STATE", "TRAFFIC", "READY", "AUTOSCALER", "MESSAGE"):
         revisions.add_column(column)
     for r in service["revisions"]:
         revisions.add_row(
@@ -86,6 +101,7 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
                 r["state"],
                 f"{r['trafficPercent']}%",
                 f"{r['readyReplicas']}/{r['desiredReplicas']}",
+                _scaling(r.get("scaling")),
                 r["message"] or "",
             )
         )

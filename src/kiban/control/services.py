@@ -7,7 +7,8 @@ Every pass, for each service:
    marks the revision Failed with that message, and traffic stays where it was.
 2. Probe the running replicas' readiness paths; a revision with a ready replica is Ready, and
    a canary at 100% that is Ready becomes the stable revision.
-3. Decide each live revision's replica count (the autoscaler, from the router's traffic).
+3. Decide each live revision's replica count (the autoscaler, from the router's traffic, or
+   for ``scaleMetric: cpu`` from the ready replicas' CPU use, read from the executor).
 4. Create or cancel replica jobs to match: the scheduler places them like any job, under the
    tenant's queue quota and the serving priority class.
 5. Publish the routes (traffic split and ready endpoints) to the router.
@@ -33,7 +34,7 @@ from kiban.domain.rollout import RevisionState, TrafficTargets, revision_name, t
 from kiban.domain.service import ServiceSpec
 from kiban.domain.service_replica import replica_job_manifest, replica_port
 from kiban.domain.states import JobState
-from kiban.executors.base import Executor
+from kiban.executors.base import Capability, Executor
 from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import ServiceError
@@ -46,7 +47,8 @@ from kiban.services.serving import (
     serving_priority_class,
     stored_spec,
 )
-from kiban.serving.autoscaler import ScalerState, ScalingPolicy, decide
+from kiban.serving.autoscaler import ScaleDecision, ScalerState, ScalingPolicy, decide
+from kiban.serving.cpu_use import CpuMeter, CpuSample
 from kiban.serving.router.table import Endpoint, Route, RoutingTable
 from kiban.serving.router.traffic import TrafficMetrics
 from kiban.serving.router.upstream import UNIX_PREFIX
@@ -90,6 +92,9 @@ class ServiceController:
     # Whether the replica at an address answers its readiness path (tests set their own).
     probe: Callable[[str, str], bool] | None = None
     scalers: dict[tuple[int, int], ScalerState] = field(default_factory=dict)
+    decisions: dict[tuple[int, int], ScaleDecision] = field(default_factory=dict)
+    """The autoscaler's last word on each scaling revision (service id, number), to show."""
+    cpu: CpuMeter = field(default_factory=CpuMeter)
     published: dict[tuple[str, str], str] = field(default_factory=dict)  # revision: address
     _wake: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -196,10 +201,9 @@ class ServiceController:
         changed = False
         for revision in revisions:
             views = replicas.get(revision.id, [])
-            ready = sum(1 for v in views if v.row.ready)
-            wanted = self._wanted(service, spec, revision, targets, ready)
+            wanted = self._wanted(service, spec, revision, targets, views)
             revision.desired_replicas = wanted
-            changed |= self._scale(session, service, revision, replicas.get(revision.id, []), now)
+            changed |= self._scale(session, service, revision, views, now)
         if service.deleted_at is not None:
             if not any(not JobState(v.job.state).terminal for vs in replicas.values() for v in vs):
                 self._remove(session, service, now)
@@ -366,17 +370,21 @@ class ServiceController:
         spec: ServiceSpec,
         revision: ServiceRevision,
         targets: TrafficTargets,
-        ready: int,
+        views: list[_ReplicaView],
     ) -> int:
         """Replicas a revision should have: none unless it is a live target; one at least
         while it loads; otherwise what the autoscaler says."""
         key = (service.id, revision.number)
-        if service.deleted_at is not None or not RevisionState(revision.state).live:
+        if (
+            service.deleted_at is not None
+            or not RevisionState(revision.state).live
+            or revision.number not in (targets.stable, targets.canary)
+        ):
             self.scalers.pop(key, None)
+            self.decisions.pop(key, None)
+            self.cpu.forget(key)
             return 0
-        if revision.number not in (targets.stable, targets.canary):
-            self.scalers.pop(key, None)
-            return 0
+        ready = sum(1 for v in views if v.row.ready)
         name = revision_name(service.name, revision.number)
         policy = ScalingPolicy(
             metric=spec.scale_metric,
@@ -391,13 +399,35 @@ class ServiceController:
             ready_replicas=ready,
             waiting=self.traffic.waiting(service.tenant, service.name, name),
             now=self.traffic.clock(),  # the samples' clock
+            cpu=self._cpu_samples(key, revision, views) if policy.metric == "cpu" else None,
         )
         self.scalers[key] = decision.state
+        self.decisions[key] = decision
         if revision.state == RevisionState.LOADING.value:
             # Knative's initial scale of 1: a new revision shows that its model loads (and a
             # canary gets a replica to be ready with) before it may scale to zero.
             return max(decision.desired, 1)
         return decision.desired
+
+    def _cpu_samples(
+        self, key: tuple[int, int], revision: ServiceRevision, views: list[_ReplicaView]
+    ) -> list[CpuSample] | None:
+        """Read the ready replicas' CPU use into the meter; the revision's samples, or None
+        when the executor cannot tell."""
+        requested = stored_spec(revision).resources.cpu / 1000
+        if Capability.CPU_USAGE not in self.executor.capabilities or requested <= 0:
+            return None
+        now = self.traffic.clock()
+        if not self.cpu.due(key, now):
+            return self.cpu.samples(key)
+        readings: dict[str, float] = {}
+        for view in views:
+            if view.row.ready and view.launched is not None:
+                used = self.executor.replica_cpu_seconds(replica_ref(view.launched))
+                if used is not None:
+                    readings[f"{view.job.id}/{view.job.attempt}"] = used
+        self.cpu.observe(key, readings, requested_cores=requested, now=now)
+        return self.cpu.samples(key)
 
     def _scale(
         self,

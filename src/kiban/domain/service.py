@@ -232,6 +232,10 @@ def service_problems(spec: ServiceSpec) -> list[tuple[str, str]]:
                 f"maxReplicas ({spec.max_replicas}) is less than minReplicas ({spec.min_replicas})",
             )
         )
+    if spec.scale_metric == "cpu" and spec.resources.cpu <= 0:
+        problems.append(
+            ("resources", "scaleMetric cpu needs a CPU request: its target is a percentage of it")
+        )
     if spec.port is not None and "PORT" in spec.env:
         problems.append(("env", f"PORT is set by kiban to the service's port ({spec.port})"))
     return problems

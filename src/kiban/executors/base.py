@@ -20,6 +20,7 @@ class Capability(StrEnum):
     TORCHRUN = "torchrun"  # can launch replicas under torchrun
     ADOPT = "adopt"  # can re-attach to replicas that outlived a control-plane restart
     CONTAINERS = "containers"  # runs replicas in containers: image, volumes, ports are honoured
+    CPU_USAGE = "cpu_usage"  # reports the CPU seconds a replica has used (autoscaling on cpu)
 
 
 @dataclass(frozen=True)
@@ -142,4 +143,9 @@ class Executor(Protocol):
     def replica_address(self, replica: ReplicaRef, port: int) -> str | None:
         """``host:port`` where the control plane reaches a replica listening on ``port`` (a
         service's model server), or None while it has no address yet."""
+        ...
+
+    def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
+        """CPU seconds a running replica has used since it started (all its processes), or
+        None when it is gone or the executor cannot tell (no ``Capability.CPU_USAGE``)."""
         ...

@@ -19,6 +19,7 @@ from kiban.domain.manifests import json_problem
 from kiban.domain.rollout import RevisionState, revision_name
 from kiban.domain.service import ServiceSpec, parse_service_submission
 from kiban.domain.service_replica import replica_job_manifest
+from kiban.executors.base import Capability
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
@@ -176,16 +177,35 @@ def apply(
         + (f" takes {service.canary_percent}% once ready" if revision else "; no new revision"),
         at=at,
     )
-    if submission.warnings:
+    warnings = (*submission.warnings, *scaling_warnings(spec, facts.capabilities))
+    if warnings:
         service_event(
             session,
             service,
             reason="AppliedWithWarnings",
-            message="; ".join(submission.warnings),
+            message="; ".join(warnings),
             at=at,
             warning=True,
         )
-    return Applied(service, revision, created, tuple(submission.warnings))
+    return Applied(service, revision, created, warnings)
+
+
+def scaling_warnings(spec: ServiceSpec, capabilities: frozenset[Capability]) -> list[str]:
+    """What a service's scaling settings cannot do here, told when it is applied."""
+    if spec.scale_metric != "cpu":
+        return []
+    found = []
+    if spec.min_replicas == 0:
+        found.append(
+            "minReplicas 0 with scaleMetric cpu: one replica is kept (CPU use is read from "
+            "running replicas, so cpu does not scale to zero)"
+        )
+    if Capability.CPU_USAGE not in capabilities:
+        found.append(
+            "scaleMetric cpu: this executor reports no CPU use of replicas; the service "
+            "scales on concurrency"
+        )
+    return found
 
 
 def _new_revision(

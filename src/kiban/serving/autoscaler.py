@@ -21,23 +21,35 @@ scale bounds", "Additional autoscaling configuration for KPA"):
 - ``activation-scale`` 1: a request waiting for a revision at zero asks for one replica at once
   (Knative's activator pokes the autoscaler the same way).
 
-The metric ``cpu`` has no meaning for the router's numbers; it is treated as ``concurrency``,
-and the decision's note says so. Samples come from ``TrafficMetrics.concurrency_samples``.
+Samples of ``concurrency`` and ``rps`` come from ``TrafficMetrics.concurrency_samples``.
+
+The metric ``cpu`` is KServe's, served there by Kubernetes' Horizontal Pod Autoscaler (docs
+"Horizontal Pod Autoscaling"): the target is a percentage of the CPU each replica requests
+(80 when none is given, Kubernetes' ``DefaultCPUUtilization``), the count is the replicas' CPU
+use over the target, and a stable count within 10% of the ready replicas leaves them as they
+are (the HPA's ``--horizontal-pod-autoscaler-tolerance``). The windows, panic and rates are the
+KPA's above. CPU use is read from running replicas, so ``cpu`` never scales to zero (nor does
+the HPA); before any reading it keeps the replicas there are. Samples come from
+``kiban.serving.cpu_use.CpuMeter``; an executor that cannot tell a replica's CPU use passes
+none, and the revision scales on concurrency, as the decision's note says.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from kiban.serving.cpu_use import CpuSample
 from kiban.serving.router.traffic import ConcurrencySample
 
 ScaleMetric = Literal["concurrency", "rps", "cpu"]
 
 DEFAULT_CONCURRENCY_TARGET = 100.0
 DEFAULT_RPS_TARGET = 200.0
+DEFAULT_CPU_TARGET = 80.0
+CPU_TOLERANCE = 0.1
 TARGET_UTILIZATION = 0.70
 STABLE_WINDOW_S = 60.0
 PANIC_WINDOW_PERCENTAGE = 10.0
@@ -53,7 +65,8 @@ class ScalingPolicy:
 
     metric: ScaleMetric = "concurrency"
     target: float | None = None
-    """Per replica: requests in flight (concurrency) or requests/s (rps); None: the default."""
+    """Per replica: requests in flight (concurrency), requests/s (rps) or percent of its
+    requested CPU in use (cpu); None: the default."""
     min_replicas: int = 0
     max_replicas: int = 0
     """0: no upper bound."""
@@ -85,7 +98,10 @@ class ScalingPolicy:
 
     @property
     def per_replica(self) -> float:
-        """What one replica should carry: the target times the utilization."""
+        """What one replica should carry: the target times the utilization (for cpu, the
+        target percentage as a fraction: it is a utilization already)."""
+        if self.metric == "cpu":
+            return (self.target or DEFAULT_CPU_TARGET) / 100.0
         default = DEFAULT_RPS_TARGET if self.metric == "rps" else DEFAULT_CONCURRENCY_TARGET
         return (self.target or default) * self.target_utilization
 
@@ -112,24 +128,40 @@ class ScaleDecision:
     panicking: bool
     state: ScalerState
     note: str = ""
+    metric: ScaleMetric = "concurrency"
+    """The metric the averages are of (concurrency when cpu could not be read)."""
+    per_replica: float = 0.0
+    """What one replica should carry of it (``ScalingPolicy.per_replica``)."""
 
 
-def window_average(
-    samples: Sequence[ConcurrencySample], metric: ScaleMetric, now: float, window_s: float
-) -> float:
+Point = tuple[float, float, float]
+"""A metric over an interval: (start, seconds, value)."""
+
+
+def metric_points(
+    metric: ScaleMetric, traffic: Iterable[ConcurrencySample], cpu: Iterable[CpuSample]
+) -> list[Point]:
+    """The samples of ``metric`` as points: CPU use for cpu, the router's numbers otherwise."""
+    if metric == "cpu":
+        return [(s.at, s.seconds, s.utilization) for s in cpu]
+    if metric == "rps":
+        return [(s.at, s.seconds, s.rps) for s in traffic]
+    return [(s.at, s.seconds, s.concurrency) for s in traffic]
+
+
+def window_average(points: Iterable[Point], now: float, window_s: float) -> float:
     """The metric averaged over the last ``window_s`` seconds, weighted by time observed."""
     since = now - window_s
     weighted = 0.0
     seconds = 0.0
-    for sample in samples:
-        start = max(sample.at, since)
-        end = sample.at + sample.seconds
-        if end <= since or sample.at >= now:
+    for at, length, value in points:
+        start = max(at, since)
+        end = at + length
+        if end <= since or at >= now:
             continue
         observed = min(end, now) - start
         if observed <= 0:
             continue
-        value = sample.rps if metric == "rps" else sample.concurrency
         weighted += value * observed
         seconds += observed
     return weighted / seconds if seconds > 0 else 0.0
@@ -143,26 +175,47 @@ def decide(
     ready_replicas: int,
     waiting: int,
     now: float,
+    cpu: Sequence[CpuSample] | None = None,
 ) -> ScaleDecision:
     """The replicas a revision should have now (Knative KPA's decision, one tick).
 
+    ``samples`` are the router's; ``cpu`` the replicas' CPU use (None: the executor cannot
+    tell, and a cpu policy scales on concurrency).
+
     1. average the metric over the stable window and over the panic window;
-    2. divide each by what one replica should carry: the stable and panic counts;
+    2. divide each by what one replica should carry: the stable and panic counts (for cpu, a
+       stable count within the tolerance of the ready replicas is the ready replicas);
     3. enter (or renew) panic when the panic count is >= the threshold x the ready replicas
        (at least one); leave it after a stable window without;
     4. in panic take the larger of the panic count and the panic's peak, else the stable count;
     5. bound the change by the scale-up and scale-down rates of the ready replicas;
     6. keep the last replica through the grace period before zero; a waiting request
-       asks for one replica at once;
+       asks for one replica at once (cpu: never below one);
     7. bound by min and max replicas.
     """
-    metric: ScaleMetric = "concurrency" if policy.metric == "cpu" else policy.metric
-    note = "cpu is measured as concurrency by the router" if policy.metric == "cpu" else ""
+    if policy.metric == "cpu" and cpu is None:
+        note = "the executor reports no CPU use of replicas: scaled on concurrency"
+        policy = replace(policy, metric="concurrency")
+    elif policy.metric == "cpu" and not cpu:
+        held = _bounded(max(ready_replicas, 1), policy)
+        note = "no CPU reading yet: kept as is"
+        return ScaleDecision(held, 0.0, 0.0, False, state, note, "cpu", policy.per_replica)
+    else:
+        note = ""
+    metric = policy.metric
     per_replica = policy.per_replica
-    stable_value = window_average(samples, metric, now, policy.stable_window_s)
-    panic_value = window_average(samples, metric, now, policy.panic_window_s)
+    points = metric_points(metric, samples, cpu or ())
+    stable_value = window_average(points, now, policy.stable_window_s)
+    panic_value = window_average(points, now, policy.panic_window_s)
     stable_count = math.ceil(stable_value / per_replica - 1e-9)
     panic_count = math.ceil(panic_value / per_replica - 1e-9)
+    within_tolerance = (
+        metric == "cpu"
+        and ready_replicas > 0
+        and abs(stable_value / (per_replica * ready_replicas) - 1) <= CPU_TOLERANCE
+    )
+    if within_tolerance:
+        stable_count = ready_replicas
     ready = max(ready_replicas, 1)
 
     # 3. panic mode
@@ -188,9 +241,11 @@ def decide(
     desired = min(desired, most)
     desired = max(desired, least)
 
-    # 6. scale to zero after the grace period; from zero at once
+    # 6. scale to zero after the grace period; from zero at once; cpu: never to zero
     zero_since = state.zero_since
-    if desired == 0 and policy.min_replicas == 0:
+    if metric == "cpu":
+        desired = max(desired, 1)
+    elif desired == 0 and policy.min_replicas == 0:
         if ready_replicas > 0:
             zero_since = now if zero_since is None else zero_since
             if now - zero_since < policy.scale_to_zero_grace_s:
@@ -202,9 +257,7 @@ def decide(
         zero_since = None
 
     # 7. bounds
-    desired = max(desired, policy.min_replicas)
-    if policy.max_replicas:
-        desired = min(desired, policy.max_replicas)
+    desired = _bounded(desired, policy)
     new_state = replace(state, panic_since=panic_since, panic_peak=peak, zero_since=zero_since)
     return ScaleDecision(
         desired=desired,
@@ -213,4 +266,12 @@ def decide(
         panicking=panicking,
         state=new_state,
         note=note,
+        metric=metric,
+        per_replica=per_replica,
     )
+
+
+def _bounded(desired: int, policy: ScalingPolicy) -> int:
+    """``desired`` within the policy's min and max replicas (a max of 0: no bound)."""
+    desired = max(desired, policy.min_replicas)
+    return min(desired, policy.max_replicas) if policy.max_replicas else desired

@@ -27,6 +27,8 @@ class FakeReplica:
     stop_requests: list[bool] = field(default_factory=list)  # force flag of each stop call
     log: bytearray = field(default_factory=bytearray)
     ignores_sigterm: bool = False
+    cpu_seconds: float = 0.0
+    """CPU it has used, as tests say (``FakeExecutor.burn``)."""
 
 
 class FakeExecutor:
@@ -71,6 +73,17 @@ class FakeExecutor:
     def replica_address(self, replica: ReplicaRef, port: int) -> str | None:
         """A made-up host per job (replicas with containers all listen on one port)."""
         return f"{replica.job_id}.fake:{port}"
+
+    def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
+        fake = self.replicas.get((replica.job_id, replica.attempt, replica.rank))
+        return None if fake is None or fake.exit_code is not None else fake.cpu_seconds
+
+    def burn(self, cores: float, seconds: float, job_id: str | None = None) -> None:
+        """The running replicas (of ``job_id`` when given) share ``cores`` of work evenly for
+        ``seconds``: a fixed load spread over however many there are."""
+        running = self.running(job_id)
+        for replica in running:
+            replica.cpu_seconds += cores * seconds / len(running)
 
     def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
         if self.fail_next_launch is not None:

@@ -34,10 +34,12 @@ def _stats(platform: Platform, row: ServiceRow) -> TrafficOut:
 
 
 def _out(platform: Platform, session: Session, row: ServiceRow) -> ServiceOut:
+    scaling = {n: d for (sid, n), d in list(platform.services.decisions.items()) if sid == row.id}
     return service_out(
         service_status(session, row),
         platform.service_url(row.tenant, row.name),
         _stats(platform, row),
+        scaling,
     )
 
 

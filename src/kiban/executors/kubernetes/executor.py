@@ -276,6 +276,11 @@ class KubernetesExecutor:
         ip = None if pod is None else (pod.get("status") or {}).get("podIP")
         return f"{ip}:{port}" if ip else None
 
+    def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
+        """None: pods' CPU use is the metrics server's, which kiban does not read yet (no
+        ``Capability.CPU_USAGE``; a service with scaleMetric cpu scales on concurrency)."""
+        return None
+
     def publish_revision(self, tenant: str, service: str, revision: str, port: int) -> str:
         """Make (or keep) the Service of one revision of an inference service; its address."""
         namespace = namespace_for(self.options.namespace_prefix, tenant)

@@ -85,7 +85,7 @@ class LocalExecutor:
         self._clock = clock or SystemClock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
-        caps = {Capability.ADOPT}
+        caps = {Capability.ADOPT, Capability.CPU_USAGE}
         if importlib.util.find_spec("torch") is not None:
             caps.add(Capability.TORCHRUN)
         self.capabilities = frozenset(caps)
@@ -114,6 +114,25 @@ class LocalExecutor:
         except OSError:
             pass
         return f"127.0.0.1:{port}"
+
+    def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
+        """CPU seconds of the replica's shim and every process under it, with the children
+        they have reaped; None once it is gone (or its pid names another process)."""
+        if replica.pid is None or not self._alive(replica):
+            return None
+        try:
+            root = psutil.Process(replica.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        total = 0.0
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:  # ended between the listing and the read
+                continue
+            total += times.user + times.system + times.children_user + times.children_system
+        return total
 
     def _socket_path(self, job_id: str, attempt: int, rank: int) -> Path:
         return safe_job_dir(self.jobs_root, job_id) / f"attempt-{attempt}" / f"rank-{rank}.sock"
