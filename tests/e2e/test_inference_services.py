@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -173,6 +175,19 @@ def test_chat_streams_canary_splits_promotes_and_a_bad_revision_fails(
     assert answer.status_code == 200
     assert answer.headers["x-kiban-revision"] == "chat-00002"
 
+    # kiban rollback with no canary brings back the revision before the stable one.
+    served.ok("rollback", "chat")
+    wait_for(
+        served,
+        "chat",
+        "the earlier revision to take the traffic back",
+        lambda s: s["traffic"] == {"chat-00001": 100},
+    )
+    answer = httpx.post(f"{url}/openai/v1/completions", json=plain, timeout=60)
+    assert answer.headers["x-kiban-revision"] == "chat-00001"
+    listed = served.ok("services")
+    assert "chat" in listed and "chat-00001" in listed
+
 
 def test_a_replica_that_dies_is_replaced(served: KibanServer, tiny_lm: Path) -> None:
     url = serve(
@@ -182,7 +197,6 @@ def test_a_replica_that_dies_is_replaced(served: KibanServer, tiny_lm: Path) -> 
     )
     service = wait_for(served, "solo", "Ready", lambda s: s["state"] == "Ready")
     first = service["replicas"][0]["job"]
-    # The model server crashes (its shim, which records the exit, stays).
     pids = [
         p.pid
         for p in served.replica_processes()
@@ -190,15 +204,38 @@ def test_a_replica_that_dies_is_replaced(served: KibanServer, tiny_lm: Path) -> 
         and "kiban.executors.local.shim" not in " ".join(p.cmdline())
     ]
     assert pids
+    # A request in flight when the model server dies: frozen first, so the request is surely
+    # sent and unanswered, then killed (its shim, which records the exit, stays).
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    plain = {"model": "tiny", "prompt": "again", "max_tokens": 2}
+    answered: list[tuple[int, float]] = []
+
+    def call() -> None:
+        answer = httpx.post(f"{url}/openai/v1/completions", json=plain, timeout=120)
+        answered.append((answer.status_code, time.monotonic()))
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    eventually(
+        lambda: describe(served, "solo")["stats"]["inFlight"] == 1,
+        timeout=30,
+        what="the request to be in flight",
+    )
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    caller.join(timeout=60)
+    assert answered, "the in-flight request hung"
+    status, at = answered[0]
+    assert status in (502, 503)
+    assert at - killed_at < 5.0  # fails fast, not at the 10-minute timeout
     service = wait_for(
         served,
         "solo",
         "a new ready replica",
         lambda s: s["state"] == "Ready" and s["replicas"][0]["job"] != first,
     )
-    plain = {"model": "tiny", "prompt": "again", "max_tokens": 2}
     assert httpx.post(f"{url}/openai/v1/completions", json=plain, timeout=60).status_code == 200
     served.ok("delete", "service", "solo")
     eventually(

@@ -415,7 +415,29 @@ def test_health_models_and_metrics(lm_client: TestClient) -> None:
     assert samples[f'kiban_model_request_duration_seconds_count{{route="{route}"}}'] >= 1
     assert samples['kiban_model_generated_tokens_total{model_name="tiny"}'] >= 3
     assert samples['kiban_model_tokens_per_second{model_name="tiny"}'] > 0
-    assert "kiban_model_requests_in_flight" in samples
+    assert samples["kiban_model_requests_in_flight"] == 0  # the scrape does not count itself
+
+
+def test_a_request_is_in_flight_until_its_last_byte(lm_client: TestClient) -> None:
+    """The gauge read as each streamed chunk leaves the server: one request in flight."""
+    app = lm_client.app
+    registry = app.state.metrics.registry  # type: ignore[attr-defined]
+    seen: list[float | None] = []
+
+    async def watching(scope: Any, receive: Any, send: Any) -> None:
+        async def look_then_send(message: Any) -> None:
+            if message["type"] == "http.response.body" and message.get("more_body"):
+                seen.append(registry.get_sample_value("kiban_model_requests_in_flight"))
+            await send(message)
+
+        await app(scope, receive, look_then_send)
+
+    client = TestClient(watching)  # no lifespan: the model is lm_client's, already loaded
+    body = {"model": "tiny", "prompt": "hi", "max_tokens": 4, "stream": True}
+    lines = client.post("/openai/v1/completions", json=body).text.splitlines()
+    assert "data: [DONE]" in lines
+    assert seen and set(seen) == {1.0}
+    assert registry.get_sample_value("kiban_model_requests_in_flight") == 0
 
 
 def test_text_completion_stream_on_the_v1_alias(lm_client: TestClient) -> None:

@@ -36,7 +36,8 @@ class _MetricsMiddleware:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        # A scrape is not counted: it would always read itself as a request in flight.
+        if scope["type"] != "http" or scope["path"] == "/metrics":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
