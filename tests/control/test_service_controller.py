@@ -111,6 +111,28 @@ def test_a_service_runs_its_replicas_as_serving_priority_jobs_and_routes_to_read
         assert (row.stable_revision, row.canary_revision) == (1, None)  # rolled out by itself
 
 
+def test_a_model_server_replica_is_sent_two_batches_at_once_and_the_rest_wait(
+    platform: Platform, probe: Probe
+) -> None:
+    apply(platform, service_doc())
+    probe.all = True
+    settle(platform)
+    route = platform.routes.get("default", "chat")
+    assert route is not None and route.max_concurrency_per_endpoint == 16  # 2 x batch of 8
+    custom = service_doc(
+        "static",
+        runtime="custom",
+        command=["serve"],
+        model={"name": "static"},
+        port=8000,
+        readinessPath="/healthz",
+    )
+    apply(platform, custom)
+    settle(platform)
+    route = platform.routes.get("default", "static")
+    assert route is not None and route.max_concurrency_per_endpoint == 0  # capacity unknown
+
+
 def test_a_canary_gets_its_share_once_ready_and_a_crashed_replica_is_replaced(
     platform: Platform, probe: Probe, executor: FakeExecutor
 ) -> None:

@@ -9,6 +9,7 @@ from pydantic import Field
 from kiban.api.schemas import ApiModel
 from kiban.services.service_status import ServiceStatus
 from kiban.serving.autoscaler import ScaleDecision
+from kiban.serving.capacity import replica_concurrency
 
 
 class ScalingOut(ApiModel):
@@ -97,6 +98,9 @@ class ServiceOut(ApiModel):
     max_replicas: int
     scale_metric: str
     scale_target: float | None
+    replica_concurrency: int
+    """Requests the router sends one replica at once, the rest waiting in its queue (0: no
+    cap): containerConcurrency, or for kiban's model server twice its batch size."""
     timeout_s: float
     public: bool
     traffic: dict[str, int]
@@ -130,6 +134,7 @@ def service_out(
         max_replicas=spec.max_replicas,
         scale_metric=spec.scale_metric,
         scale_target=spec.scale_target,
+        replica_concurrency=replica_concurrency(spec),
         timeout_s=spec.timeout_s,
         public=spec.public,
         traffic=status.traffic,

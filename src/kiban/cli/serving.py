@@ -77,6 +77,11 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
             f"Scaling   {service['minReplicas']} to {service['maxReplicas']} replicas on "
             f"{service['scaleMetric']}"
             + (f" (target {target:g}{unit} per replica)" if target else "")
+            + (
+                f", at most {service['replicaConcurrency']} requests at once each"
+                if service.get("replicaConcurrency")
+                else ""
+            )
             + f"    Timeout {service['timeoutS']:g}s    "
             + ("public" if service["public"] else "tenant tokens only")
         )

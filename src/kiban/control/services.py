@@ -47,7 +47,8 @@ from kiban.services.serving import (
     serving_priority_class,
     stored_spec,
 )
-from kiban.serving.autoscaler import ScaleDecision, ScalerState, ScalingPolicy, decide
+from kiban.serving.autoscaler import ScaleDecision, ScalerState, decide
+from kiban.serving.capacity import replica_concurrency, scaling_policy
 from kiban.serving.cpu_use import CpuMeter, CpuSample
 from kiban.serving.router.table import Endpoint, Route, RoutingTable
 from kiban.serving.router.traffic import TrafficMetrics
@@ -227,7 +228,7 @@ class ServiceController:
             endpoints=endpoints,
             timeout_s=spec.timeout_s,
             public=spec.public,
-            max_concurrency_per_endpoint=spec.container_concurrency,
+            max_concurrency_per_endpoint=replica_concurrency(spec),
         )
         return route, changed
 
@@ -386,12 +387,7 @@ class ServiceController:
             return 0
         ready = sum(1 for v in views if v.row.ready)
         name = revision_name(service.name, revision.number)
-        policy = ScalingPolicy(
-            metric=spec.scale_metric,
-            target=spec.scale_target,
-            min_replicas=spec.min_replicas,
-            max_replicas=spec.max_replicas,
-        )
+        policy = scaling_policy(spec)
         decision = decide(
             policy,
             self.scalers.get(key, ScalerState()),
