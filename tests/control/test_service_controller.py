@@ -275,6 +275,43 @@ def test_deleting_a_service_stops_its_replicas_and_then_removes_it(
     assert service_events(platform)[-1] == "Removed"
 
 
+class RevisionServices:
+    """A cluster's Services per revision, as an executor that publishes revisions keeps them."""
+
+    def __init__(self) -> None:
+        self.live: set[str] = set()
+
+    def publish_revision(self, tenant: str, service: str, revision: str, port: int) -> str:
+        self.live.add(revision)
+        return f"kbs-{revision}.svc:80"
+
+    def unpublish_revision(self, tenant: str, revision: str) -> None:
+        self.live.discard(revision)
+
+
+def test_deleting_a_service_removes_the_services_of_its_revisions(
+    platform: Platform, probe: Probe, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = RevisionServices()
+    monkeypatch.setattr(executor, "publish_revision", cluster.publish_revision, raising=False)
+    monkeypatch.setattr(executor, "unpublish_revision", cluster.unpublish_revision, raising=False)
+    apply(platform, service_doc())
+    probe.all = True
+    settle(platform)
+    v2 = service_doc(canaryTrafficPercent=25)
+    v2["spec"]["model"]["args"] = ["--dtype", "float32"]
+    apply(platform, v2)
+    settle(platform)
+    assert cluster.live == {"chat-00001", "chat-00002"}  # both take traffic
+    with platform.sessions() as session:
+        serving.delete(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+    settle(platform, passes=4)
+    with platform.sessions() as session:
+        assert session.scalars(select(ServiceRow)).all() == []
+    assert cluster.live == set()
+
+
 def test_a_service_scaling_up_preempts_lower_priority_training(
     platform: Platform, probe: Probe
 ) -> None:

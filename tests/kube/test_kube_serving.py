@@ -1,7 +1,8 @@
 """A KServe InferenceService on kiban's Kubernetes executor, against the real API server: kiban
-places a pod per replica (with the service's labels, image, port and model arguments), makes
-a Service per revision, scales on a spec change and deletes everything with the service.
-Simulated nodes serve no traffic, so readiness and requests are tested on the local executor.
+places a pod per replica (with the service's labels, image, port, model arguments and the
+address to listen on), makes a Service per revision that takes traffic, and deletes everything
+with the service. Simulated nodes serve no traffic: the test's probe stands in for the model
+server's answer (requests themselves are tested on the local executor).
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_re
     document = load_document(INFERENCE_SERVICE)
     with kube_platform(control_plane, tmp_path / "home") as platform:
         platform.services.interval_s = 0.2
+        probed: set[str] = set()
+
+        def probe(address: str, path: str) -> bool:  # every replica answers once running
+            probed.add(address)
+            return True
+
+        platform.services.probe = probe
         platform.services.start()
         apply(platform, document)
         pods = wait_for("2 pods", lambda: len(serving_pods(core)) == 2 and serving_pods(core))
@@ -85,6 +93,13 @@ def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_re
             env = env_of(pod)
             assert env["HF_HOME"] == "/mnt/hf"
             assert env["MASTER_PORT"] == "8080"  # every replica of a revision on one port
+            # The model server listens on the pod's IP (its default is loopback), where the
+            # revision's Service and the control plane's probes reach it.
+            assert env["KIBAN_REPLICA_HOST"] == "0.0.0.0"
+        wait_for(
+            "the probes at each pod's IP and port 8080",
+            lambda: {f"{p.status.pod_ip}:8080" for p in serving_pods(core)} <= probed,
+        )
         assert wait_for("its Service", lambda: revision_services(core) == ["kbs-llm-00001"])
         service = core.read_namespaced_service("kbs-llm-00001", NAMESPACE)
         assert service.spec.selector == {
@@ -93,16 +108,26 @@ def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_re
         }
         assert service.spec.ports[0].target_port == 8080
 
-        # A new model makes revision 2 at 10%: its own pod and Service beside the first's.
+        # A new model makes revision 2 at 10%: its own pod, and once a replica of it is ready
+        # (it takes traffic then) its own Service beside the first's.
         document["spec"]["predictor"]["canaryTrafficPercent"] = 10
         document["spec"]["predictor"]["model"]["args"][1] = "--model_id=org/tiny-llm-v2"
         apply(platform, document)
-        wait_for(
+        canary = wait_for(
             "the canary's pod",
-            lambda: any(
-                p.metadata.labels["kiban.dev/revision"] == "llm-00002" for p in serving_pods(core)
-            ),
+            lambda: [
+                p
+                for p in serving_pods(core)
+                if p.metadata.labels["kiban.dev/revision"] == "llm-00002"
+            ],
         )
+        assert env_of(canary[0])["KIBAN_REPLICA_HOST"] == "0.0.0.0"
+        assert wait_for(
+            "the canary's Service",
+            lambda: revision_services(core) == ["kbs-llm-00001", "kbs-llm-00002"],
+        )
+        canary_service = core.read_namespaced_service("kbs-llm-00002", NAMESPACE)
+        assert canary_service.spec.selector["kiban.dev/revision"] == "llm-00002"
 
         with platform.sessions() as session:
             serving.delete(session, ALICE, "llm", platform.clock.now())

@@ -205,11 +205,13 @@ class ServiceController:
             wanted = self._wanted(service, spec, revision, targets, views)
             revision.desired_replicas = wanted
             changed |= self._scale(session, service, revision, views, now)
+        # Before the deleted service's early return: its split is empty, so this removes the
+        # Services of the revisions that took traffic (they would outlive the service else).
+        self._publish_revisions(service, revisions, replicas, set(split))
         if service.deleted_at is not None:
             if not any(not JobState(v.job.state).terminal for vs in replicas.values() for v in vs):
                 self._remove(session, service, now)
             return None, changed
-        self._publish_revisions(service, revisions, replicas, set(split))
         by_number = {r.number: r for r in revisions}
         endpoints = tuple(
             Endpoint(

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from kiban.domain.jobspec import JobSpec
+from kiban.domain.service import ServiceSpec
+from kiban.domain.service_replica import replica_job_manifest
 from kiban.executors.base import LaunchError, LaunchRequest
 from kiban.executors.kubernetes.options import KubernetesOptions
 from kiban.executors.kubernetes.pods import (
@@ -115,6 +117,51 @@ def test_container_fields_of_the_spec_reach_the_pod() -> None:
     assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
     assert spec["terminationGracePeriodSeconds"] == 90
     assert pod["metadata"]["annotations"]["example.com/team"] == "vision"
+
+
+def service_replica_request(spec: ServiceSpec) -> LaunchRequest:
+    """The request the control plane makes for replica 0 of a service's revision."""
+    job = replica_job_manifest(service="llm", revision="llm-00001", index=0, spec=spec)
+    placement = ReplicaPlacement("server", 0, 0, "node-0", (0,), 1000, 2**30)
+    return LaunchRequest(
+        "llm-00001-0-abc",
+        job.metadata.name,
+        "vision",
+        1,
+        job.spec,
+        (placement,),
+        job.spec.master_port or 8080,
+        labels=job.metadata.labels,
+    )
+
+
+HF_SERVICE = ServiceSpec(
+    runtime="huggingface",
+    model_name="llm",
+    model_id="org/tiny-llm",
+    image="registry.example/kiban-model-server:1",
+)
+
+
+def test_a_service_replica_is_asked_to_listen_on_every_address_of_its_pod() -> None:
+    req = service_replica_request(HF_SERVICE)
+    assert env(pod_manifest(req, req.placements[0], "ns", OPTIONS))["KIBAN_REPLICA_HOST"] == (
+        "0.0.0.0"
+    )
+    custom = ServiceSpec(
+        runtime="custom",
+        model_name="echo",
+        command=["python", "-m", "http.server"],
+        image="registry.example/echo:1",
+        port=8000,
+    )
+    req = service_replica_request(custom)
+    assert env(pod_manifest(req, req.placements[0], "ns", OPTIONS))["KIBAN_REPLICA_HOST"] == (
+        "0.0.0.0"
+    )
+    # A job that is no service's replica is not told.
+    req = request()
+    assert "KIBAN_REPLICA_HOST" not in env(pod_manifest(req, req.placements[0], "ns", OPTIONS))
 
 
 def test_a_task_without_an_image_is_refused_naming_the_field() -> None:

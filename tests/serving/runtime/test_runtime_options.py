@@ -45,6 +45,7 @@ def test_kserve_names_in_both_spellings() -> None:
 
 def test_kiban_options_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MASTER_PORT", raising=False)
+    monkeypatch.delenv("KIBAN_REPLICA_HOST", raising=False)
     default = parse_options([])
     assert (default.model_name, default.host, default.port) == ("model", "127.0.0.1", 8080)
     assert (default.max_batch_size, default.max_request_bytes, default.max_tokens_limit) == (
@@ -89,6 +90,18 @@ def test_a_unix_socket_from_the_flag_or_the_local_executors_variable(
     monkeypatch.setenv("KIBAN_REPLICA_SOCKET", "/run/r.sock")
     assert parse_options([]).uds == "/run/r.sock"
     assert parse_options(["--uds", "/tmp/x.sock"]).uds == "/tmp/x.sock"
+
+
+def test_the_host_from_the_flag_or_the_executors_variable_else_loopback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KIBAN_REPLICA_HOST", raising=False)
+    assert parse_options([]).host == "127.0.0.1"
+    monkeypatch.setenv("KIBAN_REPLICA_HOST", "")  # set but empty: as if unset
+    assert parse_options([]).host == "127.0.0.1"
+    monkeypatch.setenv("KIBAN_REPLICA_HOST", "0.0.0.0")  # what a Kubernetes pod is given
+    assert parse_options([]).host == "0.0.0.0"
+    assert parse_options(["--host", "10.1.2.3"]).host == "10.1.2.3"
 
 
 def test_unknown_kserve_arguments_are_kept_as_ignored() -> None:

@@ -38,6 +38,7 @@ from kiban.executors.kubernetes.naming import (
 )
 from kiban.executors.kubernetes.options import GPU_RESOURCE, KubernetesOptions
 from kiban.scheduler.decisions import ReplicaPlacement
+from kiban.serving.runtime.options import HOST_ENV
 
 CONTAINER = "main"
 # Pod failures that are the infrastructure's doing, not the job's: the replica counts as lost.
@@ -57,6 +58,19 @@ EXIT_CANNOT_START = 128  # exit code reported for a container that could not sta
 
 
 LOCALHOST = "localhost"
+REPLICA_HOST = "0.0.0.0"  # a service replica binds every address of its pod
+
+
+def service_replica_environment(labels: Mapping[str, str]) -> dict[str, str]:
+    """What a pod of a service's replica is told besides the job's variables: to listen on
+    every address of the pod (``$KIBAN_REPLICA_HOST``), since the revision's Service targets
+    the pod's IP and the control plane probes ``podIP:port``; kiban's model server binds
+    loopback otherwise. Every service replica is told, custom runtimes too: the pod does not
+    know its runtime, and a custom server may use the variable or ignore it (it binds where
+    it likes either way). Another address (``::`` on an IPv6-only cluster) is an explicit
+    ``--host`` in the service's args (its ``env`` may not set ``KIBAN_*`` names). A job that is
+    no service's gets nothing."""
+    return {HOST_ENV: REPLICA_HOST} if SERVICE_LABEL in labels else {}
 
 
 def needs_no_service(request: LaunchRequest) -> bool:
@@ -143,6 +157,7 @@ def pod_manifest(
         checkpoint_dir=f"{options.checkpoint_root}/{request.job_id}",
         index_env=request.spec.index_env,
     )
+    env.update(service_replica_environment(request.labels))
     gpus = len(placement.gpu_ids)
     if gpus:
         # The device plugin picks the devices and sets NVIDIA_VISIBLE_DEVICES; inside the

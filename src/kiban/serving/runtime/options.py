@@ -70,6 +70,7 @@ class ServerOptions:
     dtype: str = "auto"
     max_length: int | None = None
     host: str = "127.0.0.1"
+    """The address to bind: ``--host``, else ``$KIBAN_REPLICA_HOST``, else loopback."""
     port: int = 8080
     uds: str | None = None
     """A Unix socket to listen on as well as the port (for a router on the same machine)."""
@@ -82,6 +83,14 @@ class ServerOptions:
 
 SOCKET_ENV = "KIBAN_REPLICA_SOCKET"
 """Where kiban's local executor asks a replica to listen besides its port: a Unix socket path."""
+
+HOST_ENV = "KIBAN_REPLICA_HOST"
+"""The address an executor asks a replica to bind when loopback would not do: kiban's
+Kubernetes executor sets ``0.0.0.0`` (the revision's Service and the control plane's probes
+reach the pod's IP). Unset, the server binds 127.0.0.1, so that on a developer's machine a
+model server is never exposed to the network; an explicit ``--host`` wins over both."""
+
+DEFAULT_HOST = "127.0.0.1"
 
 
 def _flag(name: str) -> list[str]:
@@ -155,7 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="port to listen on (default: $MASTER_PORT, else 8080)",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument(
+        "--host",
+        help=f"address to bind (default: ${HOST_ENV}, set to 0.0.0.0 by kiban's Kubernetes "
+        f"executor; else {DEFAULT_HOST})",
+    )
     p.add_argument(
         "--uds",
         dest="uds",
@@ -211,7 +224,7 @@ def parse_options(argv: Sequence[str] | None = None) -> ServerOptions:
         task=namespace.task,
         dtype=namespace.dtype,
         max_length=namespace.max_length,
-        host=namespace.host,
+        host=namespace.host or os.environ.get(HOST_ENV) or DEFAULT_HOST,
         port=port,
         uds=namespace.uds or os.environ.get(SOCKET_ENV) or None,
         max_batch_size=namespace.max_batch_size,
