@@ -77,7 +77,10 @@ def check_storage_uri(value: str) -> str:
         claim = urlsplit(value).netloc
         _dns_label(claim, "storageUri claim")
     elif not HF_URI.match(value):
-        raise ValueError(f"storageUri {value!r} must look like hf://org/name or hf://org/name@rev")
+        raise ValueError(
+            f"storageUri {value!r} must look like hf://org/name, hf://org/name@rev or "
+            "hf://org/name:rev"
+        )
     return value
 
 

@@ -122,13 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         *_flag("model_id"),
         dest="model_id",
-        help="a Hugging Face id (org/name[@revision]) looked up in the local cache",
+        help="a Hugging Face id (org/name, org/name@revision or org/name:revision) looked up "
+        "in the local cache",
     )
     p.add_argument(*_flag("model_dir"), dest="model_dir", help="a local model directory")
     p.add_argument(
         *_flag("storage_uri"),
         dest="storage_uri",
-        help="file:///path, pvc://claim/path or hf://org/name[@revision]",
+        help="file:///path, pvc://claim/path or hf://org/name[@revision] (or :revision)",
     )
     p.add_argument(
         *_flag("task"),

@@ -2,12 +2,14 @@
 
 Nothing is downloaded: ``file://`` and ``pvc://`` map to local paths (kiban
 mounts claims under ``$KIBAN_PVC_ROOT``), and ``hf://`` ids are looked up in
-the local Hugging Face cache through huggingface_hub's own offline lookup.
+the local Hugging Face cache through huggingface_hub's own offline lookup. A revision follows
+the id after ``@`` or, as KServe writes it, after ``:``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -15,6 +17,7 @@ from kiban.serving.runtime.errors import LoadError
 from kiban.serving.runtime.options import ServerOptions
 
 DEFAULT_PVC_ROOT = "/mnt/pvc"
+HF_ID_FORMS = "org/name, org/name@revision or org/name:revision"
 
 
 def resolve_model_dir(options: ServerOptions) -> Path:
@@ -30,7 +33,7 @@ def resolve_model_dir(options: ServerOptions) -> Path:
 
 
 def resolve_uri(uri: str) -> Path:
-    """``file:///abs``, ``pvc://claim/sub/path``, ``hf://org/name[@rev]`` or a bare local path."""
+    """``file:///abs``, ``pvc://claim/sub/path``, ``hf://org/name[@rev|:rev]`` or a local path."""
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if scheme == "file":
@@ -67,10 +70,11 @@ def hf_cache_dir() -> Path | None:
 
 
 def resolve_hf_id(model_id: str, *, source: str) -> Path:
-    """The snapshot directory of ``org/name[@revision]`` in the local Hugging Face cache."""
-    repo_id, _, revision = model_id.strip("/").partition("@")
+    """The snapshot directory of ``org/name``, ``org/name@revision`` or ``org/name:revision``
+    (KServe's spelling) in the local Hugging Face cache."""
+    repo_id, revision = split_hf_id(model_id)
     if repo_id.count("/") > 1 or not repo_id:
-        raise LoadError(f"{source}: expected a Hugging Face id org/name[@revision]")
+        raise LoadError(f"{source}: expected a Hugging Face id {HF_ID_FORMS}")
     from huggingface_hub import snapshot_download
 
     cache = hf_cache_dir()
@@ -89,6 +93,14 @@ def resolve_hf_id(model_id: str, *, source: str) -> Path:
             f"downloads are disabled ({type(exc).__name__}: {exc})"
         ) from exc
     return Path(path)
+
+
+def split_hf_id(model_id: str) -> tuple[str, str]:
+    """``(repo_id, revision)``; a repo id has neither ``@`` nor ``:``, so the first of either
+    starts the revision ("" when none is given)."""
+    match = re.match(r"([^@:]*)(?:[@:](.*))?$", model_id.strip("/"), re.DOTALL)
+    assert match is not None  # the pattern matches any string
+    return match.group(1), match.group(2) or ""
 
 
 def _existing_dir(path: Path, source: str) -> Path:
