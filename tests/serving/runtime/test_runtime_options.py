@@ -43,6 +43,13 @@ def test_kserve_names_in_both_spellings() -> None:
     assert (snake.model_dir, snake.port, snake.max_length) == ("/x", 9000, 128)
 
 
+@pytest.mark.parametrize("flag", ["--max_model_len", "--max-model-len", "--max_length"])
+def test_max_model_len_is_max_length(flag: str) -> None:
+    # vLLM's and KServe's Hugging Face server's name for the context length
+    assert parse_options([flag, "4096"]).max_length == 4096
+    assert parse_options([f"{flag}=512"]).ignored == ()
+
+
 def test_kiban_options_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MASTER_PORT", raising=False)
     default = parse_options([])

@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         *_flag("max_length"),
+        *_flag("max_model_len"),  # vLLM's and KServe's Hugging Face server's name for it
         dest="max_length",
         type=_positive_int,
         help="the most tokens of context (prompt plus completion, or one input)",
