@@ -177,3 +177,40 @@ def test_cpu_scaling_warns_of_what_it_cannot_do_here(platform: Platform) -> None
         assert len(applied.warnings) == 1 and "one replica is kept" in applied.warnings[0]
         reasons = [e.reason for e in session.scalars(select(Event).order_by(Event.id))]
     assert reasons[-1] == "AppliedWithWarnings"
+
+
+def test_unknown_runtime_args_are_warned_and_recorded(platform: Platform) -> None:
+    args = ["--dtype=bfloat16", "--max_model_len=4096", "--backend", "vllm", "--max_batch=4"]
+    document = service_doc(
+        model={"name": "tiny", "storageUri": "file:///models/tiny", "args": args}
+    )
+    with platform.sessions() as session:
+        applied = serving.apply(
+            session, ALICE, document, facts=platform.facts, at=platform.clock.now()
+        )
+        session.commit()
+        events = [e.message for e in session.scalars(select(Event).order_by(Event.id))]
+    assert applied.warnings == (
+        "spec.model.args[2]: ignored (--backend is not an option of kiban's huggingface runtime)",
+        "spec.model.args[4]: ignored (--max_batch is not an option of kiban's huggingface "
+        "runtime; did you mean --max_batch_size?)",
+    )
+    assert events[-1] == "; ".join(applied.warnings)
+    custom = service_doc(
+        "own",
+        runtime="custom",
+        command=["serve"],
+        port=9000,
+        readinessPath="/ready",
+        model={"name": "m", "args": ["--backend", "x"]},
+    )
+    assert apply_warnings(platform, custom) == ()  # a custom server's args are its own
+
+
+def apply_warnings(platform: Platform, document: dict[str, Any]) -> tuple[str, ...]:
+    with platform.sessions() as session:
+        applied = serving.apply(
+            session, ALICE, document, facts=platform.facts, at=platform.clock.now()
+        )
+        session.commit()
+        return applied.warnings
