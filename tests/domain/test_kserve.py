@@ -13,7 +13,9 @@ from kiban.domain.errors import SpecError
 from kiban.domain.kserve import TRANSLATED_ANNOTATION
 from kiban.domain.manifests import load_document, parse_manifest
 from kiban.domain.service import ServiceManifest, ServiceSubmission, parse_service_submission
-from kiban.services.service_warnings import runtime_arg_warnings
+from kiban.executors.base import Capability
+from kiban.services.jobs import ClusterFacts
+from kiban.services.service_warnings import container_field_warnings, runtime_arg_warnings
 
 GI = 2**30
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "serving"
@@ -323,6 +325,20 @@ def test_unknown_runtime_args_are_warned_at_their_path() -> None:
     assert warning.startswith("spec.predictor.model.args[3]: ignored (--max-modle-len ")
     assert warning.endswith("did you mean --max-model-len?)")
     assert runtime_arg_warnings(parse(CUSTOM.replace("--http_port", "--whatever"))) == []
+
+
+def test_container_fields_a_local_executor_ignores_are_named_as_written() -> None:
+    pvc = parse(PVC.replace("modelFormat:", "image: registry.example/hf:v1\n      modelFormat:"))
+    local = ClusterFacts(capabilities=frozenset(Capability) - {Capability.CONTAINERS})
+    (warning,) = container_field_warnings(pvc, local, environ={"KIBAN_PVC_ROOT": "/srv/claims"})
+    assert warning == (
+        "the local executor runs each replica as a local process and ignores container-only "
+        "fields: spec.predictor.model.image, spec.predictor.volumes, "
+        "spec.predictor.model.storageUri (pvc://model-store/opt-125m: no claim is mounted; the "
+        "model is read from /srv/claims/model-store/opt-125m ($KIBAN_PVC_ROOT/<claim>/...) on "
+        "this machine)"
+    )
+    assert container_field_warnings(pvc, ClusterFacts(capabilities=frozenset(Capability))) == []
 
 
 def test_registered_with_the_manifest_parser() -> None:

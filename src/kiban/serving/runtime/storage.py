@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -17,6 +18,7 @@ from kiban.serving.runtime.errors import LoadError
 from kiban.serving.runtime.options import ServerOptions
 
 DEFAULT_PVC_ROOT = "/mnt/pvc"
+PVC_ROOT_ENV = "KIBAN_PVC_ROOT"
 HF_ID_FORMS = "org/name, org/name@revision or org/name:revision"
 
 
@@ -44,7 +46,7 @@ def resolve_uri(uri: str) -> Path:
         claim = parsed.netloc
         if not claim:
             raise LoadError(f"storage_uri {uri}: no claim name (expected pvc://CLAIM/sub/path)")
-        root = Path(os.environ.get("KIBAN_PVC_ROOT") or DEFAULT_PVC_ROOT)
+        root = pvc_root(os.environ)
         sub = unquote(parsed.path).lstrip("/")
         path = root / claim / sub if sub else root / claim
         if ".." in Path(sub).parts:
@@ -58,6 +60,12 @@ def resolve_uri(uri: str) -> Path:
         f"storage_uri {uri}: scheme {scheme}:// is not supported offline "
         "(use file://, pvc:// or hf:// from the local cache)"
     )
+
+
+def pvc_root(environ: Mapping[str, str]) -> Path:
+    """Where claims are found: ``$KIBAN_PVC_ROOT``, else /mnt/pvc (where kiban mounts them in
+    containers; a local process reads whatever directory is there)."""
+    return Path(environ.get(PVC_ROOT_ENV) or DEFAULT_PVC_ROOT)
 
 
 def hf_cache_dir() -> Path | None:
