@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from kiban.api.app import create_app
+from kiban.executors.base import Capability
 from kiban.platform import Platform
 from kiban.testing import FakeExecutor, ManualClock
 
@@ -71,6 +72,21 @@ def test_submit_json_creates_a_pending_job(api: TestClient) -> None:
     assert stored["spec"] == document
     assert stored["state"] == "Pending"
     assert stored["replicas"] == []
+
+
+def test_a_local_executor_warns_of_the_container_fields_it_ignores(
+    api: TestClient, platform: Platform, executor: FakeExecutor
+) -> None:
+    assert submit(api, manifest("boxed", masterPort=29500))["warnings"] == []
+    executor.capabilities -= {Capability.CONTAINERS}
+    platform.refresh_facts()
+    document = manifest("boxed", masterPort=29500)
+    document["spec"]["tasks"][0]["image"] = "pytorch/pytorch:2.4"
+    assert submit(api, document)["warnings"] == [
+        "the local executor runs each replica as a local process and ignores container-only "
+        "fields: spec.tasks[0].image, spec.masterPort (its port: a free one is used)"
+    ]
+    assert submit(api, manifest("plain"))["warnings"] == []
 
 
 def test_submit_yaml_is_the_same_as_json(api: TestClient) -> None:

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kiban.api.app import create_app
+from kiban.executors.base import Capability
 from kiban.platform import Platform
 
 INFERENCE_SERVICE = """
@@ -125,3 +126,32 @@ def test_describe_shows_the_autoscalers_numbers_and_cpu_warnings(
     scaling = revision["scaling"]
     assert (scaling["metric"], scaling["perReplica"], scaling["desiredReplicas"]) == ("cpu", 0.8, 1)
     assert "no CPU reading yet" in scaling["note"]  # no replica has answered its probe
+
+
+def test_apply_warns_of_unknown_runtime_args_and_fields_a_local_executor_ignores(
+    api: TestClient, platform: Platform
+) -> None:
+    platform.executor.capabilities -= {Capability.CONTAINERS}  # runs replicas as processes
+    platform.refresh_facts()
+    manifest = INFERENCE_SERVICE.replace(
+        "args: [--model_name=llm, --model_id=org/llm]",
+        "image: registry.example/hf:v1\n      "
+        "args: [--model_name=llm, --model_id=org/llm, --max_model_len=4096, --backend=vllm]",
+    )
+    applied = api.post(
+        "/api/v1/services", content=manifest, headers={"Content-Type": "application/yaml"}
+    )
+    assert applied.status_code == 201, applied.text
+    warnings = applied.json()["warnings"]
+    assert (
+        "spec.predictor.model.args[3]: ignored (--backend is not an option of kiban's "
+        "huggingface runtime)"
+    ) in warnings
+    assert (
+        "the local executor runs each replica as a local process and ignores container-only "
+        "fields: spec.predictor.model.image"
+    ) in warnings
+    assert not any("max_model_len" in w for w in warnings)  # --max_length's alias
+    events = api.get("/api/v1/services/llm/events").json()
+    (recorded,) = [e["message"] for e in events if e["reason"] == "AppliedWithWarnings"]
+    assert "spec.predictor.model.args[3]" in recorded and "spec.predictor.model.image" in recorded

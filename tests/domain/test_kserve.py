@@ -13,6 +13,9 @@ from kiban.domain.errors import SpecError
 from kiban.domain.kserve import TRANSLATED_ANNOTATION
 from kiban.domain.manifests import load_document, parse_manifest
 from kiban.domain.service import ServiceManifest, ServiceSubmission, parse_service_submission
+from kiban.executors.base import Capability
+from kiban.services.jobs import ClusterFacts
+from kiban.services.service_warnings import container_field_warnings, runtime_arg_warnings
 
 GI = 2**30
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "serving"
@@ -295,6 +298,47 @@ def test_the_example_inference_service_parses() -> None:
     submission = parse((EXAMPLES / "inferenceservice.yaml").read_text())
     assert (submission.spec.model_name, submission.spec.queue) == ("qwen", "research")
     assert submission.spec.resources.gpu == 1
+
+
+def test_kept_args_are_named_at_their_own_index() -> None:
+    """Pulling --model_name and --model_id shifts the kept args; paths still name the file's."""
+    llama = parse(LLAMA)
+    assert llama.spec.args == ["--max_model_len=8192"]
+    assert llama.source_path("spec.model.args[0]") == "spec.predictor.model.args[3]"
+    custom = parse(CUSTOM)  # nothing pulled: the same indexes
+    assert custom.source_path("spec.model.args[1]") == "spec.predictor.containers[0].args[1]"
+    legacy = parse(LEGACY.replace('"--task=text_generation"', '"--dtype=fp16"'))
+    assert legacy.spec.args == ["--dtype=fp16"]
+    assert legacy.source_path("spec.model.args[0]") == "spec.predictor.huggingface.args[2]"
+
+
+def test_unknown_runtime_args_are_warned_at_their_path() -> None:
+    embedding = parse(EMBEDDING)
+    assert runtime_arg_warnings(embedding) == [
+        "spec.predictor.model.args[3]: ignored (--backend is not an option of kiban's "
+        "huggingface runtime)"
+    ]
+    example = parse((EXAMPLES / "inferenceservice.yaml").read_text())
+    assert runtime_arg_warnings(example) == []  # --max_model_len is --max_length's alias
+    typo = parse(LLAMA.replace("--max_model_len=8192", "--max-modle-len=8192"))
+    (warning,) = runtime_arg_warnings(typo)
+    assert warning.startswith("spec.predictor.model.args[3]: ignored (--max-modle-len ")
+    assert warning.endswith("did you mean --max-model-len?)")
+    assert runtime_arg_warnings(parse(CUSTOM.replace("--http_port", "--whatever"))) == []
+
+
+def test_container_fields_a_local_executor_ignores_are_named_as_written() -> None:
+    pvc = parse(PVC.replace("modelFormat:", "image: registry.example/hf:v1\n      modelFormat:"))
+    local = ClusterFacts(capabilities=frozenset(Capability) - {Capability.CONTAINERS})
+    (warning,) = container_field_warnings(pvc, local, environ={"KIBAN_PVC_ROOT": "/srv/claims"})
+    assert warning == (
+        "the local executor runs each replica as a local process and ignores container-only "
+        "fields: spec.predictor.model.image, spec.predictor.volumes, "
+        "spec.predictor.model.storageUri (pvc://model-store/opt-125m: no claim is mounted; the "
+        "model is read from /srv/claims/model-store/opt-125m ($KIBAN_PVC_ROOT/<claim>/...) on "
+        "this machine)"
+    )
+    assert container_field_warnings(pvc, ClusterFacts(capabilities=frozenset(Capability))) == []
 
 
 def test_registered_with_the_manifest_parser() -> None:

@@ -14,6 +14,7 @@ from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound
+from kiban.services.jobs import ClusterFacts
 from kiban.store.models import Event, ServiceRevision, ServiceRow
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)
@@ -177,3 +178,76 @@ def test_cpu_scaling_warns_of_what_it_cannot_do_here(platform: Platform) -> None
         assert len(applied.warnings) == 1 and "one replica is kept" in applied.warnings[0]
         reasons = [e.reason for e in session.scalars(select(Event).order_by(Event.id))]
     assert reasons[-1] == "AppliedWithWarnings"
+
+
+def test_unknown_runtime_args_are_warned_and_recorded(platform: Platform) -> None:
+    args = ["--dtype=bfloat16", "--max_model_len=4096", "--backend", "vllm", "--max_batch=4"]
+    document = service_doc(
+        model={"name": "tiny", "storageUri": "file:///models/tiny", "args": args}
+    )
+    with platform.sessions() as session:
+        applied = serving.apply(
+            session, ALICE, document, facts=platform.facts, at=platform.clock.now()
+        )
+        session.commit()
+        events = [e.message for e in session.scalars(select(Event).order_by(Event.id))]
+    assert applied.warnings == (
+        "spec.model.args[2]: ignored (--backend is not an option of kiban's huggingface runtime)",
+        "spec.model.args[4]: ignored (--max_batch is not an option of kiban's huggingface "
+        "runtime; did you mean --max_batch_size?)",
+    )
+    assert events[-1] == "; ".join(applied.warnings)
+    custom = service_doc(
+        "own",
+        runtime="custom",
+        command=["serve"],
+        port=9000,
+        readinessPath="/ready",
+        model={"name": "m", "args": ["--backend", "x"]},
+    )
+    assert apply_warnings(platform, custom) == ()  # a custom server's args are its own
+
+
+def apply_warnings(
+    platform: Platform, document: dict[str, Any], facts: ClusterFacts | None = None
+) -> tuple[str, ...]:
+    with platform.sessions() as session:
+        applied = serving.apply(
+            session, ALICE, document, facts=facts or platform.facts, at=platform.clock.now()
+        )
+        session.commit()
+        return applied.warnings
+
+
+def test_a_local_executor_warns_of_the_container_fields_it_ignores(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = ClusterFacts(
+        node_shapes=platform.facts.node_shapes,
+        capabilities=platform.facts.capabilities - {Capability.CONTAINERS},
+    )
+    monkeypatch.setenv("KIBAN_PVC_ROOT", "/srv/claims")
+    volume = {"name": "cache", "claimName": "hf-cache", "mountPath": "/cache"}
+    document = service_doc(
+        model={"name": "tiny", "storageUri": "pvc://store/llm/v1"},
+        image="registry.example/hf:v1",
+        volumes=[volume],
+    )
+    (warning,) = apply_warnings(platform, document, local)
+    assert warning == (
+        "the local executor runs each replica as a local process and ignores container-only "
+        "fields: spec.image, spec.volumes, spec.model.storageUri (pvc://store/llm/v1: no claim "
+        "is mounted; the model is read from /srv/claims/store/llm/v1 ($KIBAN_PVC_ROOT/<claim>/...)"
+        " on this machine)"
+    )
+    assert apply_warnings(platform, document) == ()  # an executor with containers mounts them
+    # the claim mounted by the service itself: the runtime reads the mount's path
+    mounted = service_doc(
+        "mounted",
+        model={"name": "tiny", "storageUri": "pvc://store/llm"},
+        volumes=[{"name": "store", "claimName": "store", "mountPath": "/models"}],
+    )
+    (warning,) = apply_warnings(platform, mounted, local)
+    assert "spec.volumes, spec.model.storageUri (pvc://store/llm:" in warning
+    assert "read from /models/llm (the volume's mountPath)" in warning
+    assert apply_warnings(platform, service_doc("plain"), local) == ()

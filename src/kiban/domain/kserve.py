@@ -342,16 +342,22 @@ class _Translator(ManifestReader):
 
     def args(self, value: Any, where: str, section: dict[str, Any], pull: bool) -> list[Any]:
         """The arguments; ``--model_name``, ``--model_id`` and ``--task`` set the model's fields
-        (and, with ``pull``, leave the list: kiban's runtime gets them from those fields)."""
+        (and, with ``pull``, leave the list: kiban's runtime gets them from those fields). Each
+        kept argument's path is recorded, as pulling shifts the indexes."""
         args = self.items(value, where)
         kept: list[Any] = []
+
+        def keep(index: int) -> None:
+            self.source(f"spec.model.args[{len(kept)}]", f"{where}[{index}]")
+            kept.append(args[index])
+
         i = 0
         while i < len(args):
             arg = args[i]
             match = re.fullmatch(r"(--[a-z_]+)(?:=(.*))?", arg) if isinstance(arg, str) else None
             field = PULLED_ARGS.get(match.group(1)) if match else None
             if match is None or field is None:
-                kept.append(arg)
+                keep(i)
                 i += 1
                 continue
             value_text = match.group(2)
@@ -366,7 +372,8 @@ class _Translator(ManifestReader):
             section[field] = value_text
             self.source(f"spec.model.{field}", f"{where}[{i}]")
             if not pull:
-                kept += taken
+                for j in range(i, i + len(taken)):
+                    keep(j)
             i += len(taken)
         if value is not None:
             self.source("spec.model.args", where)

@@ -77,7 +77,10 @@ def check_storage_uri(value: str) -> str:
         claim = urlsplit(value).netloc
         _dns_label(claim, "storageUri claim")
     elif not HF_URI.match(value):
-        raise ValueError(f"storageUri {value!r} must look like hf://org/name or hf://org/name@rev")
+        raise ValueError(
+            f"storageUri {value!r} must look like hf://org/name, hf://org/name@rev or "
+            "hf://org/name:rev"
+        )
     return value
 
 
@@ -329,12 +332,19 @@ MANIFEST_PATHS = {
 @dataclass(frozen=True)
 class ServiceSubmission:
     """A service as submitted: its name, the normalized spec, the ``kiban/v1`` document to store
-    (an InferenceService is stored translated) and warnings for the submitter."""
+    (an InferenceService is stored translated), warnings for the submitter, and the field paths
+    of the submitted file (``kserve.Translation.paths``; none for a kiban Service)."""
 
     name: str
     spec: ServiceSpec
     document: dict[str, Any]
     warnings: tuple[str, ...] = ()
+    paths: tuple[tuple[str, str], ...] = ()
+
+    def source_path(self, path: str) -> str:
+        """Where a field of the kiban Service manifest (``spec.model.args[2]``) was written in
+        the submitted file."""
+        return source_path(self.paths, path)
 
 
 def is_service(document: Mapping[str, Any]) -> bool:
@@ -373,7 +383,7 @@ def parse_service_submission(doc: dict[str, Any]) -> ServiceSubmission:
         raise SpecError(
             [FieldProblem(source_path(paths, p.field), p.message) for p in exc.problems]
         ) from None
-    return ServiceSubmission(manifest.metadata.name, spec, document, warnings)
+    return ServiceSubmission(manifest.metadata.name, spec, document, warnings, paths)
 
 
 def validate_manifest(

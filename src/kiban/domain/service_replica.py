@@ -115,22 +115,33 @@ def replica_job_manifest(
     return JobManifest.model_validate(document)
 
 
-def _storage_args(spec: ServiceSpec, volumes: list[dict[str, Any]]) -> list[str]:
-    """``--storage_uri URI`` (mounting a pvc:// claim into ``volumes``) or ``--model_id ID``."""
+def runtime_storage_uri(spec: ServiceSpec) -> str | None:
+    """The ``--storage_uri`` a huggingface replica's runtime is given: the spec's own, except a
+    ``pvc://`` model whose claim the spec mounts elsewhere than ``/mnt/pvc/<claim>``, which is
+    read as ``file://`` under that mount."""
     if spec.storage_uri is None:
-        return ["--model_id", spec.model_id] if spec.model_id is not None else []
+        return None
     found = pvc_claim(spec.storage_uri)
     if found is None:
-        return ["--storage_uri", spec.storage_uri]
+        return spec.storage_uri
     claim, path = found
-    mounted = next((v for v in volumes if v["claimName"] == claim), None)
-    if mounted is not None and mounted["mountPath"] != f"{PVC_ROOT}/{claim}":
-        where = mounted["mountPath"].rstrip("/") + (f"/{path}" if path else "")
-        return ["--storage_uri", f"file://{where}"]
-    if mounted is None:
+    mounted = next((v for v in spec.volumes if v.claim_name == claim), None)
+    if mounted is not None and mounted.mount_path != f"{PVC_ROOT}/{claim}":
+        return "file://" + mounted.mount_path.rstrip("/") + (f"/{path}" if path else "")
+    return spec.storage_uri
+
+
+def _storage_args(spec: ServiceSpec, volumes: list[dict[str, Any]]) -> list[str]:
+    """``--storage_uri URI`` (mounting a pvc:// claim into ``volumes``) or ``--model_id ID``."""
+    uri = runtime_storage_uri(spec)
+    if uri is None:
+        return ["--model_id", spec.model_id] if spec.model_id is not None else []
+    found = pvc_claim(uri)
+    if found is not None and not any(v["claimName"] == found[0] for v in volumes):
+        claim = found[0]
         names = {v["name"] for v in volumes}
         name = next(n for n in ("model", *(f"model-{i}" for i in range(1, 100))) if n not in names)
         volumes.append(
             {"name": name, "claimName": claim, "mountPath": f"{PVC_ROOT}/{claim}", "readOnly": True}
         )
-    return ["--storage_uri", spec.storage_uri]
+    return ["--storage_uri", uri]

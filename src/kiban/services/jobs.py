@@ -118,12 +118,19 @@ def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[
     if spec.master_port is not None:
         port = submission.source_path("spec.masterPort")
         ignored.append(f"{port} (its port: a free one is used)")
-    if ignored:
-        warnings.append(
-            "the local executor runs each replica as a local process and ignores "
-            f"container-only fields: {', '.join(ignored)}"
-        )
-    return warnings
+    return warnings + local_executor_warning(ignored)
+
+
+def local_executor_warning(ignored: Sequence[str]) -> list[str]:
+    """The one warning (none when ``ignored`` is empty) that an executor without
+    ``Capability.CONTAINERS`` ignores these container-only fields, named as written; for jobs
+    and services alike."""
+    if not ignored:
+        return []
+    return [
+        "the local executor runs each replica as a local process and ignores "
+        f"container-only fields: {', '.join(ignored)}"
+    ]
 
 
 def check_against_policy(manifest: JobManifest, policy: ClusterPolicy) -> int:

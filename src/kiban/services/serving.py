@@ -25,6 +25,7 @@ from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
 from kiban.services.jobs import ClusterFacts, check_against_cluster, check_against_policy
 from kiban.services.policy import current_policy
+from kiban.services.service_warnings import container_field_warnings, runtime_arg_warnings
 from kiban.store.models import Queue, ServiceRevision, ServiceRow
 
 _NAME = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")
@@ -177,7 +178,12 @@ def apply(
         + (f" takes {service.canary_percent}% once ready" if revision else "; no new revision"),
         at=at,
     )
-    warnings = (*submission.warnings, *scaling_warnings(spec, facts.capabilities))
+    warnings = (
+        *submission.warnings,
+        *scaling_warnings(spec, facts.capabilities),
+        *runtime_arg_warnings(submission),
+        *container_field_warnings(submission, facts),
+    )
     if warnings:
         service_event(
             session,

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from kiban.serving.runtime.options import Task, parse_dtype, parse_options, parse_task
+from kiban.serving.runtime.options import (
+    Task,
+    parse_dtype,
+    parse_options,
+    parse_task,
+    unknown_options,
+)
 
 
 def test_kserve_names_in_both_spellings() -> None:
@@ -41,6 +47,13 @@ def test_kserve_names_in_both_spellings() -> None:
     assert snake == dash
     assert snake.model_name == "m"
     assert (snake.model_dir, snake.port, snake.max_length) == ("/x", 9000, 128)
+
+
+@pytest.mark.parametrize("flag", ["--max_model_len", "--max-model-len", "--max_length"])
+def test_max_model_len_is_max_length(flag: str) -> None:
+    # vLLM's and KServe's Hugging Face server's name for the context length
+    assert parse_options([flag, "4096"]).max_length == 4096
+    assert parse_options([f"{flag}=512"]).ignored == ()
 
 
 def test_kiban_options_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,6 +137,43 @@ def test_unknown_kserve_arguments_are_kept_as_ignored() -> None:
         "2",
         "--enable_prefix_caching",
     )
+
+
+def test_unknown_options_are_found_before_the_server_runs() -> None:
+    args = [
+        "--backend",
+        "vllm",
+        "--model_name",
+        "m",
+        "--max-batch=3",
+        "--max_length",
+        "7",
+        "--enable_prefix_caching",
+        "--max_model_len=4096",
+    ]
+    assert unknown_options(args) == [
+        (0, "--backend", None),
+        (4, "--max-batch", "--max-batch-size"),
+        (7, "--enable_prefix_caching", None),
+    ]
+    # the flags the server itself ignores
+    ignored = [a.partition("=")[0] for a in parse_options(args).ignored if a.startswith("-")]
+    assert ignored == [flag for _, flag, _ in unknown_options(args)]
+    # values are the server's to refuse, as before
+    assert unknown_options(["--max_length=abc", "--task", "nonsense", "--port", "-1"]) == []
+    assert unknown_options(["--model_name", "--dash-named-model"]) == []
+
+
+def test_the_options_import_neither_torch_nor_transformers() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kiban.serving.runtime.options as o; o.unknown_options(['--x']); "
+        "print(sorted({'torch', 'transformers', 'numpy', 'fastapi'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_bad_numbers_are_usage_errors() -> None:

@@ -55,6 +55,26 @@ def test_hf_ids_come_from_the_local_cache(tmp_path: Path, monkeypatch: pytest.Mo
     assert resolve_model_dir(parse_options(["--model_id", "acme/tiny"])) == snapshot
 
 
+def test_hf_revisions_after_a_colon_as_kserve_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit = "fedcba9876543210fedcba9876543210fedcba98"
+    snapshot = _cache_snapshot(tmp_path / "hub", "acme/tiny", commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert resolve_uri(f"hf://acme/tiny:{commit}") == snapshot
+    assert resolve_uri("hf://acme/tiny:main") == snapshot
+    assert resolve_model_dir(parse_options(["--model_id", f"acme/tiny:{commit}"])) == snapshot
+    with pytest.raises(LoadError, match=r"acme/tiny at revision v9 is not in the local"):
+        resolve_uri("hf://acme/tiny:v9")
+
+
+def test_malformed_hf_ids_name_both_revision_forms() -> None:
+    with pytest.raises(LoadError, match=r"org/name@revision or org/name:revision"):
+        resolve_uri("hf://a/b/c")
+    with pytest.raises(LoadError, match=r"org/name@revision or org/name:revision"):
+        resolve_model_dir(parse_options(["--model_id", ":main"]))
+
+
 def test_hf_home_is_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     commit = "89abcdef0123456789abcdef0123456789abcdef"
     snapshot = _cache_snapshot(tmp_path / "home" / "hub", "acme/other", commit)

@@ -2,13 +2,17 @@
 
 kiban passes an InferenceService's ``args`` through unchanged, so every KServe
 name is accepted in both ``--snake_case`` and ``--dash-case``; names this
-server does not know are collected and logged as ignored, never an error.
+server does not know are collected and logged as ignored, never an error
+(``unknown_options`` finds them before the server runs, so ``kiban serve`` can
+say so). Importing this module is cheap: no torch, no transformers.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -131,13 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         *_flag("model_id"),
         dest="model_id",
-        help="a Hugging Face id (org/name[@revision]) looked up in the local cache",
+        help="a Hugging Face id (org/name, org/name@revision or org/name:revision) looked up "
+        "in the local cache",
     )
     p.add_argument(*_flag("model_dir"), dest="model_dir", help="a local model directory")
     p.add_argument(
         *_flag("storage_uri"),
         dest="storage_uri",
-        help="file:///path, pvc://claim/path or hf://org/name[@revision]",
+        help="file:///path, pvc://claim/path or hf://org/name[@revision] (or :revision)",
     )
     p.add_argument(
         *_flag("task"),
@@ -153,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         *_flag("max_length"),
+        *_flag("max_model_len"),  # vLLM's and KServe's Hugging Face server's name for it
         dest="max_length",
         type=_positive_int,
         help="the most tokens of context (prompt plus completion, or one input)",
@@ -233,3 +239,28 @@ def parse_options(argv: Sequence[str] | None = None) -> ServerOptions:
         max_tokens_limit=namespace.max_tokens_limit,
         ignored=tuple(unknown),
     )
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own test: a value, not a flag
+
+
+def unknown_options(args: Sequence[str]) -> list[tuple[int, str, str | None]]:
+    """The options in ``args`` this server does not know, as (index, flag, closest known flag or
+    None): what ``parse_options`` would put in ``ignored``. Values are not checked; a value
+    after a known flag is skipped, one after an unknown flag is ignored along with it."""
+    takes_value: dict[str, bool] = {}
+    for action in build_parser()._actions:  # the parser's own table of its flags
+        takes_value |= dict.fromkeys(action.option_strings, action.nargs != 0)
+    found: list[tuple[int, str, str | None]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag, has_value, _ = arg.partition("=")
+        if flag in takes_value:
+            i += 2 if takes_value[flag] and not has_value else 1
+            continue
+        if arg.startswith("-") and not _NEGATIVE_NUMBER.match(arg):
+            close = difflib.get_close_matches(flag, list(takes_value), n=1, cutoff=0.75)
+            found.append((i, flag, close[0] if close else None))
+        i += 1
+    return found

@@ -2,12 +2,15 @@
 
 Nothing is downloaded: ``file://`` and ``pvc://`` map to local paths (kiban
 mounts claims under ``$KIBAN_PVC_ROOT``), and ``hf://`` ids are looked up in
-the local Hugging Face cache through huggingface_hub's own offline lookup.
+the local Hugging Face cache through huggingface_hub's own offline lookup. A revision follows
+the id after ``@`` or, as KServe writes it, after ``:``.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -15,6 +18,8 @@ from kiban.serving.runtime.errors import LoadError
 from kiban.serving.runtime.options import ServerOptions
 
 DEFAULT_PVC_ROOT = "/mnt/pvc"
+PVC_ROOT_ENV = "KIBAN_PVC_ROOT"
+HF_ID_FORMS = "org/name, org/name@revision or org/name:revision"
 
 
 def resolve_model_dir(options: ServerOptions) -> Path:
@@ -30,7 +35,7 @@ def resolve_model_dir(options: ServerOptions) -> Path:
 
 
 def resolve_uri(uri: str) -> Path:
-    """``file:///abs``, ``pvc://claim/sub/path``, ``hf://org/name[@rev]`` or a bare local path."""
+    """``file:///abs``, ``pvc://claim/sub/path``, ``hf://org/name[@rev|:rev]`` or a local path."""
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if scheme == "file":
@@ -41,7 +46,7 @@ def resolve_uri(uri: str) -> Path:
         claim = parsed.netloc
         if not claim:
             raise LoadError(f"storage_uri {uri}: no claim name (expected pvc://CLAIM/sub/path)")
-        root = Path(os.environ.get("KIBAN_PVC_ROOT") or DEFAULT_PVC_ROOT)
+        root = pvc_root(os.environ)
         sub = unquote(parsed.path).lstrip("/")
         path = root / claim / sub if sub else root / claim
         if ".." in Path(sub).parts:
@@ -57,6 +62,12 @@ def resolve_uri(uri: str) -> Path:
     )
 
 
+def pvc_root(environ: Mapping[str, str]) -> Path:
+    """Where claims are found: ``$KIBAN_PVC_ROOT``, else /mnt/pvc (where kiban mounts them in
+    containers; a local process reads whatever directory is there)."""
+    return Path(environ.get(PVC_ROOT_ENV) or DEFAULT_PVC_ROOT)
+
+
 def hf_cache_dir() -> Path | None:
     """The hub cache in force now: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else the default."""
     if os.environ.get("HF_HUB_CACHE"):
@@ -67,10 +78,11 @@ def hf_cache_dir() -> Path | None:
 
 
 def resolve_hf_id(model_id: str, *, source: str) -> Path:
-    """The snapshot directory of ``org/name[@revision]`` in the local Hugging Face cache."""
-    repo_id, _, revision = model_id.strip("/").partition("@")
+    """The snapshot directory of ``org/name``, ``org/name@revision`` or ``org/name:revision``
+    (KServe's spelling) in the local Hugging Face cache."""
+    repo_id, revision = split_hf_id(model_id)
     if repo_id.count("/") > 1 or not repo_id:
-        raise LoadError(f"{source}: expected a Hugging Face id org/name[@revision]")
+        raise LoadError(f"{source}: expected a Hugging Face id {HF_ID_FORMS}")
     from huggingface_hub import snapshot_download
 
     cache = hf_cache_dir()
@@ -89,6 +101,14 @@ def resolve_hf_id(model_id: str, *, source: str) -> Path:
             f"downloads are disabled ({type(exc).__name__}: {exc})"
         ) from exc
     return Path(path)
+
+
+def split_hf_id(model_id: str) -> tuple[str, str]:
+    """``(repo_id, revision)``; a repo id has neither ``@`` nor ``:``, so the first of either
+    starts the revision ("" when none is given)."""
+    match = re.match(r"([^@:]*)(?:[@:](.*))?$", model_id.strip("/"), re.DOTALL)
+    assert match is not None  # the pattern matches any string
+    return match.group(1), match.group(2) or ""
 
 
 def _existing_dir(path: Path, source: str) -> Path:
