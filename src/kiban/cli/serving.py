@@ -44,13 +44,18 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
-def _scaling(scaling: dict[str, Any] | None) -> str:
-    """The autoscaler's numbers for a revision: the averages and what one replica carries."""
+def _scaling(scaling: dict[str, Any] | None, ready: int) -> str:
+    """The autoscaler's numbers for a revision: the averages and what one replica carries
+    (CPU use as a share of one replica's request, averaged over the ``ready`` replicas)."""
     if not scaling:
         return "-"
     stable, panic, each = scaling["stableValue"], scaling["panicValue"], scaling["perReplica"]
     if scaling["metric"] == "cpu":
-        text = f"cpu {stable:.0%} (60 s), {panic:.0%} (6 s) of a request; {each:.0%} each"
+        share = max(ready, 1)
+        text = (
+            f"cpu {stable / share:.0%} (60 s), {panic / share:.0%} (6 s) of each replica's "
+            f"request; target {each:.0%}"
+        )
     else:
         text = f"{scaling['metric']} {stable:.2f} (60 s), {panic:.2f} (6 s); {each:.2f} each"
     if scaling["panicking"]:
@@ -106,7 +111,7 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
                 r["state"],
                 f"{r['trafficPercent']}%",
                 f"{r['readyReplicas']}/{r['desiredReplicas']}",
-                _scaling(r.get("scaling")),
+                _scaling(r.get("scaling"), r["readyReplicas"]),
                 r["message"] or "",
             )
         )
