@@ -15,6 +15,12 @@ import psutil
 import pytest
 from e2e_support import KibanServer, StartKiban, eventually, job_manifest, job_processes
 
+from kiban.domain.manifests import parse_job_manifest
+from kiban.domain.service_replica import SERVICE_LABEL
+from kiban.executors.base import Capability, LaunchRequest, ReplicaRef
+from kiban.executors.local import LocalExecutor
+from kiban.scheduler.decisions import ReplicaPlacement
+
 pytestmark = pytest.mark.e2e
 
 ENV_DUMP = """
@@ -361,8 +367,6 @@ def test_replica_python_is_the_servers(kiban: KibanServer) -> None:
 
 def test_stop_never_signals_a_reused_pid(tmp_path: Path) -> None:
     """A replica that ended long ago: its pid may now be another job's group leader."""
-    from kiban.executors.base import ReplicaRef
-    from kiban.executors.local import LocalExecutor
 
     stranger = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
@@ -395,35 +399,42 @@ time.sleep(60)
 """
 
 
-def test_a_service_replica_that_listens_on_its_socket_is_reached_there(tmp_path: Path) -> None:
-    """The local executor offers a service's replica a Unix socket; once the replica listens
-    there, its address is that socket (cheaper for the router than loopback TCP)."""
-    from kiban.domain.manifests import parse_job_manifest
-    from kiban.domain.service_replica import SERVICE_LABEL
-    from kiban.executors.base import LaunchRequest, ReplicaRef
-    from kiban.executors.local import LocalExecutor
-    from kiban.scheduler.decisions import ReplicaPlacement
-
-    home = tmp_path / "h"
-    executor = LocalExecutor(home, [])
-    (tmp_path / "listen.py").write_text(LISTEN_ON_SOCKET)
+def launch_script(
+    executor: LocalExecutor,
+    workdir: Path,
+    job_id: str,
+    source: str,
+    labels: dict[str, str] | None = None,
+) -> ReplicaRef:
+    """One replica of a one-task job that runs ``source`` as a Python script, launched by the
+    executor alone (no control plane); the caller stops it."""
+    script = workdir / f"{job_id}.py"
+    script.write_text(source)
     document = {
         "apiVersion": "kiban/v1",
         "kind": "Job",
-        "metadata": {"name": "svc"},
+        "metadata": {"name": "script"},
         "spec": {
-            "tasks": [{"name": "server", "replicas": 1, "command": ["python", "listen.py"]}],
-            "workingDir": str(tmp_path),
+            "tasks": [{"name": "server", "replicas": 1, "command": ["python", script.name]}],
+            "workingDir": str(workdir),
         },
     }
     spec = parse_job_manifest(document).spec
     placement = ReplicaPlacement("server", 0, 0, "node-0", (), 1000, 2**30)
+    request = LaunchRequest(job_id, "script", "t", 1, spec, (placement,), 29500, labels or {})
+    (up,) = executor.launch(request)
+    return ReplicaRef(job_id, 1, "server", 0, 0, up.pid, up.pid_start_time)
+
+
+def test_a_service_replica_that_listens_on_its_socket_is_reached_there(tmp_path: Path) -> None:
+    """The local executor offers a service's replica a Unix socket; once the replica listens
+    there, its address is that socket (cheaper for the router than loopback TCP)."""
+    home = tmp_path / "h"
+    executor = LocalExecutor(home, [])
     refs: list[ReplicaRef] = []
     try:
         for job_id, labels in (("plain-abc123", {}), ("svc-abc123", {SERVICE_LABEL: "svc"})):
-            request = LaunchRequest(job_id, "svc", "t", 1, spec, (placement,), 29500, labels)
-            (up,) = executor.launch(request)
-            refs.append(ReplicaRef(job_id, 1, "server", 0, 0, up.pid, up.pid_start_time))
+            refs.append(launch_script(executor, tmp_path, job_id, LISTEN_ON_SOCKET, labels))
         plain, service = refs
         socket_path = home / "jobs" / "svc-abc123" / "attempt-1" / "rank-0.sock"
         eventually(lambda: executor.replica_address(service, 8080) == f"unix:{socket_path}")
@@ -444,28 +455,9 @@ subprocess.run([sys.executable, "-c", burn + "time.sleep(60)"])
 def test_a_replicas_cpu_use_counts_every_process_under_it(tmp_path: Path) -> None:
     """What the autoscaler's cpu metric reads: the CPU seconds of the replica's whole tree
     (here a grandchild does the work), and nothing once the replica is gone."""
-    from kiban.domain.manifests import parse_job_manifest
-    from kiban.executors.base import Capability, LaunchRequest, ReplicaRef
-    from kiban.executors.local import LocalExecutor
-    from kiban.scheduler.decisions import ReplicaPlacement
-
     executor = LocalExecutor(tmp_path / "h", [])
     assert Capability.CPU_USAGE in executor.capabilities
-    (tmp_path / "burn.py").write_text(BURN_IN_A_GRANDCHILD)
-    document = {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": "burn"},
-        "spec": {
-            "tasks": [{"name": "server", "replicas": 1, "command": ["python", "burn.py"]}],
-            "workingDir": str(tmp_path),
-        },
-    }
-    spec = parse_job_manifest(document).spec
-    placement = ReplicaPlacement("server", 0, 0, "node-0", (), 1000, 2**30)
-    request = LaunchRequest("burn-abc123", "burn", "t", 1, spec, (placement,), 29500)
-    (up,) = executor.launch(request)
-    ref = ReplicaRef("burn-abc123", 1, "server", 0, 0, up.pid, up.pid_start_time)
+    ref = launch_script(executor, tmp_path, "burn-abc123", BURN_IN_A_GRANDCHILD)
     try:
         used = eventually(
             lambda: (executor.replica_cpu_seconds(ref) or 0.0) >= 0.6 or None,
