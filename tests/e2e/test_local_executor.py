@@ -367,7 +367,6 @@ def test_replica_python_is_the_servers(kiban: KibanServer) -> None:
 
 def test_stop_never_signals_a_reused_pid(tmp_path: Path) -> None:
     """A replica that ended long ago: its pid may now be another job's group leader."""
-
     stranger = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
         started = psutil.Process(stranger.pid).create_time()
