@@ -15,6 +15,7 @@ from kiban.services import serving
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound
 from kiban.services.jobs import ClusterFacts
+from kiban.services.service_warnings import scaling_warnings
 from kiban.store.models import Event, ServiceRevision, ServiceRow
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)
@@ -157,14 +158,14 @@ def test_cpu_scaling_warns_of_what_it_cannot_do_here(platform: Platform) -> None
         {"runtime": "huggingface", "model_name": "m", "model_id": "o/m", "scale_metric": "cpu"}
     )
     everything = frozenset(Capability)
-    assert serving.scaling_warnings(spec, everything) == []
+    assert scaling_warnings(spec, everything) == []
     at_zero = spec.model_copy(update={"min_replicas": 0})
-    (warning,) = serving.scaling_warnings(at_zero, everything)
+    (warning,) = scaling_warnings(at_zero, everything)
     assert "minReplicas 0 with scaleMetric cpu: one replica is kept" in warning
-    (warning,) = serving.scaling_warnings(spec, everything - {Capability.CPU_USAGE})
+    (warning,) = scaling_warnings(spec, everything - {Capability.CPU_USAGE})
     assert "scales on concurrency" in warning
     concurrency = spec.model_copy(update={"scale_metric": "concurrency", "min_replicas": 0})
-    assert serving.scaling_warnings(concurrency, frozenset()) == []
+    assert scaling_warnings(concurrency, frozenset()) == []
 
     with platform.sessions() as session:
         applied = serving.apply(

@@ -1,10 +1,11 @@
 """What a service asks for that will not happen as written, told when it is applied.
 
-Two kinds, each naming the field as written in the submitted file (an InferenceService's own
-paths): arguments kiban's huggingface runtime does not know (the runtime logs and drops them,
-where nobody looks), and container-only fields an executor that runs replicas as local
-processes ignores (as for jobs). Nothing here imports the runtime's model code: the runtime's
-argument parser and its storage rules are cheap to import.
+Three kinds: arguments kiban's huggingface runtime does not know (the runtime logs and drops
+them, where nobody looks), container-only fields an executor that runs replicas as local
+processes ignores (as for jobs), each naming the field as written in the submitted file (an
+InferenceService's own paths), and what ``scaleMetric: cpu`` cannot do here. Nothing here
+imports the runtime's model code: the runtime's argument parser and its storage rules are cheap
+to import.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from kiban.domain.service import ServiceSubmission, pvc_claim
+from kiban.domain.service import ServiceSpec, ServiceSubmission, pvc_claim
 from kiban.domain.service_replica import runtime_storage_uri
 from kiban.executors.base import Capability
 from kiban.services.jobs import ClusterFacts, local_executor_warning
@@ -76,3 +77,21 @@ def _pvc_model(submission: ServiceSubmission, environ: Mapping[str, str] | None)
         f"{field} ({spec.storage_uri}: no claim is mounted; the model is read from {where} "
         "on this machine)"
     )
+
+
+def scaling_warnings(spec: ServiceSpec, capabilities: frozenset[Capability]) -> list[str]:
+    """What a service's scaling settings cannot do here, told when it is applied."""
+    if spec.scale_metric != "cpu":
+        return []
+    found = []
+    if spec.min_replicas == 0:
+        found.append(
+            "minReplicas 0 with scaleMetric cpu: one replica is kept (CPU use is read from "
+            "running replicas, so cpu does not scale to zero)"
+        )
+    if Capability.CPU_USAGE not in capabilities:
+        found.append(
+            "scaleMetric cpu: this executor reports no CPU use of replicas; the service "
+            "scales on concurrency"
+        )
+    return found

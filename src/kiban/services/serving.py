@@ -19,13 +19,16 @@ from kiban.domain.manifests import json_problem
 from kiban.domain.rollout import RevisionState, revision_name
 from kiban.domain.service import ServiceSpec, parse_service_submission
 from kiban.domain.service_replica import replica_job_manifest
-from kiban.executors.base import Capability
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
 from kiban.services.jobs import ClusterFacts, check_against_cluster, check_against_policy
 from kiban.services.policy import current_policy
-from kiban.services.service_warnings import container_field_warnings, runtime_arg_warnings
+from kiban.services.service_warnings import (
+    container_field_warnings,
+    runtime_arg_warnings,
+    scaling_warnings,
+)
 from kiban.store.models import Queue, ServiceRevision, ServiceRow
 
 _NAME = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")
@@ -194,24 +197,6 @@ def apply(
             warning=True,
         )
     return Applied(service, revision, created, warnings)
-
-
-def scaling_warnings(spec: ServiceSpec, capabilities: frozenset[Capability]) -> list[str]:
-    """What a service's scaling settings cannot do here, told when it is applied."""
-    if spec.scale_metric != "cpu":
-        return []
-    found = []
-    if spec.min_replicas == 0:
-        found.append(
-            "minReplicas 0 with scaleMetric cpu: one replica is kept (CPU use is read from "
-            "running replicas, so cpu does not scale to zero)"
-        )
-    if Capability.CPU_USAGE not in capabilities:
-        found.append(
-            "scaleMetric cpu: this executor reports no CPU use of replicas; the service "
-            "scales on concurrency"
-        )
-    return found
 
 
 def _new_revision(
