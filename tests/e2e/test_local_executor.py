@@ -469,3 +469,31 @@ def test_a_replicas_cpu_use_counts_every_process_under_it(tmp_path: Path) -> Non
     finally:
         executor.stop(ref, force=True)
     eventually(lambda: executor.replica_cpu_seconds(ref) is None, what="the replica to be gone")
+
+
+PRINT_WHERE_TO_LISTEN = """
+import os
+env = os.environ
+print("HOST", env.get("KIBAN_REPLICA_HOST"), "SOCKET", env.get("KIBAN_REPLICA_SOCKET"))
+"""
+
+
+def test_where_a_replica_listens_is_not_inherited_from_the_servers_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell that set these must not expose a local model server to the network, nor give a
+    plain job a socket path: kiban decides them per replica."""
+    monkeypatch.setenv("KIBAN_REPLICA_HOST", "0.0.0.0")
+    monkeypatch.setenv("KIBAN_REPLICA_SOCKET", "/tmp/stray.sock")
+    home = tmp_path / "h"
+    executor = LocalExecutor(home, [])
+    ref = launch_script(executor, tmp_path, "plain-abc123", PRINT_WHERE_TO_LISTEN)
+    log = home / "jobs" / "plain-abc123" / "rank-0.log"
+    try:
+        line = eventually(
+            lambda: next((x for x in log.read_text().splitlines() if x.startswith("HOST")), None),
+            what="the replica's line",
+        )
+    finally:
+        executor.stop(ref, force=True)
+    assert line == "HOST None SOCKET None"

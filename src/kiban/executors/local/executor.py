@@ -39,12 +39,16 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.environment import replica_command, replica_environment
-from kiban.serving.runtime.options import SOCKET_ENV
+from kiban.serving.runtime.options import HOST_ENV, SOCKET_ENV
 
 logger = logging.getLogger("kiban.executors.local")
 
 JOB_ID = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")
 SHIM = "kiban.executors.local.shim"
+NOT_INHERITED = frozenset({"KIBAN_TOKEN", "KIBAN_URL", HOST_ENV, SOCKET_ENV})
+"""Variables of the server's environment its replicas do not get: its own credentials, and
+where a replica listens, which kiban decides per replica (a model server on this machine binds
+loopback, whatever the shell that started kiban said)."""
 MAX_SOCKET_PATH = 107
 """Bytes in a Unix socket's path at most (Linux's ``sun_path`` less its final NUL)."""
 
@@ -150,8 +154,7 @@ class LocalExecutor:
             raise LaunchError(f"working directory {working_dir} does not exist")
         tasks = {t.name: t for t in spec.tasks}
         world_size = len(request.placements)
-        # The server's own credentials stay with the server.
-        base_env = {k: v for k, v in os.environ.items() if k not in ("KIBAN_TOKEN", "KIBAN_URL")}
+        base_env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
         python_bin = str(Path(sys.executable).parent)
         base_env["PATH"] = python_bin + os.pathsep + base_env.get("PATH", "")
         if spec.launcher == "torchrun" and Capability.TORCHRUN not in self.capabilities:
