@@ -13,6 +13,7 @@ import pytest
 from loop_support import manifest, submit
 from sqlalchemy import select
 
+from kiban.control.services import RESYNC_S, ServiceController
 from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
@@ -276,32 +277,64 @@ def test_deleting_a_service_stops_its_replicas_and_then_removes_it(
 
 
 class RevisionServices:
-    """A cluster's Services per revision, as an executor that publishes revisions keeps them."""
+    """A cluster's Services per revision (of tenant "default"), as an executor that publishes
+    revisions keeps them; while ``refuse`` is set, removing one fails."""
 
     def __init__(self) -> None:
         self.live: set[str] = set()
+        self.refuse = False
 
     def publish_revision(self, tenant: str, service: str, revision: str, port: int) -> str:
         self.live.add(revision)
         return f"kbs-{revision}.svc:80"
 
     def unpublish_revision(self, tenant: str, revision: str) -> None:
+        if self.refuse:
+            raise RuntimeError("the API server is unavailable")
         self.live.discard(revision)
 
+    def published_revisions(self) -> dict[tuple[str, str], str]:
+        return {("default", r): f"kbs-{r}.svc:80" for r in self.live}
 
-def test_deleting_a_service_removes_the_services_of_its_revisions(
-    platform: Platform, probe: Probe, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cluster = RevisionServices()
-    monkeypatch.setattr(executor, "publish_revision", cluster.publish_revision, raising=False)
-    monkeypatch.setattr(executor, "unpublish_revision", cluster.unpublish_revision, raising=False)
+
+@pytest.fixture
+def cluster(executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch) -> RevisionServices:
+    """The fake executor with revision Services, as the Kubernetes executor has them."""
+    found = RevisionServices()
+    for call in ("publish_revision", "unpublish_revision", "published_revisions"):
+        monkeypatch.setattr(executor, call, getattr(found, call), raising=False)
+    return found
+
+
+def with_canary(platform: Platform) -> None:
+    """Service "chat": revision 1 stable, revision 2 a canary at 25%, both ready."""
     apply(platform, service_doc())
-    probe.all = True
     settle(platform)
     v2 = service_doc(canaryTrafficPercent=25)
     v2["spec"]["model"]["args"] = ["--dtype", "float32"]
     apply(platform, v2)
     settle(platform)
+
+
+def restart_controller(platform: Platform, probe: Probe) -> None:
+    """A new service controller, as a restarted control plane has: it remembers nothing."""
+    platform.services.stop()
+    platform.services = ServiceController(
+        sessions=platform.sessions,
+        executor=platform.executor,
+        table=platform.routes,
+        traffic=platform.traffic,
+        facts=lambda: platform.facts,
+        clock=platform.clock,
+        probe=probe,
+    )
+
+
+def test_deleting_a_service_removes_the_services_of_its_revisions(
+    platform: Platform, probe: Probe, cluster: RevisionServices
+) -> None:
+    probe.all = True
+    with_canary(platform)
     assert cluster.live == {"chat-00001", "chat-00002"}  # both take traffic
     with platform.sessions() as session:
         serving.delete(session, ALICE, "chat", platform.clock.now())
@@ -310,6 +343,57 @@ def test_deleting_a_service_removes_the_services_of_its_revisions(
     with platform.sessions() as session:
         assert session.scalars(select(ServiceRow)).all() == []
     assert cluster.live == set()
+
+
+def test_a_restarted_controller_removes_the_services_that_take_no_traffic_now(
+    platform: Platform, probe: Probe, cluster: RevisionServices
+) -> None:
+    probe.all = True
+    with_canary(platform)
+    assert cluster.live == {"chat-00001", "chat-00002"}
+    # While the control plane is down, the canary is rolled back; and a Service is left of a
+    # service removed from the store before (its removal failed, or was never tried).
+    with platform.sessions() as session:
+        serving.rollback(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+    cluster.live.add("gone-00003")
+    restart_controller(platform, probe)
+    platform.services.run_once()
+    assert cluster.live == {"chat-00001"}  # the stable revision's is kept
+    assert platform.services.published == {("default", "chat-00001"): "kbs-chat-00001.svc:80"}
+
+
+def test_a_service_deleted_by_hand_is_made_again_once_the_services_are_listed_again(
+    platform: Platform, probe: Probe, cluster: RevisionServices, clock: ManualClock
+) -> None:
+    probe.all = True
+    apply(platform, service_doc())
+    settle(platform)
+    cluster.live.discard("chat-00001")  # by someone else: the controller believes it exists
+    platform.services.run_once()
+    assert cluster.live == set()
+    clock.advance(RESYNC_S)
+    platform.services.run_once()
+    assert cluster.live == {"chat-00001"}
+
+
+def test_a_service_that_cannot_be_removed_is_removed_in_a_later_pass_after_its_service(
+    platform: Platform, probe: Probe, cluster: RevisionServices
+) -> None:
+    probe.all = True
+    with_canary(platform)
+    cluster.refuse = True
+    with platform.sessions() as session:
+        serving.delete(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+    settle(platform, passes=4)
+    with platform.sessions() as session:
+        assert session.scalars(select(ServiceRow)).all() == []  # gone from the store
+    assert cluster.live == {"chat-00001", "chat-00002"}  # every removal failed so far
+    cluster.refuse = False
+    platform.services.run_once()
+    assert cluster.live == set()
+    assert platform.services.published == {}
 
 
 def test_a_service_scaling_up_preempts_lower_priority_training(

@@ -1,8 +1,9 @@
 """A KServe InferenceService on kiban's Kubernetes executor, against the real API server: kiban
 places a pod per replica (with the service's labels, image, port, model arguments and the
 address to listen on), makes a Service per revision that takes traffic, and deletes everything
-with the service. Simulated nodes serve no traffic: the test's probe stands in for the model
-server's answer (requests themselves are tested on the local executor).
+with the service, even one deleted while kiban was down. Simulated nodes serve no traffic: the
+test's probe stands in for the model server's answer (requests themselves are tested on the
+local executor).
 """
 
 from __future__ import annotations
@@ -129,9 +130,17 @@ def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_re
         canary_service = core.read_namespaced_service("kbs-llm-00002", NAMESPACE)
         assert canary_service.spec.selector["kiban.dev/revision"] == "llm-00002"
 
+        # The service controller stops, and the service is deleted while it is down.
+        platform.services.stop()
         with platform.sessions() as session:
             serving.delete(session, ALICE, "llm", platform.clock.now())
             session.commit()
-        platform.services.wake()
+
+    # A restarted kiban remembers no Service it made: it finds them by their labels, and
+    # removes them with the service's pods.
+    with kube_platform(control_plane, tmp_path / "home") as restarted:
+        restarted.services.interval_s = 0.2
+        restarted.services.probe = probe
+        restarted.services.start()
         wait_for("the pods to go", lambda: serving_pods(core) == [], timeout=60)
         wait_for("the Services to go", lambda: revision_services(core) == [], timeout=60)

@@ -14,6 +14,13 @@ Every pass, for each service:
 5. Publish the routes (traffic split and ready endpoints) to the router.
 
 A deleted service's replicas are cancelled, and the service removed once none is left.
+
+On executors that give a revision its own address (a Kubernetes Service), each revision that
+takes traffic gets one, and after every pass each one made for a revision that takes no
+traffic, of any service in the store or of none, is removed (a failed removal is tried again
+the next pass). Which exist is listed from the executor at the first pass and every
+``resync_s`` after, not only remembered: one made before a restart of the control plane, for a
+service deleted meanwhile, would outlive it otherwise.
 """
 
 from __future__ import annotations
@@ -67,6 +74,10 @@ LOAD_FAILED = "KIBAN_LOAD_FAILED:"
 MAX_CRASHES = 3  # replicas of a revision that exit before ever being ready: then it failed
 LOG_TAIL_BYTES = 1 << 20
 MAX_UNIX_CLIENTS = 256  # probe clients of replicas' Unix sockets kept at most
+# How often the revisions' Services are listed again: one list call per five minutes is
+# nothing, and it heals within minutes what memory alone never would (a Service deleted by
+# hand, whose revision would stay without one; one made by another control plane).
+RESYNC_S = 300.0
 
 
 @dataclass
@@ -96,7 +107,10 @@ class ServiceController:
     decisions: dict[tuple[int, int], ScaleDecision] = field(default_factory=dict)
     """The autoscaler's last word on each scaling revision (service id, number), to show."""
     cpu: CpuMeter = field(default_factory=CpuMeter)
-    published: dict[tuple[str, str], str] = field(default_factory=dict)  # revision: address
+    published: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The revisions' Services known to exist: (tenant, revision) to address."""
+    resync_s: float = RESYNC_S
+    _listed_at: float | None = None  # when ``published`` was last listed from the executor
     _wake: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -138,13 +152,18 @@ class ServiceController:
     def run_once(self) -> None:
         now = self.clock.now()
         routes: list[Route] = []
+        routed: set[tuple[str, str]] = set()  # (tenant, revision) of every service's split
         jobs_changed = False
+        self._list_published(now)
         with self.sessions() as session:
             for service in session.scalars(select(ServiceRow)).all():
-                route, changed = self._reconcile(session, service, now)
+                route, changed = self._reconcile(session, service, now, routed)
                 jobs_changed = jobs_changed or changed
                 if route is not None:
                     routes.append(route)
+            # After every service: a revision's Service goes only once no service routes to
+            # it, and those of services removed from the store (or before a restart) go too.
+            self._unpublish_unrouted(routed)
             # The router learns first: once committed, a replica asked to stop may be stopped
             # by the control loop, and the router must no longer be choosing it by then.
             self._publish(routes)
@@ -171,7 +190,7 @@ class ServiceController:
         return by_revision
 
     def _reconcile(
-        self, session: Session, service: ServiceRow, now: float
+        self, session: Session, service: ServiceRow, now: float, routed: set[tuple[str, str]]
     ) -> tuple[Route | None, bool]:
         revisions = revisions_of(session, service)
         replicas = self._replicas(session, service)
@@ -205,9 +224,9 @@ class ServiceController:
             wanted = self._wanted(service, spec, revision, targets, views)
             revision.desired_replicas = wanted
             changed |= self._scale(session, service, revision, views, now)
-        # Before the deleted service's early return: its split is empty, so this removes the
-        # Services of the revisions that took traffic (they would outlive the service else).
-        self._publish_revisions(service, revisions, replicas, set(split))
+        # A deleted service's split is empty: none of its revisions is routed, so the pass
+        # removes their Services (even when the service itself is removed below).
+        routed |= self._publish_revisions(service, revisions, replicas, set(split))
         if service.deleted_at is not None:
             if not any(not JobState(v.job.state).terminal for vs in replicas.values() for v in vs):
                 self._remove(session, service, now)
@@ -501,37 +520,75 @@ class ServiceController:
             )
         return True
 
+    def _revision_calls(
+        self,
+    ) -> tuple[Callable[[str, str, str, int], str], Callable[[str, str], None]] | None:
+        """The executor's calls that make and remove a revision's own address (a Kubernetes
+        Service): ``publish_revision`` and ``unpublish_revision``; None where it has none."""
+        publish = getattr(self.executor, "publish_revision", None)
+        unpublish = getattr(self.executor, "unpublish_revision", None)
+        return None if publish is None or unpublish is None else (publish, unpublish)
+
+    def _list_published(self, now: float) -> None:
+        """Learn which revisions' Services exist from the executor, at the first pass and
+        every ``resync_s``: they outlive the control plane, its memory does not. A listing
+        that fails is tried again the next pass; ``published`` stays as it was meanwhile."""
+        listing = getattr(self.executor, "published_revisions", None)
+        if listing is None or self._revision_calls() is None:
+            return
+        if self._listed_at is not None and now - self._listed_at < self.resync_s:
+            return
+        try:
+            self.published = dict(listing())
+        except Exception as exc:
+            log.warning("could not list the revisions' Services: %s", exc)
+            return
+        self._listed_at = now
+
     def _publish_revisions(
         self,
         service: ServiceRow,
         revisions: list[ServiceRevision],
         replicas: dict[int, list[_ReplicaView]],
         routed: set[int],
-    ) -> None:
-        """On executors that give a revision its own address (a Kubernetes Service), make it
-        for each revision that takes traffic, and remove it when the revision leaves."""
-        publish = getattr(self.executor, "publish_revision", None)
-        unpublish = getattr(self.executor, "unpublish_revision", None)
-        if publish is None or unpublish is None:
-            return
+    ) -> set[tuple[str, str]]:
+        """Make the Service of each of the service's revisions that takes traffic (on an
+        executor that has them); the (tenant, revision) of those revisions."""
+        keys = {(service.tenant, revision_name(service.name, n)) for n in routed}
+        calls = self._revision_calls()
+        if calls is None:
+            return keys
+        publish, _ = calls
         for revision in revisions:
             name = revision_name(service.name, revision.number)
             key = (service.tenant, name)
-            if revision.number in routed and key not in self.published:
-                ports = [v.job.master_port for v in replicas.get(revision.id, [])]
-                port = next((p for p in ports if p is not None), None)
-                if port is None:
-                    continue
-                try:
-                    self.published[key] = publish(service.tenant, service.name, name, port)
-                except Exception as exc:  # the next pass tries again
-                    log.warning("could not publish revision %s: %s", name, exc)
-            elif revision.number not in routed and key in self.published:
-                try:
-                    unpublish(service.tenant, name)
-                    del self.published[key]
-                except Exception as exc:
-                    log.warning("could not remove the Service of revision %s: %s", name, exc)
+            if revision.number not in routed or key in self.published:
+                continue
+            ports = [v.job.master_port for v in replicas.get(revision.id, [])]
+            port = next((p for p in ports if p is not None), None)
+            if port is None:
+                continue
+            try:
+                self.published[key] = publish(service.tenant, service.name, name, port)
+            except Exception as exc:  # the next pass tries again
+                log.warning("could not publish revision %s: %s", name, exc)
+        return keys
+
+    def _unpublish_unrouted(self, routed: set[tuple[str, str]]) -> None:
+        """Remove every revision's Service that no service routes to; one that cannot be
+        removed stays in ``published``, so the next pass tries again."""
+        calls = self._revision_calls()
+        if calls is None:
+            return
+        _, unpublish = calls
+        for key in [k for k in self.published if k not in routed]:
+            tenant, name = key
+            try:
+                unpublish(tenant, name)
+            except Exception as exc:
+                log.warning("could not remove the Service of revision %s: %s", name, exc)
+                continue
+            del self.published[key]
 
     # -- deletion and routes -------------------------------------------------------------------
     def _remove(self, session: Session, service: ServiceRow, now: float) -> None:

@@ -44,6 +44,8 @@ from kiban.executors.kubernetes.naming import (
     MANAGED_SELECTOR,
     MANAGER,
     RANK_LABEL,
+    REVISION_LABEL,
+    TENANT_LABEL,
     attempt_selector,
     job_key,
     make_handle,
@@ -73,6 +75,8 @@ LIVE_PODS_ON_NODES = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Fail
 # Only other pods' GPUs are subtracted: listing kiban's own (thousands) every node sync cost
 # kiban 0.34 s of CPU per sync with 1,000 of them running, 0.14 s without (kiban bench kube).
 NOT_MANAGED_SELECTOR = f"{MANAGED_BY}!={MANAGER}"
+# The Services of inference-service revisions (an attempt's headless Service has no revision).
+REVISION_SERVICES_SELECTOR = f"{MANAGED_SELECTOR},{REVISION_LABEL}"
 
 
 def _api_message(exc: ApiException) -> str:
@@ -285,19 +289,50 @@ class KubernetesExecutor:
         """Make (or keep) the Service of one revision of an inference service; its address."""
         namespace = namespace_for(self.options.namespace_prefix, tenant)
         self._ensure_namespace(namespace)
-        body = revision_service_manifest(namespace, service, revision, port)
+        body = revision_service_manifest(namespace, tenant, service, revision, port)
         try:
             self.api.create_service(namespace, body)
         except ApiException as exc:
             if exc.status != 409:  # 409: made by an earlier pass
                 raise
-        name = body["metadata"]["name"]
-        return f"{name}.{namespace}.svc.{self.options.cluster_domain}:80"
+        return self._revision_address(body["metadata"]["name"], namespace)
 
     def unpublish_revision(self, tenant: str, revision: str) -> None:
         """Delete a revision's Service (gone already is fine)."""
         namespace = namespace_for(self.options.namespace_prefix, tenant)
         _ignore_gone(self.api.delete_service, namespace, revision_service_name(revision))
+
+    def published_revisions(self) -> dict[tuple[str, str], str]:
+        """The revision Services kiban made that exist now, by (tenant, revision): their
+        addresses. One list call over every namespace, so that a restarted control plane can
+        remove those it no longer remembers making (their revisions took traffic before it
+        stopped). A Service's tenant is its label; one made before Services carried it is read
+        from its namespace (``prefix`` + tenant), and one in a namespace of another prefix is
+        left out (kiban could not delete it by tenant)."""
+        found: dict[tuple[str, str], str] = {}
+        prefix = self.options.namespace_prefix
+        for service in self.api.list_services(REVISION_SERVICES_SELECTOR):
+            meta = service["metadata"]
+            labels = meta.get("labels") or {}
+            namespace = meta["namespace"]
+            tenant = labels.get(TENANT_LABEL)
+            if tenant is None and namespace.startswith(prefix):
+                tenant = namespace.removeprefix(prefix)
+            if not tenant or f"{prefix}{tenant}" != namespace:
+                log.warning(
+                    "revision Service %s/%s left alone: its namespace is no tenant's under %r",
+                    namespace,
+                    meta["name"],
+                    prefix,
+                )
+                continue
+            found[(tenant, labels[REVISION_LABEL])] = self._revision_address(
+                meta["name"], namespace
+            )
+        return found
+
+    def _revision_address(self, name: str, namespace: str) -> str:
+        return f"{name}.{namespace}.svc.{self.options.cluster_domain}:80"
 
     def _node_present(self, pod: Obj) -> bool:
         """Whether the pod's node was in the last node list (True before any list)."""

@@ -30,6 +30,7 @@ from kiban.executors.kubernetes.naming import (
     REVISION_LABEL,
     SERVICE_LABEL,
     TASK_LABEL,
+    TENANT_LABEL,
     job_labels,
     master_addr,
     pod_name,
@@ -105,17 +106,25 @@ def service_manifest(request: LaunchRequest, namespace: str) -> dict[str, Any]:
 
 
 def revision_service_manifest(
-    namespace: str, service: str, revision: str, port: int
+    namespace: str, tenant: str, service: str, revision: str, port: int
 ) -> dict[str, Any]:
     """A ClusterIP Service over the ready pods of one revision of an inference service: the
-    revision's stable address inside the cluster (kiban's router reaches pods directly)."""
+    revision's stable address inside the cluster (kiban's router reaches pods directly). Its
+    labels name the tenant and revision, so that a restarted control plane finds the Services
+    it made and can remove those whose revisions no longer take traffic."""
+    labels = {
+        MANAGED_BY: MANAGER,
+        TENANT_LABEL: tenant,
+        SERVICE_LABEL: service,
+        REVISION_LABEL: revision,
+    }
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": revision_service_name(revision),
             "namespace": namespace,
-            "labels": {MANAGED_BY: MANAGER, SERVICE_LABEL: service, REVISION_LABEL: revision},
+            "labels": labels,
         },
         "spec": {
             "selector": {SERVICE_LABEL: service, REVISION_LABEL: revision},
