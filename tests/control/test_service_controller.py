@@ -13,7 +13,8 @@ import pytest
 from loop_support import manifest, submit
 from sqlalchemy import select
 
-from kiban.control.services import RESYNC_S, ServiceController
+from kiban.control.revision_services import RESYNC_S
+from kiban.control.services import ServiceController
 from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
@@ -360,7 +361,9 @@ def test_a_restarted_controller_removes_the_services_that_take_no_traffic_now(
     restart_controller(platform, probe)
     platform.services.run_once()
     assert cluster.live == {"chat-00001"}  # the stable revision's is kept
-    assert platform.services.published == {("default", "chat-00001"): "kbs-chat-00001.svc:80"}
+    assert platform.services.revision_services.published == {
+        ("default", "chat-00001"): "kbs-chat-00001.svc:80"
+    }
 
 
 def test_a_service_deleted_by_hand_is_made_again_once_the_services_are_listed_again(
@@ -393,7 +396,7 @@ def test_a_service_that_cannot_be_removed_is_removed_in_a_later_pass_after_its_s
     cluster.refuse = False
     platform.services.run_once()
     assert cluster.live == set()
-    assert platform.services.published == {}
+    assert platform.services.revision_services.published == {}
 
 
 def test_a_service_scaling_up_preempts_lower_priority_training(

@@ -17,10 +17,7 @@ A deleted service's replicas are cancelled, and the service removed once none is
 
 On executors that give a revision its own address (a Kubernetes Service), each revision that
 takes traffic gets one, and after every pass each one made for a revision that takes no
-traffic, of any service in the store or of none, is removed (a failed removal is tried again
-the next pass). Which exist is listed from the executor at the first pass and every
-``resync_s`` after, not only remembered: one made before a restart of the control plane, for a
-service deleted meanwhile, would outlive it otherwise.
+traffic, of any service in the store or of none, is removed (``revision_services``).
 """
 
 from __future__ import annotations
@@ -36,6 +33,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
+from kiban.control.revision_services import RevisionServices
 from kiban.control.settling import replica_ref
 from kiban.domain.rollout import RevisionState, TrafficTargets, revision_name, traffic_split
 from kiban.domain.service import ServiceSpec
@@ -74,10 +72,6 @@ LOAD_FAILED = "KIBAN_LOAD_FAILED:"
 MAX_CRASHES = 3  # replicas of a revision that exit before ever being ready: then it failed
 LOG_TAIL_BYTES = 1 << 20
 MAX_UNIX_CLIENTS = 256  # probe clients of replicas' Unix sockets kept at most
-# How often the revisions' Services are listed again: one list call per five minutes is
-# nothing, and it heals within minutes what memory alone never would (a Service deleted by
-# hand, whose revision would stay without one; one made by another control plane).
-RESYNC_S = 300.0
 
 
 @dataclass
@@ -107,10 +101,7 @@ class ServiceController:
     decisions: dict[tuple[int, int], ScaleDecision] = field(default_factory=dict)
     """The autoscaler's last word on each scaling revision (service id, number), to show."""
     cpu: CpuMeter = field(default_factory=CpuMeter)
-    published: dict[tuple[str, str], str] = field(default_factory=dict)
-    """The revisions' Services known to exist: (tenant, revision) to address."""
-    resync_s: float = RESYNC_S
-    _listed_at: float | None = None  # when ``published`` was last listed from the executor
+    revision_services: RevisionServices = field(init=False)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -120,6 +111,9 @@ class ServiceController:
     )
     _unix_clients: dict[str, httpx.Client] = field(default_factory=dict)
     _unix_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.revision_services = RevisionServices(self.executor)
 
     # -- thread --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -154,7 +148,7 @@ class ServiceController:
         routes: list[Route] = []
         routed: set[tuple[str, str]] = set()  # (tenant, revision) of every service's split
         jobs_changed = False
-        self._list_published(now)
+        self.revision_services.sync(now)
         with self.sessions() as session:
             for service in session.scalars(select(ServiceRow)).all():
                 route, changed = self._reconcile(session, service, now, routed)
@@ -163,7 +157,7 @@ class ServiceController:
                     routes.append(route)
             # After every service: a revision's Service goes only once no service routes to
             # it, and those of services removed from the store (or before a restart) go too.
-            self._unpublish_unrouted(routed)
+            self.revision_services.remove_unrouted(routed)
             # The router learns first: once committed, a replica asked to stop may be stopped
             # by the control loop, and the router must no longer be choosing it by then.
             self._publish(routes)
@@ -520,31 +514,6 @@ class ServiceController:
             )
         return True
 
-    def _revision_calls(
-        self,
-    ) -> tuple[Callable[[str, str, str, int], str], Callable[[str, str], None]] | None:
-        """The executor's calls that make and remove a revision's own address (a Kubernetes
-        Service): ``publish_revision`` and ``unpublish_revision``; None where it has none."""
-        publish = getattr(self.executor, "publish_revision", None)
-        unpublish = getattr(self.executor, "unpublish_revision", None)
-        return None if publish is None or unpublish is None else (publish, unpublish)
-
-    def _list_published(self, now: float) -> None:
-        """Learn which revisions' Services exist from the executor, at the first pass and
-        every ``resync_s``: they outlive the control plane, its memory does not. A listing
-        that fails is tried again the next pass; ``published`` stays as it was meanwhile."""
-        listing = getattr(self.executor, "published_revisions", None)
-        if listing is None or self._revision_calls() is None:
-            return
-        if self._listed_at is not None and now - self._listed_at < self.resync_s:
-            return
-        try:
-            self.published = dict(listing())
-        except Exception as exc:
-            log.warning("could not list the revisions' Services: %s", exc)
-            return
-        self._listed_at = now
-
     def _publish_revisions(
         self,
         service: ServiceRow,
@@ -554,41 +523,17 @@ class ServiceController:
     ) -> set[tuple[str, str]]:
         """Make the Service of each of the service's revisions that takes traffic (on an
         executor that has them); the (tenant, revision) of those revisions."""
-        keys = {(service.tenant, revision_name(service.name, n)) for n in routed}
-        calls = self._revision_calls()
-        if calls is None:
-            return keys
-        publish, _ = calls
+        keys = set()
         for revision in revisions:
-            name = revision_name(service.name, revision.number)
-            key = (service.tenant, name)
-            if revision.number not in routed or key in self.published:
+            if revision.number not in routed:
                 continue
+            name = revision_name(service.name, revision.number)
+            keys.add((service.tenant, name))
             ports = [v.job.master_port for v in replicas.get(revision.id, [])]
             port = next((p for p in ports if p is not None), None)
-            if port is None:
-                continue
-            try:
-                self.published[key] = publish(service.tenant, service.name, name, port)
-            except Exception as exc:  # the next pass tries again
-                log.warning("could not publish revision %s: %s", name, exc)
+            if port is not None:
+                self.revision_services.publish(service.tenant, service.name, name, port)
         return keys
-
-    def _unpublish_unrouted(self, routed: set[tuple[str, str]]) -> None:
-        """Remove every revision's Service that no service routes to; one that cannot be
-        removed stays in ``published``, so the next pass tries again."""
-        calls = self._revision_calls()
-        if calls is None:
-            return
-        _, unpublish = calls
-        for key in [k for k in self.published if k not in routed]:
-            tenant, name = key
-            try:
-                unpublish(tenant, name)
-            except Exception as exc:
-                log.warning("could not remove the Service of revision %s: %s", name, exc)
-                continue
-            del self.published[key]
 
     # -- deletion and routes -------------------------------------------------------------------
     def _remove(self, session: Session, service: ServiceRow, now: float) -> None:
