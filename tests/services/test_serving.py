@@ -209,6 +209,62 @@ def test_unknown_runtime_args_are_warned_and_recorded(platform: Platform) -> Non
     assert apply_warnings(platform, custom) == ()  # a custom server's args are its own
 
 
+def test_runtime_args_that_could_never_serve_are_refused_naming_the_argument(
+    platform: Platform,
+) -> None:
+    def refused(args: list[str]) -> list[tuple[str, str]]:
+        document = service_doc(
+            model={"name": "tiny", "storageUri": "file:///models/tiny", "args": args}
+        )
+        with pytest.raises(InvalidInput) as caught:
+            apply(platform, document)
+        return [(p.field, p.message) for p in caught.value.problems]
+
+    assert refused(["--dtype", "float32", "--help"]) == [
+        ("spec.model.args[2]", "--help makes the model server print its usage and exit")
+    ]
+    assert refused(["--http_port=8080", "--uds", "/tmp/s"]) == [
+        ("spec.model.args[0]", "--http_port is set by kiban for each replica; remove it"),
+        ("spec.model.args[1]", "--uds is set by kiban for each replica; remove it"),
+    ]
+    assert refused(["--task", "embed", "--max-batch-size", "0"]) == [
+        ("spec.model.args[2]", "--max-batch-size: must be at least 1, got 0")
+    ]
+    assert refused(["--dtype", "float8"])[0][0] == "spec.model.args[0]"
+    assert "unknown dtype 'float8'" in refused(["--dtype", "float8"])[0][1]
+    inference_service = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": "chat"},
+        "spec": {
+            "predictor": {
+                "model": {
+                    "modelFormat": {"name": "huggingface"},
+                    "storageUri": "file:///models/tiny",
+                    "args": ["--model_name=tiny", "--max_length", "lots"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            }
+        },
+    }
+    with pytest.raises(InvalidInput) as kserve:
+        apply(platform, inference_service)
+    assert [(p.field, p.message) for p in kserve.value.problems] == [
+        ("spec.predictor.model.args[1]", "--max_length: must be a whole number, got 'lots'")
+    ]
+    with platform.sessions() as session:
+        assert session.scalars(select(ServiceRow)).all() == []  # nothing half-written
+    custom = service_doc(
+        "own",
+        runtime="custom",
+        command=["serve"],
+        port=9000,
+        readinessPath="/ready",
+        model={"name": "m", "args": ["--port", "9000", "--help"]},
+    )
+    assert apply(platform, custom).name == "own"  # a custom server's args are its own
+
+
 def apply_warnings(
     platform: Platform, document: dict[str, Any], facts: ClusterFacts | None = None
 ) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from kiban.services.jobs import ClusterFacts, check_against_cluster, check_again
 from kiban.services.policy import current_policy
 from kiban.services.service_warnings import (
     container_field_warnings,
+    runtime_arg_problems,
     runtime_arg_warnings,
     scaling_warnings,
 )
@@ -132,6 +133,9 @@ def apply(
     if problem is not None:
         raise invalid(*problem)
     submission = parse_service_submission(document)
+    problems = runtime_arg_problems(submission)
+    if problems:
+        raise InvalidInput(problems)
     spec, name = submission.spec, submission.name
     policy = current_policy(session)
     queue = _check(session, principal, spec, name, facts=facts, policy=policy)

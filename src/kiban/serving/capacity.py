@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from kiban.domain.service import ServiceSpec
 from kiban.serving.autoscaler import DEFAULT_CONCURRENCY_TARGET, ScalingPolicy
-from kiban.serving.runtime.options import ServerOptions, build_parser
+from kiban.serving.runtime.options import ServerOptions, option_values
 
 BATCHES_PER_REPLICA = 2
 """A model server's default cap, in batches: one running and one forming."""
@@ -28,7 +28,8 @@ BATCHES_PER_REPLICA = 2
 
 def runtime_batch_size(args: Sequence[str]) -> int:
     """The model server's ``--max_batch_size`` in a service's args (its default when absent
-    or not a valid value: the replica itself will then say what is wrong with it)."""
+    or not valid: such args are refused when a service is applied, but one stored before may
+    have them, and its replica will say what is wrong)."""
     return _batch_size(tuple(args))
 
 
@@ -36,10 +37,8 @@ def runtime_batch_size(args: Sequence[str]) -> int:
 def _batch_size(args: tuple[str, ...]) -> int:
     """Cached by the args: the controller asks for every service each pass, and building the
     runtime's parser costs about 0.3 ms."""
-    parser = build_parser()
-    parser.exit_on_error = False
     try:
-        namespace, _ = parser.parse_known_args(list(args))
+        namespace = option_values(args)
     except argparse.ArgumentError:
         return ServerOptions.max_batch_size
     return int(namespace.max_batch_size)

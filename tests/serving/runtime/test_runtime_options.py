@@ -8,6 +8,7 @@ import pytest
 
 from kiban.serving.runtime.options import (
     Task,
+    arg_problems,
     parse_dtype,
     parse_options,
     parse_task,
@@ -216,3 +217,34 @@ def test_the_unix_socket_replaces_a_stale_one_and_nothing_else(tmp_path: Path) -
     with pytest.raises(OSError):
         unix_socket(str(other))
     assert other.read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("args", "problems"),
+    [
+        (["--model_name", "m", "--max_batch_size=4", "--dtype", "bf16"], []),
+        (["--task", "translate", "--task", "embed"], []),  # the last one counts, as argparse's
+        (["--foo", "-h"], [(1, "-h makes the model server print its usage and exit")]),
+        (["--port", "9000"], [(0, "--port is set by kiban for each replica; remove it")]),
+        (["--max_batch_size"], [(0, "--max_batch_size: expected one argument")]),
+        (["--max_batch_wait_ms=-1"], [(0, "--max_batch_wait_ms: must not be negative, got -1.0")]),
+        (
+            ["--max_length", "8", "--max-model-len", "x"],
+            [(2, "--max-model-len: must be a whole number, got 'x'")],
+        ),
+        (
+            ["--task", "translate"],
+            [
+                (
+                    0,
+                    "unknown task 'translate'; expected one of: auto, embed, embedding, generate, "
+                    "generation, text_embedding, text_generation",
+                )
+            ],
+        ),
+    ],
+)
+def test_args_that_keep_the_server_from_serving_are_found_before_it_runs(
+    args: list[str], problems: list[tuple[int | None, str]]
+) -> None:
+    assert arg_problems(args) == problems

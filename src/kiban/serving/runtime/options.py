@@ -13,7 +13,7 @@ import argparse
 import difflib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -105,14 +105,20 @@ def _flag(name: str) -> list[str]:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value
@@ -244,23 +250,94 @@ def parse_options(argv: Sequence[str] | None = None) -> ServerOptions:
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own test: a value, not a flag
 
 
-def unknown_options(args: Sequence[str]) -> list[tuple[int, str, str | None]]:
-    """The options in ``args`` this server does not know, as (index, flag, closest known flag or
-    None): what ``parse_options`` would put in ``ignored``. Values are not checked; a value
-    after a known flag is skipped, one after an unknown flag is ignored along with it."""
+SET_BY_KIBAN = ("--port", "--http_port", "--http-port", "--uds")
+"""Flags kiban sets for each replica itself (through ``$MASTER_PORT`` and
+``$KIBAN_REPLICA_SOCKET``): one written in a service's args would move every replica to the same
+port or socket, where kiban neither probes nor routes."""
+
+
+def _takes_value() -> dict[str, bool]:
+    """Every flag of the parser, and whether a value follows it (the parser's own table)."""
     takes_value: dict[str, bool] = {}
-    for action in build_parser()._actions:  # the parser's own table of its flags
+    for action in build_parser()._actions:
         takes_value |= dict.fromkeys(action.option_strings, action.nargs != 0)
-    found: list[tuple[int, str, str | None]] = []
+    return takes_value
+
+
+def _flags(args: Sequence[str], takes_value: Mapping[str, bool]) -> Iterator[tuple[int, str]]:
+    """(index, flag) of each option in ``args``, as argparse reads them: a value after a known
+    flag is skipped, one after an unknown flag is not an option either."""
     i = 0
     while i < len(args):
         arg = args[i]
         flag, has_value, _ = arg.partition("=")
         if flag in takes_value:
+            yield i, flag
             i += 2 if takes_value[flag] and not has_value else 1
             continue
         if arg.startswith("-") and not _NEGATIVE_NUMBER.match(arg):
+            yield i, flag
+        i += 1
+
+
+def unknown_options(args: Sequence[str]) -> list[tuple[int, str, str | None]]:
+    """The options in ``args`` this server does not know, as (index, flag, closest known flag or
+    None): what ``parse_options`` would put in ``ignored``. Values are not checked; a value
+    after a known flag is skipped, one after an unknown flag is ignored along with it."""
+    takes_value = _takes_value()
+    found: list[tuple[int, str, str | None]] = []
+    for i, flag in _flags(args, takes_value):
+        if flag not in takes_value:
             close = difflib.get_close_matches(flag, list(takes_value), n=1, cutoff=0.75)
             found.append((i, flag, close[0] if close else None))
-        i += 1
+    return found
+
+
+def option_values(args: Sequence[str]) -> argparse.Namespace:
+    """The values of the options in ``args`` (unknown ones left out), without the environment's
+    defaults that ``parse_options`` adds; raises ``argparse.ArgumentError`` where argparse
+    would print a usage error and exit."""
+    parser = build_parser()
+    parser.exit_on_error = False
+    return parser.parse_known_args(list(args))[0]
+
+
+def arg_problems(args: Sequence[str]) -> list[tuple[int | None, str]]:
+    """What in a service's ``args`` would keep the server from ever serving, as (index of the
+    argument, or None for the whole list; message), found before any replica starts: ``--help``
+    (it prints the usage and exits), a flag kiban sets itself (``SET_BY_KIBAN``), a value the
+    parser refuses (``--max_batch_size 0``, a flag missing its value), an unknown task or dtype.
+    """
+    takes_value = _takes_value()
+    problems: list[tuple[int | None, str]] = []
+    for i, flag in _flags(args, takes_value):
+        if flag in ("-h", "--help"):
+            problems.append((i, f"{flag} makes the model server print its usage and exit"))
+        elif flag in SET_BY_KIBAN:
+            problems.append((i, f"{flag} is set by kiban for each replica; remove it"))
+    if problems:
+        return problems
+    try:
+        namespace = option_values(args)
+    except argparse.ArgumentError as exc:
+        index = _index_of(args, exc.argument_name)
+        if index is None:
+            return [(None, str(exc))]
+        return [(index, f"{args[index].partition('=')[0]}: {exc.message}")]
+    for name, check in (("task", parse_task), ("dtype", parse_dtype)):
+        try:
+            check(getattr(namespace, name))
+        except ValueError as exc:
+            problems.append((_index_of(args, f"--{name}"), str(exc)))
+    return problems
+
+
+def _index_of(args: Sequence[str], names: str | None) -> int | None:
+    """The last argument that is one of ``names`` (argparse's ``--a/--b``), with or without
+    ``=value``: the one whose value counts; None when none is."""
+    flags = set((names or "").split("/"))
+    found = None
+    for i, arg in enumerate(args):
+        if arg.partition("=")[0] in flags:
+            found = i
     return found
