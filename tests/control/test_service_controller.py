@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from kiban.control.revision_services import RESYNC_S
 from kiban.control.services import ServiceController
+from kiban.executors.base import CANNOT_START, EXIT_CANNOT_START
 from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
@@ -184,6 +185,29 @@ def test_a_revision_whose_model_cannot_load_fails_and_traffic_stays(
     assert route is not None and dict(route.traffic) == {"chat-00001": 100}
     assert not [j for j in replica_jobs(platform, "Pending") if "00002" in j.name]
     assert "RevisionFailed" in service_events(platform)
+
+
+def test_a_revision_whose_container_cannot_start_fails_at_its_first_replica(
+    platform: Platform, probe: Probe, executor: FakeExecutor
+) -> None:
+    apply(platform, service_doc())
+    probe.all = True
+    settle(platform)
+    broken = service_doc(canaryTrafficPercent=50, image="registry.example/server:missing")
+    apply(platform, broken)
+    probe.all = False
+    probe.ready = {e.address for e in platform.routes.get("default", "chat").endpoints}  # type: ignore[union-attr]
+    settle(platform)
+    canary = [j for j in replica_jobs(platform, "Running") if "00002" in j.name]
+    why = f"{CANNOT_START}: its image was not pulled in 600 s: ImagePullBackOff: not found"
+    executor.finish_all(canary[0].id, exit_code=EXIT_CANNOT_START, message=why)
+    settle(platform)
+    number, state, message = revision_states(platform)[1]
+    assert (number, state) == (2, "Failed")
+    assert message.endswith(f"exited with code 128: {why}")
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 100}
+    assert not [j for j in replica_jobs(platform, "Pending") if "00002" in j.name]
 
 
 def test_scale_to_zero_after_the_grace_period_and_from_zero_when_a_request_waits(

@@ -39,7 +39,7 @@ from kiban.domain.rollout import RevisionState, TrafficTargets, revision_name, t
 from kiban.domain.service import ServiceSpec
 from kiban.domain.service_replica import replica_job_manifest, replica_port
 from kiban.domain.states import JobState
-from kiban.executors.base import Capability, Executor
+from kiban.executors.base import CANNOT_START, Capability, Executor
 from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import ServiceError
@@ -263,7 +263,7 @@ class ServiceController:
             if view.job.state == JobState.CANCELLED.value or view.row.ever_ready:
                 continue
             revision.crashes += 1
-            failure = self._load_failure(view.job)
+            failure = self._load_failure(view.job) or _start_failure(view.job)
             if not RevisionState(revision.state).live or revision.ready_at is not None:
                 continue
             if failure is not None or revision.crashes >= MAX_CRASHES:
@@ -556,3 +556,10 @@ class ServiceController:
             self.table.set(route)
         for tenant, name in [k for k in self.table.keys() if k not in keep]:  # noqa: SIM118
             self.table.remove(tenant, name)
+
+
+def _start_failure(job: Job) -> str | None:
+    """The executor's message when a replica's container could not start (its image is not
+    there, its configuration is wrong): every replica of the revision would fail alike."""
+    message = job.message or ""
+    return message if CANNOT_START in message else None

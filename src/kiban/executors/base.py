@@ -88,12 +88,23 @@ class LaunchedReplica:
 
 @dataclass(frozen=True)
 class Observation:
-    """What a replica is doing: still running, or exited (with a code), or lost (vanished)."""
+    """What a replica is doing: still running, or exited (with a code), or lost (vanished).
+
+    A running replica's ``message`` says what it waits for, when it waits (a container image
+    being pulled).
+    """
 
     running: bool
     exit_code: int | None = None
     lost: bool = False
     message: str = ""
+
+
+EXIT_CANNOT_START = 128
+"""The exit code of a replica whose container never started (its image, its configuration):
+every replica made the same way fails the same way, so it is no crash worth retrying."""
+CANNOT_START = "container cannot start"
+"""How the message of such a replica begins."""
 
 
 class LaunchError(Exception):

@@ -24,6 +24,8 @@ class FakeReplica:
     rank: int
     pid: int
     exit_code: int | None = None
+    exit_message: str = ""
+    """What the executor says of its end (as a pod's status does: "container cannot start...")."""
     stop_requests: list[bool] = field(default_factory=list)  # force flag of each stop call
     log: bytearray = field(default_factory=bytearray)
     ignores_sigterm: bool = False
@@ -102,18 +104,24 @@ class FakeExecutor:
         return self.replicas[(job_id, attempt, rank)]
 
     def finish(
-        self, job_id: str, rank: int, exit_code: int = 0, attempt: int | None = None
+        self,
+        job_id: str,
+        rank: int,
+        exit_code: int = 0,
+        attempt: int | None = None,
+        message: str = "",
     ) -> None:
         """End one replica with ``exit_code`` (of the newest attempt unless told)."""
         if attempt is None:
             attempt = max(a for (j, a, _r) in self.replicas if j == job_id)
-        self._get(job_id, attempt, rank).exit_code = exit_code
+        replica = self._get(job_id, attempt, rank)
+        replica.exit_code, replica.exit_message = exit_code, message
 
-    def finish_all(self, job_id: str, exit_code: int = 0) -> None:
+    def finish_all(self, job_id: str, exit_code: int = 0, message: str = "") -> None:
         attempt = max(a for (j, a, _r) in self.replicas if j == job_id)
         for j, a, rank in list(self.replicas):
             if j == job_id and a == attempt:
-                self.finish(job_id, rank, exit_code, attempt)
+                self.finish(job_id, rank, exit_code, attempt, message)
 
     def running(self, job_id: str | None = None) -> list[FakeReplica]:
         return [
@@ -128,7 +136,7 @@ class FakeExecutor:
             return Observation(running=False, lost=True, message="unknown to the fake executor")
         if fake.exit_code is None:
             return Observation(running=True)
-        return Observation(running=False, exit_code=fake.exit_code)
+        return Observation(running=False, exit_code=fake.exit_code, message=fake.exit_message)
 
     def stop(self, replica: ReplicaRef, *, force: bool) -> None:
         fake = self.replicas.get((replica.job_id, replica.attempt, replica.rank))

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from kiban.domain.manifests import parse_job_manifest
-from kiban.executors.base import LaunchError, LaunchRequest
+from kiban.executors.base import EXIT_CANNOT_START, LaunchError, LaunchRequest, ReplicaRef
 from kiban.executors.kubernetes import KubernetesOptions, executor
 from kiban.executors.kubernetes.executor import LAUNCH_WORKERS, KubernetesExecutor
+from kiban.executors.kubernetes.pods import PULL_DEADLINE_S
 from kiban.scheduler.decisions import ReplicaPlacement
+from kiban.testing import ManualClock
 
 Obj = dict[str, Any]
 
@@ -86,6 +89,9 @@ class NoCache:
     def put(self, pod: Obj) -> None:
         self.pods.append(pod)
 
+    def get(self, namespace: str, name: str) -> Obj | None:
+        return None  # not seen by a watch: the executor reads the pod itself
+
 
 def make(monkeypatch: pytest.MonkeyPatch, api: ScriptedApi) -> KubernetesExecutor:
     monkeypatch.setattr(executor, "CoreApi", lambda _client: api)
@@ -151,3 +157,32 @@ def test_the_node_sync_lists_only_live_pods_kiban_did_not_create(
     ((labels, fields),) = api.pod_lists
     assert labels == "app.kubernetes.io/managed-by!=kiban"
     assert "spec.nodeName!=" in fields and "status.phase!=Succeeded" in fields
+
+
+def test_observing_a_pod_counts_its_wait_for_the_image_on_the_executors_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waiting = {"reason": "ErrImagePull", "message": "manifest unknown"}
+    pod = {
+        "metadata": {"uid": "u1", "creationTimestamp": "2026-11-25T12:00:00Z"},
+        "spec": {"nodeName": "node-0"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"name": "main", "state": {"waiting": waiting}}],
+        },
+    }
+    api = ScriptedApi()
+    api.read_pod = lambda namespace, name: pod  # type: ignore[attr-defined]
+    monkeypatch.setattr(executor, "CoreApi", lambda _client: api)
+    monkeypatch.setattr(executor, "PodCache", NoCache)
+    clock = ManualClock(datetime(2026, 11, 25, 12, 5, tzinfo=UTC).timestamp())
+    kube = KubernetesExecutor(object(), KubernetesOptions(), clock=clock)  # type: ignore[arg-type]
+    replica = ReplicaRef("g-abc123", 1, "w", 0, 0, None, None, "kiban-t/kb-g-abc123-1-0/u1")
+    try:
+        assert kube.observe(replica).running  # five minutes in: the kubelet keeps trying
+        clock.advance(PULL_DEADLINE_S)
+        seen = kube.observe(replica)
+    finally:
+        kube.close()
+    assert (seen.running, seen.exit_code) == (False, EXIT_CANNOT_START)
+    assert "ErrImagePull: manifest unknown" in seen.message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from kiban.executors.base import LaunchError, LaunchRequest
 from kiban.executors.kubernetes.options import KubernetesOptions
 from kiban.executors.kubernetes.pods import (
     EXIT_CANNOT_START,
+    PULL_DEADLINE_S,
     observe_pod,
     pod_manifest,
     service_manifest,
@@ -232,6 +234,28 @@ def test_pod_status_maps_to_an_observation(
 ) -> None:
     seen = observe_pod(pod)
     assert (seen.running, seen.exit_code, seen.lost) == (running, exit_code, lost)
+
+
+def pulling_image(since: str) -> dict[str, Any]:
+    """A pod made at ``since`` whose image the kubelet keeps failing to pull."""
+    waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "train:9"'}
+    pod = pod_in("Pending", containerStatuses=[{"name": "main", "state": {"waiting": waiting}}])
+    pod["metadata"] = {"creationTimestamp": since}
+    return pod
+
+
+def test_an_image_not_pulled_by_the_deadline_ends_the_replica_as_one_that_cannot_start() -> None:
+    made = datetime(2026, 11, 25, 12, tzinfo=UTC).timestamp()
+    pod = pulling_image("2026-11-25T12:00:00Z")
+    waiting = observe_pod(pod, now=made + PULL_DEADLINE_S - 1)
+    assert waiting.running
+    why = 'ImagePullBackOff: Back-off pulling image "train:9"'
+    assert waiting.message == f"waiting for its image: {why}"
+    ended = observe_pod(pod, now=made + PULL_DEADLINE_S)
+    assert (ended.running, ended.exit_code, ended.lost) == (False, EXIT_CANNOT_START, False)
+    assert ended.message == f"container cannot start: its image was not pulled in 600 s: {why}"
+    assert observe_pod(pod).running  # no clock: no deadline
+    assert observe_pod(pulling_image("yesterday"), now=made + 10**6).running
 
 
 def test_a_running_pod_on_a_node_that_is_gone_is_lost() -> None:

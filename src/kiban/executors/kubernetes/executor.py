@@ -270,7 +270,9 @@ class KubernetesExecutor:
         if found is None:
             return Observation(running=False, lost=True, message="no pod was recorded for it")
         pod = found[3]
-        return observe_pod(pod, node_present=pod is None or self._node_present(pod))
+        return observe_pod(
+            pod, node_present=pod is None or self._node_present(pod), now=self._clock.now()
+        )
 
     def replica_address(self, replica: ReplicaRef, port: int) -> str | None:
         """The pod's IP once the cluster gave it one (simulated nodes' pods have theirs too,

@@ -15,10 +15,17 @@ starting a new attempt (new pods) on the same placement.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from kiban.domain.jobspec import TaskSpec
-from kiban.executors.base import LaunchError, LaunchRequest, Observation
+from kiban.executors.base import (
+    CANNOT_START,
+    EXIT_CANNOT_START,
+    LaunchError,
+    LaunchRequest,
+    Observation,
+)
 from kiban.executors.environment import replica_command, replica_environment
 from kiban.executors.kubernetes.naming import (
     ATTEMPT_LABEL,
@@ -55,7 +62,13 @@ LOST_REASONS = {
 }
 # Waiting reasons after which the container will never start on its own.
 FATAL_WAITING = {"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
-EXIT_CANNOT_START = 128  # exit code reported for a container that could not start
+# Waiting reasons of an image not pulled yet: the kubelet keeps trying (a registry may be down
+# for a while), so they end the replica only once PULL_DEADLINE_S have passed.
+PULL_WAITING = {"ErrImagePull", "ImagePullBackOff"}
+PULL_DEADLINE_S = 600.0
+"""How long a pod may wait for its image: the default of a Deployment's
+``progressDeadlineSeconds`` and of Knative's progress deadline. Without one, a job whose image
+does not exist would hold its GPUs, and a revision would stay Loading, for ever."""
 
 
 LOCALHOST = "localhost"
@@ -273,13 +286,16 @@ def _main_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return dict(statuses[0]) if statuses else {}
 
 
-def observe_pod(pod: Mapping[str, Any] | None, node_present: bool = True) -> Observation:
+def observe_pod(
+    pod: Mapping[str, Any] | None, node_present: bool = True, now: float | None = None
+) -> Observation:
     """What one replica's pod says: running, exited with a code, or lost.
 
     ``None`` is a pod that no longer exists (deleted, or collected with its node): lost. A pod
     on a node that is gone, in phase Unknown, or failed for a reason of the infrastructure
     (evicted, refused by the kubelet for lack of resources) is lost too. A container that can
-    never start (an invalid image name) ends with exit code 128.
+    never start (an invalid image name), or whose image is still not pulled ``PULL_DEADLINE_S``
+    after the pod was made (``now``, Unix time), ends with ``EXIT_CANNOT_START``.
     """
     if pod is None:
         return Observation(running=False, lost=True, message="its pod was deleted")
@@ -308,11 +324,30 @@ def observe_pod(pod: Mapping[str, Any] | None, node_present: bool = True) -> Obs
     if not node_present:
         return Observation(running=False, lost=True, message=f"node {node} is gone")
     waiting = state.get("waiting") or {}
-    if waiting.get("reason") in FATAL_WAITING:
+    waiting_for = waiting.get("reason")
+    why = f"{waiting_for}: {waiting.get('message', '')}"
+    if waiting_for in FATAL_WAITING:
         return Observation(
-            running=False,
-            exit_code=EXIT_CANNOT_START,
-            message=f"container cannot start: {waiting.get('reason')}: "
-            f"{waiting.get('message', '')}",
+            running=False, exit_code=EXIT_CANNOT_START, message=f"{CANNOT_START}: {why}"
         )
+    if waiting_for in PULL_WAITING:
+        waited = _age_s(pod, now)
+        if waited is not None and waited >= PULL_DEADLINE_S:
+            return Observation(
+                running=False,
+                exit_code=EXIT_CANNOT_START,
+                message=f"{CANNOT_START}: its image was not pulled in {waited:.0f} s: {why}",
+            )
+        return Observation(running=True, message=f"waiting for its image: {why}")
     return Observation(running=True)
+
+
+def _age_s(pod: Mapping[str, Any], now: float | None) -> float | None:
+    """Seconds since the pod was created (``now`` in Unix time), when both are known."""
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if now is None or not isinstance(created, str):
+        return None
+    try:
+        return now - datetime.fromisoformat(created).timestamp()
+    except ValueError:
+        return None
