@@ -75,6 +75,8 @@ def test_a_quick_run_through_the_cli() -> None:
             assert entry[side]["p50_ms"] <= entry[side]["p99_ms"]
             rounds = entry[side]["each_round"]
             assert len(rounds) == 2  # direct and router took turns, twice
+            # the router's CPU is told for each round it ran in (a spread is the machine's)
+            assert all(_positive(r.get("router_cpu_us")) == (side == "router") for r in rounds)
             for q in ("p50_ms", "p99_ms"):  # the median of two rounds lies between them
                 low, high = sorted(r[q] for r in rounds)
                 assert low - 1e-3 <= entry[side][q] <= high + 1e-3
@@ -139,6 +141,7 @@ def test_the_table_renders_a_report() -> None:
         **phase,
         "cpu_us_per_request": {"load_generator": 9.3, "replica": 5.1, "router": 15.2},
         "cores_busy": 1.85,
+        "each_round": [{"router_cpu_us": us} for us in (15.0, 22.5, 15.2)],
     }
     report = {
         "headline_clients": 50,
@@ -180,7 +183,10 @@ def test_the_table_renders_a_report() -> None:
     assert "compiled by mypyc (build abc)" in text and "compiled / plain Python = 0.8" in text
     words = " ".join(text.split())  # the caption wraps at the table's width
     assert "direct: load generator 7.9 µs, replica 7.3 µs; 1.87 cores busy" in words
-    assert "via the router: load generator 9.3 µs, replica 5.1 µs, router 15.2 µs" in words
+    assert (
+        "via the router: load generator 9.3 µs, replica 5.1 µs, router 15.2 µs "
+        "(by round: 15, 22.5, 15.2); 1.85 cores busy"
+    ) in words
 
 
 def test_a_cpu_tally_sums_phases_and_knows_when_it_cannot_tell() -> None:
@@ -242,3 +248,6 @@ def test_a_side_over_rounds_takes_medians_and_sums_counts() -> None:
     assert (side["p50_ms"], side["p99_ms"], side["requests_per_s"]) == (0.75, 1.1, 60000)
     assert (side["requests"], side["errors"], side["answers_in_phase"]) == (300, 2, 360)
     assert [r["p50_ms"] for r in side["each_round"]] == [0.7, 1.4, 0.75]
+    assert "router_cpu_us" not in side["each_round"][0]  # a direct side has no router
+    routed = over_rounds([{**phase(0.9, 1.5, 50000), "router_cpu_us": 16.5}])
+    assert routed["each_round"][0]["router_cpu_us"] == 16.5

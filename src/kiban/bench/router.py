@@ -208,9 +208,13 @@ def _measure_at(
             say(f"{clients} clients, {side.label}, round {number} of {options.rounds}")
             before, started = _cpu_now(replica, side.process), time.perf_counter()
             phase = _closed_loop(side.port, side.path, clients, options)
-            rounds[side.key].append(loop.run_until_complete(phase))
+            measured = loop.run_until_complete(phase)
             wall_s = time.perf_counter() - started
-            tallies[side.key].add(before, _cpu_now(replica, side.process), wall_s)
+            after = _cpu_now(replica, side.process)
+            tallies[side.key].add(before, after, wall_s)
+            if side.process is not None:
+                measured["router_cpu_us"] = _router_us(before, after, measured)
+            rounds[side.key].append(measured)
     entry: dict[str, Any] = {}
     for side in sides:
         measured = entry[side.key] = over_rounds(rounds[side.key])
@@ -240,6 +244,18 @@ def _cpu_now(replica: HelperProcess, router: HelperProcess | None) -> dict[str, 
     if router is not None:
         now["router"] = router.cpu_s()
     return now
+
+
+def _router_us(
+    before: dict[str, float | None], after: dict[str, float | None], phase: dict[str, Any]
+) -> float | None:
+    """The router's CPU per request in one round: the same code in every round, so a spread
+    between rounds is the machine (other work on its cores), not the router."""
+    start, end = before.get("router"), after.get("router")
+    if start is None or end is None:
+        return None
+    answers = int(phase["answers_in_phase"])
+    return round((end - start) * 1e6 / max(answers, 1), 2)
 
 
 class CpuTally:
@@ -289,7 +305,11 @@ def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": sum(r["errors"] for r in rounds),
         "answers_in_phase": sum(r["answers_in_phase"] for r in rounds),
         "each_round": [
-            {name: r[name] for name in ("p50_ms", "p99_ms", "requests_per_s", "errors")}
+            {
+                name: r[name]
+                for name in ("p50_ms", "p99_ms", "requests_per_s", "errors", "router_cpu_us")
+                if name in r
+            }
             for r in rounds
         ],
     }
@@ -453,6 +473,9 @@ def cpu_line(report: dict[str, Any]) -> str:
             f"{name.replace('_', ' ')} {_num(us, ' µs')}"
             for name, us in side.get("cpu_us_per_request", {}).items()
         )
+        by_round = [r.get("router_cpu_us") for r in side.get("each_round", [])]
+        if key == "router" and by_round:
+            spent += " (by round: " + ", ".join(_num(us) for us in by_round) + ")"
         parts.append(f"{label}: {spent}; {_num(side.get('cores_busy'))} cores busy")
     cores = report["machine"].get("cores", "?")
     return f"CPU per request at {report['headline_clients']} clients ({cores} cores): " + (
