@@ -136,6 +136,26 @@ def test_a_model_server_replica_is_sent_two_batches_at_once_and_the_rest_wait(
     assert route is not None and route.max_concurrency_per_endpoint == 0  # capacity unknown
 
 
+def test_a_canary_that_batches_less_is_capped_lower_than_the_stable_revision(
+    platform: Platform, probe: Probe
+) -> None:
+    apply(platform, service_doc(scaleTarget=12))
+    probe.all = True
+    settle(platform)
+    canary = service_doc(scaleTarget=12, canaryTrafficPercent=20)
+    canary["spec"]["model"]["args"] = ["--max_batch_size", "2"]
+    apply(platform, canary)
+    settle(platform)
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 80, "chat-00002": 20}
+    assert dict(route.limits) == {"chat-00001": 16, "chat-00002": 4}  # 2 batches of 8, of 2
+    with platform.sessions() as session:
+        service = session.scalars(select(ServiceRow)).one()
+    stable, new = (platform.services.decisions[(service.id, n)] for n in (1, 2))
+    # the target within each one's own cap, at Knative's 70% utilization
+    assert (stable.per_replica, new.per_replica) == pytest.approx((12 * 0.7, 4 * 0.7))
+
+
 def test_a_canary_gets_its_share_once_ready_and_a_crashed_replica_is_replaced(
     platform: Platform, probe: Probe, executor: FakeExecutor
 ) -> None:
@@ -210,6 +230,32 @@ def test_a_revision_whose_container_cannot_start_fails_at_its_first_replica(
     assert not [j for j in replica_jobs(platform, "Pending") if "00002" in j.name]
 
 
+def test_a_revision_fails_at_its_third_replica_that_exits_unready_and_unexplained(
+    platform: Platform, probe: Probe, executor: FakeExecutor
+) -> None:
+    apply(platform, service_doc())
+    probe.all = True
+    settle(platform)
+    crashing = service_doc(canaryTrafficPercent=50)
+    crashing["spec"]["model"]["args"] = ["--dtype", "float32"]
+    apply(platform, crashing)
+    probe.all = False
+    probe.ready = {e.address for e in platform.routes.get("default", "chat").endpoints}  # type: ignore[union-attr]
+    settle(platform)
+    for crash in range(1, 4):
+        canary = [j for j in replica_jobs(platform, "Running") if "00002" in j.name]
+        assert len(canary) == 1, f"crash {crash}: a replacement runs"
+        assert revision_states(platform)[1][1] == "Loading"
+        executor.finish_all(canary[0].id, exit_code=1)
+        settle(platform)
+    number, state, message = revision_states(platform)[1]
+    assert (number, state) == (2, "Failed")
+    assert message.startswith("3 replicas exited before becoming ready; the last: ")
+    assert not [j for j in replica_jobs(platform, "Running") if "00002" in j.name]
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 100}
+
+
 def test_scale_to_zero_after_the_grace_period_and_from_zero_when_a_request_waits(
     platform: Platform, probe: Probe
 ) -> None:
@@ -232,6 +278,35 @@ def test_scale_to_zero_after_the_grace_period_and_from_zero_when_a_request_waits
     platform.services.traffic.counter(("default", "chat"), "chat-00001").was_queued()
     settle(platform)
     assert len(replica_jobs(platform, "Running")) == 1
+
+
+def test_a_canary_scaled_to_zero_keeps_its_share_and_is_started_for_its_requests(
+    platform: Platform, probe: Probe
+) -> None:
+    seconds = ManualClock(start=1000.0)
+    platform.services.traffic = TrafficMetrics(clock=seconds.now)
+    apply(platform, service_doc(minReplicas=0, maxReplicas=2))
+    probe.all = True
+    settle(platform)
+    canary = service_doc(minReplicas=0, maxReplicas=2, canaryTrafficPercent=30)
+    canary["spec"]["model"]["args"] = ["--dtype", "float32"]
+    apply(platform, canary)
+    settle(platform)
+    assert [s for _, s, _ in revision_states(platform)] == ["Ready", "Ready"]
+    seconds.advance(35)  # idle past the 30 s grace period: both revisions go to zero
+    settle(platform, passes=4)
+    assert replica_jobs(platform, "Running") == []
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 70, "chat-00002": 30}
+    # A request drawn for the canary waits in the router: the canary is started for it,
+    # and keeps its share while it starts.
+    platform.services.traffic.counter(("default", "chat"), "chat-00002").was_queued()
+    probe.all = False
+    settle(platform)
+    running = replica_jobs(platform, "Running")
+    assert ["00002" in j.name for j in running] == [True]  # the canary's, and only it
+    route = platform.routes.get("default", "chat")
+    assert route is not None and dict(route.traffic) == {"chat-00001": 70, "chat-00002": 30}
 
 
 def test_a_cpu_scaled_service_follows_its_replicas_cpu_use(

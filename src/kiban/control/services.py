@@ -203,10 +203,17 @@ class ServiceController:
         ):
             promote_canary(session, service, now, by="rollout reached 100%")
         self._drop_failed_targets(service, revisions)
+        # A Ready revision keeps its share at zero replicas (its requests wait in the router
+        # while one starts, as Knative's activator has them); one still loading has none
+        # while another serves.
         serving = {
             r.number
             for r in revisions
-            if any(v.row.ready for v in replicas.get(r.id, [])) and RevisionState(r.state).live
+            if RevisionState(r.state).live
+            and (
+                r.state == RevisionState.READY.value
+                or any(v.row.ready for v in replicas.get(r.id, []))
+            )
         }
         targets = TrafficTargets(
             service.stable_revision, service.canary_revision, service.canary_percent
@@ -244,6 +251,12 @@ class ServiceController:
             timeout_s=spec.timeout_s,
             public=spec.public,
             max_concurrency_per_endpoint=replica_concurrency(spec),
+            concurrency_by_revision={
+                revision_name(service.name, number): replica_concurrency(
+                    spec.with_revision(stored_spec(by_number[number]))
+                )
+                for number in split
+            },
         )
         return route, changed
 
@@ -402,7 +415,7 @@ class ServiceController:
             return 0
         ready = sum(1 for v in views if v.row.ready)
         name = revision_name(service.name, revision.number)
-        policy = scaling_policy(spec)
+        policy = scaling_policy(spec.with_revision(stored_spec(revision)))
         decision = decide(
             policy,
             self.scalers.get(key, ScalerState()),

@@ -37,9 +37,10 @@ class TrafficTargets:
 
 
 def traffic_split(targets: TrafficTargets, serving: set[int]) -> dict[int, int]:
-    """Percent of requests per revision number, given which revisions have a ready replica.
+    """Percent of requests per revision number, given which revisions serve (became ready; a
+    revision at zero replicas still serves, its requests waiting while a replica starts).
 
-    With nothing ready the targets still get the traffic (requests wait for a replica), the
+    With none serving the targets still get the traffic (requests wait for a replica), the
     stable one first: the split is never empty while the service has a live revision.
     """
     stable, canary = targets.stable, targets.canary

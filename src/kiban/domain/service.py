@@ -194,6 +194,11 @@ class ServiceSpec(SpecModel):
         (CPU is written as ``"1500m"``, as ``Resources`` dumps it)."""
         return self.model_dump(mode="json", by_alias=True)
 
+    def with_revision(self, revision: ServiceSpec) -> ServiceSpec:
+        """This spec's policy (scaling, timeout, ...) with a revision's own template: what
+        applies to that revision's replicas while this is the service's newest spec."""
+        return self.model_copy(update={name: getattr(revision, name) for name in REVISION_FIELDS})
+
     def template_key(self) -> str:
         """A stable hash of what defines a revision: a change to any of these fields starts a new
         revision (new replicas); scaling, the canary split, the timeout and ``public`` do not."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from kiban.serving.router import Endpoint, Route, RoutingTable, TrafficMetrics
 from kiban.serving.router import dispatcher as dispatching
 from kiban.serving.router.balancer import Balancer
@@ -85,3 +87,34 @@ def test_a_plan_leaves_choices_to_the_balancer_when_there_are_any() -> None:
     assert split is not None and split.only is None  # a revision is drawn per request
     assert split.revisions["v1"].only == Endpoint("v1", "10.0.0.1:80", True)
     assert split.revisions["v2"].only is None  # its one replica is not ready
+
+
+def test_each_revision_has_its_own_cap_per_replica() -> None:
+    """A canary whose model server batches less is capped lower than the stable revision."""
+    dispatcher = _dispatcher()
+    endpoints = (Endpoint("v1", "10.0.0.1:80", True), Endpoint("v2", "10.0.0.2:80", True))
+    route = Route(
+        "t",
+        "s",
+        {"v1": 50, "v2": 50},
+        endpoints,
+        max_concurrency_per_endpoint=0,
+        concurrency_by_revision={"v2": 2},
+    )
+    assert dict(route.limits) == {"v1": 0, "v2": 2}
+    dispatcher.table.set(route)
+    plan = dispatcher.plan(b"t", b"s")
+    assert plan is not None
+    assert plan.revisions["v1"].only == endpoints[0]  # no cap: no balancing to do
+    assert plan.revisions["v2"].only is None  # a cap to check
+    balancer = dispatcher.balancer
+    for _ in range(2):
+        chosen = balancer.endpoint(route, "v2")
+        assert chosen == endpoints[1]
+        balancer.acquire(chosen)
+    assert balancer.endpoint(route, "v2") is None  # full: the next one waits
+    for _ in range(5):
+        balancer.acquire(endpoints[0])
+    assert balancer.endpoint(route, "v1") == endpoints[0]  # the stable one has no cap
+    with pytest.raises(ValueError, match="concurrency caps"):
+        Route("t", "s", {"v1": 100}, endpoints[:1], concurrency_by_revision={"v1": -1})

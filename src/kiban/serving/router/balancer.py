@@ -44,14 +44,14 @@ class Balancer:
     def endpoint(self, route: Route, revision: str, exclude: Iterable[str] = ()) -> Endpoint | None:
         """The ready endpoint of ``revision`` with the fewest requests in flight, or None.
 
-        None when the revision has no ready endpoint, or every one is at the route's
-        ``max_concurrency_per_endpoint``, or all are in ``exclude`` (failed to connect).
+        None when the revision has no ready endpoint, or every one is at the revision's cap
+        (``Route.limits``), or all are in ``exclude`` (failed to connect).
         """
         candidates = route.by_revision.get(revision, ())
         count = len(candidates)
         if count == 0:
             return None
-        limit = route.max_concurrency_per_endpoint
+        limit = route.limits.get(revision, route.max_concurrency_per_endpoint)
         outstanding = self.outstanding
         if count == 1 and not exclude:
             only = candidates[0]

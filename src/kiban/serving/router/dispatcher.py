@@ -1,7 +1,7 @@
 """What every request of the router shares: the table, the balancer, the pool, the waiting queues.
 
 Requests that find no ready replica with room (a service scaled to zero, or every replica at
-its ``max_concurrency_per_endpoint``) wait here in a FIFO queue per service and revision. A
+its revision's cap, ``Route.limits``) wait here in a FIFO queue per service and revision. A
 replica freed by a finished request, or a table change (a replica became ready), hands them
 out in arrival order. The deadlines of requests (the route's timeout, the wait for a replica)
 are kept here too, by one timer for all. Everything here runs on the router's event loop.

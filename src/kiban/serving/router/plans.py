@@ -51,7 +51,7 @@ def make_plan(
     revisions: dict[str, RevisionPlan] = {}
     for revision in route.traffic:
         ready = route.by_revision.get(revision, ())
-        only = ready[0] if len(ready) == 1 and not route.max_concurrency_per_endpoint else None
+        only = ready[0] if len(ready) == 1 and not route.limits[revision] else None
         revisions[revision] = RevisionPlan(
             revision, metrics.counter(key, revision), line_of[revision], only
         )

@@ -41,12 +41,17 @@ class Route:
     """A public route needs no bearer token."""
     max_concurrency_per_endpoint: int = 0
     """Requests in flight per replica at most; 0 is unlimited."""
+    concurrency_by_revision: Mapping[str, int] = field(default_factory=dict)
+    """The cap of a revision's replicas where it is not ``max_concurrency_per_endpoint`` (a
+    canary whose model server batches differently)."""
     queue_limit: int = 1000
     """Requests waiting for a replica at most; the next one is answered 503."""
     activation_timeout_s: float = 300.0
     """How long a request waits for a replica (scale from zero included) before a 503."""
     by_revision: Mapping[str, tuple[Endpoint, ...]] = field(init=False, repr=False, compare=False)
     """The ready endpoints of each revision, computed once, for the router's hot path."""
+    limits: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    """Each revision's cap per replica (0: none), computed once, for the router's hot path."""
 
     def __post_init__(self) -> None:
         if any(p < 0 for p in self.traffic.values()) or sum(self.traffic.values()) != 100:
@@ -56,9 +61,15 @@ class Route:
             )
         if self.timeout_s <= 0 or self.activation_timeout_s <= 0:
             raise ValueError("timeout_s and activation_timeout_s must be positive")
-        if self.max_concurrency_per_endpoint < 0 or self.queue_limit < 0:
-            raise ValueError("max_concurrency_per_endpoint and queue_limit must be >= 0")
+        caps = [self.max_concurrency_per_endpoint, *self.concurrency_by_revision.values()]
+        if any(cap < 0 for cap in caps) or self.queue_limit < 0:
+            raise ValueError("concurrency caps and queue_limit must be >= 0")
         object.__setattr__(self, "traffic", MappingProxyType(dict(self.traffic)))
+        limits = {
+            revision: self.concurrency_by_revision.get(revision, self.max_concurrency_per_endpoint)
+            for revision in self.traffic
+        }
+        object.__setattr__(self, "limits", MappingProxyType(limits))
         ready: dict[str, tuple[Endpoint, ...]] = {}
         for revision in self.traffic:
             ready[revision] = tuple(e for e in self.endpoints if e.revision == revision and e.ready)
