@@ -56,7 +56,7 @@ def test_a_quick_run_through_the_cli() -> None:
         "--rounds",
         "2",
         "--step-observe",
-        "3",
+        "8",  # the new replica starts, is polled and serves: room for a loaded machine
         "--no-cold-start",
         "--json",
     ]

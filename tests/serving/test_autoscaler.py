@@ -76,6 +76,15 @@ def test_steady_load_settles_on_load_over_target_times_utilization(
     assert not any(tick.panicking for tick in ticks)
 
 
+@pytest.mark.parametrize(
+    ("load", "start", "expected"),
+    [(10.0, 1, 2), (7.0, 4, 1), (70.0, 1, 10), (71.0, 20, 11)],
+)
+def test_steady_load_is_reached_from_another_count(load: float, start: int, expected: int) -> None:
+    ticks = simulate(POLICY, lambda t: load, until=300, replicas=start)
+    assert {tick.desired for tick in ticks[-30:]} == {expected}
+
+
 def test_a_10x_step_panics_and_scales_up_within_the_panic_window() -> None:
     step = 100.0
     ticks = simulate(POLICY, lambda t: 10.0 if t < step else 100.0, until=200, replicas=2)

@@ -128,7 +128,7 @@ class FakeReplica:
             )
             for n in range(2):
                 if n == 1:
-                    await asyncio.get_running_loop().run_in_executor(None, self.release.wait, 10)
+                    await asyncio.get_running_loop().run_in_executor(None, self.release.wait, 30)
                 event = f"data: event {n}\n\n".encode()
                 writer.write(b"%x\r\n%b\r\n" % (len(event), event))
                 await writer.drain()

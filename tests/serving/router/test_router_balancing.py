@@ -10,7 +10,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from conftest import FakeReplica, in_background, ready, route
+from conftest import FakeReplica, in_background, raw_connection, ready, route
 from kiban.serving.router import Endpoint, RouterServer, RoutingTable
 
 
@@ -86,7 +86,7 @@ def test_a_full_replica_queues_and_a_full_queue_answers_503(
     replica = replicas[0]
     table.set(route(ready(replica), max_concurrency_per_endpoint=1, queue_limit=1))
     url = f"{router.url_for('team', 'svc')}/v2/echo"
-    first, first_out = in_background(lambda: httpx.get(f"{url}?ms=400", timeout=10))
+    first, first_out = in_background(lambda: httpx.get(f"{url}?ms=2000", timeout=10))
     _wait_for(lambda: replica.in_flight == 1)
     second, second_out = in_background(lambda: httpx.get(url, timeout=10))
     _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
@@ -97,6 +97,42 @@ def test_a_full_replica_queues_and_a_full_queue_answers_503(
     assert first_out[0].status_code == 200 and second_out[0].status_code == 200
     assert replica.max_in_flight == 1
     assert replica.requests == 2
+
+
+def test_a_client_that_leaves_while_waiting_gives_up_its_place(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    """Its place in the queue (and in the revision's concurrency, which the autoscaler reads)
+    is freed at once: a queue of one takes the next request instead of answering it 503."""
+    replica = replicas[0]
+    table.set(route(ready(replica), max_concurrency_per_endpoint=1, queue_limit=1))
+    url = f"{router.url_for('team', 'svc')}/v2/echo"
+    busy, busy_out = in_background(lambda: httpx.get(f"{url}?ms=1500", timeout=10))
+    _wait_for(lambda: replica.in_flight == 1)
+    with raw_connection(router.port) as sock:
+        sock.sendall(b"GET /s/team/svc/v2/echo HTTP/1.1\r\nhost: x\r\n\r\n")
+        _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
+    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 0)
+    assert router.metrics.snapshot("team", "svc").queued == 0
+    assert httpx.get(url, timeout=10).status_code == 200  # waited its turn: not "full"
+    busy.join()
+    assert busy_out[0].status_code == 200
+    assert replica.requests == 2  # the one that left never reached the replica
+    snap = router.metrics.snapshot("team", "svc")
+    assert (snap.in_flight, snap.queued) == (0, 0)
+
+
+def test_requests_waiting_for_a_revision_that_leaves_the_route_get_404(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    table.set(route(Endpoint("v1", replicas[0].address, False)))  # not ready: requests wait
+    url = f"{router.url_for('team', 'svc')}/v2/echo"
+    waiting, out = in_background(lambda: httpx.get(url, timeout=10))
+    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
+    table.set(route(ready(replicas[1], "v2")))  # v1 rolled back: it left the split
+    waiting.join()
+    assert out[0].status_code == 404 and "revision v1 is gone" in out[0].json()["error"]["message"]
+    assert replicas[0].requests == 0 and replicas[1].requests == 0
 
 
 def test_waiting_longer_than_the_activation_timeout_is_503(

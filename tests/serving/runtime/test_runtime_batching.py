@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -70,14 +71,18 @@ def test_only_equal_keys_share_a_batch_and_none_runs_alone() -> None:
 
 def test_a_lone_request_waits_no_longer_than_the_window() -> None:
     calls: list[list[int]] = []
-    batcher = _batcher(calls, wait_s=0.0)
+    batcher = _batcher(calls, wait_s=0.2)
 
-    async def scenario() -> int:
-        result = await batcher.submit(7)
+    async def scenario() -> tuple[int, float]:
+        started = time.perf_counter()
+        result = await asyncio.wait_for(batcher.submit(7), 5)  # never for a full batch
+        waited = time.perf_counter() - started
         await batcher.close()
-        return result
+        return result, waited
 
-    assert asyncio.run(scenario()) == 70
+    result, waited = asyncio.run(scenario())
+    assert result == 70 and calls == [[7]]
+    assert waited < 1.0  # the 0.2 s window at most, with room for a slow machine
 
 
 def test_a_failing_batch_fails_each_of_its_requests_and_the_batcher_goes_on() -> None:
