@@ -135,6 +135,24 @@ def test_requests_waiting_for_a_revision_that_leaves_the_route_get_404(
     assert replicas[0].requests == 0 and replicas[1].requests == 0
 
 
+def test_a_large_body_sent_while_waiting_is_held_and_then_forwarded_whole(
+    router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
+) -> None:
+    """Past 1 MiB held for a waiting request the router stops reading the client; once a
+    replica is ready it reads again and the replica gets every byte, in order."""
+    replica = replicas[0]
+    table.set(route(Endpoint("v1", replica.address, False)))
+    body = b"".join(b"%015d\n" % n for n in range(3 << 16))  # 3 MiB, every line different
+    url = f"{router.url_for('team', 'svc')}/v2/echo"
+    sending, out = in_background(lambda: httpx.post(url, content=body, timeout=20))
+    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
+    time.sleep(0.3)  # the client sends what it can meanwhile
+    table.set(route(ready(replica)))
+    sending.join()
+    assert out[0].status_code == 200
+    assert replica.requests == 1 and replica.bodies[-1] == body.decode()
+
+
 def test_waiting_longer_than_the_activation_timeout_is_503(
     router: RouterServer, table: RoutingTable, replicas: list[FakeReplica]
 ) -> None:
