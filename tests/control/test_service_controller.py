@@ -19,6 +19,7 @@ from kiban.executors.base import CANNOT_START, EXIT_CANNOT_START
 from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
+from kiban.services.service_status import service_status
 from kiban.serving.router.traffic import TrafficMetrics
 from kiban.store.models import Event, Job, ServiceRevision, ServiceRow
 from kiban.testing import FakeExecutor, ManualClock
@@ -149,6 +150,9 @@ def test_a_canary_that_batches_less_is_capped_lower_than_the_stable_revision(
     route = platform.routes.get("default", "chat")
     assert route is not None and dict(route.traffic) == {"chat-00001": 80, "chat-00002": 20}
     assert dict(route.limits) == {"chat-00001": 16, "chat-00002": 4}  # 2 batches of 8, of 2
+    with platform.sessions() as session:
+        shown = service_status(session, session.scalars(select(ServiceRow)).one())
+    assert [r.replica_concurrency for r in shown.revisions] == [16, 4]  # as describe shows
     with platform.sessions() as session:
         service = session.scalars(select(ServiceRow)).one()
     stable, new = (platform.services.decisions[(service.id, n)] for n in (1, 2))
@@ -298,6 +302,9 @@ def test_a_canary_scaled_to_zero_keeps_its_share_and_is_started_for_its_requests
     assert replica_jobs(platform, "Running") == []
     route = platform.routes.get("default", "chat")
     assert route is not None and dict(route.traffic) == {"chat-00001": 70, "chat-00002": 30}
+    with platform.sessions() as session:
+        shown = service_status(session, session.scalars(select(ServiceRow)).one())
+    assert shown.traffic == dict(route.traffic)  # describe shows the router's split
     # A request drawn for the canary waits in the router: the canary is started for it,
     # and keeps its share while it starts.
     platform.services.traffic.counter(("default", "chat"), "chat-00002").was_queued()

@@ -53,6 +53,9 @@ class ServiceRevisionOut(ApiModel):
     traffic_percent: int
     desired_replicas: int
     ready_replicas: int
+    replica_concurrency: int
+    """Requests the router sends one of its replicas at once (0: no cap); a canary whose model
+    server batches differently has its own."""
     created_at: float
     ready_at: float | None
     scaling: ScalingOut | None = None
@@ -148,6 +151,7 @@ def service_out(
                 traffic_percent=r.traffic_percent,
                 desired_replicas=r.desired_replicas,
                 ready_replicas=r.ready_replicas,
+                replica_concurrency=r.replica_concurrency,
                 created_at=r.created_at,
                 ready_at=r.ready_at,
                 scaling=scaling_out(decisions[r.number]) if r.number in decisions else None,

@@ -35,7 +35,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from kiban.clock import Clock, SystemClock
 from kiban.control.revision_services import RevisionServices
 from kiban.control.settling import replica_ref
-from kiban.domain.rollout import RevisionState, TrafficTargets, revision_name, traffic_split
+from kiban.domain.rollout import (
+    RevisionState,
+    TrafficTargets,
+    revision_name,
+    serving_revisions,
+    traffic_split,
+)
 from kiban.domain.service import ServiceSpec
 from kiban.domain.service_replica import replica_job_manifest, replica_port
 from kiban.domain.states import JobState
@@ -203,18 +209,9 @@ class ServiceController:
         ):
             promote_canary(session, service, now, by="rollout reached 100%")
         self._drop_failed_targets(service, revisions)
-        # A Ready revision keeps its share at zero replicas (its requests wait in the router
-        # while one starts, as Knative's activator has them); one still loading has none
-        # while another serves.
-        serving = {
-            r.number
-            for r in revisions
-            if RevisionState(r.state).live
-            and (
-                r.state == RevisionState.READY.value
-                or any(v.row.ready for v in replicas.get(r.id, []))
-            )
-        }
+        serving = serving_revisions(
+            (r.number, r.state, any(v.row.ready for v in replicas.get(r.id, []))) for r in revisions
+        )
         targets = TrafficTargets(
             service.stable_revision, service.canary_revision, service.canary_percent
         )

@@ -9,6 +9,7 @@ with everything (KServe routes the same way: a revision takes traffic once Ready
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -36,9 +37,21 @@ class TrafficTargets:
     canary_percent: int
 
 
+def serving_revisions(revisions: Iterable[tuple[int, str, bool]]) -> set[int]:
+    """The revisions, given as (number, state, has a ready replica), that take their share of
+    traffic: live ones that became Ready, even at zero replicas (their requests wait while a
+    replica starts, as Knative's activator has them), or that have a ready replica. One still
+    loading takes none while another serves."""
+    return {
+        number
+        for number, state, has_ready in revisions
+        if RevisionState(state).live and (state == RevisionState.READY.value or has_ready)
+    }
+
+
 def traffic_split(targets: TrafficTargets, serving: set[int]) -> dict[int, int]:
-    """Percent of requests per revision number, given which revisions serve (became ready; a
-    revision at zero replicas still serves, its requests waiting while a replica starts).
+    """Percent of requests per revision number, given which revisions serve
+    (``serving_revisions``).
 
     With none serving the targets still get the traffic (requests wait for a replica), the
     stable one first: the split is never empty while the service has a live revision.

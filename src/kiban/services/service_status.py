@@ -7,10 +7,17 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kiban.domain.rollout import RevisionState, TrafficTargets, revision_name, traffic_split
+from kiban.domain.rollout import (
+    RevisionState,
+    TrafficTargets,
+    revision_name,
+    serving_revisions,
+    traffic_split,
+)
 from kiban.domain.service import ServiceSpec
 from kiban.domain.states import JobState
 from kiban.services.serving import revisions_of, stored_spec
+from kiban.serving.capacity import replica_concurrency
 from kiban.store.models import Job, Replica, ServiceReplica, ServiceRevision, ServiceRow
 
 
@@ -36,6 +43,9 @@ class RevisionStatus:
     created_at: float
     ready_at: float | None
     role: str  # stable, canary, or "" when it takes no traffic
+    replica_concurrency: int
+    """Requests the router sends one of its replicas at once (0: no cap): its own model
+    server's batch size counts, the service's containerConcurrency otherwise."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +106,10 @@ def service_status(session: Session, row: ServiceRow) -> ServiceStatus:
             )
         )
     targets = TrafficTargets(row.stable_revision, row.canary_revision, row.canary_percent)
-    serving = {n for n, count in ready.items() if count}
+    serving = serving_revisions((r.number, r.state, bool(ready.get(r.number))) for r in revisions)
     split = traffic_split(targets, serving) if row.deleted_at is None else {}
     traffic = {revision_name(row.name, n): share for n, share in split.items()}
+    spec = stored_spec(row)
     statuses = [
         RevisionStatus(
             name=revision_name(row.name, r.number),
@@ -115,12 +126,13 @@ def service_status(session: Session, row: ServiceRow) -> ServiceStatus:
             else "canary"
             if r.number == row.canary_revision
             else "",
+            replica_concurrency=replica_concurrency(spec.with_revision(stored_spec(r))),
         )
         for r in revisions
     ]
     return ServiceStatus(
         row=row,
-        spec=stored_spec(row),
+        spec=spec,
         state=_state(row, statuses, traffic),
         revisions=tuple(statuses),
         replicas=tuple(replicas),
