@@ -110,6 +110,30 @@ def test_a_canary_takes_its_share_and_promote_and_rollback_move_it(platform: Pla
     assert revisions(platform) == [(1, "Retired"), (2, "Ready")]
 
 
+def test_a_new_share_moves_the_canary_and_a_newer_revision_replaces_it(
+    platform: Platform,
+) -> None:
+    apply(platform, service_doc())
+    with platform.sessions() as session:
+        row = serving.get_visible(session, ALICE, "chat")
+        serving.promote_canary(session, row, platform.clock.now(), by="test")
+        session.commit()
+    set_state(platform, 1, RevisionState.READY)
+    v2 = service_doc(canaryTrafficPercent=20)
+    v2["spec"]["model"]["args"] = ["--dtype", "float32"]
+    apply(platform, v2)
+    # The same template with another share: no new revision, the canary's share moves.
+    row = apply(platform, {**v2, "spec": {**v2["spec"], "canaryTrafficPercent": 60}})
+    assert (row.stable_revision, row.canary_revision, row.canary_percent) == (1, 2, 60)
+    assert revisions(platform) == [(1, "Ready"), (2, "Loading")]
+    # A newer template while the canary is out: it is retired, the newer one is the canary.
+    v3 = service_doc(canaryTrafficPercent=10)
+    v3["spec"]["model"]["args"] = ["--dtype", "bfloat16"]
+    row = apply(platform, v3)
+    assert (row.stable_revision, row.canary_revision, row.canary_percent) == (1, 3, 10)
+    assert revisions(platform) == [(1, "Ready"), (2, "Retired"), (3, "Loading")]
+
+
 def test_bad_services_are_refused_naming_the_field(platform: Platform) -> None:
     with pytest.raises(InvalidInput) as missing_queue:
         apply(platform, service_doc(queue="nope"))
