@@ -63,6 +63,21 @@ def _scaling(scaling: dict[str, Any] | None, ready: int) -> str:
     return text + (f"; {scaling['note']}" if scaling["note"] else "")
 
 
+def _cap_text(service: dict[str, Any]) -> str:
+    """ ", at most N requests at once each", naming any revision taking traffic whose replicas
+    have another cap (a canary whose model server batches differently)."""
+    cap = service.get("replicaConcurrency") or 0
+    others = [
+        f"{r['name']}: {r['replicaConcurrency'] or 'no cap'}"
+        for r in service.get("revisions", [])
+        if r.get("trafficPercent") and r.get("replicaConcurrency", cap) != cap
+    ]
+    if not others:
+        return f", at most {cap} requests at once each" if cap else ""
+    said = f", at most {cap} requests at once each" if cap else ", no cap per replica"
+    return f"{said} ({'; '.join(others)})"
+
+
 def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> None:
     """Revisions with their state and traffic, replicas, latency, URL, and the timeline."""
     e = escape
@@ -82,11 +97,7 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
             f"Scaling   {service['minReplicas']} to {service['maxReplicas']} replicas on "
             f"{service['scaleMetric']}"
             + (f" (target {target:g}{unit} per replica)" if target else "")
-            + (
-                f", at most {service['replicaConcurrency']} requests at once each"
-                if service.get("replicaConcurrency")
-                else ""
-            )
+            + _cap_text(service)
             + f"    Timeout {service['timeoutS']:g}s    "
             + ("public" if service["public"] else "tenant tokens only")
         )
