@@ -191,6 +191,28 @@ def test_single_replica_failure_fails_in_one_pass(
     assert reasons(platform, job_id)[3:] == ["ReplicaExited", "ReplicaFailed", "Failed"]
 
 
+def test_what_a_running_replica_waits_for_is_kept_shown_and_an_event_once(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    job_id = submit(platform, manifest())
+    platform.loop.run_once()
+    fake = executor.running(job_id)[0]
+    why = 'waiting for its image: ImagePullBackOff: Back-off pulling image "train:9"'
+    fake.waiting = why
+    platform.loop.run_once()
+    platform.loop.run_once()
+    assert [r.waiting for r in replica_rows(platform, job_id)] == [why]
+    assert reasons(platform, job_id).count("ReplicaWaiting") == 1  # not one per pass
+    assert events(platform, job_id)[-1][1] == f"replica worker[0] (rank 0) is {why}"
+    with platform.sessions() as session:
+        shown = job_out(session.get(Job, job_id), replica_rows(platform, job_id))
+    assert shown.replicas[0].waiting == why
+    fake.waiting = ""  # the image came: it runs
+    platform.loop.run_once()
+    assert [r.waiting for r in replica_rows(platform, job_id)] == [None]
+    assert state(platform, job_id) == "Running"
+
+
 def test_max_runtime_exceeded(
     platform: Platform, executor: FakeExecutor, clock: ManualClock
 ) -> None:

@@ -211,6 +211,22 @@ def test_a_revision_whose_model_cannot_load_fails_and_traffic_stays(
     assert "RevisionFailed" in service_events(platform)
 
 
+def test_describe_says_what_a_running_replica_waits_for(
+    platform: Platform, probe: Probe, executor: FakeExecutor
+) -> None:
+    apply(platform, service_doc())
+    settle(platform)
+    job = replica_jobs(platform, "Running")[0]
+    why = "waiting for its image: ErrImagePull: manifest unknown"
+    executor.running(job.id)[0].waiting = why
+    settle(platform)
+    with platform.sessions() as session:
+        shown = service_status(session, session.scalars(select(ServiceRow)).one())
+    assert [(r.job_id, r.state, r.ready, r.reason) for r in shown.replicas] == [
+        (job.id, "Running", False, why)
+    ]
+
+
 def test_a_revision_whose_container_cannot_start_fails_at_its_first_replica(
     platform: Platform, probe: Probe, executor: FakeExecutor
 ) -> None:

@@ -37,6 +37,8 @@ class ReplicaOut(ApiModel):
     exit_code: int | None
     started_at: float | None
     finished_at: float | None
+    waiting: str | None = None
+    """While it runs, what it waits for as its executor tells (its image being pulled)."""
 
 
 class JobOut(ApiModel):
@@ -281,6 +283,7 @@ def replica_out(r: Replica) -> ReplicaOut:
         exit_code=r.exit_code,
         started_at=r.started_at,
         finished_at=r.finished_at,
+        waiting=r.waiting if r.state == "Running" else None,
     )
 
 

@@ -64,7 +64,8 @@ class ServiceRevisionOut(ApiModel):
 
 class ServiceReplicaOut(ApiModel):
     """A replica: the job that runs it (``kiban describe JOB`` tells more), and whether the
-    router sends it requests."""
+    router sends it requests. ``reason``: why it does not serve yet, its job's pending reason or,
+    while it runs, what it waits for (its image being pulled)."""
 
     job: str
     revision: str

@@ -374,6 +374,9 @@ def describe_job(
             )
         out.print("Replicas")
         out.print(table)
+        for r in replicas:
+            if r.get("waiting"):
+                out.print(escape(f"  rank {r['rank']} is {r['waiting']}"), highlight=False)
     if events:
         out.print("Events")
         start = events[0]["at"]

@@ -98,13 +98,15 @@ class JobSettler:
 
     def _may_change(self, job: Job, replicas: list[Replica], now: float) -> bool:
         """Whether settling could change the job: anything but a job whose replicas all run
-        on, before its maxRuntime, with no newer checkpoint."""
+        on (waiting for what they waited for before), before its maxRuntime, with no newer
+        checkpoint."""
         if job.state != JobState.RUNNING.value or not replicas:
             return True
         for replica in replicas:
             if replica.state != ReplicaState.RUNNING.value:
                 return True
-            if not self.executor.observe(replica_ref(replica)).running:
+            seen = self.executor.observe(replica_ref(replica))
+            if not seen.running or (seen.message or None) != replica.waiting:
                 return True
         return self._past_max_runtime(job, now) or self._newer_checkpoint(job) is not None
 
@@ -132,6 +134,27 @@ class JobSettler:
         )
         return list(session.scalars(query))
 
+    def _note_waiting(
+        self, session: Session, job: Job, replica: Replica, waiting: str | None, now: float
+    ) -> None:
+        """Keep what a running replica waits for (its image being pulled), written only when
+        it changes; its start is an event on the job."""
+        if replica.waiting == waiting:
+            return
+        if replica.waiting is None and waiting is not None:
+            events.record(
+                session,
+                kind="Job",
+                name=job.id,
+                tenant=job.tenant,
+                reason="ReplicaWaiting",
+                message=f"replica {replica.task}[{replica.index}] (rank {replica.rank}) is "
+                f"{waiting}",
+                at=now,
+                warning=True,
+            )
+        replica.waiting = waiting
+
     def _settle_job(self, session: Session, job: Job, now: float) -> None:
         replicas = self.active_replicas(session, job)
         running: list[Replica] = []
@@ -141,6 +164,7 @@ class JobSettler:
                 seen = self.executor.observe(replica_ref(replica))
                 if seen.running:
                     running.append(replica)
+                    self._note_waiting(session, job, replica, seen.message or None, now)
                     continue
                 replica.state = (ReplicaState.LOST if seen.lost else ReplicaState.EXITED).value
                 replica.exit_code = seen.exit_code

@@ -72,6 +72,14 @@ def _state(row: ServiceRow, revisions: list[RevisionStatus], traffic: dict[str, 
     return "Failed"
 
 
+def _reason(job: Job, waiting: str | None) -> str | None:
+    """Why a replica does not serve yet: its job's pending reason, or what it waits for while
+    running (its image being pulled)."""
+    if job.state == JobState.PENDING.value:
+        return job.reason_code
+    return waiting if job.state == JobState.RUNNING.value else None
+
+
 def service_status(session: Session, row: ServiceRow) -> ServiceStatus:
     revisions = revisions_of(session, row)
     pairs = session.execute(
@@ -81,13 +89,14 @@ def service_status(session: Session, row: ServiceRow) -> ServiceStatus:
         .order_by(ServiceReplica.revision_id, ServiceReplica.index)
     ).all()
     by_id: dict[int, ServiceRevision] = {r.id: r for r in revisions}
-    nodes = dict(
-        session.execute(
-            select(Replica.job_id, Replica.node).where(
+    launched = {
+        job_id: (node, waiting)
+        for job_id, node, waiting in session.execute(
+            select(Replica.job_id, Replica.node, Replica.waiting).where(
                 Replica.job_id.in_([job.id for _, job in pairs]), Replica.active
             )
         ).all()
-    )
+    }
     ready: dict[int, int] = {}
     replicas = []
     for replica, job in pairs:
@@ -100,9 +109,9 @@ def service_status(session: Session, row: ServiceRow) -> ServiceStatus:
                 job_id=job.id,
                 revision=revision_name(row.name, revision.number),
                 state=job.state,
-                node=nodes.get(job.id),
+                node=launched.get(job.id, (None, None))[0],
                 ready=replica.ready,
-                reason=job.reason_code if job.state == JobState.PENDING.value else None,
+                reason=_reason(job, launched.get(job.id, (None, None))[1]),
             )
         )
     targets = TrafficTargets(row.stable_revision, row.canary_revision, row.canary_percent)

@@ -198,6 +198,8 @@ class Replica(Base):
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # The executor's identity of a replica that is not a local process (a pod: ns/name/uid).
     handle: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    # What a running replica waits for, as its executor tells (its image being pulled).
+    waiting: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (Index("ix_replicas_active", "active"),)
 

@@ -26,6 +26,8 @@ class FakeReplica:
     exit_code: int | None = None
     exit_message: str = ""
     """What the executor says of its end (as a pod's status does: "container cannot start...")."""
+    waiting: str = ""
+    """What it waits for while running, as tests say (as a pod waits for its image)."""
     stop_requests: list[bool] = field(default_factory=list)  # force flag of each stop call
     log: bytearray = field(default_factory=bytearray)
     ignores_sigterm: bool = False
@@ -135,7 +137,7 @@ class FakeExecutor:
         if fake is None:
             return Observation(running=False, lost=True, message="unknown to the fake executor")
         if fake.exit_code is None:
-            return Observation(running=True)
+            return Observation(running=True, message=fake.waiting)
         return Observation(running=False, exit_code=fake.exit_code, message=fake.exit_message)
 
     def stop(self, replica: ReplicaRef, *, force: bool) -> None:
