@@ -16,7 +16,7 @@ from cli_support import Run, one_error_line
 
 from kiban.cli import render
 from kiban.platform import Platform
-from kiban.testing import ManualClock
+from kiban.testing import FakeExecutor, ManualClock
 
 HOUR = 3600.0
 
@@ -111,6 +111,16 @@ def test_describe_says_where_a_job_stands_and_when_it_should_start(
     assert described["clusterPosition"] == 2
     assert described["eta"] == pytest.approx(clock.now() - 1 + HOUR / 2, abs=2)
     assert described["standing"] == pytest.approx(3 * HOUR, rel=0.01)
+
+
+def test_describe_says_what_a_running_replica_waits_for(
+    kiban: Run, jobs: Jobs, platform: Platform, executor: FakeExecutor
+) -> None:
+    executor.running(jobs.big)[1].waiting = "waiting for its image: ErrImagePull: not found"
+    platform.loop.run_once()
+    running = kiban("describe", jobs.big).out
+    assert "rank 1 is waiting for its image: ErrImagePull: not found" in running
+    assert "rank 0 is" not in running
 
 
 @pytest.mark.parametrize(
