@@ -104,14 +104,15 @@ def service_status(session: Session, row: ServiceRow) -> ServiceStatus:
             continue
         revision = by_id[replica.revision_id]
         ready[revision.number] = ready.get(revision.number, 0) + int(replica.ready)
+        node, waiting = launched.get(job.id, (None, None))
         replicas.append(
             ReplicaStatus(
                 job_id=job.id,
                 revision=revision_name(row.name, revision.number),
                 state=job.state,
-                node=launched.get(job.id, (None, None))[0],
+                node=node,
                 ready=replica.ready,
-                reason=_reason(job, launched.get(job.id, (None, None))[1]),
+                reason=_reason(job, waiting),
             )
         )
     targets = TrafficTargets(row.stable_revision, row.canary_revision, row.canary_percent)
