@@ -68,6 +68,17 @@ def settle(platform: Platform, passes: int = 3) -> None:
     platform.services.run_once()
 
 
+def start_canary(platform: Platform, probe: Probe, canary: dict[str, Any]) -> None:
+    """Apply ``canary`` over a Ready service; only the stable revision's replicas answer their
+    probes, so the canary's stay unready."""
+    apply(platform, canary)
+    probe.all = False
+    route = platform.routes.get("default", "chat")
+    assert route is not None
+    probe.ready = {e.address for e in route.endpoints}
+    settle(platform)
+
+
 def replica_jobs(platform: Platform, state: str | None = None) -> list[Job]:
     with platform.sessions() as session:
         query = select(Job).order_by(Job.submitted_at, Job.id)
@@ -168,10 +179,7 @@ def test_a_canary_gets_its_share_once_ready_and_a_crashed_replica_is_replaced(
     settle(platform)
     v2 = service_doc(canaryTrafficPercent=25)
     v2["spec"]["model"]["args"] = ["--dtype", "float32"]
-    apply(platform, v2)
-    probe.all = False
-    probe.ready = {e.address for e in platform.routes.get("default", "chat").endpoints}  # type: ignore[union-attr]
-    settle(platform)
+    start_canary(platform, probe, v2)
     route = platform.routes.get("default", "chat")
     assert route is not None and dict(route.traffic) == {"chat-00001": 100}  # canary loading
     probe.all = True
@@ -194,10 +202,7 @@ def test_a_revision_whose_model_cannot_load_fails_and_traffic_stays(
     settle(platform)
     broken = service_doc(canaryTrafficPercent=50)
     broken["spec"]["model"]["storageUri"] = "file:///models/missing"
-    apply(platform, broken)
-    probe.all = False
-    probe.ready = {e.address for e in platform.routes.get("default", "chat").endpoints}  # type: ignore[union-attr]
-    settle(platform)
+    start_canary(platform, probe, broken)
     canary = [j for j in replica_jobs(platform, "Running") if "00002" in j.name]
     assert len(canary) == 1
     replica = executor.running(canary[0].id)[0]
@@ -234,10 +239,7 @@ def test_a_revision_whose_container_cannot_start_fails_at_its_first_replica(
     probe.all = True
     settle(platform)
     broken = service_doc(canaryTrafficPercent=50, image="registry.example/server:missing")
-    apply(platform, broken)
-    probe.all = False
-    probe.ready = {e.address for e in platform.routes.get("default", "chat").endpoints}  # type: ignore[union-attr]
-    settle(platform)
+    start_canary(platform, probe, broken)
     canary = [j for j in replica_jobs(platform, "Running") if "00002" in j.name]
     why = f"{CANNOT_START}: its image was not pulled in 600 s: ImagePullBackOff: not found"
     executor.finish_all(canary[0].id, exit_code=EXIT_CANNOT_START, message=why)
@@ -258,10 +260,7 @@ def test_a_revision_fails_at_its_third_replica_that_exits_unready_and_unexplaine
     settle(platform)
     crashing = service_doc(canaryTrafficPercent=50)
     crashing["spec"]["model"]["args"] = ["--dtype", "float32"]
-    apply(platform, crashing)
-    probe.all = False
-    probe.ready = {e.address for e in platform.routes.get("default", "chat").endpoints}  # type: ignore[union-attr]
-    settle(platform)
+    start_canary(platform, probe, crashing)
     for crash in range(1, 4):
         canary = [j for j in replica_jobs(platform, "Running") if "00002" in j.name]
         assert len(canary) == 1, f"crash {crash}: a replacement runs"

@@ -32,6 +32,18 @@ def service_doc(name: str = "chat", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "kiban/v1", "kind": "Service", "metadata": {"name": name}, "spec": body}
 
 
+def custom_service_doc(args: list[str]) -> dict[str, Any]:
+    """Service "own" on a custom runtime (its own server, whose args are its own)."""
+    return service_doc(
+        "own",
+        runtime="custom",
+        command=["serve"],
+        port=9000,
+        readinessPath="/ready",
+        model={"name": "m", "args": args},
+    )
+
+
 def apply(platform: Platform, document: dict[str, Any], who: Principal = ALICE) -> ServiceRow:
     with platform.sessions() as session:
         applied = serving.apply(
@@ -222,14 +234,7 @@ def test_unknown_runtime_args_are_warned_and_recorded(platform: Platform) -> Non
         "runtime; did you mean --max_batch_size?)",
     )
     assert events[-1] == "; ".join(applied.warnings)
-    custom = service_doc(
-        "own",
-        runtime="custom",
-        command=["serve"],
-        port=9000,
-        readinessPath="/ready",
-        model={"name": "m", "args": ["--backend", "x"]},
-    )
+    custom = custom_service_doc(["--backend", "x"])
     assert apply_warnings(platform, custom) == ()  # a custom server's args are its own
 
 
@@ -278,14 +283,7 @@ def test_runtime_args_that_could_never_serve_are_refused_naming_the_argument(
     ]
     with platform.sessions() as session:
         assert session.scalars(select(ServiceRow)).all() == []  # nothing half-written
-    custom = service_doc(
-        "own",
-        runtime="custom",
-        command=["serve"],
-        port=9000,
-        readinessPath="/ready",
-        model={"name": "m", "args": ["--port", "9000", "--help"]},
-    )
+    custom = custom_service_doc(["--port", "9000", "--help"])
     assert apply(platform, custom).name == "own"  # a custom server's args are its own
 
 
