@@ -19,7 +19,13 @@ from loop_support import (
 
 from kiban.api.schemas import job_out
 from kiban.domain.manifests import parse_job_manifest
-from kiban.executors.base import LaunchError, LaunchRequest, ReplicaRef
+from kiban.executors.base import (
+    CANNOT_START,
+    EXIT_CANNOT_START,
+    LaunchError,
+    LaunchRequest,
+    ReplicaRef,
+)
 from kiban.executors.environment import replica_environment
 from kiban.platform import Platform
 from kiban.scheduler import ReasonCode
@@ -178,6 +184,29 @@ def test_on_failure_restarts_on_the_same_placement_until_the_backoff_limit(
     assert job.message == "replica worker[1] (rank 1) exited with code 2"
     assert len(launches_of(executor, job_id)) == 2
     assert reasons(platform, job_id).count("Restarting") == 1
+
+
+def test_a_container_that_cannot_start_fails_the_job_without_retries(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    """Its image or configuration is at fault: a restart would start the same container."""
+    job_id = submit(
+        platform, manifest(replicas=2, gpu=1, restartPolicy="OnFailure", backoffLimit=3)
+    )
+    platform.loop.run_once()
+    why = f'{CANNOT_START}: InvalidImageName: couldn\'t parse image name "Train:9"'
+    executor.finish(job_id, 0, EXIT_CANNOT_START, message=why)
+    platform.loop.run_once()
+    platform.loop.run_once()
+
+    job = get(platform, job_id)
+    assert (job.state, job.attempt) == ("Failed", 1)
+    assert job.message == (
+        f"replica worker[0] (rank 0) exited with code {EXIT_CANNOT_START}: {why}; "
+        "not retried, as every attempt starts the same container"
+    )
+    assert len(launches_of(executor, job_id)) == 1
+    assert "Restarting" not in reasons(platform, job_id)
 
 
 def test_single_replica_failure_fails_in_one_pass(

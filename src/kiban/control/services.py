@@ -45,7 +45,7 @@ from kiban.domain.rollout import (
 from kiban.domain.service import ServiceSpec
 from kiban.domain.service_replica import replica_job_manifest, replica_port
 from kiban.domain.states import JobState
-from kiban.executors.base import CANNOT_START, Capability, Executor
+from kiban.executors.base import Capability, Executor, cannot_start
 from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import ServiceError
@@ -571,5 +571,4 @@ class ServiceController:
 def _start_failure(job: Job) -> str | None:
     """The executor's message when a replica's container could not start (its image is not
     there, its configuration is wrong): every replica of the revision would fail alike."""
-    message = job.message or ""
-    return message if CANNOT_START in message else None
+    return job.message if cannot_start(job.message) else None

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kiban.control.launcher import Launcher
 from kiban.control.snapshot_builder import SpecCache
 from kiban.domain.states import JobState, ReplicaState
-from kiban.executors.base import Executor, ReplicaRef
+from kiban.executors.base import Executor, ReplicaRef, cannot_start
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services import events
 from kiban.services.transitions import transition
@@ -197,6 +197,10 @@ class JobSettler:
             if failed:
                 message = failed[0][1]
                 retry = spec.restart_policy == "OnFailure" and job.attempt <= spec.backoff_limit
+                if retry and any(cannot_start(why) for _, why in failed):
+                    # its image or configuration is at fault: another attempt would fail alike
+                    retry = False
+                    message += "; not retried, as every attempt starts the same container"
                 # Replicas lost (vanished with their pod or node) are no fault of the job's own.
                 lost = all(r.state == ReplicaState.LOST.value for r, _ in failed)
                 self._begin_stop(

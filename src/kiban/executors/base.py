@@ -107,6 +107,11 @@ CANNOT_START = "container cannot start"
 """How the message of such a replica begins."""
 
 
+def cannot_start(message: str | None) -> bool:
+    """Whether an exit's message says its container never started (see ``EXIT_CANNOT_START``)."""
+    return message is not None and CANNOT_START in message
+
+
 class LaunchError(Exception):
     """A job could not be started; the message says why (for its events)."""
 
