@@ -12,12 +12,12 @@ from typing import Any
 
 from kiban.domain.jobspec import DNS_LABEL, JobManifest, check_dns_label
 from kiban.domain.service import ServiceSpec, pvc_claim
+from kiban.serving.runtime.storage import DEFAULT_PVC_ROOT as PVC_ROOT
 
 SERVICE_LABEL = "kiban.dev/service"
 REVISION_LABEL = "kiban.dev/revision"
 TASK_NAME = "server"
 RUNTIME_MODULE = "kiban.serving.runtime"
-PVC_ROOT = "/mnt/pvc"  # where a pvc:// model's claim is mounted, as /mnt/pvc/<claim>
 _MAX_LABEL = 63
 
 

@@ -18,6 +18,7 @@ from kiban.serving.runtime.errors import LoadError
 from kiban.serving.runtime.options import ServerOptions
 
 DEFAULT_PVC_ROOT = "/mnt/pvc"
+"""Where kiban mounts a ``pvc://`` model's claim in a replica, as ``/mnt/pvc/<claim>``."""
 PVC_ROOT_ENV = "KIBAN_PVC_ROOT"
 HF_ID_FORMS = "org/name, org/name@revision or org/name:revision"
 
