@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,12 +23,13 @@ from kiban.domain.manifests import parse_job_manifest
 from kiban.executors.base import (
     CANNOT_START,
     EXIT_CANNOT_START,
+    Capability,
     LaunchError,
     LaunchRequest,
     ReplicaRef,
 )
 from kiban.executors.environment import replica_environment
-from kiban.platform import Platform
+from kiban.platform import Platform, build_platform
 from kiban.scheduler import ReasonCode
 from kiban.services import jobs, tenants
 from kiban.store.models import Job
@@ -599,3 +601,60 @@ def test_jobs_beyond_the_window_wait_in_the_backlog_until_they_reach_it(
     assert state(platform, ids[1]) == "Running"
     assert get(platform, ids[4]).reason_code == "BlockedByQueueHead"
     assert get(platform, ids[4]).queue_position == 3
+
+
+def on_node(name: str, **task: Any) -> dict[str, Any]:
+    document = manifest(gpu=1)
+    document["spec"]["tasks"][0].update(task)
+    document["metadata"]["name"] = name
+    return document
+
+
+def test_a_container_executor_places_by_node_selector_and_required_affinity(
+    platform: Platform, clock: ManualClock
+) -> None:
+    """The pods carry them, and a kubelet refuses a pod bound to a node they do not match."""
+    pinned = submit(platform, on_node("pinned", nodeSelector={"kubernetes.io/hostname": "node-2"}))
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["x"]}]},
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "In",
+                                "values": ["node-1"],
+                            }
+                        ]
+                    },
+                ]
+            }
+        }
+    }
+    clock.advance(1)
+    steered = submit(platform, on_node("steered", affinity=affinity))
+    clock.advance(1)  # last in its queue (strict FIFO), so that it holds up no other
+    nowhere = submit(platform, on_node("nowhere", nodeSelector={"gpu.product": "B200"}))
+    platform.loop.run_once()
+    assert [r.node for r in replica_rows(platform, pinned)] == ["node-2"]
+    assert [r.node for r in replica_rows(platform, steered)] == ["node-1"]
+    waiting = get(platform, nowhere)
+    assert (waiting.state, waiting.reason_code) == ("Pending", ReasonCode.NO_NODE_FITS.value)
+    assert "matching its nodeSelector gpu.product=B200" in (waiting.reason_message or "")
+
+
+def test_the_local_executor_ignores_node_constraints_as_it_warns(
+    tmp_path: Path, db_url: str, clock: ManualClock, executor: FakeExecutor
+) -> None:
+    processes = FakeExecutor(  # no Capability.CONTAINERS, as the local executor
+        executor.nodes(), clock=clock, capabilities=frozenset({Capability.TORCHRUN})
+    )
+    local = build_platform(home=tmp_path / "home", db_url=db_url, executor=processes, clock=clock)
+    try:
+        job_id = submit(local, on_node("any", nodeSelector={"gpu.product": "B200"}))
+        local.loop.run_once()
+        assert state(local, job_id) == "Running"
+    finally:
+        local.close()

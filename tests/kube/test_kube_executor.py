@@ -272,3 +272,34 @@ def test_a_pod_lost_with_its_node_sends_the_job_back_to_its_queue(
                 )
             ),
         )
+
+
+def test_pods_go_to_the_nodes_their_selector_and_required_affinity_name(
+    platform: Platform, core: Any
+) -> None:
+    """kiban binds the pods itself, so it must choose as a kubelet would admit them."""
+    pinned = job("pinned", gpu=1)
+    pinned["spec"]["tasks"][0]["nodeSelector"] = {"kubernetes.io/hostname": NODES[2]}
+    steered = job("steered", gpu=1)
+    steered["spec"]["tasks"][0]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "NotIn", "values": [NODES[0]]}
+                        ],
+                        "matchExpressions": [{"key": "kiban.dev/pool", "operator": "Exists"}],
+                    }
+                ]
+            }
+        }
+    }
+    pinned_id = submit(platform, pinned)
+    (pod,) = running_pods(core, pinned_id, 1)
+    assert pod.spec.node_name == NODES[2]  # best fit alone would take kwok-node-0000
+    assert pod.spec.node_selector == {"kubernetes.io/hostname": NODES[2]}
+    steered_id = submit(platform, steered)
+    (pod,) = running_pods(core, steered_id, 1)
+    assert pod.spec.node_name == NODES[2]  # best fit of the nodes it admits (one GPU left)
+    assert pod.spec.affinity.node_affinity is not None

@@ -29,7 +29,7 @@ from kiban.control.snapshot_builder import NodeViews, RecordedWait, SpecCache, b
 from kiban.control.waits import record_wait, wait_changed
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState
-from kiban.executors.base import Executor, NodeInfo
+from kiban.executors.base import Capability, Executor, NodeInfo
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt
@@ -213,7 +213,14 @@ class ControlLoop:
         with self.sessions() as session:
             policy = self.policies.get(session)
             snapshot = build_snapshot(
-                session, self.specs, now, recorded, self.window, policy, self.node_views
+                session,
+                self.specs,
+                now,
+                recorded,
+                self.window,
+                policy,
+                self.node_views,
+                node_constraints=Capability.CONTAINERS in self.executor.capabilities,
             )
         self._last_schedule = now
         self._accrue_usage(snapshot.running, now, policy)

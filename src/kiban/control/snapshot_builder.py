@@ -77,9 +77,18 @@ class RecordedWait:
     eta: float | None = None
 
 
-def demands(spec: JobSpec) -> tuple[TaskDemand, ...]:
+def demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDemand, ...]:
+    """What each task needs; with ``node_constraints`` (a container executor, which puts them
+    on the pods) also the nodes its nodeSelector and required node affinity admit."""
     return tuple(
-        TaskDemand(t.name, t.replicas, t.resources.gpu, t.resources.cpu, t.resources.memory)
+        TaskDemand(
+            t.name,
+            t.replicas,
+            t.resources.gpu,
+            t.resources.cpu,
+            t.resources.memory,
+            t.node_constraint() if node_constraints else None,
+        )
         for t in spec.tasks
     )
 
@@ -114,6 +123,7 @@ def build_snapshot(
     window: int = 256,
     policy: ClusterPolicy | None = None,
     views: NodeViews | None = None,
+    node_constraints: bool = False,
 ) -> Snapshot:
     """Nodes with what is free on them, queues with what they use, running and pending jobs.
 
@@ -176,7 +186,7 @@ def build_snapshot(
         )
     queue_rows = list(session.scalars(select(Queue).order_by(Queue.name)))
     queues = tuple(queue_view(q, policy, queue_used.get(q.name)) for q in queue_rows)
-    pending = _pending_jobs(session, specs, policy, queues, recorded, window)
+    pending = _pending_jobs(session, specs, policy, queues, recorded, window, node_constraints)
     return Snapshot(
         now=now,
         nodes=tuple(nodes),
@@ -268,6 +278,7 @@ def _pending_jobs(
     queues: tuple[QueueView, ...],
     recorded: dict[str, RecordedWait] | None,
     window: int,
+    node_constraints: bool,
 ) -> tuple[PendingJob, ...]:
     # The first ``window`` pending jobs of each queue, in the core's order (priority, then
     # submit time), read through the partial index on pending jobs: a pass costs the same with
@@ -310,7 +321,7 @@ def _pending_jobs(
                 queue=row.queue,
                 priority=row.priority,
                 submitted_at=row.submitted_at,
-                tasks=demands(spec),
+                tasks=demands(spec, node_constraints),
                 gang_size=spec.gang_size,
                 tenant=row.tenant,
                 max_runtime=spec.max_runtime,

@@ -16,7 +16,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from kiban.domain.node_affinity import node_constraint, required_terms
 from kiban.domain.quantity import parse_cpu_millis, parse_duration, parse_memory
+from kiban.scheduler.node_match import NodeConstraint
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -188,6 +190,16 @@ class TaskSpec(SpecModel):
             if not LABEL_VALUE.match(item):
                 raise ValueError(f"{item!r} (for {key}) is not a valid label value")
         return value
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        required_terms(value)  # the part that limits placement must be well formed
+        return value
+
+    def node_constraint(self) -> NodeConstraint | None:
+        """The nodes this task's pods may use on a container executor (None: any)."""
+        return node_constraint(self.node_selector, self.affinity)
 
     @field_validator("name")
     @classmethod

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kiban.scheduler.capacity_index import CapacityIndex
+from kiban.scheduler.node_match import NodeConstraint
 from kiban.scheduler.snapshot import NodeView
 
 NodeFilter = Callable[[NodeView], bool]
@@ -61,6 +62,7 @@ class CapacityOverlay:
         self._domain_free = [dict(level) for level in index.domain_free]
         self._transactions: list[Transaction] = []
         self._undoing = False
+        self._constrained_fits: dict[tuple[int, int, int, NodeConstraint], tuple[bool, int]] = {}
 
     @classmethod
     def of(cls, nodes: Collection[NodeView]) -> CapacityOverlay:
@@ -137,6 +139,27 @@ class CapacityOverlay:
                     continue
                 return name
         return None
+
+    def constrained_fit(
+        self, gpus: int, cpu_millis: int, memory: int, nodes: NodeConstraint
+    ) -> tuple[bool, int]:
+        """Whether an idle schedulable node the constraint admits could hold a replica of this
+        size, and how many unschedulable ones could (visits every node once per cycle)."""
+        key = (gpus, cpu_millis, memory, nodes)
+        known = self._constrained_fits.get(key)
+        if known is None:
+            fits, blocked = False, 0
+            for node in self.nodes.values():
+                if node.gpus < gpus or node.cpu_millis < cpu_millis or node.memory < memory:
+                    continue
+                if not nodes.allows(node.name, node.labels):
+                    continue
+                if node.schedulable:
+                    fits = True
+                else:
+                    blocked += 1
+            known = self._constrained_fits[key] = (fits, blocked)
+        return known
 
     def take(self, node: str, gpus: int, cpu_millis: int, memory: int) -> tuple[int, ...]:
         """Take capacity on ``node`` (lowest free GPU ids first) and return the GPU ids taken."""

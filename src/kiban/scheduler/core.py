@@ -294,16 +294,21 @@ def _capacity_reason(
         fits, blocked = task_fits_some_node(task, overlay)
         if not fits:
             extra = f"; {blocked} node(s) that could are cordoned or unhealthy" if blocked else ""
+            unfit: dict[str, object] = {
+                "flavor": flavor,
+                "task": task.name,
+                "gpu": task.gpu,
+                "unschedulable_nodes_that_fit": blocked,
+            }
+            matching = ""
+            if task.nodes is not None:
+                matching = f"matching its {task.nodes} "
+                unfit["nodes"] = str(task.nodes)
             return PendingReason(
                 ReasonCode.NO_NODE_FITS,
-                f"no schedulable {_kind(flavor)}node can hold a replica of task {task.name} "
-                f"({task.gpu} GPUs, {task.cpu_millis / 1000:g} CPUs){extra}",
-                {
-                    "flavor": flavor,
-                    "task": task.name,
-                    "gpu": task.gpu,
-                    "unschedulable_nodes_that_fit": blocked,
-                },
+                f"no schedulable {_kind(flavor)}node {matching}can hold a replica of task "
+                f"{task.name} ({task.gpu} GPUs, {task.cpu_millis / 1000:g} CPUs){extra}",
+                unfit,
             )
     request = job.topology
     levels = cycle.snapshot.topology_levels
@@ -328,10 +333,14 @@ def _capacity_reason(
     }
     if placed is not None:
         details["placeable_now"] = placed
+    constrained = "".join(
+        f"; task {t.name} may only use nodes matching its {t.nodes}" for t in job.tasks if t.nodes
+    )
     return PendingReason(
         ReasonCode.INSUFFICIENT_CAPACITY,
         f"needs {job.gang_size} replicas together ({shape}){where}; {fit_now}"
-        f"{gpus(free, flavor)} free on {overlay.schedulable_count()} schedulable nodes",
+        f"{gpus(free, flavor)} free on {overlay.schedulable_count()} schedulable nodes"
+        f"{constrained}",
         details,
     )
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
 from kiban.scheduler.decisions import ReplicaPlacement
-from kiban.scheduler.snapshot import PendingJob, TaskDemand, TopologyRequest
+from kiban.scheduler.snapshot import NodeView, PendingJob, TaskDemand, TopologyRequest
 
 MAX_DOMAIN_TRIES = 8
 """Domains tried per level, smallest free first; past them a gang is taken not to fit there."""
@@ -40,8 +40,9 @@ def place_gang(
     with overlay.transaction() as tx:
         rank = 0
         for task in job.tasks:
+            task_allow = task_filter(task, allow)
             for index in range(task.replicas):
-                node = overlay.best_fit(task.gpu, task.cpu_millis, task.memory, allow, within)
+                node = overlay.best_fit(task.gpu, task.cpu_millis, task.memory, task_allow, within)
                 if node is None:
                     break
                 gpu_ids = overlay.take(node, task.gpu, task.cpu_millis, task.memory)
@@ -64,6 +65,18 @@ def place_gang(
             tx.commit()
             return GangAttempt(tuple(placements), len(placements), True)
     return GangAttempt((), len(placements), False)
+
+
+def task_filter(task: TaskDemand, allow: NodeFilter | None) -> NodeFilter | None:
+    """``allow``, narrowed to the nodes the task's node constraint admits."""
+    nodes = task.nodes
+    if nodes is None:
+        return allow
+
+    def admits(node: NodeView) -> bool:
+        return nodes.allows(node.name, node.labels) and (allow is None or allow(node))
+
+    return admits
 
 
 def place_in_topology(
@@ -143,6 +156,8 @@ def domain_could_hold(job: PendingJob, overlay: CapacityOverlay, level: int) -> 
 
 def task_fits_some_node(task: TaskDemand, overlay: CapacityOverlay) -> tuple[bool, int]:
     """Whether an idle schedulable node could hold one replica, and how many unschedulable could."""
+    if task.nodes is not None:
+        return overlay.constrained_fit(task.gpu, task.cpu_millis, task.memory, task.nodes)
     fits = False
     blocked = 0
     for (gpus, cpu_millis, memory, schedulable), count in overlay.index.shapes.items():

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from kiban.scheduler.node_match import NodeConstraint
+
 DEFAULT_FLAVOR = "default"
 """The flavor of every node when the policy declares none."""
 
@@ -98,13 +100,14 @@ class QueueView:
 
 @dataclass(frozen=True, slots=True)
 class TaskDemand:
-    """What each replica of one task needs."""
+    """What each replica of one task needs, and on which nodes it may run (None: any)."""
 
     name: str
     replicas: int
     gpu: int
     cpu_millis: int
     memory: int
+    nodes: NodeConstraint | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Self
 
+from kiban.scheduler.node_match import NodeConstraint
 from kiban.scheduler.snapshot import (
     DEFAULT_FLAVOR,
     FlavorView,
@@ -312,10 +313,16 @@ class JobBuilder:
         return self
 
     def replicas(
-        self, count: int, *, gpu: int = 1, cpu_millis: int = 1000, memory: int = GIB
+        self,
+        count: int,
+        *,
+        gpu: int = 1,
+        cpu_millis: int = 1000,
+        memory: int = GIB,
+        nodes: NodeConstraint | None = None,
     ) -> Self:
         """Make the job one task ``worker`` of ``count`` replicas, each needing this much."""
-        self._tasks = [TaskDemand("worker", count, gpu, cpu_millis, memory)]
+        self._tasks = [TaskDemand("worker", count, gpu, cpu_millis, memory, nodes)]
         return self
 
     def task(
@@ -326,9 +333,10 @@ class JobBuilder:
         gpu: int = 1,
         cpu_millis: int = 1000,
         memory: int = GIB,
+        nodes: NodeConstraint | None = None,
     ) -> Self:
         """Add a task (ranks follow the order tasks were added)."""
-        self._tasks.append(TaskDemand(name, replicas, gpu, cpu_millis, memory))
+        self._tasks.append(TaskDemand(name, replicas, gpu, cpu_millis, memory, nodes))
         return self
 
     def gang(self, size: int) -> Self:

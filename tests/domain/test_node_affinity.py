@@ -1,0 +1,120 @@
+"""A task's required node affinity is read as the API server reads it, and refused when it
+could not be, naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kiban.domain.errors import SpecError
+from kiban.domain.manifests import parse_job_manifest
+from kiban.domain.node_affinity import REQUIRED, node_constraint
+from kiban.scheduler.node_match import NodeConstraint, NodeTerm, Operator, Requirement
+
+
+def required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": list(terms)}}}
+
+
+def manifest(**task: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {"tasks": [{"command": ["python", "train.py"], **task}]},
+    }
+
+
+def test_selector_and_required_terms_become_one_constraint() -> None:
+    affinity = required(
+        {
+            "matchExpressions": [
+                {"key": "gpu.product", "operator": "In", "values": ["H100"]},
+                {"key": "spot", "operator": "DoesNotExist"},
+            ]
+        },
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-9"]}]},
+    )
+    assert node_constraint({"zone": "b", "rack": "r1"}, affinity) == NodeConstraint(
+        (("rack", "r1"), ("zone", "b")),
+        (
+            NodeTerm(
+                (
+                    Requirement("gpu.product", Operator.IN, ("H100",)),
+                    Requirement("spot", Operator.DOES_NOT_EXIST),
+                )
+            ),
+            NodeTerm((Requirement("metadata.name", Operator.IN, ("gpu-9",), on_name=True),)),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        None,
+        {},
+        {"podAntiAffinity": {REQUIRED: [{"topologyKey": "kubernetes.io/hostname"}]}},
+        {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+    ],
+)
+def test_no_constraint_without_a_selector_or_required_node_affinity(
+    affinity: dict[str, Any] | None,
+) -> None:
+    assert node_constraint({}, affinity) is None
+
+
+def test_a_job_task_gives_its_constraint() -> None:
+    spec = parse_job_manifest(manifest(nodeSelector={"gpu.product": "H100"})).spec
+    assert spec.tasks[0].node_constraint() == NodeConstraint((("gpu.product", "H100"),))
+
+
+@pytest.mark.parametrize(
+    ("term", "problem"),
+    [
+        (
+            {"matchExpressions": [{"key": "a", "operator": "Equals", "values": ["x"]}]},
+            "nodeSelectorTerms[0].matchExpressions[0].operator: 'Equals' is not one of In, NotIn",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "In"}]},
+            "matchExpressions[0].values: In needs at least one value",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]},
+            "matchExpressions[0].values: Exists takes no values",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["big"]}]},
+            "matchExpressions[0].values: Gt needs exactly one integer value",
+        ),
+        (
+            {"matchExpressions": [{"operator": "Exists"}]},
+            "matchExpressions[0].key: must be a non-empty string",
+        ),
+        (
+            {"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["x"]}]},
+            "matchFields[0].key: matchFields may only name metadata.name",
+        ),
+        (
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]},
+            "matchFields[0]: a metadata.name field needs In or NotIn and one value",
+        ),
+        ({"matchExpressions": "a=b"}, "matchExpressions: must be a list"),
+    ],
+)
+def test_a_malformed_required_term_is_refused_naming_its_field(
+    term: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_job_manifest(manifest(affinity=required(term)))
+    (found,) = caught.value.problems
+    assert found.field == "spec.tasks[0].affinity"
+    assert problem in found.message
+
+
+def test_required_affinity_needs_at_least_one_term() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_job_manifest(manifest(affinity={"nodeAffinity": {REQUIRED: {}}}))
+    assert "nodeSelectorTerms: must be a list of at least one term" in str(caught.value)
