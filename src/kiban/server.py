@@ -89,7 +89,9 @@ def start_platform(options: ServerOptions) -> Platform:
         from kiban.executors.kubernetes import KubernetesExecutor
 
         try:
-            kube = KubernetesExecutor.connect(options.kubeconfig, options.kube_options)
+            kube = KubernetesExecutor.connect(
+                options.kubeconfig, options.kube_options, log_dir=options.home / "pod-logs"
+            )
         except Exception as exc:
             where = options.kubeconfig or "the in-cluster service account"
             raise SystemExit(f"error: cannot reach Kubernetes with {where}: {exc}") from None

@@ -27,7 +27,7 @@ NAMESPACE = "kiban-default"  # the admin's jobs run for tenant "default"
 @contextmanager
 def kube_platform(plane: ControlPlane, home: Path) -> Iterator[Platform]:
     """build_platform with a Kubernetes executor; the loop runs until the block ends."""
-    executor = KubernetesExecutor(connect(plane.kubeconfig), OPTIONS)
+    executor = KubernetesExecutor(connect(plane.kubeconfig), OPTIONS, log_dir=home / "pod-logs")
     platform = build_platform(
         home=home, db_url=None, executor=executor, tick_s=0.05, node_sync_s=OPTIONS.node_sync_s
     )

@@ -20,6 +20,8 @@ Obj = dict[str, Any]
 POOL = 16
 """Keep-alive connections to the API server, at least: one per pod created at once (the
 client's own default, 5 per CPU, would drop connections on a small machine)."""
+LOG_TIMEOUT_S = 30.0
+"""How long a log read may take (connecting to the node and reading it)."""
 
 
 def connect(kubeconfig: Path | None, pool: int = POOL) -> ApiClient:
@@ -120,7 +122,13 @@ class CoreApi:
         self._core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
 
     def read_pod_log(self, namespace: str, name: str, container: str) -> bytes:
+        """The container's log; the API server fetches it from the node's kubelet, so a node
+        that does not answer costs at most ``LOG_TIMEOUT_S`` rather than a hung reader."""
         response = self._core.read_namespaced_pod_log(
-            name, namespace, container=container, _preload_content=False
+            name,
+            namespace,
+            container=container,
+            _preload_content=False,
+            _request_timeout=LOG_TIMEOUT_S,
         )
         return bytes(response.data)

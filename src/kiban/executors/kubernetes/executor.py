@@ -5,7 +5,8 @@ Service (DNS names for the pods; ``MASTER_ADDR`` is replica 0's) unless the atte
 replica, and one pod per replica bound to the node kiban chose (see ``pods`` for why
 ``nodeName``). The Service owns the pods (owner references), and every object carries the job's
 labels, so all of an attempt is found with one selector and deleted together (explicitly: kiban
-does not count on a garbage collector).
+does not count on a garbage collector). The log of a pod that ended is kept (``kept_logs``)
+before the pod is deleted, in the background, and ``read_log`` serves it after.
 
 Replicas are identified by a handle ``namespace/name/uid``; ``observe`` reads a pod cache that
 a watch keeps current (``podcache``), so a restarted kiban finds the pods it started before
@@ -19,6 +20,7 @@ import json
 import logging
 import random
 import threading
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.kubernetes.api import CoreApi, Obj, connect
+from kiban.executors.kubernetes.kept_logs import KeptLogs
 from kiban.executors.kubernetes.naming import (
     ATTEMPT_LABEL,
     JOB_LABEL,
@@ -86,6 +89,22 @@ def _api_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
+def _ended(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def _attempt_of(pod: Obj) -> int:
+    return int(pod["metadata"]["labels"].get(ATTEMPT_LABEL, 0))
+
+
+def _logged(task: Callable[..., None], *args: Any) -> None:
+    """Run a background task; its failure is logged (a pool would keep it unseen)."""
+    try:
+        task(*args)
+    except Exception:
+        log.exception("%s failed", getattr(task, "__name__", task))
+
+
 def _ignore_gone(call: Any, *args: Any, **kwargs: Any) -> None:
     """Delete; an object gone already (404) or replaced by another (409) is not an error."""
     try:
@@ -107,7 +126,10 @@ class KubernetesExecutor:
         api_client: ApiClient,
         options: KubernetesOptions | None = None,
         clock: Clock | None = None,
+        log_dir: Path | None = None,
     ) -> None:
+        """``log_dir``: where the logs of pods that ended are kept once the pods are deleted
+        (None: not kept; ``kiban logs`` then shows nothing of a finished job)."""
         self.options = options or KubernetesOptions()
         self.node_sync_s = self.options.node_sync_s
         self.api = CoreApi(api_client)
@@ -117,18 +139,26 @@ class KubernetesExecutor:
         self._lock = threading.Lock()
         self._random = random.Random()
         self._creators: ThreadPoolExecutor | None = None  # made by the first multi-pod launch
+        self.kept = KeptLogs(log_dir) if log_dir is not None else None
+        self._keeper: ThreadPoolExecutor | None = None  # keeps logs, then deletes (one thread)
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
 
     @classmethod
     def connect(
-        cls, kubeconfig: Path | None, options: KubernetesOptions | None = None
+        cls,
+        kubeconfig: Path | None,
+        options: KubernetesOptions | None = None,
+        log_dir: Path | None = None,
     ) -> KubernetesExecutor:
         """Connect with a kubeconfig file, or in-cluster when None."""
-        return cls(connect(kubeconfig), options)
+        return cls(connect(kubeconfig), options, log_dir=log_dir)
 
     def close(self) -> None:
-        """Stop the pod watch and the pod creators; close the connections."""
+        """Finish keeping logs (and the deletions behind them), stop the pod watch and the pod
+        creators; close the connections."""
+        if self._keeper is not None:
+            self._keeper.shutdown(wait=True)
         self.pods.stop()
         if self._creators is not None:
             self._creators.shutdown()
@@ -363,10 +393,54 @@ class KubernetesExecutor:
             grace = FORCE_GRACE_S if force else None
             if not self._node_present(pod):
                 grace = 0
-            _ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
+            if force and self.kept is not None and _ended(pod):
+                # its log goes with it: keep that first, off the control loop's thread (a
+                # pod that ended holds nothing, so it may go a moment later)
+                self._in_background(self._keep_then_delete, replica, pod, grace)
+            else:
+                _ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
         if force and replica.rank == 0:
             service = service_name(replica.job_id, replica.attempt)
-            _ignore_gone(self.api.delete_service, namespace, service)
+            if self.kept is not None:
+                # after the logs of every replica that ended: the Service owns their pods, and
+                # a cluster's garbage collector deletes them with it
+                self._in_background(self._end_attempt, replica, namespace, service)
+            else:
+                _ignore_gone(self.api.delete_service, namespace, service)
+
+    def _in_background(self, task: Callable[..., None], *args: Any) -> None:
+        if self._keeper is None:
+            self._keeper = ThreadPoolExecutor(1, thread_name_prefix="kiban-kube-logs")
+        self._keeper.submit(_logged, task, *args)
+
+    def _keep_then_delete(self, replica: ReplicaRef, pod: Obj, grace: int | None) -> None:
+        self._keep(replica.job_id, pod)
+        meta = pod["metadata"]
+        _ignore_gone(
+            self.api.delete_pod, meta["namespace"], meta["name"], uid=meta["uid"], grace_s=grace
+        )
+
+    def _end_attempt(self, replica: ReplicaRef, namespace: str, service: str) -> None:
+        selector = {JOB_LABEL: job_key(replica.job_id), ATTEMPT_LABEL: str(replica.attempt)}
+        for pod in self.pods.select(selector):
+            if _ended(pod):
+                self._keep(replica.job_id, pod)
+        _ignore_gone(self.api.delete_service, namespace, service)
+
+    def _keep(self, job_id: str, pod: Obj) -> None:
+        """Keep the log of a pod that ended (once; nothing when its node serves no log)."""
+        assert self.kept is not None
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        attempt, rank = int(labels.get(ATTEMPT_LABEL, 0)), int(labels.get(RANK_LABEL, 0))
+        if self.kept.has(job_id, attempt, rank):
+            return
+        try:
+            data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
+        except Exception as exc:  # gone already, or the node serves no logs (a fake node)
+            log.debug("no log kept of %s/%s: %s", meta["namespace"], meta["name"], exc)
+            return
+        self.kept.keep(job_id, attempt, rank, data)
 
     def abandon(self, job_id: str, attempt: int) -> None:
         """Delete every pod and the Service of one attempt, found by their labels."""
@@ -381,16 +455,20 @@ class KubernetesExecutor:
 
     # -- logs ----------------------------------------------------------------------------------
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
-        """The log of the replica's newest pod (empty where the node serves no logs)."""
+        """The log of the replica's newest attempt: its pod's, or the one kept when the pod
+        ended (empty where the node serves no logs)."""
         pods = self.pods.select({JOB_LABEL: job_key(job_id), RANK_LABEL: str(int(rank))})
-        if not pods:
-            return b"", offset
-        newest = max(pods, key=lambda p: int(p["metadata"]["labels"].get(ATTEMPT_LABEL, 0)))
-        meta = newest["metadata"]
-        try:
-            data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
-        except Exception as exc:  # no such log yet, or the node serves none (a fake node)
-            log.debug("no log for %s/%s: %s", meta["namespace"], meta["name"], exc)
-            return b"", offset
+        kept = self.kept.newest_attempt(job_id, rank) if self.kept is not None else None
+        data = b""
+        newest = max(pods, key=_attempt_of) if pods else None
+        if kept is not None and (newest is None or _attempt_of(newest) <= kept):
+            assert self.kept is not None
+            data = self.kept.read(job_id, kept, rank)
+        elif newest is not None:
+            meta = newest["metadata"]
+            try:
+                data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
+            except Exception as exc:  # no such log yet, or the node serves none (a fake node)
+                log.debug("no log for %s/%s: %s", meta["namespace"], meta["name"], exc)
         chunk = data[offset : offset + limit]
         return chunk, offset + len(chunk)

@@ -1,0 +1,172 @@
+"""The logs of pods that ended are kept when kiban deletes the pods, and ``read_log`` serves
+them after; a scripted stand-in for the API records the order of the calls (KWOK's fake nodes
+serve no logs, so the kube tier cannot show one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from kiban.executors.base import ReplicaRef
+from kiban.executors.kubernetes import KubernetesOptions, executor
+from kiban.executors.kubernetes.executor import KubernetesExecutor
+from kiban.executors.kubernetes.kept_logs import KeptLogs
+
+Obj = dict[str, Any]
+NAMESPACE = "kiban-t"
+JOB = "train-abc123"
+
+
+def pod(rank: int, phase: str, attempt: int = 1) -> Obj:
+    return {
+        "metadata": {
+            "namespace": NAMESPACE,
+            "name": f"kb-{JOB}-{attempt}-{rank}",
+            "uid": f"u{attempt}-{rank}",
+            "labels": {
+                "kiban.dev/job": JOB,
+                "kiban.dev/attempt": str(attempt),
+                "kiban.dev/rank": str(rank),
+            },
+        },
+        "spec": {"nodeName": "node-0"},
+        "status": {"phase": phase},
+    }
+
+
+def ref(rank: int, attempt: int = 1) -> ReplicaRef:
+    name = f"kb-{JOB}-{attempt}-{rank}"
+    return ReplicaRef(
+        JOB, attempt, "worker", rank, rank, None, None, f"{NAMESPACE}/{name}/u{attempt}-{rank}"
+    )
+
+
+class ScriptedCluster:
+    """Pods by name, their logs, and every call that reads a log or deletes something."""
+
+    def __init__(self, *pods: Obj) -> None:
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.logs: dict[str, bytes] = {}
+        self.calls: list[str] = []
+
+    # the API
+    def read_pod(self, namespace: str, name: str) -> Obj:
+        if name not in self.pods:
+            raise ApiException(status=404)
+        return self.pods[name]
+
+    def read_pod_log(self, namespace: str, name: str, container: str) -> bytes:
+        self.calls.append(f"log {name}")
+        if name not in self.logs:
+            raise ApiException(status=500, reason="the node serves no logs")
+        return self.logs[name]
+
+    def delete_pod(self, namespace: str, name: str, **kwargs: Any) -> None:
+        self.calls.append(f"delete pod {name}")
+        self.pods.pop(name, None)
+
+    def delete_service(self, namespace: str, name: str) -> None:
+        self.calls.append(f"delete service {name}")
+
+    def list_nodes(self, label_selector: str = "") -> list[Obj]:
+        return [{"metadata": {"name": "node-0"}}]
+
+    def close(self) -> None:
+        pass
+
+    # the pod cache
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        return self.pods.get(name)
+
+    def select(self, labels: dict[str, str]) -> list[Obj]:
+        return [
+            p
+            for p in self.pods.values()
+            if all(p["metadata"]["labels"].get(k) == v for k, v in labels.items())
+        ]
+
+
+def make(
+    monkeypatch: pytest.MonkeyPatch, cluster: ScriptedCluster, log_dir: Path | None
+) -> KubernetesExecutor:
+    monkeypatch.setattr(executor, "CoreApi", lambda _client: cluster)
+    monkeypatch.setattr(executor, "PodCache", lambda *_args: cluster)
+    return KubernetesExecutor(object(), KubernetesOptions(), log_dir=log_dir)  # type: ignore[arg-type]
+
+
+def test_the_logs_of_an_attempt_that_ended_are_kept_before_anything_is_deleted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cluster = ScriptedCluster(pod(0, "Failed"), pod(1, "Succeeded"))
+    cluster.logs = {f"kb-{JOB}-1-0": b"rank 0: CUDA error\n", f"kb-{JOB}-1-1": b"rank 1 done\n"}
+    kube = make(monkeypatch, cluster, tmp_path)
+    kube.stop(ref(0), force=True)
+    kube.stop(ref(1), force=True)
+    kube.close()  # waits for the keeping in the background
+    assert cluster.calls == [
+        f"log kb-{JOB}-1-0",
+        f"delete pod kb-{JOB}-1-0",
+        f"log kb-{JOB}-1-1",  # before the Service, which owns the pod, is deleted
+        f"delete service kb-{JOB}-1",
+        f"delete pod kb-{JOB}-1-1",
+    ]
+    assert not cluster.pods
+    assert kube.read_log(JOB, 0, 0, 1000) == (b"rank 0: CUDA error\n", 19)
+    assert kube.read_log(JOB, 1, 5, 1000) == (b"1 done\n", 12)
+
+
+def test_a_running_pod_stopped_is_deleted_at_once_and_its_log_not_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cluster = ScriptedCluster(pod(0, "Running"))
+    kube = make(monkeypatch, cluster, tmp_path)
+    kube.stop(ref(0), force=True)
+    assert cluster.calls[0] == f"delete pod kb-{JOB}-1-0"  # at once, on the caller's thread
+    kube.close()
+    assert not any(call.startswith("log") for call in cluster.calls)
+
+
+def test_without_a_log_dir_nothing_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = ScriptedCluster(pod(0, "Failed"))
+    kube = make(monkeypatch, cluster, None)
+    kube.stop(ref(0), force=True)
+    kube.close()
+    assert cluster.calls == [f"delete pod kb-{JOB}-1-0", f"delete service kb-{JOB}-1"]
+
+
+def test_a_newer_attempts_pod_is_read_rather_than_an_older_kept_log(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    KeptLogs(tmp_path).keep(JOB, 1, 0, b"attempt 1\n")
+    cluster = ScriptedCluster(pod(0, "Running", attempt=2))
+    cluster.logs = {f"kb-{JOB}-2-0": b"attempt 2\n"}
+    kube = make(monkeypatch, cluster, tmp_path)
+    assert kube.read_log(JOB, 0, 0, 100)[0] == b"attempt 2\n"
+    cluster.pods.clear()  # gone, and its log was not kept (it was cancelled while running)
+    assert kube.read_log(JOB, 0, 0, 100)[0] == b"attempt 1\n"
+    kube.close()
+
+
+def test_a_long_log_keeps_its_end(tmp_path: Path) -> None:
+    kept = KeptLogs(tmp_path, limit=10)
+    kept.keep(JOB, 3, 2, b"0123456789abcdefghij")
+    assert kept.newest_attempt(JOB, 2) == 3
+    assert (
+        kept.read(JOB, 3, 2) == b"[kiban: the first 10 bytes of this log were not kept]\nabcdefghij"
+    )
+    assert list((tmp_path / JOB / "3").iterdir()) == [tmp_path / JOB / "3" / "2.log"]
+
+
+def test_only_job_ids_name_kept_logs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a DNS label"):
+        KeptLogs(tmp_path).path("../../etc", 1, 0)
+    assert KeptLogs(tmp_path).newest_attempt("../x", 0) is None
