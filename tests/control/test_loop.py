@@ -17,6 +17,7 @@ from loop_support import (
     state,
     submit,
 )
+from sqlalchemy import select
 
 from kiban.api.schemas import job_out
 from kiban.domain.manifests import parse_job_manifest
@@ -31,8 +32,9 @@ from kiban.executors.base import (
 from kiban.executors.environment import replica_environment
 from kiban.platform import Platform, build_platform
 from kiban.scheduler import ReasonCode
+from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services import jobs, tenants
-from kiban.store.models import Job
+from kiban.store.models import Job, Replica
 from kiban.testing import FakeExecutor, ManualClock
 
 
@@ -449,6 +451,28 @@ def test_recover_requeues_a_job_cut_short_while_launching(
     assert state(platform, job_id) == "Running"
     active = [r for r in replica_rows(platform, job_id) if r.active]
     assert [r.rank for r in active] == [0, 1]
+
+
+def test_recover_stops_replicas_of_attempts_the_store_no_longer_holds_active(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    """A control plane stopped between a job's end and its replicas' removal left them."""
+    ended, running = (submit(platform, manifest(name)) for name in ("ended", "running"))
+    platform.loop.run_once()
+    with platform.sessions() as session:  # its end was recorded, the stop never sent
+        for row in session.scalars(select(Replica).where(Replica.job_id == ended)):
+            row.active = False
+        session.commit()
+    spec = parse_job_manifest(manifest()).spec
+    placement = ReplicaPlacement("worker", 0, 0, "node-2", (1,), 1000, 2**30)
+    # replicas of a job this store does not know (another kiban's, perhaps): left alone
+    executor.launch(LaunchRequest("other-kiban-job", "x", "t", 1, spec, (placement,), 0))
+
+    platform.loop.recover()
+
+    assert executor.running(ended) == []
+    assert len(executor.running(running)) == 1
+    assert executor.attempts() == {(running, 1), ("other-kiban-job", 1)}
 
 
 def test_an_unexpected_launch_error_leaves_that_job_admitted_and_the_others_run(

@@ -22,9 +22,11 @@ from kube_platform import (
     submit,
 )
 from kube_support import pod_body, unique, wait_for
+from sqlalchemy import select
 
 from kiban.devtools.kube import ControlPlane
 from kiban.platform import Platform
+from kiban.store.models import Replica
 
 pytestmark = pytest.mark.kube
 
@@ -228,6 +230,34 @@ def test_a_restart_of_kiban_adopts_its_pods_without_duplicates(
         pods = running_pods(core, job_id, 3)
         assert all(p.metadata.labels["kiban.dev/attempt"] == "2" for p in pods)
         assert "a replica was lost" in " ".join(m for _, m in events(second, job_id))
+
+
+def test_a_restart_removes_the_pods_of_attempts_no_longer_active(
+    control_plane: ControlPlane, core: Any, clean: None, tmp_path: Path
+) -> None:
+    """kiban stopped after a job's end was recorded and before its pods were deleted."""
+    home = tmp_path / "home"
+    with kube_platform(control_plane, home) as first:
+        job_id = submit(first, job("left", replicas=2, gpu=1))
+        running_pods(core, job_id, 2)
+        first.loop.stop()
+        with first.sessions() as session:  # its end recorded; no stop reached the cluster
+            for replica in session.scalars(select(Replica).where(Replica.job_id == job_id)):
+                replica.active = False
+            session.commit()
+    stranger = pod_body(unique("stranger"), NODES[2])
+    stranger["metadata"]["labels"] = {
+        "app.kubernetes.io/managed-by": "kiban",
+        "kiban.dev/job": "someone-else",
+        "kiban.dev/attempt": "1",
+    }
+    stranger["metadata"]["annotations"] = {"kiban.dev/job-id": "someone-else"}
+    core.create_namespaced_pod(NAMESPACE, stranger)
+    assert len(job_pods(core, job_id)) == 2
+    with kube_platform(control_plane, home):
+        wait_for("the left pods to be deleted", lambda: not job_pods(core, job_id), timeout=30)
+        # a pod of a job this store does not know: another kiban's, perhaps
+        assert core.read_namespaced_pod(stranger["metadata"]["name"], NAMESPACE)
 
 
 def _set_condition(core: Any, node: str, status: str) -> None:

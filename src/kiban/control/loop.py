@@ -40,7 +40,7 @@ from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition
 from kiban.services.usage import accrue_usage
-from kiban.store.models import Job, Node
+from kiban.store.models import Job, Node, Replica
 
 log = logging.getLogger("kiban.control")
 
@@ -175,7 +175,8 @@ class ControlLoop:
         return True
 
     def recover(self) -> None:
-        """After a restart: a launch cut short is undone and its job requeued.
+        """After a restart: a launch cut short is undone and its job requeued, and what the
+        executor still runs for attempts no longer active is stopped (``_sweep``).
 
         Running jobs need nothing here: their replicas are observed by pid, process start time
         and exit file, whether or not this process started them.
@@ -199,6 +200,26 @@ class ControlLoop:
                     at=now,
                 )
             session.commit()
+            self._sweep(session)
+
+    def _sweep(self, session: Session) -> None:
+        """Stop what the executor still runs for attempts the store holds no longer active
+        (a control plane stopped between a job's end and its replicas' removal). Attempts of
+        jobs this store does not know are left alone: another kiban's, perhaps."""
+        query = select(Replica.job_id, Replica.attempt).where(Replica.active.is_(True))
+        active = {(job_id, attempt) for job_id, attempt in session.execute(query.distinct())}
+        left = self.executor.attempts() - active
+        if not left:
+            return
+        known = set(
+            session.scalars(select(Job.id).where(Job.id.in_({job_id for job_id, _ in left})))
+        )
+        for job_id, attempt in sorted(left):
+            if job_id in known:
+                log.warning("stopping attempt %d of job %s, which is not active", attempt, job_id)
+                self.executor.abandon(job_id, attempt)
+            else:
+                log.warning("replicas of job %s, unknown to this store, are left alone", job_id)
 
     def settle(self, now: float) -> bool:
         """Observe running and stopping jobs; True if any of them changed state."""

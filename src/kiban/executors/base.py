@@ -144,6 +144,12 @@ class Executor(Protocol):
         """Stop at once whatever one attempt of a job started, recorded in the store or not."""
         ...
 
+    def attempts(self) -> set[tuple[str, int]]:
+        """The attempts (job id, attempt) whose replicas this executor finds still out there,
+        by its own records rather than the store's (after a restart, the loop ``abandon``s
+        those the store does not hold active)."""
+        ...
+
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
         """Log bytes of one replica from ``offset``; returns the bytes and the next offset."""
         ...

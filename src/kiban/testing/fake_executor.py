@@ -154,6 +154,10 @@ class FakeExecutor:
                 replica.stop_requests.append(True)
                 replica.exit_code = 137
 
+    def attempts(self) -> set[tuple[str, int]]:
+        """The attempts with a replica still running."""
+        return {(j, a) for (j, a, _r), r in self.replicas.items() if r.exit_code is None}
+
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
         attempts = [a for (j, a, r) in self.replicas if j == job_id and r == rank]
         if not attempts:

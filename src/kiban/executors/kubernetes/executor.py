@@ -42,6 +42,7 @@ from kiban.executors.kubernetes.api import CoreApi, Obj, connect
 from kiban.executors.kubernetes.kept_logs import KeptLogs
 from kiban.executors.kubernetes.naming import (
     ATTEMPT_LABEL,
+    JOB_ID_ANNOTATION,
     JOB_LABEL,
     MANAGED_BY,
     MANAGED_SELECTOR,
@@ -443,15 +444,30 @@ class KubernetesExecutor:
         self.kept.keep(job_id, attempt, rank, data)
 
     def abandon(self, job_id: str, attempt: int) -> None:
-        """Delete every pod and the Service of one attempt, found by their labels."""
+        """Delete every pod and the Service of one attempt, found by their labels (the logs of
+        pods that ended kept first)."""
         selector = attempt_selector(job_id, attempt)
         for pod in self.api.list_pods(label_selector=selector).get("items") or []:
             meta = pod["metadata"]
+            if self.kept is not None and _ended(pod):
+                self._keep(job_id, pod)
             grace = FORCE_GRACE_S if self._node_present(pod) else 0
             _ignore_gone(self.api.delete_pod, meta["namespace"], meta["name"], grace_s=grace)
         for service in self.api.list_services(selector):
             meta = service["metadata"]
             _ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
+
+    def attempts(self) -> set[tuple[str, int]]:
+        """The attempts of kiban's pods in kiban's namespaces, by their job id annotation."""
+        found = set()
+        prefix = self.options.namespace_prefix
+        for pod in self.api.list_pods(label_selector=MANAGED_SELECTOR).get("items") or []:
+            meta = pod["metadata"]
+            job_id = (meta.get("annotations") or {}).get(JOB_ID_ANNOTATION)
+            attempt = (meta.get("labels") or {}).get(ATTEMPT_LABEL, "")
+            if job_id and attempt.isdigit() and meta["namespace"].startswith(prefix):
+                found.add((job_id, int(attempt)))
+        return found
 
     # -- logs ----------------------------------------------------------------------------------
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:

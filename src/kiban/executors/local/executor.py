@@ -362,6 +362,11 @@ class LocalExecutor:
                 continue
             self.stop(ref, force=True)
 
+    def attempts(self) -> set[tuple[str, int]]:
+        """None: a replica's process group ends with its stop (killed as a group), and a
+        launch cut short is undone by ``abandon`` from its pid files."""
+        return set()
+
     def group_alive(self, replica: ReplicaRef) -> bool:
         """Whether any process of the replica's group is left."""
         if replica.pid is None or self._pid_reused(replica):
