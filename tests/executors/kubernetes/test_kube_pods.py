@@ -13,6 +13,7 @@ from kiban.domain.service_replica import replica_job_manifest
 from kiban.executors.base import LaunchError, LaunchRequest
 from kiban.executors.kubernetes.options import KubernetesOptions
 from kiban.executors.kubernetes.pods import (
+    CREATE_SHOWN_AFTER_S,
     EXIT_CANNOT_START,
     PULL_DEADLINE_S,
     observe_pod,
@@ -256,6 +257,22 @@ def test_an_image_not_pulled_by_the_deadline_ends_the_replica_as_one_that_cannot
     assert ended.message == f"container cannot start: its image was not pulled in 600 s: {why}"
     assert observe_pod(pod).running  # no clock: no deadline
     assert observe_pod(pulling_image("yesterday"), now=made + 10**6).running
+
+
+def test_a_container_not_made_is_shown_after_a_while_and_ends_at_the_deadline() -> None:
+    """A claim that does not exist keeps a pod in ContainerCreating, with no reason given."""
+    made = datetime(2026, 11, 25, 12, tzinfo=UTC).timestamp()
+    waiting = {"reason": "ContainerCreating"}
+    pod = pod_in("Pending", containerStatuses=[{"name": "main", "state": {"waiting": waiting}}])
+    pod["metadata"] = {"creationTimestamp": "2026-11-25T12:00:00Z"}
+    starting = observe_pod(pod, now=made + CREATE_SHOWN_AFTER_S - 1)
+    assert (starting.running, starting.message) == (True, "")  # every start looks so at first
+    stuck = "ContainerCreating (a volume that cannot be mounted keeps a pod there; see its events)"
+    shown = observe_pod(pod, now=made + CREATE_SHOWN_AFTER_S)
+    assert (shown.running, shown.message) == (True, f"waiting for its container: {stuck}")
+    ended = observe_pod(pod, now=made + PULL_DEADLINE_S)
+    assert (ended.running, ended.exit_code) == (False, EXIT_CANNOT_START)
+    assert ended.message == f"container cannot start: its container was not made in 600 s: {stuck}"
 
 
 def test_a_running_pod_on_a_node_that_is_gone_is_lost() -> None:

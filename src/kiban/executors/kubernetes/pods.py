@@ -66,9 +66,14 @@ FATAL_WAITING = {"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfig
 # for a while), so they end the replica only once PULL_DEADLINE_S have passed.
 PULL_WAITING = {"ErrImagePull", "ImagePullBackOff"}
 PULL_DEADLINE_S = 600.0
-"""How long a pod may wait for its image: the default of a Deployment's
-``progressDeadlineSeconds`` and of Knative's progress deadline. Without one, a job whose image
-does not exist would hold its GPUs, and a revision would stay Loading, for ever."""
+"""How long a pod may wait for its image, or for its container to be made: the default of a
+Deployment's ``progressDeadlineSeconds`` and of Knative's progress deadline. Without one, a job
+whose image does not exist would hold its GPUs, and a revision would stay Loading, for ever."""
+# Waiting reasons of a container not made yet: brief, unless a volume cannot be mounted (a
+# claim that does not exist), which keeps the pod there with no reason in its status.
+CREATE_WAITING = {"ContainerCreating", "PodInitializing"}
+CREATE_SHOWN_AFTER_S = 30.0
+"""A container not made after this long is shown as a wait (sooner, every start would be)."""
 
 
 LOCALHOST = "localhost"
@@ -294,8 +299,9 @@ def observe_pod(
     ``None`` is a pod that no longer exists (deleted, or collected with its node): lost. A pod
     on a node that is gone, in phase Unknown, or failed for a reason of the infrastructure
     (evicted, refused by the kubelet for lack of resources) is lost too. A container that can
-    never start (an invalid image name), or whose image is still not pulled ``PULL_DEADLINE_S``
-    after the pod was made (``now``, Unix time), ends with ``EXIT_CANNOT_START``.
+    never start (an invalid image name), or whose image is still not pulled or whose container
+    is still not made ``PULL_DEADLINE_S`` after the pod was (``now``, Unix time), ends with
+    ``EXIT_CANNOT_START``.
     """
     if pod is None:
         return Observation(running=False, lost=True, message="its pod was deleted")
@@ -339,6 +345,17 @@ def observe_pod(
                 message=f"{CANNOT_START}: its image was not pulled in {waited:.0f} s: {why}",
             )
         return Observation(running=True, message=f"waiting for its image: {why}")
+    if waiting_for in CREATE_WAITING:
+        waited = _age_s(pod, now)
+        stuck = f"{waiting_for} (a volume that cannot be mounted keeps a pod there; see its events)"
+        if waited is not None and waited >= PULL_DEADLINE_S:
+            return Observation(
+                running=False,
+                exit_code=EXIT_CANNOT_START,
+                message=f"{CANNOT_START}: its container was not made in {waited:.0f} s: {stuck}",
+            )
+        if waited is not None and waited >= CREATE_SHOWN_AFTER_S:
+            return Observation(running=True, message=f"waiting for its container: {stuck}")
     return Observation(running=True)
 
 
