@@ -58,8 +58,10 @@ class ScriptedCluster:
             raise ApiException(status=404)
         return self.pods[name]
 
-    def read_pod_log(self, namespace: str, name: str, container: str) -> bytes:
-        self.calls.append(f"log {name}")
+    def read_pod_log(
+        self, namespace: str, name: str, container: str, tail_lines: int | None = None
+    ) -> bytes:
+        self.calls.append(f"log {name}" if tail_lines is None else f"log {name} tail")
         if name not in self.logs:
             raise ApiException(status=500, reason="the node serves no logs")
         return self.logs[name]
@@ -113,9 +115,9 @@ def test_the_logs_of_an_attempt_that_ended_are_kept_before_anything_is_deleted(
     kube.stop(ref(1), force=True)
     kube.close()  # waits for the keeping in the background
     assert cluster.calls == [
-        f"log kb-{JOB}-1-0",
+        f"log kb-{JOB}-1-0 tail",  # its end only, however long it is
         f"delete pod kb-{JOB}-1-0",
-        f"log kb-{JOB}-1-1",  # before the Service, which owns the pod, is deleted
+        f"log kb-{JOB}-1-1 tail",  # before the Service, which owns the pod, is deleted
         f"delete service kb-{JOB}-1",
         f"delete pod kb-{JOB}-1-1",
     ]

@@ -121,14 +121,19 @@ class CoreApi:
             body["gracePeriodSeconds"] = grace_s
         self._core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
 
-    def read_pod_log(self, namespace: str, name: str, container: str) -> bytes:
-        """The container's log; the API server fetches it from the node's kubelet, so a node
-        that does not answer costs at most ``LOG_TIMEOUT_S`` rather than a hung reader."""
+    def read_pod_log(
+        self, namespace: str, name: str, container: str, tail_lines: int | None = None
+    ) -> bytes:
+        """The container's log (its last ``tail_lines`` lines when given); the API server
+        fetches it from the node's kubelet, so a node that does not answer costs at most
+        ``LOG_TIMEOUT_S`` rather than a hung reader."""
+        extra = {} if tail_lines is None else {"tail_lines": tail_lines}
         response = self._core.read_namespaced_pod_log(
             name,
             namespace,
             container=container,
             _preload_content=False,
             _request_timeout=LOG_TIMEOUT_S,
+            **extra,
         )
         return bytes(response.data)

@@ -39,7 +39,7 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.kubernetes.api import CoreApi, Obj, connect
-from kiban.executors.kubernetes.kept_logs import KeptLogs
+from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs
 from kiban.executors.kubernetes.naming import (
     ATTEMPT_LABEL,
     JOB_ID_ANNOTATION,
@@ -437,7 +437,9 @@ class KubernetesExecutor:
         if self.kept.has(job_id, attempt, rank):
             return
         try:
-            data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
+            data = self.api.read_pod_log(
+                meta["namespace"], meta["name"], CONTAINER, tail_lines=KEPT_LOG_LINES
+            )
         except Exception as exc:  # gone already, or the node serves no logs (a fake node)
             log.debug("no log kept of %s/%s: %s", meta["namespace"], meta["name"], exc)
             return

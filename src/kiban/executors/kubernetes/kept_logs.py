@@ -16,6 +16,8 @@ from kiban.domain.jobspec import DNS_LABEL
 
 KEPT_LOG_BYTES = 8 << 20
 """The most of one replica's log that is kept (its end)."""
+KEPT_LOG_LINES = 200_000
+"""The lines asked of the API server for a log to keep, so that a huge log is not read whole."""
 
 
 class KeptLogs:
