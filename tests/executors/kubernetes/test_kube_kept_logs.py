@@ -172,3 +172,26 @@ def test_only_job_ids_name_kept_logs(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a DNS label"):
         KeptLogs(tmp_path).path("../../etc", 1, 0)
     assert KeptLogs(tmp_path).newest_attempt("../x", 0) is None
+
+
+def test_a_live_log_read_in_chunks_is_fetched_once_and_again_only_at_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The API serves a log only whole: without a copy, each 64 KiB chunk fetched all of it."""
+    cluster = ScriptedCluster(pod(0, "Running"))
+    name = f"kb-{JOB}-1-0"
+    cluster.logs = {name: bytes(range(256)) * 800}  # 200 KiB
+    kube = make(monkeypatch, cluster, None)
+    monkeypatch.setattr(executor, "LOG_REFETCH_S", 3600.0)  # no second passes in this read
+    offset, read = 0, b""
+    while chunk := kube.read_log(JOB, 0, offset, 64 * 1024)[0]:
+        read += chunk
+        offset += len(chunk)
+    assert read == cluster.logs[name]
+    assert cluster.calls == [f"log {name}"]  # one fetch for four chunks and the end
+
+    cluster.logs[name] += b"more\n"
+    monkeypatch.setattr(executor, "LOG_REFETCH_S", 0.0)  # as if a second had passed
+    assert kube.read_log(JOB, 0, offset, 64 * 1024) == (b"more\n", offset + 5)
+    assert cluster.calls == [f"log {name}", f"log {name}"]
+    kube.close()

@@ -20,6 +20,8 @@ import json
 import logging
 import random
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -74,6 +76,11 @@ from kiban.executors.kubernetes.pods import (
 log = logging.getLogger("kiban.executors.kubernetes")
 
 FORCE_GRACE_S = 1  # "now": the kubelet kills at once, and still confirms the containers stopped
+LOG_REFETCH_S = 1.0
+"""How stale a live pod's log may be served at its end (``kiban logs -f`` polls it)."""
+LOG_CACHE_PODS = 8
+LOG_CACHE_BYTES = 16 << 20
+"""Logs kept for the next chunk's read: this many pods' (the last read), each at most this big."""
 LAUNCH_WORKERS = 8  # pods of one launch created at once (see api.POOL: connections for them)
 LIVE_PODS_ON_NODES = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # Only other pods' GPUs are subtracted: listing kiban's own (thousands) every node sync cost
@@ -142,6 +149,7 @@ class KubernetesExecutor:
         self._creators: ThreadPoolExecutor | None = None  # made by the first multi-pod launch
         self.kept = KeptLogs(log_dir) if log_dir is not None else None
         self._keeper: ThreadPoolExecutor | None = None  # keeps logs, then deletes (one thread)
+        self._logs: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # see _live_log
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
 
@@ -485,8 +493,28 @@ class KubernetesExecutor:
         elif newest is not None:
             meta = newest["metadata"]
             try:
-                data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
+                data = self._live_log(newest, offset)
             except Exception as exc:  # no such log yet, or the node serves none (a fake node)
                 log.debug("no log for %s/%s: %s", meta["namespace"], meta["name"], exc)
         chunk = data[offset : offset + limit]
         return chunk, offset + len(chunk)
+
+    def _live_log(self, pod: Obj, offset: int) -> bytes:
+        """A live pod's log, from the copy read last while ``offset`` is inside it (a log only
+        grows) or it is under ``LOG_REFETCH_S`` old: the API serves a log only whole, and
+        ``kiban logs`` reads it in 64 KiB chunks."""
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}/{meta.get('uid', '')}"
+        now = time.monotonic()
+        with self._lock:
+            cached = self._logs.get(key)
+        if cached is not None and (offset < len(cached[1]) or now - cached[0] < LOG_REFETCH_S):
+            return cached[1]
+        data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
+        if len(data) <= LOG_CACHE_BYTES:
+            with self._lock:
+                self._logs[key] = (now, data)
+                self._logs.move_to_end(key)
+                while len(self._logs) > LOG_CACHE_PODS:
+                    self._logs.popitem(last=False)
+        return data
