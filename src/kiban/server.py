@@ -138,6 +138,11 @@ def serve(options: ServerOptions) -> None:
     if router_port is None:
         router_port = port + 1 if options.port else 0
     write_atomically(options.home / "url", url + "\n")
+    # how replicas reach this API, as their own job: processes here at the URL just bound
+    if options.backend == "local":
+        platform.loop.launcher.api_url = url
+    elif options.kube_options is not None:
+        platform.loop.launcher.api_url = options.kube_options.pod_api_url
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -130,7 +130,7 @@ def test_unauthenticated_request_is_refused_before_its_body_is_looked_at(
 def test_the_scheme_is_case_insensitive(anonymous: TestClient, admin_token: str) -> None:
     response = anonymous.get("/api/v1/whoami", headers={"Authorization": f"bearer {admin_token}"})
     assert response.status_code == 200
-    assert response.json() == {"name": "admin", "tenant": None, "isAdmin": True}
+    assert response.json() == {"name": "admin", "tenant": None, "isAdmin": True, "jobId": None}
 
 
 def test_member_gets_403_from_admin_endpoints_and_nothing_is_created(
@@ -138,7 +138,12 @@ def test_member_gets_403_from_admin_endpoints_and_nothing_is_created(
 ) -> None:
     with make_member(api, platform, "vision", "alice") as alice:
         whoami = alice.get("/api/v1/whoami")
-        assert whoami.json() == {"name": "alice", "tenant": "vision", "isAdmin": False}
+        assert whoami.json() == {
+            "name": "alice",
+            "tenant": "vision",
+            "isAdmin": False,
+            "jobId": None,
+        }
         before = counts(platform)
         attempts = [
             ("/api/v1/tenants", {"name": "intruders"}),

@@ -128,6 +128,7 @@ def test_member_sees_only_its_queues_and_tenant(world: World) -> None:
         "name": "bob",
         "tenant": "speech",
         "isAdmin": False,
+        "jobId": None,
     }
 
 

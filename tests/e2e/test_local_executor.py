@@ -497,3 +497,37 @@ def test_where_a_replica_listens_is_not_inherited_from_the_servers_shell(
     finally:
         executor.stop(ref, force=True)
     assert line == "HOST None SOCKET None"
+
+
+JOB_TOKEN_PROBE = """
+import json, os, time
+os.environ["KIBAN_HOME"] = "/nonexistent"  # so the admin token in the kiban home is not used
+from kiban.sdk.client import ApiError, Client
+client = Client()
+for _ in range(100):  # the loop marks the job Running just after it starts the process
+    try:
+        client.checkpoint()
+        break
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        time.sleep(0.1)
+try:
+    client.jobs()
+    listed = "allowed"
+except ApiError as exc:
+    listed = exc.status
+print("TOKEN " + json.dumps({"me": client.whoami(), "listed": listed}), flush=True)
+"""
+
+
+def test_a_job_reaches_the_api_as_itself_and_no_further(kiban: KibanServer) -> None:
+    script = write_script(kiban, "token_probe.py", JOB_TOKEN_PROBE)
+    job_id = kiban.run_job("python", script)
+    kiban.wait_for_state(job_id, "Succeeded")
+    (line,) = [x for x in kiban.log_text(job_id).splitlines() if x.startswith("TOKEN ")]
+    seen = json.loads(line.removeprefix("TOKEN "))
+    assert seen["me"]["jobId"] == job_id and seen["me"]["isAdmin"] is False
+    assert seen["listed"] == 403  # its token reads its own job only
+    reasons = [e["reason"] for e in kiban.client.events(job_id)]
+    assert "Checkpointed" in reasons

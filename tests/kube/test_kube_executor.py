@@ -26,6 +26,7 @@ from sqlalchemy import select
 
 from kiban.devtools.kube import ControlPlane
 from kiban.platform import Platform
+from kiban.services.auth import authenticate
 from kiban.store.models import Replica
 
 pytestmark = pytest.mark.kube
@@ -333,3 +334,13 @@ def test_pods_go_to_the_nodes_their_selector_and_required_affinity_name(
     (pod,) = running_pods(core, steered_id, 1)
     assert pod.spec.node_name == NODES[2]  # best fit of the nodes it admits (one GPU left)
     assert pod.spec.affinity.node_affinity is not None
+
+
+def test_pods_are_told_the_api_and_their_jobs_own_token(platform: Platform, core: Any) -> None:
+    platform.loop.launcher.api_url = "http://kiban.kiban-system.svc:8470"
+    job_id = submit(platform, job("told", gpu=1))
+    (pod,) = running_pods(core, job_id, 1)
+    env = env_of(pod)
+    assert env["KIBAN_URL"] == "http://kiban.kiban-system.svc:8470"
+    with platform.sessions() as session:
+        assert authenticate(session, f"Bearer {env['KIBAN_TOKEN']}").job_id == job_id

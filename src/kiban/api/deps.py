@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from kiban.platform import Platform
 from kiban.services.auth import Principal, authenticate
+from kiban.services.errors import Forbidden
 
 
 async def get_platform(request: Request) -> Platform:
@@ -24,10 +25,21 @@ def get_session(platform: Annotated[Platform, Depends(get_platform)]) -> Iterato
 
 
 def get_principal(
+    request: Request,
     session: Annotated[Session, Depends(get_session)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> Principal:
-    return authenticate(session, authorization)
+    return allowed(authenticate(session, authorization), request.method, request.url.path)
+
+
+def allowed(principal: Principal, method: str, path: str) -> Principal:
+    """The principal, unless it is a job's token making a call beyond its own job."""
+    if principal.job_id is not None and not principal.job_may(method, path):
+        raise Forbidden(
+            f"this is job {principal.job_id}'s token: it may only read that job and report "
+            "its checkpoints"
+        )
+    return principal
 
 
 PlatformDep = Annotated[Platform, Depends(get_platform)]

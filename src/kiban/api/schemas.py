@@ -221,6 +221,7 @@ class WhoAmI(ApiModel):
     name: str
     tenant: str | None
     is_admin: bool
+    job_id: str | None = None  # a job's own token: that job
 
 
 def job_out(

@@ -103,6 +103,13 @@ def up(
         list[str] | None,
         typer.Option(help="Kubernetes: node condition type that, True, makes a node unhealthy"),
     ] = None,
+    pod_api_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Kubernetes: the URL at which pods reach this API (given to them as KIBAN_URL "
+            "with a token of their job's own); none: they get neither"
+        ),
+    ] = None,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor."""
     from kiban.domain.cluster import parse_cluster_config
@@ -122,11 +129,15 @@ def up(
                 namespace_prefix=namespace_prefix,
                 default_image=image,
                 unhealthy_conditions=tuple(unhealthy_condition or defaults.unhealthy_conditions),
+                pod_api_url=pod_api_url,
             )
         except ValueError as exc:
             fail(str(exc))
-    elif kubeconfig is not None or image is not None or unhealthy_condition:
-        fail("--kubeconfig, --image and --unhealthy-condition need --backend kubernetes")
+    elif kubeconfig is not None or image is not None or unhealthy_condition or pod_api_url:
+        fail(
+            "--kubeconfig, --image, --unhealthy-condition and --pod-api-url need "
+            "--backend kubernetes"
+        )
     if nodes is not None and nodes < 1:
         fail("--nodes must be at least 1")
     if gpus_per_node < 0:

@@ -25,6 +25,7 @@ from kiban.executors.base import (
     LaunchRequest,
 )
 from kiban.scheduler.decisions import ReplicaPlacement
+from kiban.services.auth import create_job_token
 from kiban.services.transitions import transition
 from kiban.store.models import Job, Replica
 
@@ -47,6 +48,9 @@ class Launcher:
         self.executor = executor
         self.specs = specs
         self.clock = clock
+        self.api_url: str | None = None
+        """Where replicas reach kiban's API; when set, each attempt's replicas get it as
+        ``KIBAN_URL`` with a token of their job's own as ``KIBAN_TOKEN`` (see ``Principal``)."""
 
     def launch(
         self,
@@ -139,6 +143,10 @@ class Launcher:
             message=f"{verb}: {describe_placements(placements)}",
             at=now,
         )
+        api_env = {}
+        if self.api_url is not None:
+            token = create_job_token(session, job_id=job.id, tenant=job.tenant, at=now)
+            api_env = {"KIBAN_URL": self.api_url, "KIBAN_TOKEN": token}
         request = LaunchRequest(
             job_id=job.id,
             job_name=job.name,
@@ -148,6 +156,7 @@ class Launcher:
             placements=placements,
             master_port=job.master_port,
             labels=(job.spec.get("metadata") or {}).get("labels") or {},
+            api_env=api_env,
         )
         return job, rows, request
 

@@ -55,6 +55,8 @@ class LaunchRequest:
     master_port: int
     # The manifest's metadata.labels (a service replica's kiban.dev/service and /revision).
     labels: Mapping[str, str] = field(default_factory=dict)
+    # How its replicas reach kiban's API (KIBAN_URL, and KIBAN_TOKEN: a token of the job's own).
+    api_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

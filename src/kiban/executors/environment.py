@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kiban.domain.jobspec import TaskSpec
 from kiban.scheduler.decisions import ReplicaPlacement
@@ -20,10 +20,12 @@ def replica_environment(
     master_port: int,
     checkpoint_dir: str,
     index_env: Sequence[str] = (),
+    api_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The job's variables for one replica, on top of the task's own ``env``.
 
-    Each name in ``index_env`` is set to the replica's index within its task.
+    Each name in ``index_env`` is set to the replica's index within its task; ``api_env``
+    (``KIBAN_URL``, ``KIBAN_TOKEN``) says how to reach kiban's API as the job itself.
 
     A replica without GPUs sees none: ``CUDA_VISIBLE_DEVICES`` is empty and
     ``NVIDIA_VISIBLE_DEVICES=none``; one with GPUs sees only its own.
@@ -49,6 +51,7 @@ def replica_environment(
         }
     )
     env.update(dict.fromkeys(index_env, str(placement.index)))
+    env.update(api_env or {})
     return env
 
 

@@ -12,25 +12,40 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from kiban.services.errors import Forbidden, NotFound, Unauthorized
 from kiban.store.models import ApiToken, Tenant
 
 TOKEN_PREFIX = "kbn_"
+JOBS_PATH = "/api/v1/jobs"
+WHOAMI_PATH = "/api/v1/whoami"
+
+
+JOB_ROLE = "job"
 
 
 @dataclass(frozen=True)
 class Principal:
-    """The caller: an admin (sees everything) or a member of one tenant."""
+    """The caller: an admin (sees everything), a member of one tenant, or one running job
+    (``job_id``: its token reads that job and reports its checkpoints, see ``job_may``)."""
 
     name: str
     tenant: str | None
     is_admin: bool
+    job_id: str | None = None
 
     def can_see(self, tenant: str | None) -> bool:
         return self.is_admin or (tenant is not None and tenant == self.tenant)
+
+    def job_may(self, method: str, path: str) -> bool:
+        """Whether this job's token may make this API call: read its own job (its state,
+        events, logs), report its own checkpoints, and ask who it is; nothing else."""
+        own = f"{JOBS_PATH}/{self.job_id}"
+        if path == own or path.startswith(own + "/"):
+            return method == "GET" or path == f"{own}/checkpoint"
+        return method == "GET" and path == WHOAMI_PATH
 
     def require_admin(self) -> None:
         if not self.is_admin:
@@ -55,7 +70,9 @@ def authenticate(session: Session, authorization: str | None) -> Principal:
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token.strip())))
     if row is None:
         raise Unauthorized("invalid token")
-    return Principal(name=row.name, tenant=row.tenant, is_admin=row.role == "admin")
+    return Principal(
+        name=row.name, tenant=row.tenant, is_admin=row.role == "admin", job_id=row.job_id
+    )
 
 
 def create_token(session: Session, *, name: str, tenant: str | None, admin: bool, at: float) -> str:
@@ -73,6 +90,27 @@ def create_token(session: Session, *, name: str, tenant: str | None, admin: bool
         )
     )
     return token
+
+
+def create_job_token(session: Session, *, job_id: str, tenant: str, at: float) -> str:
+    """A token for one job's replicas, in clear; the job's earlier tokens are revoked."""
+    revoke_job_tokens(session, job_id)
+    token = new_token()
+    session.add(
+        ApiToken(
+            token_hash=hash_token(token),
+            name=f"job {job_id}",
+            role=JOB_ROLE,
+            tenant=tenant,
+            created_at=at,
+            job_id=job_id,
+        )
+    )
+    return token
+
+
+def revoke_job_tokens(session: Session, job_id: str) -> None:
+    session.execute(delete(ApiToken).where(ApiToken.job_id == job_id))
 
 
 def ensure_admin_token(session: Session, token_file: Path, at: float) -> str | None:

@@ -6,6 +6,7 @@ from sqlalchemy.orm import Session
 
 from kiban.domain.states import ALLOWED, JobState
 from kiban.services import events
+from kiban.services.auth import revoke_job_tokens
 from kiban.store.models import Job
 
 
@@ -37,6 +38,7 @@ def transition(
     if to.terminal:
         job.finished_at = at
         job.queue_position = None
+        revoke_job_tokens(session, job.id)  # its replicas' token ends with it
     if to is not JobState.PENDING:
         job.reason_code = job.reason_message = None
         job.reason_details = None

@@ -45,16 +45,18 @@ class TenantUsage(Base):
 
 
 class ApiToken(Base):
-    """A bearer token, stored as its SHA-256; admin tokens have no tenant."""
+    """A bearer token, stored as its SHA-256; admin tokens have no tenant, a job's token
+    (role "job") names its job and lives while the job does."""
 
     __tablename__ = "api_tokens"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     name: Mapped[str] = mapped_column(String(128))
-    role: Mapped[str] = mapped_column(String(16))  # "admin" or "member"
+    role: Mapped[str] = mapped_column(String(16))  # "admin", "member" or "job"
     tenant: Mapped[str | None] = mapped_column(ForeignKey("tenants.name"), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
 
 
 def _gpus(per_flavor: dict[str, Any] | None) -> dict[str, int]:

@@ -25,7 +25,12 @@ router = APIRouter(prefix="/api/v1", tags=["cluster"])
 
 @router.get("/whoami", response_model=WhoAmI)
 def whoami(principal: PrincipalDep) -> WhoAmI:
-    return WhoAmI(name=principal.name, tenant=principal.tenant, is_admin=principal.is_admin)
+    return WhoAmI(
+        name=principal.name,
+        tenant=principal.tenant,
+        is_admin=principal.is_admin,
+        job_id=principal.job_id,
+    )
 
 
 @router.get("/queues", response_model=list[QueueOut])

@@ -12,17 +12,17 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, allowed
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.manifests import load_document
 from kiban.domain.states import JobState
 from kiban.platform import Platform
 from kiban.services import events, jobs, queue_status
-from kiban.services.auth import Principal, authenticate
+from kiban.services.auth import JOBS_PATH, Principal, authenticate
 from kiban.services.errors import invalid
 from kiban.store.models import Queue
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix=JOBS_PATH, tags=["jobs"])
 
 LOG_CHUNK = 64 * 1024
 INLINE_BODY_LIMIT = 64 * 1024  # larger manifests are parsed on a worker thread
@@ -107,6 +107,7 @@ async def submit_job(
             principal = lookup(
                 ("principal", authorization), lambda: authenticate(session, authorization)
             )
+            allowed(principal, "POST", JOBS_PATH)
             document = parse_manifest_body(raw, content_type)
             return jobs.prepare_submission(
                 session,

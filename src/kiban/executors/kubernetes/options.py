@@ -30,6 +30,7 @@ class KubernetesOptions:
     node_sync_s: float = 2.0
     master_port: int = 29500
     python: str = "python"  # the interpreter in the image, for the torchrun launcher
+    pod_api_url: str | None = None  # where pods reach kiban's API (None: they are not told)
 
     def __post_init__(self) -> None:
         prefix = self.namespace_prefix
@@ -37,5 +38,8 @@ class KubernetesOptions:
             raise ValueError(f"namespace_prefix {prefix!r}: lowercase letters, digits and '-'")
         if not 0 < self.master_port < 65536:
             raise ValueError(f"master_port {self.master_port} is not a TCP port")
+        url = self.pod_api_url
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"pod_api_url {url!r} must be an http:// or https:// URL")
         if self.node_sync_s <= 0:
             raise ValueError(f"node_sync_s must be positive, not {self.node_sync_s}")

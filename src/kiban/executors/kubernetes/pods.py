@@ -183,6 +183,7 @@ def pod_manifest(
         master_port=request.master_port,
         checkpoint_dir=f"{options.checkpoint_root}/{request.job_id}",
         index_env=request.spec.index_env,
+        api_env=request.api_env,
     )
     env.update(service_replica_environment(request.labels))
     gpus = len(placement.gpu_ids)

@@ -189,6 +189,7 @@ class LocalExecutor:
                         master_port=request.master_port,
                         checkpoint_dir=checkpoint_dir,
                         index_env=spec.index_env,
+                        api_env=request.api_env,
                     )
                 )
                 # a service's replica gets a Unix socket to listen on too: the router and the

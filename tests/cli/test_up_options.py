@@ -1,0 +1,31 @@
+"""``kiban up``: options that cannot work together, or a bad URL, are refused naming the option,
+before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kiban.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pod-api-url", "http://kiban:8470"], "--pod-api-url need --backend kubernetes"),
+        (
+            ["--backend", "kubernetes", "--pod-api-url", "kiban:8470"],
+            "pod_api_url 'kiban:8470' must be an http:// or https:// URL",
+        ),
+    ],
+)
+def test_up_refuses_pod_api_url_misuse(tmp_path: Path, args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["up", "--home", str(tmp_path), *args])
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "url").exists()  # nothing started
