@@ -19,11 +19,10 @@ from kiban.services.errors import Forbidden, NotFound, Unauthorized
 from kiban.store.models import ApiToken, Tenant
 
 TOKEN_PREFIX = "kbn_"
+JOB_ROLE = "job"
+"""The role of a token made for one job's replicas (``create_job_token``)."""
 JOBS_PATH = "/api/v1/jobs"
 WHOAMI_PATH = "/api/v1/whoami"
-
-
-JOB_ROLE = "job"
 
 
 @dataclass(frozen=True)
