@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -11,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from kiban.platform import Platform
-from kiban.services import events
+from kiban.services import events, submissions
 from kiban.services.lookup_cache import LookupCache
 from kiban.services.submissions import SubmissionWriter
 from kiban.store.models import Event, Job
@@ -64,15 +65,47 @@ def test_one_bad_submission_does_not_fail_the_others_in_its_batch(platform: Plat
     first = writer.write(*job_and_event("first"))
     time.sleep(0.1)
     good = [writer.write(*job_and_event(f"good-{i}")) for i in range(5)]
-    duplicate = writer.write(*job_and_event("first"))  # same primary key: cannot be stored
+    bad_job, bad_event = job_and_event("bad")
+    bad_job.state = None  # type: ignore[assignment]  # NOT NULL: cannot be stored
+    bad = writer.write(bad_job, bad_event)
     gate.set()
     first.result(timeout=30)
     for future in good:
         assert future.result(timeout=30) is None
     with pytest.raises(RuntimeError, match="could not be stored"):
-        duplicate.result(timeout=30)
+        bad.result(timeout=30)
     writer.stop()
     assert count(platform, Job) == 6
+
+
+def test_a_submission_whose_random_id_is_taken_is_stored_under_a_fresh_one(
+    platform: Platform,
+) -> None:
+    """Ids end in 6 random characters: two jobs of one name meet now and then; the second
+    must be stored all the same (it was answered 500 with its connection closed)."""
+    writer = SubmissionWriter(platform.sessions)
+    writer.write(*job_and_event("x-aaaaaa")).result(timeout=30)
+    job, event = job_and_event("x-aaaaaa")
+    assert writer.write(job, event).result(timeout=30) is None
+    writer.stop()
+    assert job.id != "x-aaaaaa" and re.fullmatch(r"x-[a-z0-9]{6}", job.id)
+    with platform.sessions() as session:
+        stored = session.get(Job, job.id)
+        assert stored is not None and stored.name == "x"
+        named = session.scalars(select(Event.object_name).order_by(Event.id)).all()
+    assert named[-2:] == ["x-aaaaaa", job.id]  # its event names the id it was stored under
+
+
+def test_an_id_taken_again_and_again_gives_up(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = SubmissionWriter(platform.sessions)
+    writer.write(*job_and_event("x-aaaaaa")).result(timeout=30)
+    monkeypatch.setattr(submissions, "new_job_id", lambda name: "x-aaaaaa")
+    with pytest.raises(RuntimeError, match="could not be stored"):
+        writer.write(*job_and_event("x-aaaaaa")).result(timeout=30)
+    writer.stop()
+    assert count(platform, Job) == 1
 
 
 def test_cache_keeps_found_values_for_its_ttl_only() -> None:

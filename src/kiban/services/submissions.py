@@ -16,11 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from kiban.services.jobs import new_job_id
 from kiban.store.models import Event, Job
 
 log = logging.getLogger("kiban.submissions")
+
+ID_RENEWALS = 3
+"""Fresh ids a submission may take when its random one belongs to a stored job already."""
 
 
 def _values(row: Job | Event) -> dict[str, Any]:
@@ -33,6 +38,15 @@ class _Pending:
     job: Job
     events: tuple[Event, ...]
     done: Future[None] = field(default_factory=Future)
+    renewals: int = 0
+
+    def renew_id(self) -> None:
+        """Take a fresh id (the random one is another job's), in the job's events too."""
+        taken, self.job.id = self.job.id, new_job_id(self.job.name)
+        for event in self.events:
+            if event.object_kind == "Job" and event.object_name == taken:
+                event.object_name = self.job.id
+        self.renewals += 1
 
 
 class SubmissionWriter:
@@ -89,14 +103,30 @@ class SubmissionWriter:
                 session.execute(insert(Job), [_values(p.job) for p in batch])
                 session.execute(insert(Event), [_values(e) for p in batch for e in p.events])
                 session.commit()
-        except Exception:
-            if len(batch) == 1:
-                log.exception("could not store submission %s", batch[0].job.id)
-                batch[0].done.set_exception(RuntimeError("the job could not be stored"))
+        except Exception as exc:
+            if len(batch) > 1:
+                # One bad row must not fail the others: write them one by one.
+                for pending in batch:
+                    self._commit([pending])
                 return
-            # One bad row must not fail the others: write them one by one.
-            for pending in batch:
-                self._commit([pending])
+            pending = batch[0]
+            if (
+                isinstance(exc, IntegrityError)
+                and pending.renewals < ID_RENEWALS
+                and self._id_taken(pending.job.id)
+            ):
+                # ids end in 6 random characters: among thousands of jobs of one name, two
+                # meet now and then (about 5% of runs of 15,000 in one store)
+                log.info("job id %s is taken; the submission takes another", pending.job.id)
+                pending.renew_id()
+                self._commit(batch)
+                return
+            log.exception("could not store submission %s", pending.job.id)
+            pending.done.set_exception(RuntimeError("the job could not be stored"))
             return
         for pending in batch:
             pending.done.set_result(None)
+
+    def _id_taken(self, job_id: str) -> bool:
+        with self._sessions() as session:
+            return session.get(Job, job_id) is not None
