@@ -53,7 +53,19 @@ class HttpConnection:
         return cls(reader, writer)
 
     async def send(self, request: bytes) -> tuple[int, bytes]:
-        """Send one prepared request and return the status and the body of its answer."""
+        """Send one prepared request and return the status and the body of its answer.
+
+        A connection the server closed or reset is a ``BenchError`` saying so (an
+        ``IncompleteReadError`` is an ``EOFError``, which a Typer command reports as "Aborted.").
+        """
+        try:
+            return await self._exchange(request)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise BenchError(
+                f"the server closed a keep-alive connection mid-request ({type(exc).__name__})"
+            ) from exc
+
+    async def _exchange(self, request: bytes) -> tuple[int, bytes]:
         self._writer.write(request)
         head = await self._reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])

@@ -363,7 +363,12 @@ def _load_phase(
         client_before = time.process_time()
         server_before = server.cpu_seconds()
         db_before = space.dbcpu_seconds() if store == "postgresql" else None
-        result = run(server)
+        try:
+            result = run(server)
+        except BenchError as exc:
+            raise BenchError(
+                f"{store}, {phase} phase: {exc}; the server's log ends:\n{server.log}"
+            ) from exc
         client_cpu = time.process_time() - client_before
         server_cpu = server.cpu_seconds() - server_before
         db_after = space.dbcpu_seconds() if store == "postgresql" else None
