@@ -4,6 +4,8 @@ serve no logs, so the kube tier cannot show one)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from kiban.executors.base import ReplicaRef
 from kiban.executors.kubernetes import KubernetesOptions, executor
 from kiban.executors.kubernetes.executor import KubernetesExecutor
-from kiban.executors.kubernetes.kept_logs import KeptLogs
+from kiban.executors.kubernetes.kept_logs import KeptLogs, LogTail
 
 Obj = dict[str, Any]
 NAMESPACE = "kiban-t"
@@ -50,6 +52,7 @@ class ScriptedCluster:
     def __init__(self, *pods: Obj) -> None:
         self.pods = {p["metadata"]["name"]: p for p in pods}
         self.logs: dict[str, bytes] = {}
+        self.streams: dict[str, list[bytes | Exception]] = {}  # followed logs, chunk by chunk
         self.calls: list[str] = []
 
     # the API
@@ -66,6 +69,17 @@ class ScriptedCluster:
             raise ApiException(status=500, reason="the node serves no logs")
         return self.logs[name]
 
+    def follow_pod_log(
+        self, namespace: str, name: str, container: str, *, tail_lines: int, timeout_s: float
+    ) -> Iterator[bytes]:
+        self.calls.append(f"follow {name}")
+        if name not in self.streams:
+            raise ApiException(status=500, reason="the node serves no logs")
+        for chunk in self.streams[name]:
+            if isinstance(chunk, Exception):
+                raise chunk
+            yield chunk
+
     def delete_pod(self, namespace: str, name: str, **kwargs: Any) -> None:
         self.calls.append(f"delete pod {name}")
         self.pods.pop(name, None)
@@ -75,6 +89,9 @@ class ScriptedCluster:
 
     def list_nodes(self, label_selector: str = "") -> list[Obj]:
         return [{"metadata": {"name": "node-0"}}]
+
+    def list_pods(self, **selectors: str) -> Obj:
+        return {"items": []}
 
     def close(self) -> None:
         pass
@@ -126,15 +143,123 @@ def test_the_logs_of_an_attempt_that_ended_are_kept_before_anything_is_deleted(
     assert kube.read_log(JOB, 1, 5, 1000) == (b"1 done\n", 12)
 
 
-def test_a_running_pod_stopped_is_deleted_at_once_and_its_log_not_read(
+@pytest.mark.parametrize("force", [False, True])
+def test_a_running_pod_stopped_is_deleted_at_once_and_its_log_followed_to_its_end(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, force: bool
+) -> None:
+    """A cancel or a preemption: the pod and its log go once the container ends, so the log
+    is followed from the deletion on; what the job printed while stopping is kept too."""
+    name = f"kb-{JOB}-1-0"
+    cluster = ScriptedCluster(pod(0, "Running"))
+    cluster.streams = {name: [b"step 41\nstep 42\n", b"SIGTERM: saving a checkpoint\n", b"saved\n"]}
+    kube = make(monkeypatch, cluster, tmp_path)
+    kube.stop(ref(0), force=force)
+    assert cluster.calls[0] == f"delete pod {name}"  # at once, on the caller's thread
+    kube.close()  # waits for the follower
+    assert cluster.calls[:2] == [f"delete pod {name}", f"follow {name}"]
+    assert not cluster.pods
+    whole = b"step 41\nstep 42\nSIGTERM: saving a checkpoint\nsaved\n"
+    assert kube.read_log(JOB, 0, 0, 1000) == (whole, len(whole))
+
+
+def test_a_pod_stopped_twice_is_followed_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    name = f"kb-{JOB}-1-0"
     cluster = ScriptedCluster(pod(0, "Running"))
+    cluster.streams = {name: [b"one\n"]}
+    cluster.delete_pod = lambda namespace, name, **kw: cluster.calls.append(f"delete {name}")  # type: ignore[method-assign]
     kube = make(monkeypatch, cluster, tmp_path)
-    kube.stop(ref(0), force=True)
-    assert cluster.calls[0] == f"delete pod kb-{JOB}-1-0"  # at once, on the caller's thread
+    release = threading.Event()
+    original = cluster.follow_pod_log
+
+    def slow_follow(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+        release.wait(5)  # still following when the forced stop comes
+        yield from original(*args, **kwargs)
+
+    cluster.follow_pod_log = slow_follow  # type: ignore[method-assign]
+    kube.stop(ref(0), force=False)
+    cluster.pods[name]["metadata"]["deletionTimestamp"] = "now"
+    kube.stop(ref(0), force=True)  # the grace period is over
+    release.set()
     kube.close()
-    assert not any(call.startswith("log") for call in cluster.calls)
+    assert cluster.calls.count(f"follow {name}") == 1
+    assert cluster.calls.count(f"delete {name}") == 2
+    assert kube.read_log(JOB, 0, 0, 100)[0] == b"one\n"
+
+
+def test_a_followed_log_that_breaks_off_keeps_what_was_read_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    name = f"kb-{JOB}-1-0"
+    cluster = ScriptedCluster(pod(0, "Running"))
+    cluster.streams = {name: [b"step 1\n", ConnectionResetError("node went away")]}
+    kube = make(monkeypatch, cluster, tmp_path)
+    kube.stop(ref(0), force=False)
+    kube.close()
+    assert kube.read_log(JOB, 0, 0, 1000)[0] == (
+        b"step 1\n\n[kiban: the rest of this log could not be read]\n"
+    )
+
+
+def test_a_stopped_pod_whose_node_serves_no_log_keeps_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cluster = ScriptedCluster(pod(0, "Running"))  # no stream: following fails at once
+    kube = make(monkeypatch, cluster, tmp_path)
+    kube.stop(ref(0), force=False)
+    kube.close()
+    assert f"follow kb-{JOB}-1-0" in cluster.calls
+    assert KeptLogs(tmp_path).newest_attempt(JOB, 0) is None
+
+
+def test_a_pod_on_a_node_that_is_gone_is_not_followed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    lost = pod(0, "Running")
+    lost["spec"]["nodeName"] = "node-9"  # not among the cluster's nodes
+    cluster = ScriptedCluster(lost)
+    cluster.streams = {f"kb-{JOB}-1-0": [b"x\n"]}
+    kube = make(monkeypatch, cluster, tmp_path)
+    kube.nodes()
+    kube.stop(ref(0), force=False)
+    kube.close()
+    assert cluster.calls == [f"delete pod kb-{JOB}-1-0"]
+
+
+def test_beyond_the_followers_limit_a_stopped_pod_is_deleted_without_its_log(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = ScriptedCluster(pod(0, "Running"), pod(1, "Running"))
+    release = threading.Event()
+
+    def held(*_args: Any, **_kwargs: Any) -> Iterator[bytes]:
+        release.wait(5)
+        yield b"log\n"
+
+    cluster.follow_pod_log = held  # type: ignore[method-assign]
+    monkeypatch.setattr(executor, "LOG_FOLLOWERS", 1)
+    kube = make(monkeypatch, cluster, tmp_path)
+    kube.stop(ref(0), force=False)
+    kube.stop(ref(1), force=False)
+    assert f"kb-{JOB}-1-1 is not kept" in caplog.text
+    release.set()
+    kube.close()
+    assert not cluster.pods  # both deleted all the same
+    assert KeptLogs(tmp_path).newest_attempt(JOB, 0) == 1
+    assert KeptLogs(tmp_path).newest_attempt(JOB, 1) is None
+
+
+def test_a_followed_tail_holds_about_its_limit_and_counts_the_rest(tmp_path: Path) -> None:
+    tail = LogTail(limit=10)
+    for n in range(100):
+        tail.add(b"%03d," % n)  # 400 bytes
+    assert len(tail.data) <= 2 * 10 + 4
+    kept = KeptLogs(tmp_path, limit=10)
+    kept.keep(JOB, 1, 0, bytes(tail.data), dropped=tail.dropped)
+    assert kept.read(JOB, 1, 0) == (
+        b"[kiban: the first 390 bytes of this log were not kept]\n7,098,099,"
+    )
 
 
 def test_without_a_log_dir_nothing_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:

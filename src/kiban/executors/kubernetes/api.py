@@ -8,6 +8,7 @@ layer instead. Errors are the client's ``ApiException``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +138,23 @@ class CoreApi:
             **extra,
         )
         return bytes(response.data)
+
+    def follow_pod_log(
+        self, namespace: str, name: str, container: str, *, tail_lines: int, timeout_s: float
+    ) -> Iterator[bytes]:
+        """The container's log, its last ``tail_lines`` lines and then what it writes, until
+        the container ends; a read waits at most ``timeout_s`` for the next bytes."""
+        response = self._core.read_namespaced_pod_log(
+            name,
+            namespace,
+            container=container,
+            follow=True,
+            tail_lines=tail_lines,
+            _preload_content=False,
+            _request_timeout=(LOG_TIMEOUT_S, timeout_s),
+        )
+        try:
+            yield from response.stream(64 * 1024, decode_content=False)
+        finally:
+            response.close()  # not back to the pool: the stream may have been left unfinished
+            response.release_conn()

@@ -6,7 +6,9 @@ replica, and one pod per replica bound to the node kiban chose (see ``pods`` for
 ``nodeName``). The Service owns the pods (owner references), and every object carries the job's
 labels, so all of an attempt is found with one selector and deleted together (explicitly: kiban
 does not count on a garbage collector). The log of a pod that ended is kept (``kept_logs``)
-before the pod is deleted, in the background, and ``read_log`` serves it after.
+before the pod is deleted, in the background, and ``read_log`` serves it after; a pod stopped
+while it runs (a cancel, a preemption, a deadline) goes as soon as its container ends, so its
+log is followed from the deletion to that end and kept then.
 
 Replicas are identified by a handle ``namespace/name/uid``; ``observe`` reads a pod cache that
 a watch keeps current (``podcache``), so a restarted kiban finds the pods it started before
@@ -41,7 +43,7 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.kubernetes.api import CoreApi, Obj, connect
-from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs
+from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs, LogTail
 from kiban.executors.kubernetes.naming import (
     ATTEMPT_LABEL,
     JOB_ID_ANNOTATION,
@@ -81,6 +83,14 @@ LOG_REFETCH_S = 1.0
 LOG_CACHE_PODS = 8
 LOG_CACHE_BYTES = 16 << 20
 """Logs kept for the next chunk's read: this many pods' (the last read), each at most this big."""
+LOG_FOLLOWERS = 32
+"""Logs of stopping pods followed at once, each by a thread until its container ends; a pod
+stopped beyond these has its log not kept (a warning says so)."""
+FOLLOW_MARGIN_S = 30.0
+"""A followed log is given up this long after its pod's grace period (a node that never ends it)."""
+FOLLOWERS_CLOSE_S = 5.0
+"""How long closing the executor waits for the logs being followed to end."""
+DEFAULT_GRACE_S = 30  # Kubernetes' own terminationGracePeriodSeconds
 LAUNCH_WORKERS = 8  # pods of one launch created at once (see api.POOL: connections for them)
 LIVE_PODS_ON_NODES = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # Only other pods' GPUs are subtracted: listing kiban's own (thousands) every node sync cost
@@ -103,6 +113,11 @@ def _ended(pod: Obj) -> bool:
 
 def _attempt_of(pod: Obj) -> int:
     return int(pod["metadata"]["labels"].get(ATTEMPT_LABEL, 0))
+
+
+def _attempt_and_rank(pod: Obj) -> tuple[int, int]:
+    labels = pod["metadata"].get("labels") or {}
+    return int(labels.get(ATTEMPT_LABEL, 0)), int(labels.get(RANK_LABEL, 0))
 
 
 def _logged(task: Callable[..., None], *args: Any) -> None:
@@ -149,6 +164,7 @@ class KubernetesExecutor:
         self._creators: ThreadPoolExecutor | None = None  # made by the first multi-pod launch
         self.kept = KeptLogs(log_dir) if log_dir is not None else None
         self._keeper: ThreadPoolExecutor | None = None  # keeps logs, then deletes (one thread)
+        self._followers: dict[str, threading.Thread] = {}  # by pod uid; see _follow
         self._logs: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # see _live_log
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
@@ -168,6 +184,11 @@ class KubernetesExecutor:
         creators; close the connections."""
         if self._keeper is not None:
             self._keeper.shutdown(wait=True)
+        give_up = time.monotonic() + FOLLOWERS_CLOSE_S
+        with self._lock:
+            followers = list(self._followers.values())
+        for thread in followers:  # daemons: one still following at exit is not waited for
+            thread.join(max(give_up - time.monotonic(), 0.0))
         self.pods.stop()
         if self._creators is not None:
             self._creators.shutdown()
@@ -399,15 +420,16 @@ class KubernetesExecutor:
             if phase in TERMINAL_PHASES or pod["metadata"].get("deletionTimestamp"):
                 return  # nothing left to ask
         if pod is not None:
-            grace = FORCE_GRACE_S if force else None
-            if not self._node_present(pod):
-                grace = 0
+            present = self._node_present(pod)
+            grace = (FORCE_GRACE_S if force else None) if present else 0
             if force and self.kept is not None and _ended(pod):
                 # its log goes with it: keep that first, off the control loop's thread (a
                 # pod that ended holds nothing, so it may go a moment later)
                 self._in_background(self._keep_then_delete, replica, pod, grace)
             else:
                 _ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
+                if self.kept is not None and present and not _ended(pod):
+                    self._follow(replica.job_id, pod, grace)
         if force and replica.rank == 0:
             service = service_name(replica.job_id, replica.attempt)
             if self.kept is not None:
@@ -440,8 +462,7 @@ class KubernetesExecutor:
         """Keep the log of a pod that ended (once; nothing when its node serves no log)."""
         assert self.kept is not None
         meta = pod["metadata"]
-        labels = meta.get("labels") or {}
-        attempt, rank = int(labels.get(ATTEMPT_LABEL, 0)), int(labels.get(RANK_LABEL, 0))
+        attempt, rank = _attempt_and_rank(pod)
         if self.kept.has(job_id, attempt, rank):
             return
         try:
@@ -453,6 +474,69 @@ class KubernetesExecutor:
             return
         self.kept.keep(job_id, attempt, rank, data)
 
+    def _follow(self, job_id: str, pod: Obj, grace: int | None) -> None:
+        """Follow the log of a pod just deleted while it ran, from a thread of its own, and keep
+        it when its container ends (the pod and its log go a moment later)."""
+        meta = pod["metadata"]
+        uid = meta.get("uid", "")
+        if grace is None:
+            grace = int(
+                (pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+            )
+        with self._lock:
+            if uid in self._followers:
+                return  # stopped again (forced after its grace period): followed already
+            if len(self._followers) >= LOG_FOLLOWERS:
+                log.warning(
+                    "the log of %s/%s is not kept: %d logs of stopping pods are followed already",
+                    meta["namespace"],
+                    meta["name"],
+                    LOG_FOLLOWERS,
+                )
+                return
+            thread = threading.Thread(
+                target=_logged,
+                args=(self._follow_then_keep, job_id, pod, grace + FOLLOW_MARGIN_S),
+                name=f"kiban-kube-follow-{meta['name']}",
+                daemon=True,
+            )
+            self._followers[uid] = thread
+        thread.start()
+
+    def _follow_then_keep(self, job_id: str, pod: Obj, timeout_s: float) -> None:
+        try:
+            self._follow_log(job_id, pod, timeout_s)
+        finally:  # after the log is written: closing waits for the followers it finds
+            with self._lock:
+                self._followers.pop(pod["metadata"].get("uid", ""), None)
+
+    def _follow_log(self, job_id: str, pod: Obj, timeout_s: float) -> None:
+        assert self.kept is not None
+        meta = pod["metadata"]
+        attempt, rank = _attempt_and_rank(pod)
+        tail = LogTail(self.kept.limit)
+        give_up = time.monotonic() + timeout_s
+        try:
+            for chunk in self.api.follow_pod_log(
+                meta["namespace"],
+                meta["name"],
+                CONTAINER,
+                tail_lines=KEPT_LOG_LINES,
+                timeout_s=timeout_s,
+            ):
+                tail.add(chunk)
+                if time.monotonic() > give_up:
+                    tail.add(b"\n[kiban: this log was followed for %ds; not after]\n" % timeout_s)
+                    break
+        except Exception as exc:  # gone already, the node serves no logs, or it broke off
+            log.debug(
+                "log of %s/%s not followed to its end: %s", meta["namespace"], meta["name"], exc
+            )
+            if not tail.data:
+                return
+            tail.add(b"\n[kiban: the rest of this log could not be read]\n")
+        self.kept.keep(job_id, attempt, rank, bytes(tail.data), dropped=tail.dropped)
+
     def abandon(self, job_id: str, attempt: int) -> None:
         """Delete every pod and the Service of one attempt, found by their labels (the logs of
         pods that ended kept first)."""
@@ -461,8 +545,11 @@ class KubernetesExecutor:
             meta = pod["metadata"]
             if self.kept is not None and _ended(pod):
                 self._keep(job_id, pod)
-            grace = FORCE_GRACE_S if self._node_present(pod) else 0
+            present = self._node_present(pod)
+            grace = FORCE_GRACE_S if present else 0
             _ignore_gone(self.api.delete_pod, meta["namespace"], meta["name"], grace_s=grace)
+            if self.kept is not None and present and not _ended(pod):
+                self._follow(job_id, pod, grace)
         for service in self.api.list_services(selector):
             meta = service["metadata"]
             _ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])

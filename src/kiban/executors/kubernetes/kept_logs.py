@@ -35,13 +35,15 @@ class KeptLogs:
     def has(self, job_id: str, attempt: int, rank: int) -> bool:
         return self.path(job_id, attempt, rank).exists()
 
-    def keep(self, job_id: str, attempt: int, rank: int, data: bytes) -> None:
+    def keep(self, job_id: str, attempt: int, rank: int, data: bytes, dropped: int = 0) -> None:
+        """Write one replica's log (its end, when longer than the limit); ``dropped``: bytes
+        already left out before ``data`` (see ``LogTail``)."""
         path = self.path(job_id, attempt, rank)
-        if len(data) > self.limit:
-            dropped = len(data) - self.limit
+        excess = max(len(data) - self.limit, 0)
+        if excess or dropped:
             data = b"[kiban: the first %d bytes of this log were not kept]\n%b" % (
-                dropped,
-                data[dropped:],
+                dropped + excess,
+                data[excess:],
             )
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -65,3 +67,20 @@ class KeptLogs:
             return self.path(job_id, attempt, rank).read_bytes()
         except FileNotFoundError:
             return b""
+
+
+class LogTail:
+    """The end of a log read in chunks (a followed stream): about ``limit`` bytes, and how many
+    were left out before them, so that a long log is never held whole."""
+
+    def __init__(self, limit: int = KEPT_LOG_BYTES) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        excess = len(self.data) - self.limit
+        if excess > self.limit:  # cut in large steps: a cut moves what is kept
+            del self.data[:excess]
+            self.dropped += excess
