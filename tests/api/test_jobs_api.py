@@ -89,6 +89,39 @@ def test_a_local_executor_warns_of_the_container_fields_it_ignores(
     assert submit(api, manifest("plain"))["warnings"] == []
 
 
+def test_affinity_that_cannot_steer_placement_is_warned_of(api: TestClient) -> None:
+    """kiban binds each pod to its node: pod (anti-)affinity and preferred node affinity would
+    be carried by the pod and change nothing, so the submitter is told."""
+    zone = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    document = manifest("spread")
+    document["spec"]["tasks"][0]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [zone]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": zone}],
+        },
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        },
+    }
+    job = submit(api, document)
+    assert job["warnings"] == [
+        "spec.tasks[0].affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution, "
+        "spec.tasks[0].affinity.podAntiAffinity: no effect (kiban chooses each replica's node "
+        "and binds its pod there; only nodeSelector and required node affinity limit that "
+        "choice)"
+    ]
+    assert api.get(f"/api/v1/jobs/{job['id']}").json()["spec"] == document  # kept as written
+    required_only = manifest("zoned")
+    required_only["spec"]["tasks"][0]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [zone]}
+        }
+    }
+    assert submit(api, required_only)["warnings"] == []
+
+
 def test_submit_yaml_is_the_same_as_json(api: TestClient) -> None:
     text = """\
 apiVersion: kiban/v1

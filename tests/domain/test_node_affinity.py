@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from kiban.domain.errors import SpecError
-from kiban.domain.manifests import parse_job_manifest
-from kiban.domain.node_affinity import REQUIRED, node_constraint
+from kiban.domain.manifests import parse_job_manifest, parse_submission
+from kiban.domain.node_affinity import PREFERRED, REQUIRED, node_constraint, without_effect
 from kiban.scheduler.node_match import NodeConstraint, NodeTerm, Operator, Requirement
+from kiban.services.jobs import affinity_warnings
 
 
 def required(*terms: dict[str, Any]) -> dict[str, Any]:
@@ -118,3 +119,41 @@ def test_required_affinity_needs_at_least_one_term() -> None:
     with pytest.raises(SpecError) as caught:
         parse_job_manifest(manifest(affinity={"nodeAffinity": {REQUIRED: {}}}))
     assert "nodeSelectorTerms: must be a list of at least one term" in str(caught.value)
+
+
+def test_only_what_kiban_cannot_honour_is_named_as_without_effect() -> None:
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    assert without_effect(None) == []
+    assert without_effect({"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [term]}}}) == []
+    assert without_effect(
+        {
+            "podAffinity": {"x": 1},
+            "podAntiAffinity": {},  # empty: asks for nothing
+            "nodeAffinity": {PREFERRED: [{"weight": 1, "preference": term}]},
+        }
+    ) == [f"nodeAffinity.{PREFERRED}", "podAffinity"]
+
+
+def test_a_volcano_jobs_warning_names_its_own_paths() -> None:
+    document = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "v"},
+        "spec": {
+            "minAvailable": 1,
+            "tasks": [
+                {
+                    "name": "worker",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "affinity": {"podAntiAffinity": {"x": 1}},
+                            "containers": [{"name": "c", "image": "i", "command": ["python"]}],
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    [warning] = affinity_warnings(parse_submission(document))
+    assert warning.startswith("spec.tasks[0].template.spec.affinity.podAntiAffinity: no effect")

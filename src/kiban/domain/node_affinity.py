@@ -15,6 +15,7 @@ from typing import Any
 from kiban.scheduler.node_match import NAME_FIELD, NodeConstraint, NodeTerm, Operator, Requirement
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 _OPERATORS = ", ".join(o.value for o in Operator)
 
 
@@ -26,6 +27,19 @@ def node_constraint(
     if not selector and not terms:
         return None
     return NodeConstraint(tuple(sorted(selector.items())), terms)
+
+
+def without_effect(affinity: Mapping[str, Any] | None) -> list[str]:
+    """The parts of ``affinity`` that change nothing under kiban, as paths inside it: kiban
+    binds each pod to the node it chose, so neither a scheduler nor the kubelet reads
+    preferred node affinity or pod (anti-)affinity."""
+    if not isinstance(affinity, Mapping):
+        return []
+    found = [name for name in ("podAffinity", "podAntiAffinity") if affinity.get(name)]
+    node_affinity = affinity.get("nodeAffinity")
+    if isinstance(node_affinity, Mapping) and node_affinity.get(PREFERRED):
+        found.insert(0, f"nodeAffinity.{PREFERRED}")
+    return found
 
 
 def required_terms(affinity: Mapping[str, Any] | None) -> tuple[NodeTerm, ...]:

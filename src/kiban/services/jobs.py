@@ -18,6 +18,7 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.jobspec import JobManifest
 from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manifest, parse_submission
+from kiban.domain.node_affinity import without_effect
 from kiban.domain.states import JobState
 from kiban.executors.base import Capability
 from kiban.services import events
@@ -108,7 +109,7 @@ def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[
     """The translation's warnings, and the fields an executor without containers ignores."""
     warnings = list(submission.warnings)
     if Capability.CONTAINERS in facts.capabilities:
-        return warnings
+        return warnings + affinity_warnings(submission)
     spec = submission.manifest.spec
     ignored = [
         submission.source_path(f"spec.tasks[{i}].{name}")
@@ -119,6 +120,23 @@ def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[
         port = submission.source_path("spec.masterPort")
         ignored.append(f"{port} (its port: a free one is used)")
     return warnings + local_executor_warning(ignored)
+
+
+def affinity_warnings(submission: JobSubmission) -> list[str]:
+    """One warning per task whose pods would carry affinity that changes nothing (see
+    ``node_affinity.without_effect``): said, so that nobody counts on it to spread replicas."""
+    found = []
+    for i, task in enumerate(submission.manifest.spec.tasks):
+        unused = without_effect(task.affinity)
+        if unused:
+            paths = ", ".join(
+                submission.source_path(f"spec.tasks[{i}].affinity.{name}") for name in unused
+            )
+            found.append(
+                f"{paths}: no effect (kiban chooses each replica's node and binds its pod there; "
+                "only nodeSelector and required node affinity limit that choice)"
+            )
+    return found
 
 
 def local_executor_warning(ignored: Sequence[str]) -> list[str]:
