@@ -439,6 +439,35 @@ def test_logs_of_a_replica(api: TestClient, platform: Platform, executor: FakeEx
     assert tail.text == "zero says hi\n"
 
 
+def test_a_slow_log_read_does_not_hold_up_other_requests(
+    api: TestClient, platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Kubernetes a log read waits on the API server and a node: not on the event loop."""
+    job_id = submit(api, manifest())["id"]
+    platform.loop.run_once()
+    reading, release, returned = threading.Event(), threading.Event(), threading.Event()
+    original = executor.read_log
+
+    def slow_read(*args: Any) -> tuple[bytes, int]:
+        reading.set()
+        release.wait(5)
+        returned.set()
+        return original(*args)
+
+    monkeypatch.setattr(executor, "read_log", slow_read)
+    out: list[Any] = []
+    logs = threading.Thread(target=lambda: out.append(api.get(f"/api/v1/jobs/{job_id}/logs")))
+    logs.start()
+    try:
+        assert reading.wait(10)
+        assert api.get(f"/api/v1/jobs/{job_id}").status_code == 200
+        assert not returned.is_set()  # answered while the read still waited
+    finally:
+        release.set()
+        logs.join(10)
+    assert out[0].status_code == 200
+
+
 def test_logs_before_launch_are_empty(api: TestClient) -> None:
     job_id = submit(api, manifest())["id"]
     response = api.get(f"/api/v1/jobs/{job_id}/logs")

@@ -230,7 +230,10 @@ async def job_logs(
         position = offset
         current = state
         while True:
-            data, position = platform.executor.read_log(job_id, rank, position, LOG_CHUNK)
+            # off the event loop: on Kubernetes a read may wait on the API server and a node
+            data, position = await run_in_threadpool(
+                platform.executor.read_log, job_id, rank, position, LOG_CHUNK
+            )
             if data:
                 yield data
                 continue
