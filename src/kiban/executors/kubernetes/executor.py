@@ -165,6 +165,7 @@ class KubernetesExecutor:
         self.kept = KeptLogs(log_dir) if log_dir is not None else None
         self._keeper: ThreadPoolExecutor | None = None  # keeps logs, then deletes (one thread)
         self._followers: dict[str, threading.Thread] = {}  # by pod uid; see _follow
+        self._followers_full_told = False  # warned that all followers are busy, since a slot freed
         self._logs: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # see _live_log
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
@@ -487,12 +488,15 @@ class KubernetesExecutor:
             if uid in self._followers:
                 return  # stopped again (forced after its grace period): followed already
             if len(self._followers) >= LOG_FOLLOWERS:
-                log.warning(
-                    "the log of %s/%s is not kept: %d logs of stopping pods are followed already",
-                    meta["namespace"],
-                    meta["name"],
-                    LOG_FOLLOWERS,
-                )
+                if not self._followers_full_told:  # once, not for each pod of a large gang
+                    log.warning(
+                        "the logs of stopping pods are not kept while %d are followed already: "
+                        "%s/%s's is not, nor are others' until one ends",
+                        LOG_FOLLOWERS,
+                        meta["namespace"],
+                        meta["name"],
+                    )
+                    self._followers_full_told = True
                 return
             thread = threading.Thread(
                 target=_logged,
@@ -509,6 +513,7 @@ class KubernetesExecutor:
         finally:  # after the log is written: closing waits for the followers it finds
             with self._lock:
                 self._followers.pop(pod["metadata"].get("uid", ""), None)
+                self._followers_full_told = False
 
     def _follow_log(self, job_id: str, pod: Obj, timeout_s: float) -> None:
         assert self.kept is not None
