@@ -116,6 +116,28 @@ def test_the_token_ends_with_its_attempt_and_its_job(
     assert as_job(second).get(f"/api/v1/jobs/{job_id}").status_code == 401
 
 
+def test_the_token_ends_when_its_job_returns_to_its_queue(
+    api: TestClient, platform: Platform, executor: FakeExecutor, as_job: Any, clock: ManualClock
+) -> None:
+    """Preempted: its replicas are gone, so their token goes too, not at the next launch."""
+    platform.loop.launcher.api_url = URL
+
+    def gang(replicas: int) -> list[dict[str, Any]]:
+        return [{**JOB["spec"]["tasks"][0], "replicas": replicas, "resources": {"gpu": 2}}]
+
+    low = submit(api, tasks=gang(3), priorityClass="low")
+    platform.loop.run_once()
+    token = replica_env(executor, low)["KIBAN_TOKEN"]
+    assert as_job(token).get(f"/api/v1/jobs/{low}").status_code == 200
+    high = submit(api, tasks=gang(1), priorityClass="high")
+    for _ in range(3):
+        clock.advance(1)
+        platform.loop.run_once()
+    assert api.get(f"/api/v1/jobs/{high}").json()["state"] == "Running"
+    assert api.get(f"/api/v1/jobs/{low}").json()["state"] == "Pending"
+    assert as_job(token).get(f"/api/v1/jobs/{low}").status_code == 401
+
+
 def test_without_a_url_replicas_get_neither(
     api: TestClient, platform: Platform, executor: FakeExecutor
 ) -> None:

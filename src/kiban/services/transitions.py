@@ -35,6 +35,7 @@ def transition(
         job.started_at = job.started_at or at
     elif to is JobState.PENDING:
         job.admitted_at = None
+        revoke_job_tokens(session, job.id)  # back in its queue: no replica of it runs
     if to.terminal:
         job.finished_at = at
         job.queue_position = None
