@@ -121,7 +121,7 @@ def test_required_affinity_needs_at_least_one_term() -> None:
     assert "nodeSelectorTerms: must be a list of at least one term" in str(caught.value)
 
 
-def test_only_what_kiban_cannot_honour_is_named_as_without_effect() -> None:
+def test_only_pod_affinity_is_named_as_without_effect() -> None:
     term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
     assert without_effect(None) == []
     assert without_effect({"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [term]}}}) == []
@@ -131,7 +131,7 @@ def test_only_what_kiban_cannot_honour_is_named_as_without_effect() -> None:
             "podAntiAffinity": {},  # empty: asks for nothing
             "nodeAffinity": {PREFERRED: [{"weight": 1, "preference": term}]},
         }
-    ) == [f"nodeAffinity.{PREFERRED}", "podAffinity"]
+    ) == ["podAffinity"]
 
 
 def test_a_volcano_jobs_warning_names_its_own_paths() -> None:
@@ -157,3 +157,45 @@ def test_a_volcano_jobs_warning_names_its_own_paths() -> None:
     }
     [warning] = affinity_warnings(parse_submission(document))
     assert warning.startswith("spec.tasks[0].template.spec.affinity.podAntiAffinity: no effect")
+
+
+def test_preferred_terms_score_the_nodes_they_match_by_weight() -> None:
+    gpu_a100 = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}
+    zone_a = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    affinity = {
+        "nodeAffinity": {
+            PREFERRED: [{"weight": 10, "preference": gpu_a100}, {"weight": 3, "preference": zone_a}]
+        }
+    }
+    task = parse_job_manifest(manifest(affinity=affinity)).spec.tasks[0]
+    prefers = task.node_preference()
+    assert prefers is not None
+    assert prefers.score("n1", {"gpu": "a100", "zone": "a"}) == 13
+    assert prefers.score("n2", {"gpu": "a100", "zone": "b"}) == 10
+    assert prefers.score("n3", {"zone": "a"}) == 3
+    assert prefers.score("n4", {}) == 0
+    assert task.node_constraint() is None  # a preference limits nothing
+    assert parse_job_manifest(manifest()).spec.tasks[0].node_preference() is None
+
+
+@pytest.mark.parametrize(
+    ("preferred", "problem"),
+    [
+        ({"weight": 1}, f"nodeAffinity.{PREFERRED}: must be a list"),
+        ([{"weight": 0, "preference": {}}], f"{PREFERRED}[0].weight: must be an integer from 1"),
+        ([{"weight": 101, "preference": {}}], "weight: must be an integer from 1 to 100"),
+        ([{"weight": "5", "preference": {}}], "weight: must be an integer from 1 to 100"),
+        ([{"weight": 5}], f"{PREFERRED}[0].preference: is required"),
+        (
+            [{"weight": 5, "preference": {"matchExpressions": [{"key": "k", "operator": "Is"}]}}],
+            f"{PREFERRED}[0].preference.matchExpressions[0].operator: 'Is' is not one of",
+        ),
+    ],
+)
+def test_a_malformed_preferred_term_is_refused_naming_its_field(
+    preferred: Any, problem: str
+) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_job_manifest(manifest(affinity={"nodeAffinity": {PREFERRED: preferred}}))
+    assert problem in str(refused.value)
+    assert "spec.tasks[0].affinity" in str(refused.value)

@@ -305,7 +305,7 @@ def test_a_pod_lost_with_its_node_sends_the_job_back_to_its_queue(
         )
 
 
-def test_pods_go_to_the_nodes_their_selector_and_required_affinity_name(
+def test_pods_go_to_the_nodes_their_selector_and_node_affinity_name(
     platform: Platform, core: Any
 ) -> None:
     """kiban binds the pods itself, so it must choose as a kubelet would admit them."""
@@ -334,6 +334,20 @@ def test_pods_go_to_the_nodes_their_selector_and_required_affinity_name(
     (pod,) = running_pods(core, steered_id, 1)
     assert pod.spec.node_name == NODES[2]  # best fit of the nodes it admits (one GPU left)
     assert pod.spec.affinity.node_affinity is not None
+    preferring = job("preferring", gpu=1)
+    on_node_1 = {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODES[1]]}
+    preferring["spec"]["tasks"][0]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 50,
+                    "preference": {"matchExpressions": [on_node_1]},
+                }
+            ]
+        }
+    }
+    (pod,) = running_pods(core, submit(platform, preferring), 1)
+    assert pod.spec.node_name == NODES[1]  # best fit alone would take kwok-node-0002's last GPU
 
 
 def test_pods_are_told_the_api_and_their_jobs_own_token(platform: Platform, core: Any) -> None:

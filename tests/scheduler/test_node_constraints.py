@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from kiban.scheduler import Decisions, ReasonCode, schedule
 from kiban.scheduler.forward import forecast
-from kiban.scheduler.node_match import NodeConstraint, NodeTerm, Operator, Requirement
+from kiban.scheduler.node_match import (
+    NodeConstraint,
+    NodePreference,
+    NodeTerm,
+    Operator,
+    Requirement,
+)
 from kiban.scheduler.policy import Policy
 from kiban.testing import ClusterBuilder, cluster, job, queue, running, snapshot
 
@@ -99,3 +105,71 @@ def test_the_forecast_waits_for_a_matching_node_to_free() -> None:
     starts = forecast(snap, Policy(), resolution=0.0)
     assert starts["any"] == 100.0
     assert starts["h100"] == 1000.0
+
+
+# -- preferred node affinity ----------------------------------------------------------------
+def prefer(weight: int, key: str, value: str) -> tuple[int, NodeTerm]:
+    return weight, NodeTerm((Requirement(key, Operator.IN, (value,)),))
+
+
+PREFER_H100 = NodePreference((prefer(10, "gpu.product", "H100"),))
+
+
+def test_a_preference_puts_the_nodes_it_scores_first_over_best_fit() -> None:
+    decisions = schedule(
+        snapshot(nodes=mixed_cluster(), pending=[job("a").replicas(1, gpu=4, prefers=PREFER_H100)])
+    )
+    assert placed(decisions, "a") == ["h100-0"]  # best fit alone takes node-0 (4 GPUs)
+
+
+def test_heavier_terms_win_and_best_fit_decides_among_equals() -> None:
+    nodes = (
+        cluster()
+        .nodes(1, gpus=8, prefix="a", labels={"zone": "a"})
+        .nodes(1, gpus=8, prefix="b", labels={"zone": "b", "disk": "nvme"})
+        .nodes(1, gpus=4, prefix="c", labels={"zone": "b", "disk": "nvme"})
+    )
+    prefers = NodePreference(
+        (prefer(5, "zone", "a"), prefer(3, "zone", "b"), prefer(3, "disk", "nvme"))
+    )
+    decisions = schedule(
+        snapshot(nodes=nodes, pending=[job("j").replicas(1, gpu=2, prefers=prefers)])
+    )
+    assert placed(decisions, "j") == ["c-0"]  # 6 beats a-0's 5; c-0 fits tighter than b-0
+
+
+def test_a_preference_that_cannot_be_had_falls_back_to_other_nodes() -> None:
+    decisions = schedule(
+        snapshot(
+            nodes=mixed_cluster(),
+            running_gpus={"h100-0": 8, "h100-1": 8},
+            pending=[job("a").replicas(1, gpu=4, prefers=PREFER_H100)],
+        )
+    )
+    assert placed(decisions, "a") == ["node-0"]  # preferred, not required
+
+
+def test_a_preference_orders_only_the_nodes_the_constraint_admits() -> None:
+    prefers_unlabelled = NodePreference((prefer(50, "kubernetes.io/hostname", "node-0"),))
+    decisions = schedule(
+        snapshot(
+            nodes=mixed_cluster(),
+            pending=[job("a").replicas(2, gpu=4, nodes=H100, prefers=prefers_unlabelled)],
+        )
+    )
+    assert placed(decisions, "a") == ["h100-0", "h100-0"]
+
+
+def test_a_preference_orders_the_nodes_of_the_topology_domain_chosen() -> None:
+    """The domain is chosen as before (the smallest that holds the gang); inside it the
+    preference orders the nodes."""
+    nodes = (
+        cluster()
+        .nodes(4, gpus=8, prefix="b0n", topology=("b0",), labels={"fast": "yes"})
+        .node("b1n-0", gpus=8, topology=("b1", "b1n-0"))
+        .node("b1n-1", gpus=8, topology=("b1", "b1n-1"), labels={"fast": "yes"})
+    )
+    prefers = NodePreference((prefer(1, "fast", "yes"),))
+    pending = [job("g").replicas(1, gpu=8, prefers=prefers).topology("block")]
+    decisions = schedule(snapshot(nodes=nodes, pending=pending, topology_levels=("block", "host")))
+    assert placed(decisions, "g") == ["b1n-1"]  # best fit alone takes b1n-0

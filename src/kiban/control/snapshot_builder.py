@@ -79,7 +79,8 @@ class RecordedWait:
 
 def demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDemand, ...]:
     """What each task needs; with ``node_constraints`` (a container executor, which puts them
-    on the pods) also the nodes its nodeSelector and required node affinity admit."""
+    on the pods) also the nodes its nodeSelector and required node affinity admit, and those
+    its preferred node affinity orders first."""
     return tuple(
         TaskDemand(
             t.name,
@@ -88,6 +89,7 @@ def demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDemand, 
             t.resources.cpu,
             t.resources.memory,
             t.node_constraint() if node_constraints else None,
+            t.node_preference() if node_constraints else None,
         )
         for t in spec.tasks
     )

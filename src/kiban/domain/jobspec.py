@@ -16,9 +16,14 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from kiban.domain.node_affinity import node_constraint, required_terms
+from kiban.domain.node_affinity import (
+    node_constraint,
+    node_preference,
+    preferred_terms,
+    required_terms,
+)
 from kiban.domain.quantity import parse_cpu_millis, parse_duration, parse_memory
-from kiban.scheduler.node_match import NodeConstraint
+from kiban.scheduler.node_match import NodeConstraint, NodePreference
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -194,12 +199,17 @@ class TaskSpec(SpecModel):
     @field_validator("affinity")
     @classmethod
     def _affinity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        required_terms(value)  # the part that limits placement must be well formed
+        required_terms(value)  # the parts that steer placement must be well formed
+        preferred_terms(value)
         return value
 
     def node_constraint(self) -> NodeConstraint | None:
         """The nodes this task's pods may use on a container executor (None: any)."""
         return node_constraint(self.node_selector, self.affinity)
+
+    def node_preference(self) -> NodePreference | None:
+        """The nodes this task's pods would rather use on a container executor (None: none)."""
+        return node_preference(self.affinity)
 
     @field_validator("name")
     @classmethod

@@ -1,10 +1,12 @@
-"""A task's ``nodeSelector`` and required node affinity, read into the scheduler's constraint.
+"""A task's ``nodeSelector`` and node affinity, read into the scheduler's constraint and
+preference.
 
-``affinity`` is kept as the user wrote it (the pod carries it unchanged); only its
+``affinity`` is kept as the user wrote it (the pod carries it unchanged); its
 ``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` limits where kiban places
-replicas. It is checked here as the API server would check it, so a bad one is refused at
-submission, naming the field, rather than failing every pod. Preferred node affinity and pod
-(anti-)affinity do not steer kiban's placement.
+replicas, and its ``preferredDuringSchedulingIgnoredDuringExecution`` orders the nodes that fit.
+Both are checked here as the API server would check them, so a bad one is refused at
+submission, naming the field, rather than failing every pod. Pod (anti-)affinity does not steer
+kiban's placement.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kiban.scheduler.node_match import NAME_FIELD, NodeConstraint, NodeTerm, Operator, Requirement
+from kiban.scheduler.node_match import (
+    NAME_FIELD,
+    NodeConstraint,
+    NodePreference,
+    NodeTerm,
+    Operator,
+    Requirement,
+)
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -31,15 +40,39 @@ def node_constraint(
 
 def without_effect(affinity: Mapping[str, Any] | None) -> list[str]:
     """The parts of ``affinity`` that change nothing under kiban, as paths inside it: kiban
-    binds each pod to the node it chose, so neither a scheduler nor the kubelet reads
-    preferred node affinity or pod (anti-)affinity."""
+    binds each pod to the node it chose, so neither a scheduler nor the kubelet reads pod
+    (anti-)affinity."""
     if not isinstance(affinity, Mapping):
         return []
-    found = [name for name in ("podAffinity", "podAntiAffinity") if affinity.get(name)]
-    node_affinity = affinity.get("nodeAffinity")
-    if isinstance(node_affinity, Mapping) and node_affinity.get(PREFERRED):
-        found.insert(0, f"nodeAffinity.{PREFERRED}")
-    return found
+    return [name for name in ("podAffinity", "podAntiAffinity") if affinity.get(name)]
+
+
+def node_preference(affinity: Mapping[str, Any] | None) -> NodePreference | None:
+    """The task's preferred node affinity, or None when it has none."""
+    terms = preferred_terms(affinity)
+    return NodePreference(terms) if terms else None
+
+
+def preferred_terms(affinity: Mapping[str, Any] | None) -> tuple[tuple[int, NodeTerm], ...]:
+    """(weight, term) of each preferred scheduling term; ValueError naming the field when one is
+    malformed (a weight is 1 to 100, as the API server requires)."""
+    node_affinity = _mapping((affinity or {}).get("nodeAffinity"), "nodeAffinity")
+    listed = node_affinity.get(PREFERRED)
+    if listed is None:
+        return ()
+    where = f"nodeAffinity.{PREFERRED}"
+    if not isinstance(listed, list):
+        raise ValueError(f"{where}: must be a list")
+    found = []
+    for i, item in enumerate(listed):
+        item = _mapping(item, f"{where}[{i}]")
+        weight = item.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            raise ValueError(f"{where}[{i}].weight: must be an integer from 1 to 100")
+        if item.get("preference") is None:
+            raise ValueError(f"{where}[{i}].preference: is required")
+        found.append((weight, _term(item["preference"], f"{where}[{i}].preference")))
+    return tuple(found)
 
 
 def required_terms(affinity: Mapping[str, Any] | None) -> tuple[NodeTerm, ...]:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kiban.scheduler.capacity_index import CapacityIndex
-from kiban.scheduler.node_match import NodeConstraint
+from kiban.scheduler.node_match import NodeConstraint, NodePreference
 from kiban.scheduler.snapshot import NodeView
 
 NodeFilter = Callable[[NodeView], bool]
@@ -112,11 +112,15 @@ class CapacityOverlay:
         memory: int,
         allow: NodeFilter | None = None,
         within: list[str] | None = None,
+        prefers: NodePreference | None = None,
     ) -> str | None:
         """The node that fits with the fewest GPUs left over (first by name among equals).
 
-        ``within`` limits the choice to those nodes (a topology domain); ``allow`` filters.
+        ``within`` limits the choice to those nodes (a topology domain); ``allow`` filters;
+        ``prefers`` puts the nodes it scores higher first (every fitting node is then visited).
         """
+        if prefers is not None:
+            return self._preferred_fit(gpus, cpu_millis, memory, allow, within, prefers)
         if within is not None:
             best: tuple[int, str] | None = None
             for name in within:
@@ -139,6 +143,36 @@ class CapacityOverlay:
                     continue
                 return name
         return None
+
+    def _preferred_fit(
+        self,
+        gpus: int,
+        cpu_millis: int,
+        memory: int,
+        allow: NodeFilter | None,
+        within: list[str] | None,
+        prefers: NodePreference,
+    ) -> str | None:
+        candidates: Iterator[str] = (
+            iter(within)
+            if within is not None
+            else (
+                name
+                for free in range(gpus, self._max_free + 1)
+                for name in self._buckets.get(free, ())
+            )
+        )
+        best: tuple[int, int, str] | None = None
+        for name in candidates:
+            if not self.fits(name, gpus, cpu_millis, memory):
+                continue
+            node = self.nodes[name]
+            if allow is not None and not allow(node):
+                continue
+            key = (-prefers.score(name, node.labels), len(self._gpu_ids[name]), name)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[2]
 
     def constrained_fit(
         self, gpus: int, cpu_millis: int, memory: int, nodes: NodeConstraint

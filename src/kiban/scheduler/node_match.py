@@ -1,4 +1,5 @@
-"""Which nodes a task's replicas may use: its ``nodeSelector`` and required node affinity.
+"""Which nodes a task's replicas may use (its ``nodeSelector`` and required node affinity), and
+which it would rather use (preferred node affinity).
 
 A container executor (Kubernetes) puts both on each pod, and the kubelet refuses a pod bound
 to a node they do not match (the pod fails with reason ``NodeAffinity``). kiban binds pods to
@@ -108,3 +109,14 @@ class NodeConstraint:
         if self.terms:
             parts.append("node affinity " + " or ".join(f"({t})" for t in self.terms))
         return " and ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class NodePreference:
+    """Preferred node affinity: each node scores the weights of the terms it matches, and among
+    the nodes a replica fits the highest score wins, as in the scheduler's NodeAffinity score."""
+
+    terms: tuple[tuple[int, NodeTerm], ...]
+
+    def score(self, name: str, labels: Mapping[str, str]) -> int:
+        return sum(weight for weight, term in self.terms if term.matches(name, labels))

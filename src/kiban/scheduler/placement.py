@@ -1,4 +1,5 @@
-"""Gang placement: put a job's replicas on nodes best-fit, all of the gang or none.
+"""Gang placement: put a job's replicas on nodes best-fit (the nodes a task's preferred node
+affinity scores higher first), all of the gang or none.
 
 With a topology request the gang goes into the smallest domain of the level that holds it
 (best-fit over domains, then best-fit over the domain's nodes), which keeps large domains
@@ -42,7 +43,9 @@ def place_gang(
         for task in job.tasks:
             task_allow = task_filter(task, allow)
             for index in range(task.replicas):
-                node = overlay.best_fit(task.gpu, task.cpu_millis, task.memory, task_allow, within)
+                node = overlay.best_fit(
+                    task.gpu, task.cpu_millis, task.memory, task_allow, within, task.prefers
+                )
                 if node is None:
                     break
                 gpu_ids = overlay.take(node, task.gpu, task.cpu_millis, task.memory)

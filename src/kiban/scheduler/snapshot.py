@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kiban.scheduler.node_match import NodeConstraint
+from kiban.scheduler.node_match import NodeConstraint, NodePreference
 
 DEFAULT_FLAVOR = "default"
 """The flavor of every node when the policy declares none."""
@@ -100,7 +100,8 @@ class QueueView:
 
 @dataclass(frozen=True, slots=True)
 class TaskDemand:
-    """What each replica of one task needs, and on which nodes it may run (None: any)."""
+    """What each replica of one task needs, on which nodes it may run (None: any), and which
+    of those it would rather have (None: best fit alone)."""
 
     name: str
     replicas: int
@@ -108,6 +109,7 @@ class TaskDemand:
     cpu_millis: int
     memory: int
     nodes: NodeConstraint | None = None
+    prefers: NodePreference | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,8 +133,8 @@ def affinity_warnings(submission: JobSubmission) -> list[str]:
                 submission.source_path(f"spec.tasks[{i}].affinity.{name}") for name in unused
             )
             found.append(
-                f"{paths}: no effect (kiban chooses each replica's node and binds its pod there; "
-                "only nodeSelector and required node affinity limit that choice)"
+                f"{paths}: no effect (kiban chooses each replica's node and binds its pod there, "
+                "by nodeSelector and node affinity, not by other pods)"
             )
     return found
 

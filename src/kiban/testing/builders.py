@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Self
 
-from kiban.scheduler.node_match import NodeConstraint
+from kiban.scheduler.node_match import NodeConstraint, NodePreference
 from kiban.scheduler.snapshot import (
     DEFAULT_FLAVOR,
     FlavorView,
@@ -320,9 +320,10 @@ class JobBuilder:
         cpu_millis: int = 1000,
         memory: int = GIB,
         nodes: NodeConstraint | None = None,
+        prefers: NodePreference | None = None,
     ) -> Self:
         """Make the job one task ``worker`` of ``count`` replicas, each needing this much."""
-        self._tasks = [TaskDemand("worker", count, gpu, cpu_millis, memory, nodes)]
+        self._tasks = [TaskDemand("worker", count, gpu, cpu_millis, memory, nodes, prefers)]
         return self
 
     def task(
@@ -334,9 +335,10 @@ class JobBuilder:
         cpu_millis: int = 1000,
         memory: int = GIB,
         nodes: NodeConstraint | None = None,
+        prefers: NodePreference | None = None,
     ) -> Self:
         """Add a task (ranks follow the order tasks were added)."""
-        self._tasks.append(TaskDemand(name, replicas, gpu, cpu_millis, memory, nodes))
+        self._tasks.append(TaskDemand(name, replicas, gpu, cpu_millis, memory, nodes, prefers))
         return self
 
     def gang(self, size: int) -> Self:
