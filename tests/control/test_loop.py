@@ -518,7 +518,7 @@ def test_waiting_job_records_reason_position_and_one_event_per_change(
         "InsufficientCapacity",
         1,
     )
-    assert job.reason_message is not None and "needs 1 replicas together" in job.reason_message
+    assert job.reason_message is not None and "needs 1 replica (1x2 GPUs)" in job.reason_message
     assert job.reason_details is not None and job.reason_details["free_gpus"] == 0
     job = get(platform, behind)
     assert (job.reason_code, job.queue_position) == ("BlockedByQueueHead", 2)

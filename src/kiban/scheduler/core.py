@@ -19,7 +19,7 @@ from kiban.scheduler.placement import (
 )
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.preemption import find_victims
-from kiban.scheduler.reasons import PendingReason, ReasonCode, gpus
+from kiban.scheduler.reasons import PendingReason, ReasonCode, counted, gpus
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, Snapshot
 
 _KEY = itemgetter(0)
@@ -336,10 +336,11 @@ def _capacity_reason(
     constrained = "".join(
         f"; task {t.name} may only use nodes matching its {t.nodes}" for t in job.tasks if t.nodes
     )
+    needed = "1 replica" if job.gang_size == 1 else f"{job.gang_size} replicas together"
     return PendingReason(
         ReasonCode.INSUFFICIENT_CAPACITY,
-        f"needs {job.gang_size} replicas together ({shape}){where}; {fit_now}"
-        f"{gpus(free, flavor)} free on {overlay.schedulable_count()} schedulable nodes"
+        f"needs {needed} ({shape}){where}; {fit_now}"
+        f"{gpus(free, flavor)} free on {counted(overlay.schedulable_count(), 'schedulable node')}"
         f"{constrained}",
         details,
     )

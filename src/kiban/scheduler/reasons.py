@@ -25,9 +25,14 @@ class ReasonCode(StrEnum):
     QUEUE_BACKLOG = "QueueBacklog"  # behind the jobs of its queue that each pass considers
 
 
+def counted(count: int, noun: str) -> str:
+    """ "1 replica", "3 replicas": what a reason says reads as a sentence."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def gpus(count: int, flavor: str) -> str:
     """ "4 GPUs", or "4 h100 GPUs" when the cluster declares flavors."""
-    return f"{count} GPUs" if flavor == "default" else f"{count} {flavor} GPUs"
+    return counted(count, "GPU" if flavor == "default" else f"{flavor} GPU")
 
 
 SCHEDULING_WINDOW = 256

@@ -21,6 +21,7 @@ from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manife
 from kiban.domain.node_affinity import without_effect
 from kiban.domain.states import JobState
 from kiban.executors.base import Capability
+from kiban.scheduler.reasons import counted
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
@@ -224,7 +225,7 @@ def prepare_submission(
             tenant=job.tenant,
             reason="Submitted",
             message=f"submitted by {principal.name} to queue {queue.name} "
-            f"({spec.total_replicas} replicas, {spec.total_gpus} GPUs)",
+            f"({counted(spec.total_replicas, 'replica')}, {counted(spec.total_gpus, 'GPU')})",
             at=at,
         )
     ]
