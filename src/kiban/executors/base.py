@@ -5,7 +5,7 @@ Each executor declares its capabilities; a job that needs one it lacks is refuse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -154,6 +154,12 @@ class Executor(Protocol):
 
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
         """Log bytes of one replica from ``offset``; returns the bytes and the next offset."""
+        ...
+
+    def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
+        """The replica's live log from ``offset`` on, as it is written, until its process ends
+        (or the source goes quiet a while); None when this executor has no such stream for it
+        (``kiban logs -f`` then polls ``read_log``). Blocking: iterate it off the event loop."""
         ...
 
     def checkpoint_dir(self, job_id: str) -> str:

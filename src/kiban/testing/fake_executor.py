@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kiban.clock import Clock, SystemClock
@@ -14,6 +15,7 @@ from kiban.executors.base import (
     Observation,
     ReplicaRef,
 )
+from kiban.executors.log_streams import skip_bytes
 
 
 @dataclass
@@ -55,6 +57,9 @@ class FakeExecutor:
         self.capabilities = capabilities if capabilities is not None else frozenset(Capability)
         self.launch_concurrency = 1  # deterministic: launches in the order of the decisions
         self.replicas: dict[tuple[str, int, int], FakeReplica] = {}
+        # (job, rank): a live log's chunks from its start; an exception breaks the stream there
+        self.streams: dict[tuple[str, int], list[bytes | Exception]] = {}
+        self.follows: list[tuple[str, int, int]] = []  # (job, rank, offset) of each follow_log
         self.launches: list[LaunchRequest] = []
         self.fail_next_launch: str | None = None
         self._next_pid = 1000
@@ -164,3 +169,18 @@ class FakeExecutor:
             return b"", offset
         data = bytes(self._get(job_id, max(attempts), rank).log[offset : offset + limit])
         return data, offset + len(data)
+
+    def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
+        """The chunks a test put in ``streams`` for this replica, from ``offset``; else None."""
+        chunks = self.streams.get((job_id, rank))
+        if chunks is None:
+            return None
+        self.follows.append((job_id, rank, offset))
+        return skip_bytes(_played(list(chunks)), offset)
+
+
+def _played(chunks: list[bytes | Exception]) -> Iterator[bytes]:
+    for chunk in chunks:
+        if isinstance(chunk, Exception):
+            raise chunk
+        yield chunk

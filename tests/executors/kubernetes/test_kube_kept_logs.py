@@ -70,9 +70,15 @@ class ScriptedCluster:
         return self.logs[name]
 
     def follow_pod_log(
-        self, namespace: str, name: str, container: str, *, tail_lines: int, timeout_s: float
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        *,
+        tail_lines: int | None,
+        timeout_s: float,
     ) -> Iterator[bytes]:
-        self.calls.append(f"follow {name}")
+        self.calls.append(f"follow {name}" if tail_lines else f"follow {name} whole")
         if name not in self.streams:
             raise ApiException(status=500, reason="the node serves no logs")
         for chunk in self.streams[name]:
@@ -321,4 +327,38 @@ def test_a_live_log_read_in_chunks_is_fetched_once_and_again_only_at_its_end(
     monkeypatch.setattr(executor, "LOG_REFETCH_S", 0.0)  # as if a second had passed
     assert kube.read_log(JOB, 0, offset, 64 * 1024) == (b"more\n", offset + 5)
     assert cluster.calls == [f"log {name}", f"log {name}"]
+    kube.close()
+
+
+def test_a_live_pods_log_is_followed_from_the_readers_offset(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    name = f"kb-{JOB}-1-0"
+    cluster = ScriptedCluster(pod(0, "Running"))
+    cluster.streams = {name: [b"0123", b"45", b"6789"]}
+    kube = make(monkeypatch, cluster, tmp_path)
+    live = kube.follow_log(JOB, 0, 5)
+    assert live is not None
+    assert cluster.calls == []  # nothing asked of the API server until the first chunk
+    assert b"".join(live) == b"56789"
+    assert cluster.calls == [f"follow {name} whole"]  # from its start: the API has no offset
+    kube.close()
+
+
+@pytest.mark.parametrize("case", ["no pod", "ended", "deleting", "kept is newer"])
+def test_nothing_is_followed_where_no_live_pod_is_the_newest(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: str
+) -> None:
+    pods = {
+        "no pod": [],
+        "ended": [pod(0, "Succeeded")],
+        "deleting": [pod(0, "Running")],
+        "kept is newer": [pod(0, "Running")],
+    }[case]
+    if case == "deleting":
+        pods[0]["metadata"]["deletionTimestamp"] = "2026-11-25T00:00:00Z"
+    if case == "kept is newer":
+        KeptLogs(tmp_path).keep(JOB, 1, 0, b"kept\n")
+    kube = make(monkeypatch, ScriptedCluster(*pods), tmp_path)
+    assert kube.follow_log(JOB, 0, 0) is None
     kube.close()

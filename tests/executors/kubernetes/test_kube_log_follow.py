@@ -84,3 +84,11 @@ def test_a_followed_log_that_stays_quiet_past_the_timeout_raises(api: CoreApi) -
     with pytest.raises(ReadTimeoutError):
         b"".join(api.follow_pod_log("team-a", "kb-job-1-0", "main", tail_lines=5, timeout_s=0.3))
     assert time.monotonic() - started < 5  # the read timed out, not the endpoint's 10 s wait
+
+
+def test_a_whole_log_is_asked_without_a_tail(api: CoreApi) -> None:
+    LogEndpoint.release.set()
+    stream = api.follow_pod_log("team-a", "kb-job-1-0", "main", tail_lines=None, timeout_s=10)
+    assert b"".join(stream) == b"line 1\nline 2\nstopping\n"
+    query = parse_qs(urlsplit(LogEndpoint.requests[0]).query)
+    assert query == {"container": ["main"], "follow": ["true"]}

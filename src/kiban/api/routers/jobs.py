@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -12,6 +13,7 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from kiban.api import log_follow
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, allowed
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.manifests import load_document
@@ -25,6 +27,10 @@ from kiban.store.models import Queue
 router = APIRouter(prefix=JOBS_PATH, tags=["jobs"])
 
 LOG_CHUNK = 64 * 1024
+FOLLOW_RETRY_S = 5.0
+"""After a followed log broke off (or went quiet too long), how long ``logs -f`` polls before
+it follows again."""
+log = logging.getLogger("kiban.api")
 INLINE_BODY_LIMIT = 64 * 1024  # larger manifests are parsed on a worker thread
 T = TypeVar("T")
 
@@ -229,6 +235,8 @@ async def job_logs(
     async def stream() -> AsyncIterator[bytes]:
         position = offset
         current = state
+        loop = asyncio.get_running_loop()
+        follow_from = 0.0  # after a follow broke off, poll a while before the next
         while True:
             # off the event loop: on Kubernetes a read may wait on the API server and a node
             data, position = await run_in_threadpool(
@@ -239,6 +247,18 @@ async def job_logs(
                 continue
             if not follow or current.terminal:
                 return
+            live = None
+            if loop.time() >= follow_from:
+                live = await run_in_threadpool(platform.executor.follow_log, job_id, rank, position)
+            chunks = None if live is None else log_follow.follow(live)
+            if chunks is not None:
+                try:
+                    async for chunk in chunks:  # until the replica ends or its log goes quiet
+                        position += len(chunk)
+                        yield chunk
+                except Exception as exc:  # broke off, or quiet too long: poll, then again
+                    log.debug("following the log of %s rank %d stopped: %s", job_id, rank, exc)
+                    follow_from = loop.time() + FOLLOW_RETRY_S
             await asyncio.sleep(0.2)
             current, _ = await run_in_threadpool(_job_state, platform, principal, job_id)
 

@@ -140,18 +140,26 @@ class CoreApi:
         return bytes(response.data)
 
     def follow_pod_log(
-        self, namespace: str, name: str, container: str, *, tail_lines: int, timeout_s: float
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        *,
+        tail_lines: int | None,
+        timeout_s: float,
     ) -> Iterator[bytes]:
-        """The container's log, its last ``tail_lines`` lines and then what it writes, until
-        the container ends; a read waits at most ``timeout_s`` for the next bytes."""
+        """The container's log (its last ``tail_lines`` lines, or all of it) and then what it
+        writes, until the container ends; a read waits at most ``timeout_s`` for the next
+        bytes. Nothing is asked of the API server before the first chunk is wanted."""
+        extra = {} if tail_lines is None else {"tail_lines": tail_lines}
         response = self._core.read_namespaced_pod_log(
             name,
             namespace,
             container=container,
             follow=True,
-            tail_lines=tail_lines,
             _preload_content=False,
             _request_timeout=(LOG_TIMEOUT_S, timeout_s),
+            **extra,
         )
         try:
             yield from response.stream(64 * 1024, decode_content=False)

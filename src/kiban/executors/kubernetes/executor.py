@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,7 @@ from kiban.executors.kubernetes.pods import (
     revision_service_manifest,
     service_manifest,
 )
+from kiban.executors.log_streams import skip_bytes
 
 log = logging.getLogger("kiban.executors.kubernetes")
 
@@ -91,6 +92,9 @@ FOLLOW_MARGIN_S = 30.0
 FOLLOWERS_CLOSE_S = 5.0
 """How long closing the executor waits for the logs being followed to end."""
 DEFAULT_GRACE_S = 30  # Kubernetes' own terminationGracePeriodSeconds
+FOLLOW_QUIET_S = 30.0
+"""A followed live log that writes nothing this long ends its stream (the reader opens another
+if the pod still runs): a reader gone away holds no connection longer."""
 LAUNCH_WORKERS = 8  # pods of one launch created at once (see api.POOL: connections for them)
 LIVE_PODS_ON_NODES = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # Only other pods' GPUs are subtracted: listing kiban's own (thousands) every node sync cost
@@ -590,6 +594,30 @@ class KubernetesExecutor:
                 log.debug("no log for %s/%s: %s", meta["namespace"], meta["name"], exc)
         chunk = data[offset : offset + limit]
         return chunk, offset + len(chunk)
+
+    def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
+        """The newest attempt's live pod log from ``offset``, one stream of the API server's
+        (as ``kubectl logs -f``): what the pod writes comes as it is written, and a log the
+        kubelet rotates goes on, where polling fetched the whole log each second. None when no
+        pod of the replica runs (what was kept is read)."""
+        pods = self.pods.select({JOB_LABEL: job_key(job_id), RANK_LABEL: str(int(rank))})
+        newest = max(pods, key=_attempt_of) if pods else None
+        if newest is None or _ended(newest) or newest["metadata"].get("deletionTimestamp"):
+            return None
+        kept = self.kept.newest_attempt(job_id, rank) if self.kept is not None else None
+        if kept is not None and _attempt_of(newest) <= kept:
+            return None
+        meta = newest["metadata"]
+        return skip_bytes(
+            self.api.follow_pod_log(
+                meta["namespace"],
+                meta["name"],
+                CONTAINER,
+                tail_lines=None,
+                timeout_s=FOLLOW_QUIET_S,
+            ),
+            offset,
+        )
 
     def _live_log(self, pod: Obj, offset: int) -> bytes:
         """A live pod's log, from the copy read last while ``offset`` is inside it (a log only

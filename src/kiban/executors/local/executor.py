@@ -23,6 +23,7 @@ import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -388,3 +389,7 @@ class LocalExecutor:
         except FileNotFoundError:
             return b"", offset
         return data, offset + len(data)
+
+    def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
+        """None: a local log is a file, read at its end as cheaply as followed."""
+        return None
