@@ -152,3 +152,26 @@ def test_past_the_limit_nothing_is_followed_and_the_source_is_closed(
     source = Source(b"x")
     assert log_follow.follow(source) is None
     assert source.closed and log_follow.followers() == 0
+
+
+def test_a_reader_not_asked_for_a_while_stops_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that stops reading holds its stream at most ``IDLE_S``; asking after that ends
+    in an error the endpoint answers by polling, never in a wait for nobody."""
+    monkeypatch.setattr(log_follow, "IDLE_S", 0.2)
+    source = Source(b"one", b"two")
+
+    async def slow_consumer() -> list[bytes]:
+        chunks = log_follow.follow(source)
+        assert chunks is not None
+        got = []
+        with pytest.raises(TimeoutError, match=r"not read for 0\.2 s"):
+            async for chunk in chunks:
+                got.append(chunk)
+                await asyncio.sleep(0.6)  # the client reads nothing meanwhile
+        return got
+
+    assert asyncio.run(asyncio.wait_for(slow_consumer(), 5)) == [b"one"]
+    wait_for_no_followers()
+    assert source.closed

@@ -26,6 +26,17 @@ class _Reader(threading.Thread):
         super().__init__(name="kiban-log-follow", daemon=True)
         self.chunks = chunks
         self.asks: queue.SimpleQueue[Future[bytes | None] | None] = queue.SimpleQueue()
+        self._asking = threading.Lock()
+        self._stopped = False
+
+    def ask(self) -> Future[bytes | None] | None:
+        """A future for the next chunk, or None when the reader stopped (idle too long)."""
+        with self._asking:
+            if self._stopped:
+                return None
+            asked: Future[bytes | None] = Future()
+            self.asks.put(asked)
+            return asked
 
     def run(self) -> None:
         global _followers
@@ -34,7 +45,11 @@ class _Reader(threading.Thread):
                 try:
                     asked = self.asks.get(timeout=IDLE_S)
                 except queue.Empty:
-                    return
+                    with self._asking:
+                        if self.asks.empty():  # else an ask came in just now
+                            self._stopped = True
+                            return
+                    continue
                 if asked is None:
                     return
                 try:
@@ -72,8 +87,9 @@ async def _chunks_of(reader: _Reader) -> AsyncIterator[bytes]:
     lets the thread close the stream after the read in progress."""
     try:
         while True:
-            asked: Future[bytes | None] = Future()
-            reader.asks.put(asked)
+            asked = reader.ask()
+            if asked is None:
+                raise TimeoutError(f"the log was not read for {IDLE_S:g} s")
             chunk = await asyncio.wrap_future(asked)
             if chunk is None:
                 return
