@@ -175,3 +175,24 @@ def test_a_reader_not_asked_for_a_while_stops_and_says_so(
     assert asyncio.run(asyncio.wait_for(slow_consumer(), 5)) == [b"one"]
     wait_for_no_followers()
     assert source.closed
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_client_gone_while_a_read_waits_leaves_no_error_behind() -> None:
+    hold = threading.Event()
+    source = Source(b"one", hold=hold)
+
+    async def leave_while_waiting() -> None:
+        chunks = log_follow.follow(source)
+        assert chunks is not None
+        waiting = asyncio.ensure_future(chunks.__anext__())
+        await asyncio.sleep(0.1)  # the reader is in next(), held
+        waiting.cancel()  # the client went away
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await chunks.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(leave_while_waiting())
+    hold.set()
+    wait_for_no_followers()
+    assert source.closed

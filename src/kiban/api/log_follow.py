@@ -52,6 +52,8 @@ class _Reader(threading.Thread):
                     continue
                 if asked is None:
                     return
+                if not asked.set_running_or_notify_cancel():
+                    continue  # its client went away while it waited; the end is asked next
                 try:
                     asked.set_result(next(self.chunks, None))
                 except BaseException as exc:  # handed to the reader, whatever it is
