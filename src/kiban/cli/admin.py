@@ -10,7 +10,11 @@ from kiban.cli import render
 from kiban.domain.errors import SpecError
 from kiban.sdk.client import Client
 
-admin_app = typer.Typer(help="Create tenants, member tokens and queues.", no_args_is_help=True)
+admin_app = typer.Typer(
+    rich_markup_mode=render.HELP_MARKUP,
+    help="Create tenants, member tokens and queues.",
+    no_args_is_help=True,
+)
 
 
 @admin_app.command("create-tenant")

@@ -10,6 +10,7 @@ import typer
 from kiban.cli import render
 
 bench_app = typer.Typer(
+    rich_markup_mode=render.HELP_MARKUP,
     help="Benchmarks: each starts its own kiban servers and throwaway stores.",
     no_args_is_help=True,
 )

@@ -11,10 +11,12 @@ from rich.markup import escape
 from kiban.cli import render
 
 dev_app = typer.Typer(
+    rich_markup_mode=render.HELP_MARKUP,
     help="Developer tools: a local Kubernetes control plane with fake GPU nodes.",
     no_args_is_help=True,
 )
 kube_app = typer.Typer(
+    rich_markup_mode=render.HELP_MARKUP,
     help="A local Kubernetes control plane (etcd, kube-apiserver, KWOK) on loopback.",
     no_args_is_help=True,
 )

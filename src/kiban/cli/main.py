@@ -33,6 +33,7 @@ from kiban.domain.manifests import load_document
 from kiban.sdk.client import ApiError, Client, default_home
 
 app = typer.Typer(
+    rich_markup_mode=render.HELP_MARKUP,
     name="kiban",
     help="kiban: a multi-tenant GPU platform. Start it with `kiban up`, then `kiban run` or "
     "`kiban submit` jobs from another terminal.",

@@ -18,6 +18,7 @@ from kiban.domain.manifests import load_document
 from kiban.sdk.client import Client
 
 policy_app = typer.Typer(
+    rich_markup_mode=render.HELP_MARKUP,
     help="Read and change the cluster policy: flavors, cohorts, queues, priority classes, "
     "fair share, topology.",
     no_args_is_help=True,

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import typer
 from rich.console import Console
@@ -18,6 +18,11 @@ from kiban.domain.quantity import format_duration, format_memory
 # Piped output is not cut to 80 columns: scripts and logs get whole lines.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+HELP_MARKUP: Final = "markdown"
+"""How ``--help`` renders docstrings and help texts: they write code as ``x`` (reST, as every
+docstring here), which markdown shows as code and Typer's default rich markup showed with its
+backticks."""
 
 T = TypeVar("T")
 
