@@ -34,7 +34,7 @@ from kiban.platform import Platform, build_platform
 from kiban.scheduler import ReasonCode
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services import jobs, tenants
-from kiban.store.models import Job, Replica
+from kiban.store.models import Event, Job, Replica
 from kiban.testing import FakeExecutor, ManualClock
 
 
@@ -336,6 +336,29 @@ def test_cancel_stops_gracefully_and_kills_only_after_the_grace_period(
     assert all(not r.active for r in replica_rows(platform, job_id))
     assert reasons(platform, job_id)[-1] == "Cancelled"
     assert reasons(platform, job_id).count("Killed") == 1
+
+
+def test_replicas_ending_because_they_were_stopped_are_no_warnings(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    """A cancel asks the replicas to end: their exits (143) and pods deleted under them (on
+    Kubernetes the pod goes with its container) are what was asked, not failures to warn of."""
+    job_id = submit(platform, manifest(replicas=2))
+    platform.loop.run_once()
+    cancel(platform, job_id)
+    del executor.replicas[(job_id, 1, 1)]  # its pod is gone before its exit was seen
+    platform.loop.run_once()
+    platform.loop.run_once()
+    assert state(platform, job_id) == "Cancelled"
+    with platform.sessions() as session:
+        ended = session.scalars(
+            select(Event).where(Event.object_name == job_id, Event.reason == "ReplicaExited")
+        ).all()
+        seen = sorted((e.type, e.message) for e in ended)
+    assert seen == [
+        ("Normal", "replica worker[0] (rank 0) exited with code 143"),
+        ("Normal", "replica worker[1] (rank 1) stopped: unknown to the fake executor"),
+    ]
 
 
 def test_a_kill_is_sent_and_recorded_once(

@@ -170,7 +170,12 @@ class JobSettler:
                 replica.exit_code = seen.exit_code
                 replica.finished_at = now
                 what = f"{replica.task}[{replica.index}] (rank {replica.rank})"
-                if seen.lost:
+                # stopping, its end was asked for: no warning (the job's own event says why),
+                # and a pod deleted with its grace period (a cancel on Kubernetes) stopped
+                stopping = job.state == JobState.STOPPING.value
+                if seen.lost and stopping:
+                    message = f"replica {what} stopped: {seen.message}"
+                elif seen.lost:
                     message = f"replica {what} was lost: {seen.message}"
                 else:
                     message = f"replica {what} exited with code {seen.exit_code}"
@@ -184,7 +189,7 @@ class JobSettler:
                     reason="ReplicaExited",
                     message=message,
                     at=now,
-                    warning=seen.lost or seen.exit_code != 0,
+                    warning=not stopping and (seen.lost or seen.exit_code != 0),
                 )
                 if seen.lost or seen.exit_code != 0:
                     failed.append((replica, message))
