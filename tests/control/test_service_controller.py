@@ -17,7 +17,7 @@ from kiban.control.revision_services import RESYNC_S
 from kiban.control.services import ServiceController
 from kiban.executors.base import CANNOT_START, EXIT_CANNOT_START
 from kiban.platform import Platform
-from kiban.services import serving
+from kiban.services import jobs, serving
 from kiban.services.auth import Principal
 from kiban.services.service_status import service_status
 from kiban.serving.router.traffic import TrafficMetrics
@@ -124,6 +124,25 @@ def test_a_service_runs_its_replicas_as_serving_priority_jobs_and_routes_to_read
     with platform.sessions() as session:
         row = session.scalars(select(ServiceRow)).one()
         assert (row.stable_revision, row.canary_revision) == (1, None)  # rolled out by itself
+
+
+def test_a_replica_whose_random_job_id_is_taken_gets_a_fresh_one(
+    platform: Platform, probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every replica of a revision's slot is a job of one name: over months of scaling, two of
+    its random ids meet now and then; the controller must not fail its pass on that."""
+    taken = submit(platform, manifest("chat-00001-0"))
+    fresh = iter([taken, taken, "chat-00001-0-fresh1"])
+    monkeypatch.setattr(jobs, "new_job_id", lambda name: next(fresh))
+    apply(platform, service_doc(minReplicas=1, maxReplicas=1))
+    settle(platform)
+    (replica,) = [j for j in replica_jobs(platform, "Running") if j.id != taken]
+    assert replica.id == "chat-00001-0-fresh1"
+    with platform.sessions() as session:
+        submitted = session.scalars(
+            select(Event).where(Event.reason == "Submitted", Event.object_name == replica.id)
+        ).all()
+    assert len(submitted) == 1  # its event names the id it was stored under
 
 
 def test_a_model_server_replica_is_sent_two_batches_at_once_and_the_rest_wait(

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from kiban.platform import Platform
-from kiban.services import events, submissions
+from kiban.services import events, jobs
 from kiban.services.lookup_cache import LookupCache
 from kiban.services.submissions import SubmissionWriter
 from kiban.store.models import Event, Job
@@ -101,7 +101,7 @@ def test_an_id_taken_again_and_again_gives_up(
 ) -> None:
     writer = SubmissionWriter(platform.sessions)
     writer.write(*job_and_event("x-aaaaaa")).result(timeout=30)
-    monkeypatch.setattr(submissions, "new_job_id", lambda name: "x-aaaaaa")
+    monkeypatch.setattr(jobs, "new_job_id", lambda name: "x-aaaaaa")
     with pytest.raises(RuntimeError, match="could not be stored"):
         writer.write(*job_and_event("x-aaaaaa")).result(timeout=30)
     writer.stop()

@@ -49,7 +49,7 @@ from kiban.executors.base import Capability, Executor, cannot_start
 from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import ServiceError
-from kiban.services.jobs import ClusterFacts
+from kiban.services.jobs import ID_RENEWALS, ClusterFacts
 from kiban.services.policy import current_policy
 from kiban.services.serving import (
     promote_canary,
@@ -509,6 +509,10 @@ class ServiceController:
             # The service's own warnings were told when it was applied; its replicas' would
             # repeat them (and the fixed port each replica names on one machine) every time.
             kept = [e for e in prepared.events if e.reason != "SubmittedWithWarnings"]
+            for _ in range(ID_RENEWALS):  # ids end in 6 random characters: rarely, one is taken
+                if session.get(Job, prepared.job.id) is None:
+                    break
+                jobs.renew_job_id(prepared.job, kept)
             session.add_all([prepared.job, *kept])
             session.flush()
             session.add(

@@ -7,7 +7,7 @@ import re
 import secrets
 import string
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,18 @@ def new_job_id(name: str) -> str:
     with _ids_lock:
         suffix = "".join(_ids.choices(_ID_CHARS, k=6))
     return f"{name[:57]}-{suffix}"
+
+
+ID_RENEWALS = 3
+"""Fresh ids a new job may take when its random one belongs to a stored job already."""
+
+
+def renew_job_id(job: Job, made: Iterable[Event]) -> None:
+    """Give ``job`` a fresh id (its random one is another stored job's), in its events too."""
+    taken, job.id = job.id, new_job_id(job.name)
+    for event in made:
+        if event.object_kind == "Job" and event.object_name == taken:
+            event.object_name = job.id
 
 
 def check_against_cluster(manifest: JobManifest, facts: ClusterFacts) -> None:

@@ -19,13 +19,10 @@ from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from kiban.services.jobs import new_job_id
+from kiban.services.jobs import ID_RENEWALS, renew_job_id
 from kiban.store.models import Event, Job
 
 log = logging.getLogger("kiban.submissions")
-
-ID_RENEWALS = 3
-"""Fresh ids a submission may take when its random one belongs to a stored job already."""
 
 
 def _values(row: Job | Event) -> dict[str, Any]:
@@ -42,10 +39,7 @@ class _Pending:
 
     def renew_id(self) -> None:
         """Take a fresh id (the random one is another job's), in the job's events too."""
-        taken, self.job.id = self.job.id, new_job_id(self.job.name)
-        for event in self.events:
-            if event.object_kind == "Job" and event.object_name == taken:
-                event.object_name = self.job.id
+        renew_job_id(self.job, self.events)
         self.renewals += 1
 
 
