@@ -362,3 +362,25 @@ def test_nothing_is_followed_where_no_live_pod_is_the_newest(
     kube = make(monkeypatch, ScriptedCluster(*pods), tmp_path)
     assert kube.follow_log(JOB, 0, 0) is None
     kube.close()
+
+
+def test_a_live_log_bigger_than_the_cache_is_still_fetched_once_for_all_its_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The one read last is kept whatever its size; older copies go to keep the bytes bounded."""
+    big, small = f"kb-{JOB}-1-0", f"kb-{JOB}-1-1"
+    cluster = ScriptedCluster(pod(0, "Running"), pod(1, "Running"))
+    cluster.logs = {big: bytes(range(256)) * 800, small: b"rank 1\n"}  # 200 KiB and 7 bytes
+    kube = make(monkeypatch, cluster, None)
+    monkeypatch.setattr(executor, "LOG_REFETCH_S", 3600.0)
+    monkeypatch.setattr(executor, "LOG_CACHE_BYTES", 100 * 1024)  # less than the big log
+    assert kube.read_log(JOB, 1, 0, 64 * 1024)[0] == b"rank 1\n"
+    offset, read = 0, b""
+    while chunk := kube.read_log(JOB, 0, offset, 64 * 1024)[0]:
+        read += chunk
+        offset += len(chunk)
+    assert read == cluster.logs[big]
+    assert cluster.calls == [f"log {small}", f"log {big}"]  # once each, not once per chunk
+    kube.read_log(JOB, 1, 0, 64 * 1024)  # the small one's copy went to make room
+    assert cluster.calls[-1] == f"log {small}" and len(cluster.calls) == 3
+    kube.close()

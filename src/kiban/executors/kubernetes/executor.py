@@ -82,8 +82,10 @@ FORCE_GRACE_S = 1  # "now": the kubelet kills at once, and still confirms the co
 LOG_REFETCH_S = 1.0
 """How stale a live pod's log may be served at its end (``kiban logs -f`` polls it)."""
 LOG_CACHE_PODS = 8
-LOG_CACHE_BYTES = 16 << 20
-"""Logs kept for the next chunk's read: this many pods' (the last read), each at most this big."""
+LOG_CACHE_BYTES = 64 << 20
+"""Live logs kept for the next chunk's read: the last read pods', at most this many bytes in
+all, but always the one read last, however big (the API serves a log only whole: without its
+copy, each 64 KiB chunk of a big log fetched all of it again)."""
 LOG_FOLLOWERS = 32
 """Logs of stopping pods followed at once, each by a thread until its container ends; a pod
 stopped beyond these has its log not kept (a warning says so)."""
@@ -631,10 +633,12 @@ class KubernetesExecutor:
         if cached is not None and (offset < len(cached[1]) or now - cached[0] < LOG_REFETCH_S):
             return cached[1]
         data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
-        if len(data) <= LOG_CACHE_BYTES:
-            with self._lock:
-                self._logs[key] = (now, data)
-                self._logs.move_to_end(key)
-                while len(self._logs) > LOG_CACHE_PODS:
-                    self._logs.popitem(last=False)
+        with self._lock:
+            self._logs[key] = (now, data)
+            self._logs.move_to_end(key)
+            held = sum(len(copy) for _, copy in self._logs.values())
+            while len(self._logs) > 1 and (
+                len(self._logs) > LOG_CACHE_PODS or held > LOG_CACHE_BYTES
+            ):
+                held -= len(self._logs.popitem(last=False)[1][1])
         return data
