@@ -11,6 +11,8 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 
+from kiban.executors.log_streams import close_chunks
+
 MAX_FOLLOWERS = 256
 IDLE_S = 120.0
 """A reader not asked for its next chunk this long stops (its client is gone unseen)."""
@@ -59,9 +61,7 @@ class _Reader(threading.Thread):
                 except BaseException as exc:  # handed to the reader, whatever it is
                     asked.set_exception(exc)
         finally:
-            close = getattr(self.chunks, "close", None)
-            if close is not None:
-                close()
+            close_chunks(self.chunks)
             with _lock:
                 _followers -= 1
 
@@ -75,9 +75,7 @@ def follow(chunks: Iterator[bytes]) -> AsyncIterator[bytes] | None:
         if not full:
             _followers += 1
     if full:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        close_chunks(chunks)
         return None
     reader = _Reader(chunks)
     reader.start()

@@ -16,6 +16,11 @@ def skip_bytes(chunks: Iterator[bytes], offset: int) -> Iterator[bytes]:
             yield chunk[offset:] if offset else chunk
             offset = 0
     finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        close_chunks(chunks)
+
+
+def close_chunks(chunks: Iterator[bytes]) -> None:
+    """Close a source of chunks that can be closed (a generator, a streamed response)."""
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
