@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from kiban.executors.base import ReplicaRef
-from kiban.executors.kubernetes import KubernetesOptions, executor
+from kiban.executors.kubernetes import KubernetesOptions, executor, stopping_logs
 from kiban.executors.kubernetes.executor import KubernetesExecutor
 from kiban.executors.kubernetes.kept_logs import KeptLogs, LogTail
 
@@ -244,7 +244,7 @@ def test_beyond_the_followers_limit_a_stopped_pod_is_deleted_without_its_log(
         yield b"log\n"
 
     cluster.follow_pod_log = held  # type: ignore[method-assign]
-    monkeypatch.setattr(executor, "LOG_FOLLOWERS", 1)
+    monkeypatch.setattr(stopping_logs, "LOG_FOLLOWERS", 1)
     kube = make(monkeypatch, cluster, tmp_path)
     kube.stop(ref(0), force=False)
     kube.stop(ref(1), force=False)

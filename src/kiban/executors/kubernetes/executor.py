@@ -6,9 +6,8 @@ replica, and one pod per replica bound to the node kiban chose (see ``pods`` for
 ``nodeName``). The Service owns the pods (owner references), and every object carries the job's
 labels, so all of an attempt is found with one selector and deleted together (explicitly: kiban
 does not count on a garbage collector). The log of a pod that ended is kept (``kept_logs``)
-before the pod is deleted, in the background, and ``read_log`` serves it after; a pod stopped
-while it runs (a cancel, a preemption, a deadline) goes as soon as its container ends, so its
-log is followed from the deletion to that end and kept then.
+before the pod is deleted, in the background, and ``read_log`` serves it after; the log of a
+pod stopped while it runs is followed to its end and kept (``stopping_logs``).
 
 Replicas are identified by a handle ``namespace/name/uid``; ``observe`` reads a pod cache that
 a watch keeps current (``podcache``), so a restarted kiban finds the pods it started before
@@ -43,7 +42,7 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.kubernetes.api import CoreApi, Obj, connect
-from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs, LogTail
+from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs
 from kiban.executors.kubernetes.naming import (
     ATTEMPT_LABEL,
     JOB_ID_ANNOTATION,
@@ -74,6 +73,7 @@ from kiban.executors.kubernetes.pods import (
     revision_service_manifest,
     service_manifest,
 )
+from kiban.executors.kubernetes.stopping_logs import StoppingPodLogs, attempt_and_rank
 from kiban.executors.log_streams import skip_bytes
 
 log = logging.getLogger("kiban.executors.kubernetes")
@@ -86,14 +86,6 @@ LOG_CACHE_BYTES = 64 << 20
 """Live logs kept for the next chunk's read: the last read pods', at most this many bytes in
 all, but always the one read last, however big (the API serves a log only whole: without its
 copy, each 64 KiB chunk of a big log fetched all of it again)."""
-LOG_FOLLOWERS = 32
-"""Logs of stopping pods followed at once, each by a thread until its container ends; a pod
-stopped beyond these has its log not kept (a warning says so)."""
-FOLLOW_MARGIN_S = 30.0
-"""A followed log is given up this long after its pod's grace period (a node that never ends it)."""
-FOLLOWERS_CLOSE_S = 5.0
-"""How long closing the executor waits for the logs being followed to end."""
-DEFAULT_GRACE_S = 30  # Kubernetes' own terminationGracePeriodSeconds
 FOLLOW_QUIET_S = 30.0
 """A followed live log that writes nothing this long ends its stream (the reader opens another
 if the pod still runs): a reader gone away holds no connection longer."""
@@ -119,11 +111,6 @@ def _ended(pod: Obj) -> bool:
 
 def _attempt_of(pod: Obj) -> int:
     return int(pod["metadata"]["labels"].get(ATTEMPT_LABEL, 0))
-
-
-def _attempt_and_rank(pod: Obj) -> tuple[int, int]:
-    labels = pod["metadata"].get("labels") or {}
-    return int(labels.get(ATTEMPT_LABEL, 0)), int(labels.get(RANK_LABEL, 0))
 
 
 def _logged(task: Callable[..., None], *args: Any) -> None:
@@ -170,8 +157,7 @@ class KubernetesExecutor:
         self._creators: ThreadPoolExecutor | None = None  # made by the first multi-pod launch
         self.kept = KeptLogs(log_dir) if log_dir is not None else None
         self._keeper: ThreadPoolExecutor | None = None  # keeps logs, then deletes (one thread)
-        self._followers: dict[str, threading.Thread] = {}  # by pod uid; see _follow
-        self._followers_full_told = False  # warned that all followers are busy, since a slot freed
+        self.stopping = StoppingPodLogs(self.api, self.kept) if self.kept is not None else None
         self._logs: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # see _live_log
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
@@ -191,11 +177,8 @@ class KubernetesExecutor:
         creators; close the connections."""
         if self._keeper is not None:
             self._keeper.shutdown(wait=True)
-        give_up = time.monotonic() + FOLLOWERS_CLOSE_S
-        with self._lock:
-            followers = list(self._followers.values())
-        for thread in followers:  # daemons: one still following at exit is not waited for
-            thread.join(max(give_up - time.monotonic(), 0.0))
+        if self.stopping is not None:
+            self.stopping.close()
         self.pods.stop()
         if self._creators is not None:
             self._creators.shutdown()
@@ -435,8 +418,8 @@ class KubernetesExecutor:
                 self._in_background(self._keep_then_delete, replica, pod, grace)
             else:
                 _ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
-                if self.kept is not None and present and not _ended(pod):
-                    self._follow(replica.job_id, pod, grace)
+                if self.stopping is not None and present and not _ended(pod):
+                    self.stopping.follow(replica.job_id, pod, grace)
         if force and replica.rank == 0:
             service = service_name(replica.job_id, replica.attempt)
             if self.kept is not None:
@@ -469,7 +452,7 @@ class KubernetesExecutor:
         """Keep the log of a pod that ended (once; nothing when its node serves no log)."""
         assert self.kept is not None
         meta = pod["metadata"]
-        attempt, rank = _attempt_and_rank(pod)
+        attempt, rank = attempt_and_rank(pod)
         if self.kept.has(job_id, attempt, rank):
             return
         try:
@@ -480,73 +463,6 @@ class KubernetesExecutor:
             log.debug("no log kept of %s/%s: %s", meta["namespace"], meta["name"], exc)
             return
         self.kept.keep(job_id, attempt, rank, data)
-
-    def _follow(self, job_id: str, pod: Obj, grace: int | None) -> None:
-        """Follow the log of a pod just deleted while it ran, from a thread of its own, and keep
-        it when its container ends (the pod and its log go a moment later)."""
-        meta = pod["metadata"]
-        uid = meta.get("uid", "")
-        if grace is None:
-            grace = int(
-                (pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
-            )
-        with self._lock:
-            if uid in self._followers:
-                return  # stopped again (forced after its grace period): followed already
-            if len(self._followers) >= LOG_FOLLOWERS:
-                if not self._followers_full_told:  # once, not for each pod of a large gang
-                    log.warning(
-                        "the logs of stopping pods are not kept while %d are followed already: "
-                        "%s/%s's is not, nor are others' until one ends",
-                        LOG_FOLLOWERS,
-                        meta["namespace"],
-                        meta["name"],
-                    )
-                    self._followers_full_told = True
-                return
-            thread = threading.Thread(
-                target=_logged,
-                args=(self._follow_then_keep, job_id, pod, grace + FOLLOW_MARGIN_S),
-                name=f"kiban-kube-follow-{meta['name']}",
-                daemon=True,
-            )
-            self._followers[uid] = thread
-        thread.start()
-
-    def _follow_then_keep(self, job_id: str, pod: Obj, timeout_s: float) -> None:
-        try:
-            self._follow_log(job_id, pod, timeout_s)
-        finally:  # after the log is written: closing waits for the followers it finds
-            with self._lock:
-                self._followers.pop(pod["metadata"].get("uid", ""), None)
-                self._followers_full_told = False
-
-    def _follow_log(self, job_id: str, pod: Obj, timeout_s: float) -> None:
-        assert self.kept is not None
-        meta = pod["metadata"]
-        attempt, rank = _attempt_and_rank(pod)
-        tail = LogTail(self.kept.limit)
-        give_up = time.monotonic() + timeout_s
-        try:
-            for chunk in self.api.follow_pod_log(
-                meta["namespace"],
-                meta["name"],
-                CONTAINER,
-                tail_lines=KEPT_LOG_LINES,
-                timeout_s=timeout_s,
-            ):
-                tail.add(chunk)
-                if time.monotonic() > give_up:
-                    tail.add(b"\n[kiban: this log was followed for %ds; not after]\n" % timeout_s)
-                    break
-        except Exception as exc:  # gone already, the node serves no logs, or it broke off
-            log.debug(
-                "log of %s/%s not followed to its end: %s", meta["namespace"], meta["name"], exc
-            )
-            if not tail.data:
-                return
-            tail.add(b"\n[kiban: the rest of this log could not be read]\n")
-        self.kept.keep(job_id, attempt, rank, bytes(tail.data), dropped=tail.dropped)
 
     def abandon(self, job_id: str, attempt: int) -> None:
         """Delete every pod and the Service of one attempt, found by their labels (the logs of
@@ -559,8 +475,8 @@ class KubernetesExecutor:
             present = self._node_present(pod)
             grace = FORCE_GRACE_S if present else 0
             _ignore_gone(self.api.delete_pod, meta["namespace"], meta["name"], grace_s=grace)
-            if self.kept is not None and present and not _ended(pod):
-                self._follow(job_id, pod, grace)
+            if self.stopping is not None and present and not _ended(pod):
+                self.stopping.follow(job_id, pod, grace)
         for service in self.api.list_services(selector):
             meta = service["metadata"]
             _ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
