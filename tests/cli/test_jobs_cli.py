@@ -175,3 +175,16 @@ def test_checkpoint_errors_are_one_line(
     assert kiban("admin", "create-tenant", "speech").code == 0
     bob = run_as(kiban("admin", "create-token", "speech", "bob").out.strip())
     one_error_line(bob("checkpoint", jobs.big), f"job {jobs.big} not found")
+
+
+@pytest.mark.parametrize("command", ["wait", "describe", "cancel", "logs"])
+def test_an_empty_job_id_is_one_error_line(kiban: Run, jobs: Jobs, command: str) -> None:
+    # Unchecked, "" made the path /api/v1/jobs/, which addresses the list: `kiban wait ""`
+    # (a script whose submit failed) ended in a traceback.
+    one_error_line(kiban(command, ""), "job id: must not be empty")
+
+
+def test_a_job_id_with_a_slash_is_refused(kiban: Run, jobs: Jobs) -> None:
+    # The server decodes %2F before routing: "x/cancel" must not reach x's cancel route.
+    one_error_line(kiban("cancel", f"{jobs.waiting}/cancel"), "job id:", "holds a '/'")
+    assert "Pending" in kiban("describe", jobs.waiting).out

@@ -18,7 +18,8 @@ import httpx
 
 
 class ApiError(Exception):
-    """An error answer from the API, or no answer at all (status 0)."""
+    """An error answer from the API, or no answer at all (status 0), or a request that was
+    not sent because a name in its path was empty (status 400, as the API would answer)."""
 
     def __init__(self, status: int, message: str, problems: list[dict[str, str]] | None = None):
         super().__init__(message)
@@ -98,7 +99,7 @@ class Client:
         return list(self._request("GET", "/api/v1/services"))
 
     def _service_path(self, name: str, action: str = "") -> str:
-        return f"/api/v1/services/{quote(name, safe='')}{action}"
+        return resource_path("services", name, "service name", action)
 
     def service(self, name: str) -> dict[str, Any]:
         return dict(self._request("GET", self._service_path(name)))
@@ -155,10 +156,10 @@ class Client:
         return list(self._request("GET", "/api/v1/jobs", params=params))
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return dict(self._request("GET", f"/api/v1/jobs/{job_id}"))
+        return dict(self._request("GET", _job_path(job_id)))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        return dict(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))
+        return dict(self._request("POST", _job_path(job_id, "/cancel")))
 
     def checkpoint(self, job_id: str | None = None) -> dict[str, Any]:
         """Report that a running job saved a checkpoint now; preemption then prefers victims
@@ -166,10 +167,10 @@ class Client:
         job_id = job_id or os.environ.get("KIBAN_JOB_ID")
         if not job_id:
             raise ValueError("no job id: pass one, or call this inside a job (KIBAN_JOB_ID)")
-        return dict(self._request("POST", f"/api/v1/jobs/{quote(job_id, safe='')}/checkpoint"))
+        return dict(self._request("POST", _job_path(job_id, "/checkpoint")))
 
     def events(self, job_id: str, after: int = 0) -> list[dict[str, Any]]:
-        return list(self._request("GET", f"/api/v1/jobs/{job_id}/events", params={"after": after}))
+        return list(self._request("GET", _job_path(job_id, "/events"), params={"after": after}))
 
     def logs(self, job_id: str, *, rank: int = 0, follow: bool = False) -> Iterator[bytes]:
         """A replica's output in chunks; with ``follow``, until the job finishes."""
@@ -177,7 +178,7 @@ class Client:
         try:
             with self._http.stream(
                 "GET",
-                f"/api/v1/jobs/{job_id}/logs",
+                _job_path(job_id, "/logs"),
                 params=params,
                 timeout=httpx.Timeout(30.0, read=None),
             ) as response:
@@ -216,11 +217,11 @@ class Client:
 
     def cordon(self, node: str) -> dict[str, Any]:
         """Take a node out of scheduling (admin): no new work; running jobs keep running."""
-        return dict(self._request("POST", f"/api/v1/nodes/{quote(node, safe='')}/cordon"))
+        return dict(self._request("POST", resource_path("nodes", node, "node name", "/cordon")))
 
     def uncordon(self, node: str) -> dict[str, Any]:
         """Let a cordoned node take new work again (admin)."""
-        return dict(self._request("POST", f"/api/v1/nodes/{quote(node, safe='')}/uncordon"))
+        return dict(self._request("POST", resource_path("nodes", node, "node name", "/uncordon")))
 
     # -- policy --------------------------------------------------------------------------------
     def policy(self) -> dict[str, Any]:
@@ -242,7 +243,8 @@ class Client:
         return dict(self._request("POST", "/api/v1/tenants", json={"name": name}))
 
     def create_token(self, tenant: str, name: str) -> str:
-        answer = self._request("POST", f"/api/v1/tenants/{tenant}/tokens", json={"name": name})
+        path = resource_path("tenants", tenant, "tenant name", "/tokens")
+        answer = self._request("POST", path, json={"name": name})
         return str(answer["token"])
 
     def whoami(self) -> dict[str, Any]:
@@ -255,7 +257,24 @@ class Client:
             return False
 
 
+def resource_path(collection: str, name: str, what: str, action: str = "") -> str:
+    """The API path of one named resource. An empty name, or one holding a "/", is refused
+    here: ``/api/v1/jobs/`` addresses the collection, and the server decodes a quoted "/"
+    before routing, so ``x/cancel`` would address another route rather than fail."""
+    if not name.strip():
+        raise ApiError(400, f"{what}: must not be empty")
+    if "/" in name:
+        raise ApiError(400, f"{what}: {name!r} holds a '/', which no {what} has")
+    return f"/api/v1/{collection}/{quote(name, safe='')}{action}"
+
+
+def _job_path(job_id: str, action: str = "") -> str:
+    return resource_path("jobs", job_id, "job id", action)
+
+
 def _decode(response: httpx.Response) -> Any:
+    if response.is_redirect:  # the API never redirects: a path that is not one of its own
+        raise ApiError(response.status_code, f"no such API path: {response.request.url.path}")
     if response.status_code < 400:
         return response.json() if response.content else None
     try:
