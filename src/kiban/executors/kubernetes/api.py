@@ -128,16 +128,7 @@ class CoreApi:
         """The container's log (its last ``tail_lines`` lines when given); the API server
         fetches it from the node's kubelet, so a node that does not answer costs at most
         ``LOG_TIMEOUT_S`` rather than a hung reader."""
-        extra = {} if tail_lines is None else {"tail_lines": tail_lines}
-        response = self._core.read_namespaced_pod_log(
-            name,
-            namespace,
-            container=container,
-            _preload_content=False,
-            _request_timeout=LOG_TIMEOUT_S,
-            **extra,
-        )
-        return bytes(response.data)
+        return bytes(self._pod_log(namespace, name, container, tail_lines, LOG_TIMEOUT_S).data)
 
     def follow_pod_log(
         self,
@@ -151,18 +142,32 @@ class CoreApi:
         """The container's log (its last ``tail_lines`` lines, or all of it) and then what it
         writes, until the container ends; a read waits at most ``timeout_s`` for the next
         bytes. Nothing is asked of the API server before the first chunk is wanted."""
-        extra = {} if tail_lines is None else {"tail_lines": tail_lines}
-        response = self._core.read_namespaced_pod_log(
-            name,
-            namespace,
-            container=container,
-            follow=True,
-            _preload_content=False,
-            _request_timeout=(LOG_TIMEOUT_S, timeout_s),
-            **extra,
-        )
+        timeouts = (LOG_TIMEOUT_S, timeout_s)
+        response = self._pod_log(namespace, name, container, tail_lines, timeouts, follow=True)
         try:
             yield from response.stream(64 * 1024, decode_content=False)
         finally:
             response.close()  # not back to the pool: the stream may have been left unfinished
             response.release_conn()
+
+    def _pod_log(
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        tail_lines: int | None,
+        timeout: float | tuple[float, float],
+        **options: Any,
+    ) -> Any:
+        """One request for a container's log, its answer not read yet (the whole log, or its
+        last ``tail_lines`` lines)."""
+        if tail_lines is not None:
+            options["tail_lines"] = tail_lines
+        return self._core.read_namespaced_pod_log(
+            name,
+            namespace,
+            container=container,
+            _preload_content=False,
+            _request_timeout=timeout,
+            **options,
+        )
