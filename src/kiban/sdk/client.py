@@ -1,50 +1,98 @@
 """A thin client of the HTTP API. The CLI uses it; so can notebooks and scripts.
 
 It finds the server and token from ``KIBAN_URL``/``KIBAN_TOKEN``, else from the kiban home
-(``KIBAN_HOME``, default ``~/.kiban``): ``kiban up`` writes ``url`` and ``token`` there. A job
-finds its own id in ``KIBAN_JOB_ID``, so ``Client().checkpoint()`` inside it reports its own
-checkpoint (given a URL and token it can reach).
+(``KIBAN_HOME``, default ``~/.kiban``): ``kiban up`` writes ``url`` and ``token`` there. A
+variable set but empty (``KIBAN_TOKEN=``) counts as unset. A job finds its own id in
+``KIBAN_JOB_ID``, so ``Client().checkpoint()`` inside it reports its own checkpoint (given a URL
+and token it can reach).
+
+A job manifest is completed here, for the CLI and the SDK alike (``complete_job_manifest``):
+it runs in the directory it was submitted from unless it says otherwise, as Slurm runs jobs.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from kiban.sdk.errors import ApiError
 
-class ApiError(Exception):
-    """An error answer from the API, or no answer at all (status 0), or a request that was
-    not sent because a name in its path was empty (status 400, as the API would answer)."""
+__all__ = ["TERMINAL_STATES", "ApiError", "Client", "complete_job_manifest", "discover"]
 
-    def __init__(self, status: int, message: str, problems: list[dict[str, str]] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.problems = problems or []
+TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled"})
+"""States a job never leaves."""
+
+
+def env_value(name: str) -> str | None:
+    """An environment variable's value; None when it is unset or empty (``KIBAN_TOKEN=``
+    in a shell means "no token here", not "an empty token")."""
+    return os.environ.get(name) or None
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("KIBAN_HOME") or Path.home() / ".kiban")
+    return Path(env_value("KIBAN_HOME") or Path.home() / ".kiban")
 
 
 def discover(home: Path | None = None) -> tuple[str, str | None]:
     """The server URL and token, from the environment or the kiban home."""
     home = home or default_home()
-    url = os.environ.get("KIBAN_URL")
-    token = os.environ.get("KIBAN_TOKEN")
+    url = env_value("KIBAN_URL")
+    token = env_value("KIBAN_TOKEN")
     if url is None:
         url_file = home / "url"
-        url = url_file.read_text().strip() if url_file.exists() else "http://127.0.0.1:8470"
+        url = (url_file.read_text().strip() if url_file.exists() else "") or (
+            "http://127.0.0.1:8470"
+        )
     if token is None:
         token_file = home / "token"
         if token_file.exists():
-            token = token_file.read_text().strip()
+            token = token_file.read_text().strip() or None
     return url, token
+
+
+def complete_job_manifest(
+    manifest: dict[str, Any], working_dir: str | Path | None = None, queue: str | None = None
+) -> dict[str, Any]:
+    """A job manifest as the CLI and the SDK send it; ``manifest`` itself is not changed.
+
+    A ``kiban/v1`` Job that names no ``spec.workingDir`` runs in ``working_dir`` (default: the
+    current directory), where it was submitted from, as Slurm runs jobs. A job (kiban's or a
+    Volcano Job) that names no ``spec.queue`` goes to ``queue`` (default: ``$KIBAN_QUEUE``;
+    unset, the server chooses the member's queue). Other documents are returned as they are.
+    """
+    spec = manifest.get("spec")
+    kind = (manifest.get("apiVersion"), manifest.get("kind"))
+    if kind not in (("kiban/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job")):
+        return manifest
+    if not isinstance(spec, dict):
+        return manifest
+    added: dict[str, Any] = {}
+    if kind[0] == "kiban/v1" and "workingDir" not in spec:
+        added["workingDir"] = os.getcwd() if working_dir is None else os.fspath(working_dir)
+    queue = queue or env_value("KIBAN_QUEUE")
+    if queue and "queue" not in spec:
+        added["queue"] = queue
+    return {**manifest, "spec": {**spec, **added}} if added else manifest
+
+
+def _as_document(text: str) -> dict[str, Any] | None:
+    """A manifest's text as a mapping that JSON can carry; None when it is not one (the server
+    then reads the text itself and says what is wrong with it, line and column)."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(text)
+        json.dumps(document, allow_nan=False)
+    except (yaml.YAMLError, TypeError, ValueError, RecursionError):
+        return None
+    return document if isinstance(document, dict) else None
 
 
 class Client:
@@ -59,7 +107,11 @@ class Client:
             token = token or found_token
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        # TLS only for an https:// server: this client asks paths of its base URL alone and
+        # follows no redirect, so for http:// no certificates need loading (that took about as
+        # long as importing httpx, on every CLI call).
+        tls = self.url.lower().startswith("https:")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, verify=tls)
 
     def close(self) -> None:
         self._http.close()
@@ -125,9 +177,15 @@ class Client:
         return header.removeprefix("Bearer ") or None
 
     # -- jobs ----------------------------------------------------------------------------------
-    def submit(self, manifest: dict[str, Any] | str) -> dict[str, Any]:
-        """Submit a manifest given as a mapping or as YAML/JSON text."""
-        if isinstance(manifest, str):
+    def submit(
+        self, manifest: dict[str, Any] | str, *, working_dir: str | Path | None = None
+    ) -> dict[str, Any]:
+        """Submit a manifest given as a mapping or as YAML/JSON text. A ``kiban/v1`` Job runs
+        in ``working_dir`` (default: the current directory) unless it names its
+        ``spec.workingDir``, as ``kiban submit`` and ``kiban run`` do."""
+        document = _as_document(manifest) if isinstance(manifest, str) else manifest
+        if document is None:
+            assert isinstance(manifest, str)
             return dict(
                 self._request(
                     "POST",
@@ -136,7 +194,8 @@ class Client:
                     headers={"Content-Type": "application/yaml"},
                 )
             )
-        return dict(self._request("POST", "/api/v1/jobs", json=manifest))
+        completed = complete_job_manifest(document, working_dir)
+        return dict(self._request("POST", "/api/v1/jobs", json=completed))
 
     def jobs(
         self,
@@ -145,20 +204,58 @@ class Client:
         queue: str | None = None,
         tenant: str | None = None,
         name: str | None = None,
+        submitted_by: str | None = None,
         limit: int = 100,
     ) -> list[dict[str, Any]]:
+        """Jobs the token may see, newest first; ``state`` in any case (``running``)."""
         params: dict[str, Any] = {"limit": limit}
         if state:
             params["state"] = state
-        for key, value in (("queue", queue), ("tenant", tenant), ("name", name)):
+        for key, value in (
+            ("queue", queue),
+            ("tenant", tenant),
+            ("name", name),
+            ("submittedBy", submitted_by),
+        ):
             if value:
                 params[key] = value
         return list(self._request("GET", "/api/v1/jobs", params=params))
 
     def job(self, job_id: str) -> dict[str, Any]:
+        """A job with its spec and replicas."""
         return dict(self._request("GET", _job_path(job_id)))
 
+    def describe(self, job_id: str) -> dict[str, Any]:
+        """A job with its spec, replicas and ``events`` (what ``kiban describe -o json``
+        prints)."""
+        job = self.job(job_id)
+        return {**job, "events": self.events(job_id)}
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None = None,
+        interval: float = 0.5,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Poll a job until it ends (Succeeded, Failed or Cancelled) and return it.
+
+        ``progress`` is called with the job after each poll. After ``timeout`` seconds a
+        TimeoutError says the state it is in; the job itself is left as it is."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if progress is not None:
+                progress(job)
+            if job["state"] in TERMINAL_STATES:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"timed out after {timeout:g}s; job {job_id} is {job['state']}")
+            time.sleep(interval)
+
     def cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel a job: running replicas get SIGTERM, then SIGKILL after its grace period."""
         return dict(self._request("POST", _job_path(job_id, "/cancel")))
 
     def checkpoint(self, job_id: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,112 @@
+"""Where the SDK finds the server and token, and how it completes a job manifest before sending
+it (the one place for the CLI and the SDK alike)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kiban.sdk.client import Client, complete_job_manifest, discover
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "url").write_text("http://127.0.0.1:9999\n")
+    (home / "token").write_text("home-token\n")
+    for name in ("KIBAN_URL", "KIBAN_TOKEN", "KIBAN_QUEUE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KIBAN_HOME", str(home))
+    return home
+
+
+@pytest.mark.parametrize("name", ["KIBAN_TOKEN", "KIBAN_URL"])
+def test_a_variable_set_but_empty_counts_as_unset(
+    home: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # KIBAN_TOKEN= reported "missing token (looked for <home>/token)" with that file there.
+    monkeypatch.setenv(name, "")
+    assert discover() == ("http://127.0.0.1:9999", "home-token")
+
+
+def test_an_empty_kiban_home_is_the_default_home(
+    home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake_home = tmp_path / "user"
+    (fake_home / ".kiban").mkdir(parents=True)
+    (fake_home / ".kiban" / "token").write_text("default-home-token")
+    monkeypatch.setenv("HOME", str(fake_home))
+    monkeypatch.setenv("KIBAN_HOME", "")
+    assert discover() == ("http://127.0.0.1:8470", "default-home-token")
+
+
+def test_set_variables_win_over_the_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIBAN_URL", "http://elsewhere:1")
+    monkeypatch.setenv("KIBAN_TOKEN", "env-token")
+    assert discover() == ("http://elsewhere:1", "env-token")
+
+
+def test_empty_files_in_the_home_are_no_url_or_token(home: Path) -> None:
+    (home / "url").write_text("\n")
+    (home / "token").write_text("")
+    assert discover() == ("http://127.0.0.1:8470", None)
+
+
+def test_plain_http_loads_no_certificates_and_https_verifies(home: Path) -> None:
+    with Client(url="https://kiban.example", token="t") as secure:
+        pool = secure._http._transport._pool  # type: ignore[attr-defined]
+        assert pool._ssl_context.verify_mode.name == "CERT_REQUIRED"
+    with Client(url="http://kiban.example", token="t") as plain:
+        assert isinstance(plain._http, httpx.Client)
+        pool = plain._http._transport._pool  # type: ignore[attr-defined]
+        assert pool._ssl_context.verify_mode.name == "CERT_NONE"
+
+
+JOB = {
+    "apiVersion": "kiban/v1",
+    "kind": "Job",
+    "metadata": {"name": "train"},
+    "spec": {"tasks": [{"command": ["python", "train.py"]}]},
+}
+VOLCANO = {
+    "apiVersion": "batch.volcano.sh/v1alpha1",
+    "kind": "Job",
+    "metadata": {"name": "v"},
+    "spec": {"tasks": [{"replicas": 1, "template": {}}]},
+}
+
+
+def test_a_job_runs_where_it_was_submitted_from(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    completed = complete_job_manifest(JOB)
+    assert completed["spec"]["workingDir"] == str(tmp_path)
+    assert "workingDir" not in JOB["spec"]  # the caller's document is left as it was
+    assert complete_job_manifest(JOB, working_dir="/data")["spec"]["workingDir"] == "/data"
+    own = {**JOB, "spec": {**JOB["spec"], "workingDir": "/mine"}}
+    assert complete_job_manifest(own)["spec"]["workingDir"] == "/mine"
+    assert "workingDir" not in complete_job_manifest(VOLCANO)["spec"]  # kiban/v1 only
+
+
+def test_kiban_queue_fills_a_job_that_names_none(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "queue" not in complete_job_manifest(JOB)["spec"]
+    monkeypatch.setenv("KIBAN_QUEUE", "batch")
+    assert complete_job_manifest(JOB)["spec"]["queue"] == "batch"
+    assert complete_job_manifest(VOLCANO)["spec"]["queue"] == "batch"
+    named = {**JOB, "spec": {**JOB["spec"], "queue": "vision"}}
+    assert complete_job_manifest(named)["spec"]["queue"] == "vision"
+    monkeypatch.setenv("KIBAN_QUEUE", "")
+    assert "queue" not in complete_job_manifest(JOB)["spec"]
+
+
+def test_other_documents_are_sent_as_they_are(home: Path) -> None:
+    service = {"apiVersion": "kiban/v1", "kind": "Service", "spec": {"model": "x"}}
+    assert complete_job_manifest(service) is service
+    broken = {"apiVersion": "kiban/v1", "kind": "Job", "spec": ["not", "a", "mapping"]}
+    assert complete_job_manifest(broken) is broken
