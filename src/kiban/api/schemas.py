@@ -55,6 +55,7 @@ class JobOut(ApiModel):
     priority: int
     attempt: int
     submitted_at: float
+    submitted_by: str | None = None
     admitted_at: float | None
     started_at: float | None
     finished_at: float | None
@@ -253,6 +254,7 @@ def job_out(
         priority=job.priority,
         attempt=job.attempt,
         submitted_at=job.submitted_at,
+        submitted_by=job.submitted_by,
         admitted_at=job.admitted_at,
         started_at=job.started_at,
         finished_at=job.finished_at,

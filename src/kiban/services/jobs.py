@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
+from kiban.domain.declarations import DEFAULT_QUEUE
 from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.jobspec import JobManifest
 from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manifest, parse_submission
@@ -183,6 +184,28 @@ def check_against_policy(manifest: JobManifest, policy: ClusterPolicy) -> int:
     return level.value
 
 
+def default_queue(principal: Principal, policy: ClusterPolicy) -> str:
+    """The queue of a job whose manifest names none: ``default`` for the admin; for a member,
+    their tenant's queue when it has one, else the one named after the tenant. Otherwise the
+    member must name one (the error lists them)."""
+    if principal.tenant is None:
+        return DEFAULT_QUEUE
+    own = [q.name for q in policy.queues if q.tenant == principal.tenant]
+    if len(own) == 1:
+        return own[0]
+    if principal.tenant in own:
+        return principal.tenant
+    if not own:
+        raise SpecError.single(
+            "spec.queue", f"tenant {principal.tenant} has no queue; an admin adds one"
+        )
+    raise SpecError.single(
+        "spec.queue",
+        f"name a queue (kiban run --queue, or KIBAN_QUEUE): tenant {principal.tenant} has "
+        f"{len(own)}: {', '.join(sorted(own))}",
+    )
+
+
 def prepare_submission(
     session: Session,
     principal: Principal,
@@ -207,12 +230,14 @@ def prepare_submission(
     manifest = submission.manifest
     spec = manifest.spec
     try:
-        queue = session.get(Queue, spec.queue) if find_queue is None else find_queue(spec.queue)
+        policy = current_policy(session) if policy is None else policy
+        queue_name = spec.queue
+        if "queue" not in spec.model_fields_set:
+            queue_name = default_queue(principal, policy)
+        queue = session.get(Queue, queue_name) if find_queue is None else find_queue(queue_name)
         if queue is None or not principal.can_see(queue.tenant):
-            raise invalid("spec.queue", f"queue {spec.queue} does not exist")
-        priority = check_against_policy(
-            manifest, current_policy(session) if policy is None else policy
-        )
+            raise invalid("spec.queue", f"queue {queue_name} does not exist")
+        priority = check_against_policy(manifest, policy)
         check_against_cluster(manifest, facts)
     except SpecError as exc:
         raise InvalidInput(
@@ -228,6 +253,7 @@ def prepare_submission(
         priority=priority,
         spec=submission.document,
         submitted_at=at,
+        submitted_by=principal.name,
         attempt=1,
     )
     made = [
@@ -273,13 +299,18 @@ def list_jobs(
     queue: str | None = None,
     tenant: str | None = None,
     name: str | None = None,
+    submitted_by: str | None = None,
     limit: int = 100,
 ) -> list[Job]:
-    """Jobs the caller may see, newest first, filtered."""
+    """Jobs the caller may see, newest first, filtered. States are matched in any case
+    (``running`` is ``Running``); ``submitted_by`` is the name of the token that submitted."""
+    wanted = []
     for i, state in enumerate(states):
-        if state not in {s.value for s in JobState}:
+        found = job_state(state)
+        if found is None:
             known = ", ".join(s.value for s in JobState)
             raise invalid(f"state[{i}]", f"unknown state {state!r}; known: {known}")
+        wanted.append(found.value)
     if not 1 <= limit <= 1000:
         raise invalid("limit", "must be between 1 and 1000")
     for field_name, what, value in (
@@ -296,13 +327,23 @@ def list_jobs(
         query = query.where(Job.tenant == principal.tenant)
     elif tenant:
         query = query.where(Job.tenant == tenant)
-    if states:
-        query = query.where(Job.state.in_(list(states)))
+    if wanted:
+        query = query.where(Job.state.in_(wanted))
     if queue:
         query = query.where(Job.queue == queue)
     if name:
         query = query.where(Job.name == name)
+    if submitted_by:
+        query = query.where(Job.submitted_by == submitted_by)
     return list(session.scalars(query))
+
+
+def job_state(text: str) -> JobState | None:
+    """The state a word names, in any case (``running``, ``RUNNING``); None if none."""
+    return _STATES_BY_WORD.get(text.strip().lower())
+
+
+_STATES_BY_WORD = {s.value.lower(): s for s in JobState}
 
 
 def requested(spec: dict[str, Any]) -> tuple[int, int]:

@@ -158,6 +158,8 @@ class Job(Base):
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     eta: Mapped[float | None] = mapped_column(Float, nullable=True)  # forecast start time
     cluster_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The name of the token that submitted it (``kiban cancel --mine``); None before 0010.
+    submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),

@@ -154,10 +154,22 @@ def list_jobs(
     queue: str | None = None,
     tenant: str | None = None,
     name: str | None = None,
+    submitted_by: Annotated[
+        str | None,
+        Query(alias="submittedBy", description="the name of the token that submitted"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
+    """Jobs the caller may see, newest first; ``state`` in any case (``running``)."""
     rows = jobs.list_jobs(
-        session, principal, states=state or (), queue=queue, tenant=tenant, name=name, limit=limit
+        session,
+        principal,
+        states=state or (),
+        queue=queue,
+        tenant=tenant,
+        name=name,
+        submitted_by=submitted_by,
+        limit=limit,
     )
     standing = _standings(platform, session) if rows else {}
     return [job_out(j, standing=standing.get(j.tenant)) for j in rows]
