@@ -26,3 +26,8 @@ def one_error_line(done: Done, *needles: str) -> None:
     assert lines[0].startswith("error: ")
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+def flat(text: str) -> str:
+    """Text as one line: Rich's boxes and line wraps gone (usage errors come in a panel)."""
+    return " ".join(text.replace("│", " ").split())

@@ -4,15 +4,17 @@ talks to the API as it would over the network."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from cli_support import Done, Run
 from fastapi.testclient import TestClient
 
 from kiban.api.app import create_app
-from kiban.cli import admin, main, policy
+from kiban.cli import main
 from kiban.platform import Platform
+from kiban.sdk import client as sdk_client
 from kiban.sdk.client import Client
 
 
@@ -32,8 +34,8 @@ def run_as(
             return client
 
         def run(*args: str) -> Done:
-            for module in (main, policy, admin):
-                monkeypatch.setattr(module, "Client", connect)
+            # Every command imports the SDK's Client when it runs: this one answers them all.
+            monkeypatch.setattr(sdk_client, "Client", connect)
             monkeypatch.setattr(sys, "argv", ["kiban", *args])
             capsys.readouterr()
             try:
@@ -52,3 +54,16 @@ def run_as(
 @pytest.fixture
 def kiban(run_as: Callable[[str], Run], admin_token: str) -> Run:
     return run_as(admin_token)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real ``kiban up`` (3 x 2 GPUs) for a module's tests of the CLI as processes; the
+    end-to-end tier's handle (tests/e2e/e2e_support.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from e2e_support import server_factory
+
+    with server_factory(tmp_path_factory) as start:
+        server = start(nodes=3, gpus_per_node=2)
+        yield server
+        assert server.running, f"the server died:\n{server.log_tail()}"

@@ -8,7 +8,6 @@ import typer
 
 from kiban.cli import render
 from kiban.domain.errors import SpecError
-from kiban.sdk.client import Client
 
 admin_app = typer.Typer(
     rich_markup_mode=render.HELP_MARKUP,
@@ -20,6 +19,8 @@ admin_app = typer.Typer(
 @admin_app.command("create-tenant")
 def create_tenant(name: Annotated[str, typer.Argument(help="tenant (team) name")]) -> None:
     """Create a tenant."""
+    from kiban.sdk.client import Client
+
     with Client() as api:
         api.create_tenant(name)
     render.err.print(f"tenant {name} created")
@@ -31,6 +32,8 @@ def create_token(
     name: Annotated[str, typer.Argument(help="who the token is for")],
 ) -> None:
     """Create a member's token; prints it alone on stdout (it is shown only once)."""
+    from kiban.sdk.client import Client
+
     with Client() as api:
         token = api.create_token(tenant, name)
     print(token)
@@ -62,6 +65,8 @@ def create_queue(
         entry["quota"] = per_flavor
     if cohort:
         entry["cohort"] = cohort
+    from kiban.sdk.client import Client
+
     with Client() as api:
         api.create_queue(name, tenant, gpu_quota, strategy, **entry)
     render.err.print(f"queue {name} created for tenant {tenant}")
@@ -70,6 +75,8 @@ def create_queue(
 @admin_app.command("tenants")
 def tenants() -> None:
     """List tenants."""
+    from kiban.sdk.client import Client
+
     with Client() as api:
         for tenant in api.tenants():
             render.out.print(tenant["name"])

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.markup import escape
 
 from kiban.cli import render
 
@@ -28,7 +27,7 @@ DirOpt = Annotated[
 
 
 def _fail(message: str) -> NoReturn:
-    render.err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
+    render.err.print(f"[red]error:[/red] {render.escape(message)}", markup=True, highlight=False)
     raise typer.Exit(1)
 
 

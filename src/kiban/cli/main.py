@@ -1,23 +1,36 @@
-"""``kiban``: run the platform, submit and watch jobs, look at queues and nodes."""
+"""``kiban``: run the platform, submit and watch jobs, look at queues and nodes.
+
+Start-up is kept short (``kiban bench cli`` measures it): this module and the command modules
+import only Typer and small things; each command imports what it needs when it runs (the HTTP
+client and Rich for ``kiban ls``; the manifest models, the server, the benchmarks only where
+they are used). ``tests/cli/test_startup.py`` checks what ``kiban ls`` imports.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import json
+import copy
 import os
-import re
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.markup import escape
+from typer._click.core import Context as ClickContext
+from typer.core import TyperCommand
 
-from kiban.cli import render
+# httpx imports its own command line (click, Rich's progress bars and Pygments) when those are
+# installed, and a missing one is allowed for (``httpx[cli]`` is optional): kiban's CLI never
+# runs it, and not importing it takes about a third off the HTTP client's import.
+if "httpx" not in sys.modules:
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+from kiban.cli import HELP_MARKUP, coercion, complete
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
+from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.cli.policy import policy_app
 from kiban.cli.serving import (
     chat_command,
@@ -29,17 +42,23 @@ from kiban.cli.serving import (
 )
 from kiban.cli.sim import sim_command
 from kiban.domain.errors import SpecError
-from kiban.domain.manifests import load_document
-from kiban.sdk.client import ApiError, Client, default_home
+from kiban.sdk.errors import ApiError
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from kiban.sdk.client import Client
+
+coercion.install()
 
 app = typer.Typer(
-    rich_markup_mode=render.HELP_MARKUP,
+    rich_markup_mode=HELP_MARKUP,
     name="kiban",
     help="kiban: a multi-tenant GPU platform. Start it with `kiban up`, then `kiban run` or "
     "`kiban submit` jobs from another terminal.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
@@ -52,26 +71,75 @@ app.command("promote")(promote_command)
 app.command("rollback")(rollback_command)
 app.command("chat")(chat_command)
 
-OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json")]
-TERMINAL = {"Succeeded", "Failed", "Cancelled"}
+JobIdArg = Annotated[str, typer.Argument(help="job id", autocompletion=complete.job_ids)]
+WatchOpt = Annotated[
+    bool, typer.Option("--watch", "-w", help="show it again when it changes, until Ctrl-C")
+]
+IntervalOpt = Annotated[float, typer.Option(help="with --watch: seconds between looks", min=0.2)]
+
+
+class RunCommand(TyperCommand):
+    """``kiban run``'s parsing: an unknown option before the command is refused naming the
+    nearest known one, rather than listed among "possible options"."""
+
+    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
+        from typer._click.exceptions import NoSuchOption, UsageError
+
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as exc:
+            import difflib
+
+            known = [o for p in self.params for o in (*p.opts, *p.secondary_opts)]
+            known = [o for o in known if o.startswith("-")]
+            nearest = difflib.get_close_matches(exc.option_name, known, n=1, cutoff=0.5)
+            hint = (
+                f"did you mean {nearest[0]}?"
+                if nearest
+                else "kiban's options come first (kiban run --help); the command follows --"
+            )
+            raise UsageError(
+                f"no such option {exc.option_name}; {hint} (nothing was submitted)", ctx
+            ) from None
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
+    from rich.markup import escape
+
+    from kiban.cli import render
+
     render.err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
 
 
-def check_output(output: str) -> None:
-    if output not in ("table", "json"):
-        fail(f"--output must be table or json, not {output!r}")
-
-
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    print_document(data, Output.JSON)
 
 
 def client() -> Client:
+    from kiban.sdk.client import Client
+
     return Client()
+
+
+def show_version(value: bool) -> None:
+    if value:
+        from kiban import __version__
+
+        sys.stdout.write(f"kiban {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="print the version and exit", callback=show_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """kiban: a multi-tenant GPU platform."""
 
 
 # -- the platform ------------------------------------------------------------------------------
@@ -114,6 +182,8 @@ def up(
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor."""
     from kiban.domain.cluster import parse_cluster_config
+    from kiban.domain.manifests import load_document
+    from kiban.sdk.client import default_home
     from kiban.server import ServerOptions, serve
 
     if backend not in ("local", "kubernetes"):
@@ -188,151 +258,253 @@ def model_server(ctx: typer.Context) -> None:
 
 
 # -- submitting --------------------------------------------------------------------------------
-def read_manifest(file: str) -> dict[str, Any]:
+def read_text(file: str) -> str:
+    """A manifest's text, from a file or from stdin (``-``)."""
     if file == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = Path(file).read_text()
-        except OSError as exc:
-            fail(f"cannot read {file}: {exc.strerror}")
-    document = load_document(text)
-    spec = document.get("spec")
-    if (
-        document.get("kind") == "Job"
-        and document.get("apiVersion") == "kiban/v1"
-        and isinstance(spec, dict)
-    ):
-        spec.setdefault("workingDir", os.getcwd())
-    return document
+        return sys.stdin.read()
+    try:
+        return Path(file).read_text()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}")
+
+
+def read_manifest(file: str) -> dict[str, Any]:
+    """A manifest (a service's, for ``kiban serve``), read as YAML or JSON."""
+    from kiban.domain.manifests import load_document
+
+    return load_document(read_text(file))
+
+
+def submitted(job: dict[str, Any]) -> None:
+    """The job id alone on stdout; where it went, and any warnings, on stderr."""
+    from kiban.cli import render
+
+    print(job["id"])
+    render.err.print(f"job {job['id']} submitted to queue {job['queue']}", markup=False)
+    for warning in job.get("warnings") or []:
+        render.err.print(f"warning: {warning}", markup=False, highlight=False)
 
 
 @app.command()
 def submit(
     file: Annotated[str, typer.Argument(help="job manifest (YAML or JSON); - for stdin")],
 ) -> None:
-    """Submit a job manifest; prints the job id alone on stdout."""
-    document = read_manifest(file)
+    """Submit a job manifest; prints the job id alone on stdout.
+
+    The job runs in the directory it was submitted from unless `spec.workingDir` says
+    otherwise; with no `spec.queue`, in `$KIBAN_QUEUE`, else your tenant's queue."""
+    text = read_text(file)
     with client() as api:
-        job = api.submit(document)
-    print(job["id"])
-    render.err.print(f"job {job['id']} submitted to queue {job['queue']}")
-    for warning in job.get("warnings") or []:
-        render.err.print(f"warning: {warning}", markup=False, highlight=False)
+        job = api.submit(text)
+    submitted(job)
 
 
-def job_name_for(command: list[str]) -> str:
-    base = Path(command[0]).name.lower() if command else "run"
-    if base.startswith("python") and len(command) > 1:
-        base = Path(command[1]).stem.lower()
-    name = re.sub(r"[^a-z0-9-]+", "-", base).strip("-")[:40]
-    return name or "run"
-
-
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=RunCommand, context_settings={"allow_interspersed_args": False})
 def run(
-    command: Annotated[list[str], typer.Argument(help="the command, after --")],
-    name: Annotated[str | None, typer.Option(help="job name")] = None,
-    queue: Annotated[str, typer.Option(help="queue to submit to")] = "default",
-    nodes: Annotated[int, typer.Option(help="replicas (one per node)")] = 1,
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            help="the command: what follows --, or the first word that is not an option "
+            "and everything after it",
+            show_default=False,
+        ),
+    ],
+    name: Annotated[
+        str | None, typer.Option(help="job name (default: the script's or program's)")
+    ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            help="queue to submit to (default: $KIBAN_QUEUE, else your tenant's queue)",
+            autocompletion=complete.queue_names,
+        ),
+    ] = None,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            help="replicas, one per node: with 2 or more, no two share a node "
+            "(maxReplicasPerNode: 1), and the job waits until that many nodes can take one",
+            min=1,
+        ),
+    ] = 1,
     gpus_per_node: Annotated[
-        int, typer.Option("--gpus-per-node", "--gpus", help="GPUs per replica")
+        int, typer.Option("--gpus-per-node", "--gpus", help="GPUs per replica", min=0)
     ] = 0,
     cpus: Annotated[float, typer.Option(help="CPUs per replica")] = 1.0,
     memory: Annotated[str, typer.Option(help="memory per replica, e.g. 4Gi")] = "1Gi",
     priority: Annotated[str | None, typer.Option(help="priority class")] = None,
     launcher: Annotated[str, typer.Option(help="torchrun or none")] = "none",
     max_runtime: Annotated[str | None, typer.Option(help="e.g. 2h")] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", "-e", help="KEY=VALUE in the job's environment (repeatable)"),
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            help="variables of this shell the job gets: NONE (the default), ALL (all but "
+            "secrets and KIBAN_*), or NAME,NAME=VALUE,... (ALL,NAME=VALUE also works)"
+        ),
+    ] = None,
 ) -> None:
-    """Run a command as a job: ``kiban run --nodes 2 --gpus-per-node 4 -- torchrun train.py``."""
-    spec: dict[str, Any] = {
-        "queue": queue,
-        "launcher": launcher,
-        "workingDir": os.getcwd(),
-        "tasks": [
-            {
-                "name": "worker",
-                "replicas": nodes,
-                "resources": {"gpu": gpus_per_node, "cpu": cpus, "memory": memory},
-                "command": command,
-            }
-        ],
-    }
-    if priority:
-        spec["priorityClass"] = priority
-    if max_runtime:
-        spec["maxRuntime"] = max_runtime
-    document = {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name or job_name_for(command)},
-        "spec": spec,
-    }
+    """Run a command as a job: ``kiban run --nodes 2 --gpus-per-node 4 -- torchrun train.py``.
+
+    kiban's options come first; the command starts after `--`, or at the first word that is
+    not an option (`kiban run --gpus 1 python train.py --lr 3`: `--lr` is the script's). A
+    misspelled option is refused, and nothing is submitted."""
+    from kiban.cli import render
+    from kiban.cli.environment import job_environment
+    from kiban.cli.jobdoc import run_document
+
+    environment = job_environment(export, env or [], os.environ)
+    if environment.withheld:
+        render.err.print(
+            "warning: --export ALL left out "
+            + ", ".join(environment.withheld)
+            + " (secrets, and kiban's own); name one in --export or --env to send it",
+            markup=False,
+            highlight=False,
+        )
+    document = run_document(
+        command,
+        name=name,
+        queue=queue,
+        nodes=nodes,
+        gpus=gpus_per_node,
+        cpus=cpus,
+        memory=memory,
+        priority=priority,
+        launcher=launcher,
+        max_runtime=max_runtime,
+        env=environment.variables,
+    )
     with client() as api:
         job = api.submit(document)
-    print(job["id"])
-    render.err.print(f"job {job['id']} submitted to queue {job['queue']}")
+    submitted(job)
 
 
 # -- looking -------------------------------------------------------------------------------------
 @app.command("ls")
 def list_jobs(
-    output: OutputOpt = "table",
-    state: Annotated[list[str] | None, typer.Option(help="filter by state (repeatable)")] = None,
-    queue: Annotated[str | None, typer.Option(help="filter by queue")] = None,
+    output: OutputOpt = Output.TABLE,
+    state: Annotated[
+        list[str] | None, typer.Option(help="filter by state, in any case (repeatable)")
+    ] = None,
+    queue: Annotated[
+        str | None, typer.Option(help="filter by queue", autocompletion=complete.queue_names)
+    ] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,
+    watch: WatchOpt = False,
+    interval: IntervalOpt = 2.0,
 ) -> None:
     """List jobs, newest first; a waiting job's reason and forecast start (ETA)."""
-    check_output(output)
+    from kiban.cli import render
+
     with client() as api:
-        jobs = api.jobs(state=state, queue=queue, limit=limit)
-    if output == "json":
-        print_json(jobs)
+
+        def fetch() -> list[dict[str, Any]]:
+            return api.jobs(state=state, queue=queue, limit=limit)
+
+        def show(jobs: list[dict[str, Any]]) -> RenderableType:
+            return render.jobs_table(jobs, wide=output is Output.WIDE)
+
+        if watch:
+            from kiban.cli.watch import watch as watching
+
+            watching(fetch, show, output=output, interval=interval)
+            return
+        jobs = fetch()
+    if output.structured:
+        print_document(jobs, output)
     else:
-        render.out.print(render.jobs_table(jobs))
+        render.out.print(show(jobs))
 
 
 @app.command()
 def describe(
-    target: Annotated[str, typer.Argument(help="a job id, or `service`")],
-    name: Annotated[str | None, typer.Argument(help="the service's name")] = None,
-    output: OutputOpt = "table",
+    target: Annotated[
+        str,
+        typer.Argument(help="a job id, or `service`", autocompletion=complete.describe_targets),
+    ],
+    name: Annotated[
+        str | None,
+        typer.Argument(help="the service's name", autocompletion=complete.describe_names),
+    ] = None,
+    output: OutputOpt = Output.TABLE,
+    watch: WatchOpt = False,
+    interval: IntervalOpt = 2.0,
 ) -> None:
     """A job's spec, state, placement, pending reason, positions, forecast start, its tenant's
     standing, preemptor, last checkpoint and events; or, as ``describe service NAME``, a
-    service's revisions, replicas, traffic split, latency and URL."""
-    check_output(output)
+    service's revisions, replicas, traffic split, latency and URL. ``-o wide`` adds the
+    manifest as stored."""
+    from kiban.cli import render
+
     if target in ("service", "svc"):
         if name is None:
             fail("name the service: kiban describe service NAME")
-        with client() as api:
-            service = api.service(name)
-            service_events = api.service_events(name)
-        if output == "json":
-            print_json({**service, "events": service_events})
-        else:
-            describe_service(service, service_events)
+        service_name = name
+
+        def fetch_service(api: Client) -> dict[str, Any]:
+            return {**api.service(service_name), "events": api.service_events(service_name)}
+
+        def show_service(found: dict[str, Any]) -> RenderableType:
+            return describe_service(found, found["events"], wide=output is Output.WIDE)
+
+        described(fetch_service, show_service, output=output, watch=watch, interval=interval)
         return
     if name is not None:
         if target != "job":
             fail(f"describe takes a job id, `job ID` or `service NAME`, not {target!r}")
         target = name
+    job_id = target
+
+    def fetch_job(api: Client) -> dict[str, Any]:
+        return api.describe(job_id)
+
+    def show_job(job: dict[str, Any]) -> RenderableType:
+        return render.job_description(job, job["events"], wide=output is Output.WIDE)
+
+    described(fetch_job, show_job, output=output, watch=watch, interval=interval)
+
+
+def described(
+    fetch: Callable[[Client], dict[str, Any]],
+    show: Callable[[dict[str, Any]], RenderableType],
+    *,
+    output: Output,
+    watch: bool,
+    interval: float,
+) -> None:
+    """Print one description (``fetch(api)`` shown by ``show``), or keep it shown."""
+    from kiban.cli import render
+
     with client() as api:
-        job = api.job(target)
-        events = api.events(target)
-    if output == "json":
-        print_json({**job, "events": events})
+        if watch:
+            from kiban.cli.watch import watch as watching
+
+            watching(lambda: fetch(api), show, output=output, interval=interval)
+            return
+        found = fetch(api)
+    if output.structured:
+        print_document(found, output)
     else:
-        render.describe_job(job, events)
+        render.out.print(show(found))
 
 
 @app.command()
 def delete(
     kind: Annotated[str, typer.Argument(help="service")],
-    name: Annotated[str, typer.Argument(help="its name")],
+    name: Annotated[
+        str, typer.Argument(help="its name", autocompletion=complete.service_names)
+    ],
 ) -> None:
     """Delete an inference service: its replicas stop, then it is gone (``kiban cancel`` ends
     a job)."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+
     if kind not in ("service", "svc"):
         fail(f"kiban delete takes `service NAME`, not {kind!r} (a job is ended by kiban cancel)")
     with client() as api:
@@ -342,7 +514,7 @@ def delete(
 
 @app.command()
 def logs(
-    job_id: Annotated[str, typer.Argument(help="job id")],
+    job_id: JobIdArg,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="stream until the job ends")
     ] = False,
@@ -357,51 +529,110 @@ def logs(
 
 @app.command()
 def wait(
-    job_id: Annotated[str, typer.Argument(help="job id")],
+    job_id: Annotated[
+        str, typer.Argument(help="job id", autocompletion=complete.unfinished_job_ids)
+    ],
     timeout: Annotated[float | None, typer.Option(help="give up after this many seconds")] = None,
 ) -> None:
-    """Wait for a job to finish; exit 0 only if it succeeded."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    """Wait for a job to finish; exit 0 only if it succeeded (2 if the timeout came first)."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+
     with client() as api, render.err.status(f"waiting for {escape(job_id)}") as status:
-        while True:
-            job = api.job(job_id)
-            state = job["state"]
-            detail = ""
-            if job.get("reason"):
-                detail = f": {job['reason']['code']}"
-            status.update(
-                escape(
-                    f"{job_id}: {state}{detail} ({render.duration(job)} running)"
-                    if job.get("startedAt")
-                    else f"{job_id}: {state}{detail}"
-                )
-            )
-            if state in TERMINAL:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                fail(f"timed out after {timeout:g}s; job {job_id} is {state}", code=2)
-            time.sleep(0.25)
+
+        def progress(job: dict[str, Any]) -> None:
+            detail = f": {job['reason']['code']}" if job.get("reason") else ""
+            running = f" ({render.duration(job)} running)" if job.get("startedAt") else ""
+            status.update(escape(f"{job_id}: {job['state']}{detail}{running}"))
+
+        try:
+            job = api.wait(job_id, timeout=timeout, interval=0.25, progress=progress)
+        except TimeoutError as exc:
+            fail(str(exc), code=2)
     message = f" ({job['message']})" if job.get("message") else ""
-    render.err.print(escape(f"job {job_id} {state}{message}"))
-    if state != "Succeeded":
+    render.err.print(escape(f"job {job_id} {job['state']}{message}"))
+    if job["state"] != "Succeeded":
         raise typer.Exit(1)
 
 
 @app.command()
-def cancel(job_id: Annotated[str, typer.Argument(help="job id")]) -> None:
-    """Cancel a job (running replicas get SIGTERM, then SIGKILL after the grace period)."""
+def cancel(
+    job_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="job ids (or choose jobs with the filters)",
+            autocompletion=complete.unfinished_job_ids,
+            show_default=False,
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(help="jobs of this queue", autocompletion=complete.queue_names),
+    ] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(help="jobs in this state, any case (repeatable; default: not ended)"),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="jobs of this name")] = None,
+    mine: Annotated[
+        bool, typer.Option("--mine", help="jobs submitted with your token's name (whoami)")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="do not ask when filters choose several jobs")
+    ] = False,
+) -> None:
+    """Cancel jobs: running replicas get SIGTERM, then SIGKILL after the grace period.
+
+    Give job ids, or filters that choose them (`--queue`, `--state`, `--name`, `--mine`,
+    together: all must match); when filters choose more than one job, kiban asks first (or
+    wants `--yes` when it cannot ask). Exits 1 if any job could not be cancelled."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+    from kiban.cli.selection import FilterChoice, choose_jobs, confirm_many
+
+    filters = FilterChoice(queue=queue, states=tuple(state or ()), name=name, mine=mine)
+    if job_ids and filters.any:
+        fail("give job ids or filters (--queue, --state, --name, --mine), not both")
+    if not job_ids and not filters.any:
+        fail("which jobs? give their ids, or filters: --queue, --state, --name, --mine")
+    failed = 0
     with client() as api:
-        job = api.cancel(job_id)
-    render.err.print(escape(f"job {job_id}: {job['state']}"))
+        if not job_ids:
+            chosen = choose_jobs(api, filters)
+            if not chosen:
+                render.err.print(escape(f"no job matches {filters.described}"))
+                return
+            if len(chosen) > 1 and not yes:
+                confirm_many(chosen, filters)
+            job_ids = [j["id"] for j in chosen]
+        for job_id in job_ids:
+            try:
+                job = api.cancel(job_id)
+            except ApiError as exc:
+                failed += 1
+                render.err.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False)
+                continue
+            render.err.print(escape(f"job {job_id}: {job['state']}"))
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command()
 def checkpoint(
     job_id: Annotated[
-        str | None, typer.Argument(help="job id (default: $KIBAN_JOB_ID, inside a job)")
+        str | None,
+        typer.Argument(
+            help="job id (default: $KIBAN_JOB_ID, inside a job)", autocompletion=complete.job_ids
+        ),
     ] = None,
 ) -> None:
     """Report that a running job saved a checkpoint now (preemption prefers jobs that lose less)."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+
     job_id = job_id or os.environ.get("KIBAN_JOB_ID")
     if not job_id:
         fail("which job? give its id, or run this inside a job (KIBAN_JOB_ID is not set)")
@@ -413,32 +644,40 @@ def checkpoint(
 
 
 @app.command()
-def queues(output: OutputOpt = "table") -> None:
-    """Queues per flavor: nominal, used, borrowed, lent, pending; the tenant's usage, standing."""
-    check_output(output)
+def queues(output: OutputOpt = Output.TABLE) -> None:
+    """Queues per flavor: nominal, used, borrowed, lent, pending; the tenant's usage, standing.
+    ``-o wide`` adds the borrowing and lending limits and the fair-share weight."""
+    from kiban.cli import render
+
     with client() as api:
         rows = api.queues()
-    if output == "json":
-        print_json(rows)
+    if output.structured:
+        print_document(rows, output)
     else:
-        render.out.print(render.queues_table(rows))
+        render.out.print(render.queues_table(rows, wide=output is Output.WIDE))
 
 
 @app.command()
-def nodes(output: OutputOpt = "table") -> None:
-    """Nodes with their GPUs, use and health."""
-    check_output(output)
+def nodes(output: OutputOpt = Output.TABLE) -> None:
+    """Nodes with their GPUs, use and health; ``-o wide`` adds free GPUs and the health
+    message of healthy nodes too."""
+    from kiban.cli import render
+
     with client() as api:
         rows = api.nodes()
-    if output == "json":
-        print_json(rows)
+    if output.structured:
+        print_document(rows, output)
     else:
-        render.out.print(render.nodes_table(rows))
+        render.out.print(render.nodes_table(rows, wide=output is Output.WIDE))
 
 
 @app.command()
 def cordon(node: Annotated[str, typer.Argument(help="node name")]) -> None:
     """Take a node out of scheduling (admin): no new work; running jobs keep running."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+
     with client() as api:
         api.cordon(node)
     render.err.print(escape(f"node {node} cordoned"))
@@ -447,6 +686,10 @@ def cordon(node: Annotated[str, typer.Argument(help="node name")]) -> None:
 @app.command()
 def uncordon(node: Annotated[str, typer.Argument(help="node name")]) -> None:
     """Let a cordoned node take new work again (admin)."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+
     with client() as api:
         api.uncordon(node)
     render.err.print(escape(f"node {node} uncordoned"))
@@ -454,7 +697,9 @@ def uncordon(node: Annotated[str, typer.Argument(help="node name")]) -> None:
 
 def auth_hint() -> str:
     """What to do about a refused token: where the CLI took it from."""
-    if os.environ.get("KIBAN_TOKEN"):
+    from kiban.sdk.client import default_home, env_value
+
+    if env_value("KIBAN_TOKEN"):
         return "the server refused the token in KIBAN_TOKEN (unset it to use the kiban home's)"
     token_file = default_home() / "token"
     return (
@@ -463,18 +708,52 @@ def auth_hint() -> str:
     )
 
 
+def error_line(message: str) -> None:
+    from rich.markup import escape
+
+    from kiban.cli import render
+
+    render.err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+
+
+def command_name(info: Any) -> str:
+    """The name a registered command or group is called by (Typer's rule for a function)."""
+    return str(info.name or info.callback.__name__).lower().replace("_", "-")
+
+
+def invoked_app(argv: list[str]) -> typer.Typer:
+    """``app`` with only the command ``argv`` calls (and the root's options).
+
+    Typer builds a Click command from the signature of every registered command on each call,
+    which cost more than the rest of ``kiban --version``'s start-up (``kiban bench cli``); a
+    call runs one. The whole app when ``argv`` names no command (``kiban --help``), an unknown
+    one (its error suggests the known), or when the shell asks for completions.
+    """
+    if os.environ.get("_KIBAN_COMPLETE"):
+        return app
+    word = next((a for a in argv if not a.startswith("-")), None)
+    commands = [c for c in app.registered_commands if command_name(c) == word]
+    groups = [g for g in app.registered_groups if command_name(g) == word]
+    if word is None or not (commands or groups):
+        return app
+    trimmed = copy.copy(app)
+    trimmed.registered_commands = commands
+    trimmed.registered_groups = groups
+    return trimmed
+
+
 def main() -> None:
     """Entry point: turn API and spec errors into one readable line and a non-zero exit."""
     try:
-        app()
+        invoked_app(sys.argv[1:])(prog_name="kiban")
     except ApiError as exc:
         message = exc.message
         if exc.status == 401:
             message += f"; {auth_hint()}"
-        render.err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+        error_line(message)
         sys.exit(1)
     except SpecError as exc:
-        render.err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        error_line(str(exc))
         sys.exit(1)
     except BrokenPipeError:
         sys.exit(0)

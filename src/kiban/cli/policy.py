@@ -9,13 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
-from rich.markup import escape
 
 from kiban.cli import render
+from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.domain.errors import SpecError
-from kiban.domain.manifests import load_document
-from kiban.sdk.client import Client
 
 policy_app = typer.Typer(
     rich_markup_mode=render.HELP_MARKUP,
@@ -33,6 +30,10 @@ def show(
     ] = False,
 ) -> None:
     """The policy in force, as written (re-appliable with `kiban policy apply`)."""
+    import yaml
+
+    from kiban.sdk.client import Client
+
     if output not in ("yaml", "json"):
         raise SpecError.single("--output", f"must be yaml or json, not {output!r}")
     with Client() as api:
@@ -47,7 +48,7 @@ def show(
         note = f"policy version {record['version']}, applied {applied} by {record['createdBy']}"
     else:
         note = "the built-in policy (none applied yet)"
-    render.err.print(escape(note))
+    render.err.print(render.escape(note))
 
 
 @policy_app.command("apply")
@@ -55,6 +56,9 @@ def apply(
     file: Annotated[str, typer.Argument(help="policy or cluster file (YAML or JSON); - for stdin")],
 ) -> None:
     """Make a policy file the current policy (admin); prints the version and any drain plan."""
+    from kiban.domain.manifests import load_document
+    from kiban.sdk.client import Client
+
     if file == "-":
         text = sys.stdin.read()
     else:
@@ -69,20 +73,21 @@ def apply(
         render.err.print("(nodes are read by kiban up --config; applying the rest)")
     with Client() as api:
         change = api.apply_policy(document)
-    render.err.print(escape(change["message"]))
+    render.err.print(render.escape(change["message"]))
 
 
 @policy_app.command("history")
 def history(
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+    output: OutputOpt = Output.TABLE,
     limit: Annotated[int, typer.Option(help="at most this many versions")] = 20,
 ) -> None:
-    """Applied versions of the policy, newest first (admin)."""
-    if output not in ("table", "json"):
-        raise SpecError.single("--output", f"must be table or json, not {output!r}")
+    """Applied versions of the policy, newest first (admin); ``-o wide`` adds each version's
+    cohorts and priority classes."""
+    from kiban.sdk.client import Client
+
     with Client() as api:
         versions = api.policy_versions(limit=limit)
-    if output == "json":
-        sys.stdout.write(json.dumps(versions, indent=2) + "\n")
+    if output.structured:
+        print_document(versions, output)
     else:
-        render.out.print(render.policy_versions_table(versions))
+        render.out.print(render.policy_versions_table(versions, wide=output is Output.WIDE))

@@ -1,35 +1,72 @@
-"""Human-readable output of the CLI: tables and job descriptions (Rich)."""
+"""Human-readable output of the CLI: tables and job descriptions (Rich).
+
+Importing this module imports no Rich: ``out`` and ``err`` (the consoles of stdout and stderr)
+are made on first use and each function imports what it draws with, so that a command that
+prints nothing of Rich's (``kiban --version``, a TAB completion) does not pay for it.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from kiban.cli import HELP_MARKUP
 from kiban.domain.quantity import format_duration, format_memory
 
-# Piped output is not cut to 80 columns: scripts and logs get whole lines.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.table import Table
 
-HELP_MARKUP: Final = "markdown"
-"""How ``--help`` renders docstrings and help texts: they write code as ``x`` (reST, as every
-docstring here), which markdown shows as code and Typer's default rich markup showed with its
-backticks."""
+__all__ = ["HELP_MARKUP", "err", "out"]
 
 T = TypeVar("T")
 
 
+@functools.cache
+def stdout_console() -> Console:
+    """stdout's console. Piped output is not cut to 80 columns: scripts and logs get whole
+    lines."""
+    from rich.console import Console
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+@functools.cache
+def stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "out":
+        return stdout_console()
+    if name == "err":
+        return stderr_console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    out: Console
+    err: Console
+
+
+def escape(text: str) -> str:
+    """``text`` with Rich's markup characters escaped, so that it prints as it is."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def say(line: str) -> None:
     """A progress line on stderr (stdout stays for results)."""
-    err.print(line, markup=False)
+    stderr_console().print(line, markup=False)
 
 
 def run_or_exit(
@@ -40,16 +77,18 @@ def run_or_exit(
     try:
         return run()
     except errors as exc:
-        err.print(f"error: {exc}", markup=False)
+        stderr_console().print(f"error: {exc}", markup=False)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        err.print(interrupted, markup=False)
+        stderr_console().print(interrupted, markup=False)
         raise typer.Exit(130) from None
 
 
 def report_console(as_json: bool) -> Console:
     """Where a report's table goes: stdout, or stderr when stdout carries the JSON. Piped or
     logged, the table keeps its width rather than folding into 80 columns."""
+    from rich.console import Console
+
     stream = sys.stderr if as_json else sys.stdout
     return Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
 
@@ -115,29 +154,47 @@ def eta(job: dict[str, Any], now: float | None = None) -> str:
     return "now" if ahead < 1 else f"in {rough_duration(ahead)}"
 
 
-def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> Table:
+def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, wide: bool = False) -> Table:
+    """One row per job; ``wide`` adds its name, tenant, priority, submission time and
+    message."""
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("ID", "QUEUE", "STATE", "REPLICAS", "GPUS", "AGE", "RUNTIME", "REASON", "ETA"):
+    columns = ["ID", "QUEUE", "STATE", "REPLICAS", "GPUS", "AGE", "RUNTIME", "REASON", "ETA"]
+    if wide:
+        columns += ["NAME", "TENANT", "PRIORITY", "SUBMITTED", "MESSAGE"]
+    for column in columns:
         table.add_column(column)
     for job in jobs:
         reason = job.get("reason") or {}
         reason_text = reason.get("code", "")
         if job.get("queuePosition"):
             reason_text += f" (#{job['queuePosition']} in queue)"
-        table.add_row(
-            *cells(
-                job["id"],
-                job["queue"],
-                job["state"],
-                job.get("replicaCount", ""),
-                job.get("gpus", ""),
-                age(job["submittedAt"], now),
-                duration(job),
-                reason_text,
-                eta(job, now),
-            )
-        )
+        row: list[object] = [
+            job["id"],
+            job["queue"],
+            job["state"],
+            job.get("replicaCount", ""),
+            job.get("gpus", ""),
+            age(job["submittedAt"], now),
+            duration(job),
+            reason_text,
+            eta(job, now),
+        ]
+        if wide:
+            row += [
+                job["name"],
+                job["tenant"],
+                job["priority"],
+                date_time(job["submittedAt"]),
+                job.get("message") or "",
+            ]
+        table.add_row(*cells(*row))
     return table
+
+
+def date_time(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 QUEUE_COLUMNS = (
@@ -229,39 +286,75 @@ def queue_rows(q: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def queues_table(queues: list[dict[str, Any]]) -> Table:
+WIDE_QUEUE_COLUMNS = ("BORROW LIMIT", "LEND LIMIT", "WEIGHT")
+
+
+def queues_table(queues: list[dict[str, Any]], wide: bool = False) -> Table:
+    """A queue's rows (``queue_rows``); ``wide`` adds its borrowing and lending limits per
+    flavor (``-``: none) and its fair-share weight."""
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in QUEUE_COLUMNS:
+    for column in QUEUE_COLUMNS + (WIDE_QUEUE_COLUMNS if wide else ()):
         table.add_column(column)
     for q in queues:
-        for row in queue_rows(q):
+        for i, row in enumerate(queue_rows(q)):
+            if wide:
+                row = row + (wide_queue_cells(q) if i == 0 else ["", "", ""])
             table.add_row(*row)
     return table
 
 
-def policy_versions_table(versions: list[dict[str, Any]]) -> Table:
+def wide_queue_cells(q: dict[str, Any]) -> list[str]:
+    return cells(
+        gpus_per_flavor(q.get("borrowingLimit") or None),
+        gpus_per_flavor(q.get("lendingLimit") or None),
+        f"{q.get('fairShareWeight', 1):g}",
+    )
+
+
+def policy_versions_table(versions: list[dict[str, Any]], wide: bool = False) -> Table:
+    """One row per applied version; ``wide`` adds its cohorts and priority classes."""
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("VERSION", "APPLIED", "BY", "FLAVORS", "QUEUES"):
+    columns = ["VERSION", "APPLIED", "BY", "FLAVORS", "QUEUES"]
+    if wide:
+        columns += ["COHORTS", "PRIORITY CLASSES"]
+    for column in columns:
         table.add_column(column)
     for v in versions:
         document = v.get("document") or {}
         flavors = [f.get("name", "?") for f in document.get("flavors") or [] if isinstance(f, dict)]
         queues = document.get("queues")
-        table.add_row(
-            *cells(
-                v["version"],
-                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v["createdAt"])),
-                v["createdBy"],
-                ",".join(flavors) or "-",
-                "default" if queues is None else len(queues),
-            )
-        )
+        row: list[object] = [
+            v["version"],
+            date_time(v["createdAt"]),
+            v["createdBy"],
+            ",".join(flavors) or "-",
+            "default" if queues is None else len(queues),
+        ]
+        if wide:
+            row += [names_in(document.get("cohorts")), names_in(document.get("priorityClasses"))]
+        table.add_row(*cells(*row))
     return table
 
 
-def nodes_table(nodes: list[dict[str, Any]]) -> Table:
+def names_in(items: Any) -> str:
+    """``a,b`` from a list of mappings with names, as a policy document writes them."""
+    names = [str(i.get("name", "?")) for i in items or [] if isinstance(i, dict)]
+    return ",".join(names) or "-"
+
+
+def nodes_table(nodes: list[dict[str, Any]], wide: bool = False) -> Table:
+    """One row per node; ``wide`` adds its free GPUs and its health message."""
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NODE", "GPUS", "IN USE", "CPUS", "MEMORY", "STATUS", "LABELS"):
+    columns = ["NODE", "GPUS", "IN USE", "CPUS", "MEMORY", "STATUS", "LABELS"]
+    if wide:
+        columns += ["FREE", "HEALTH"]
+    for column in columns:
         table.add_column(column)
     for n in nodes:
         status = "Ready"
@@ -270,17 +363,18 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
         elif not n["healthy"]:
             status = f"Unhealthy: {n['healthMessage']}"
         labels = ",".join(f"{k}={v}" for k, v in sorted(n["labels"].items()))
-        table.add_row(
-            *cells(
-                n["name"],
-                n["gpus"],
-                n["gpusInUse"],
-                f"{n['cpuMillis'] / 1000:g}",
-                format_memory(int(n["memory"])),
-                status,
-                labels,
-            )
-        )
+        row: list[object] = [
+            n["name"],
+            n["gpus"],
+            n["gpusInUse"],
+            f"{n['cpuMillis'] / 1000:g}",
+            format_memory(int(n["memory"])),
+            status,
+            labels,
+        ]
+        if wide:
+            row += [max(n["gpus"] - n["gpusInUse"], 0), n.get("healthMessage") or "-"]
+        table.add_row(*cells(*row))
     return table
 
 
@@ -320,31 +414,35 @@ def waiting_lines(job: dict[str, Any], now: float | None = None) -> list[tuple[s
     return lines
 
 
-def describe_job(
-    job: dict[str, Any], events: list[dict[str, Any]], now: float | None = None
-) -> None:
+def job_description(
+    job: dict[str, Any], events: list[dict[str, Any]], now: float | None = None, wide: bool = False
+) -> RenderableType:
     """Spec summary, state, placement, the pending reason with its numbers, where it stands and
-    when it should start, and the timeline."""
+    when it should start, and the timeline; ``wide`` adds the manifest as stored (YAML)."""
+    from rich.console import Group
+    from rich.table import Table
+
     spec = job.get("spec") or {}
     body = spec.get("spec", {})
     e = escape
-    out.print(f"[bold]Job[/bold]       {e(job['id'])}  (name {e(job['name'])})")
-    out.print(
+    parts: list[RenderableType] = [
+        f"[bold]Job[/bold]       {e(job['id'])}  (name {e(job['name'])})",
         f"Tenant     {e(job['tenant'])}    Queue {e(job['queue'])}    Priority {job['priority']}"
-    )
-    out.print(f"State      [bold]{e(job['state'])}[/bold]    Attempt {job['attempt']}")
+        + (f"    By {e(job['submittedBy'])}" if job.get("submittedBy") else ""),
+        f"State      [bold]{e(job['state'])}[/bold]    Attempt {job['attempt']}",
+    ]
     if job.get("message"):
-        out.print(f"Message    {e(job['message'])}")
+        parts.append(f"Message    {e(job['message'])}")
     reason = job.get("reason")
     if reason:
-        out.print(f"Waiting    [yellow]{e(reason['code'])}[/yellow]: {e(reason['message'])}")
+        parts.append(f"Waiting    [yellow]{e(reason['code'])}[/yellow]: {e(reason['message'])}")
     for label, text in waiting_lines(job, now):
-        out.print(f"{label:<11}{e(text)}")
-    out.print(
+        parts.append(f"{label:<11}{e(text)}")
+    parts.append(
         f"Submitted  {when(job['submittedAt'])}    Started {when(job.get('startedAt'))}    "
         f"Finished {when(job.get('finishedAt'))}    Runtime {duration(job)}"
     )
-    out.print(
+    parts.append(
         e(
             f"Launcher   {body.get('launcher', 'none')}    minAvailable "
             f"{body.get('minAvailable', job.get('replicaCount'))}    maxRuntime "
@@ -353,7 +451,7 @@ def describe_job(
     )
     for task in body.get("tasks", []):
         res = task.get("resources", {})
-        out.print(
+        parts.append(
             e(
                 f"Task       {task.get('name', 'worker')}: {task.get('replicas', 1)} x "
                 f"(gpu {res.get('gpu', 0)}, cpu {res.get('cpu', 1)}, memory "
@@ -377,13 +475,12 @@ def describe_job(
                     "-" if r.get("exitCode") is None else r["exitCode"],
                 )
             )
-        out.print("Replicas")
-        out.print(table)
+        parts += ["Replicas", table]
         for r in replicas:
             if r.get("waiting"):
-                out.print(escape(f"  rank {r['rank']} is {r['waiting']}"), highlight=False)
+                parts.append(escape(f"  rank {r['rank']} is {r['waiting']}"))
     if events:
-        out.print("Events")
+        parts.append("Events")
         start = events[0]["at"]
         table = Table(box=None, pad_edge=False, header_style="bold")
         for column in ("TIME", "+", "TYPE", "REASON", "MESSAGE"):
@@ -398,4 +495,9 @@ def describe_job(
                     ev["message"],
                 )
             )
-        out.print(table)
+        parts.append(table)
+    if wide and spec:
+        import yaml
+
+        parts += ["Manifest", e(yaml.safe_dump(spec, sort_keys=False).rstrip())]
+    return Group(*parts)

@@ -1,5 +1,6 @@
 """Serving commands: ``kiban serve``, ``services``, ``promote``, ``rollback``, ``chat``, and how
-``kiban describe service NAME`` prints a service."""
+``kiban describe service NAME`` prints a service. Rich, httpx and the SDK are imported by the
+commands that use them, so that registering these costs the CLI's start-up nothing."""
 
 from __future__ import annotations
 
@@ -7,36 +8,59 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from kiban.cli import render
-from kiban.sdk.client import ApiError, Client
+from kiban.cli import complete
+from kiban.cli.output import Output, OutputOpt, print_document
+from kiban.sdk.errors import ApiError
+
+if TYPE_CHECKING:
+    import httpx
+    from rich.console import RenderableType
+    from rich.table import Table
+
+    from kiban.sdk.client import Client
+
+ServiceArg = Annotated[
+    str, typer.Argument(help="service name", autocompletion=complete.service_names)
+]
 
 
-def services_table(services: list[dict[str, Any]]) -> Table:
+def services_table(services: list[dict[str, Any]], wide: bool = False) -> Table:
+    """One row per service; ``wide`` adds its runtime, queue, replica bounds and metric."""
+    from rich.table import Table
+
+    from kiban.cli import render
+
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "TENANT", "STATE", "MODEL", "READY", "TRAFFIC", "URL"):
+    columns = ["NAME", "TENANT", "STATE", "MODEL", "READY", "TRAFFIC", "URL"]
+    if wide:
+        columns += ["RUNTIME", "QUEUE", "REPLICAS", "SCALE ON"]
+    for column in columns:
         table.add_column(column)
     for s in services:
         ready = sum(r["readyReplicas"] for r in s["revisions"] if r["trafficPercent"])
         wanted = sum(r["desiredReplicas"] for r in s["revisions"] if r["trafficPercent"])
         traffic = ", ".join(f"{rev} {share}%" for rev, share in s["traffic"].items()) or "-"
-        table.add_row(
-            *render.cells(
-                s["name"],
-                s["tenant"],
-                s["state"],
-                s["model"],
-                f"{ready}/{wanted}",
-                traffic,
-                s.get("url") or "-",
-            )
-        )
+        row: list[object] = [
+            s["name"],
+            s["tenant"],
+            s["state"],
+            s["model"],
+            f"{ready}/{wanted}",
+            traffic,
+            s.get("url") or "-",
+        ]
+        if wide:
+            row += [
+                s["runtime"],
+                s["queue"],
+                f"{s['minReplicas']}-{s['maxReplicas']}",
+                s["scaleMetric"],
+            ]
+        table.add_row(*render.cells(*row))
     return table
 
 
@@ -78,13 +102,23 @@ def _cap_text(service: dict[str, Any]) -> str:
     return f"{said} ({'; '.join(others)})"
 
 
-def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> None:
-    """Revisions with their state and traffic, replicas, latency, URL, and the timeline."""
+def describe_service(
+    service: dict[str, Any], events: list[dict[str, Any]], wide: bool = False
+) -> RenderableType:
+    """Revisions with their state and traffic, replicas, latency, URL, and the timeline (the
+    last 15 events; ``wide``: all of them)."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kiban.cli import render
+
     e = escape
-    out = render.out
-    out.print(f"[bold]Service[/bold]   {e(service['name'])}    Tenant {e(service['tenant'])}")
-    out.print(f"State     [bold]{e(service['state'])}[/bold]    URL {e(service.get('url') or '-')}")
-    out.print(
+    parts: list[RenderableType] = [
+        f"[bold]Service[/bold]   {e(service['name'])}    Tenant {e(service['tenant'])}",
+        f"State     [bold]{e(service['state'])}[/bold]    URL {e(service.get('url') or '-')}",
+    ]
+    parts.append(
         e(
             f"Model     {service['model']} ({service['runtime']})    Queue {service['queue']}    "
             f"Priority class {service.get('priorityClass') or '(serving default)'}"
@@ -92,7 +126,7 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
     )
     target = service.get("scaleTarget")
     unit = "% of its CPU request" if service["scaleMetric"] == "cpu" else ""
-    out.print(
+    parts.append(
         e(
             f"Scaling   {service['minReplicas']} to {service['maxReplicas']} replicas on "
             f"{service['scaleMetric']}"
@@ -104,7 +138,7 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
     )
     stats = service.get("stats")
     if stats:
-        out.print(
+        parts.append(
             e(
                 f"Traffic   {stats['rps']:.1f} req/s, {stats['inFlight']} in flight, "
                 f"{stats['queued']} queued; latency p50 {_ms(stats.get('p50Ms'))}, "
@@ -126,7 +160,7 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
                 r["message"] or "",
             )
         )
-    out.print(revisions)
+    parts.append(revisions)
     replicas = Table(title="Replicas", box=None, header_style="bold", title_justify="left")
     for column in ("JOB", "REVISION", "STATE", "NODE", "READY", "REASON"):
         replicas.add_column(column)
@@ -141,11 +175,13 @@ def describe_service(service: dict[str, Any], events: list[dict[str, Any]]) -> N
                 p.get("reason") or "",
             )
         )
-    out.print(replicas)
+    parts.append(replicas)
     if events:
-        out.print("[bold]Events[/bold]")
-        for event in events[-15:]:
-            out.print(e(f"  {render.when(event['at'])}  {event['reason']:<20} {event['message']}"))
+        parts.append("[bold]Events[/bold]")
+        for event in events if wide else events[-15:]:
+            at = render.when(event["at"])
+            parts.append(e(f"  {at}  {event['reason']:<20} {event['message']}"))
+    return Group(*parts)
 
 
 def serve_command(
@@ -156,7 +192,11 @@ def serve_command(
     timeout: Annotated[float, typer.Option(help="seconds --wait waits at most")] = 600.0,
 ) -> None:
     """Create or change an inference service; prints its URL on stdout."""
+    from rich.markup import escape
+
+    from kiban.cli import render
     from kiban.cli.main import read_manifest
+    from kiban.sdk.client import Client
 
     document = read_manifest(file)
     with Client() as api:
@@ -201,27 +241,38 @@ def wait_for_revision(api: Client, service: str, revision: str, timeout: float) 
         time.sleep(0.5)
 
 
-def services_command(
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
-) -> None:
+def services_command(output: OutputOpt = Output.TABLE) -> None:
     """List inference services: state, ready replicas, traffic split and URL."""
+    from kiban.cli import render
+    from kiban.sdk.client import Client
+
     with Client() as api:
         found = api.services()
-    if output == "json":
-        sys.stdout.write(json.dumps(found, indent=2) + "\n")
+    if output.structured:
+        print_document(found, output)
     else:
-        render.out.print(services_table(found))
+        render.out.print(services_table(found, wide=output is Output.WIDE))
 
 
-def promote_command(service: Annotated[str, typer.Argument(help="service name")]) -> None:
+def promote_command(service: ServiceArg) -> None:
     """Send all of a service's traffic to its canary revision."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+    from kiban.sdk.client import Client
+
     with Client() as api:
         found = api.promote(service)
     render.err.print(escape(f"service {service}: traffic {found['traffic']}"))
 
 
-def rollback_command(service: Annotated[str, typer.Argument(help="service name")]) -> None:
+def rollback_command(service: ServiceArg) -> None:
     """Drop a service's canary (or bring back the revision before the stable one)."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+    from kiban.sdk.client import Client
+
     with Client() as api:
         found = api.rollback(service)
     render.err.print(escape(f"service {service}: traffic {found['traffic']}"))
@@ -254,11 +305,16 @@ def stream_chat(
 
 
 def chat_command(
-    service: Annotated[str, typer.Argument(help="service name")],
+    service: ServiceArg,
     system: Annotated[str | None, typer.Option(help="a system prompt")] = None,
 ) -> None:
     """Chat with a text-generation service in the terminal; the reply streams as it is made.
     An empty line or end of input ends the chat."""
+    import httpx
+
+    from kiban.cli import render
+    from kiban.sdk.client import Client
+
     with Client() as api:
         found = api.service(service)
         token = api.token

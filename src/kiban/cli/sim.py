@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from kiban.cli import render
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from kiban.sim.run import SimReport
 
 
@@ -142,6 +143,8 @@ _ROWS = (
 
 def sim_table(report: SimReport) -> Table:
     """Policies as columns, the figures as rows; settings in the title."""
+    from rich.table import Table
+
     settings = report.settings
     title = (
         f"kiban sim: {settings['jobs']:,} jobs of {settings['trace']}, load x{settings['load']:g}"

@@ -1,0 +1,151 @@
+"""What the CLI imports to answer: nothing of the server, the store, the manifest models, the
+ML stack or Kubernetes for ``kiban ls``, ``describe`` and ``--version`` (each import costs start-up
+time on every call; ``kiban bench cli`` measures it). Each runs in a fresh interpreter against a
+small stand-in for the API, and reports the modules it ended with."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+JOB = {
+    "id": "train-abc123",
+    "name": "train",
+    "tenant": "default",
+    "queue": "default",
+    "state": "Pending",
+    "priority": 0,
+    "attempt": 1,
+    "submittedAt": 1_700_000_000.0,
+    "admittedAt": None,
+    "startedAt": None,
+    "finishedAt": None,
+    "reason": {"code": "QueueBacklog", "message": "waits", "details": {}},
+    "queuePosition": 1,
+    "eta": None,
+    "message": None,
+    "gpus": 0,
+    "replicaCount": 1,
+    "spec": {"spec": {"tasks": [{"name": "worker", "command": ["true"]}]}},
+    "replicas": [],
+}
+ANSWERS = {
+    "/api/v1/jobs": [JOB],
+    "/api/v1/jobs/train-abc123": JOB,
+    "/api/v1/jobs/train-abc123/events": [
+        {"id": 1, "type": "Normal", "reason": "Submitted", "message": "hi", "at": 1.7e9}
+    ],
+}
+
+HEAVY = (
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "sqlalchemy",
+    "alembic",
+    "psycopg",
+    "torch",
+    "transformers",
+    "kubernetes",
+    "matplotlib",
+    "numpy",
+    "pydantic",
+    "pygments",
+    "click",  # the real one: Typer has its own copy; httpx's command line would bring it
+    "kiban.domain.manifests",
+    "kiban.domain.jobspec",
+    "kiban.domain.cluster",
+    "kiban.scheduler",
+    "kiban.services",
+    "kiban.store",
+    "kiban.server",
+    "kiban.platform",
+    "kiban.bench",
+    "kiban.serving",
+)
+
+
+class Answer(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        found = ANSWERS.get(self.path.split("?")[0])
+        body = json.dumps(found).encode()
+        self.send_response(200 if found is not None else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def api_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+PROBE = """
+import json, sys
+sys.argv = ["kiban", *json.loads(sys.argv[1])]
+from kiban.cli.main import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+with open({modules!r}, "w") as f:
+    json.dump({{"code": code, "modules": sorted(sys.modules)}}, f)
+"""
+
+
+def imported(args: list[str], url: str, tmp_path: Path) -> tuple[str, list[str]]:
+    """What ``kiban ARGS`` printed, and every module it had imported at its end."""
+    modules = tmp_path / "modules.json"
+    env = {**os.environ, "KIBAN_URL": url, "KIBAN_TOKEN": "t", "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(modules=str(modules)), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(modules.read_text())
+    assert report["code"] in (0, None), done.stderr
+    return done.stdout, report["modules"]
+
+
+def heavy_in(modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+
+
+@pytest.mark.parametrize(
+    "args", [["ls"], ["describe", "train-abc123"], ["--version"]], ids=" ".join
+)
+def test_answering_imports_nothing_heavy(api_url: str, tmp_path: Path, args: list[str]) -> None:
+    out, modules = imported(args, api_url, tmp_path)
+    assert heavy_in(modules) == []
+    if args[0] != "--version":
+        assert "train-abc123" in out  # it did answer
+        assert "httpx" in modules and "rich.table" in modules
+
+
+def test_version_needs_neither_http_nor_rich(api_url: str, tmp_path: Path) -> None:
+    out, modules = imported(["--version"], api_url, tmp_path)
+    assert out.startswith("kiban ")
+    assert "httpx" not in modules and "yaml" not in modules
+    assert not [m for m in modules if m.split(".")[0] == "rich"]
