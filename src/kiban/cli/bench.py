@@ -265,3 +265,37 @@ def router(
     render.report_console(as_json).print(router_table(report))
     if as_json:
         render.json_line(report)
+
+
+@bench_app.command("cli")
+def cli(
+    runs: Annotated[int, typer.Option(help="timed runs of each command")] = 20,
+    jobs: Annotated[int, typer.Option(help="jobs that kiban ls lists")] = 100,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """How long the CLI takes to answer: `kiban --version`, `kiban ls` and `kiban describe`,
+    beside `python -c pass` (the floor), p50 and p99.
+
+    Starts its own `kiban up` with --jobs waiting jobs; runs the four commands in turn, --runs
+    times, as processes (wall time from spawn to exit). Goal: `kiban ls` p50 at most 0.2 s and
+    at most 0.15 s above the floor.
+    """
+    from kiban.bench.cli import CliBenchOptions, cli_table, run_cli_bench
+    from kiban.bench.loadgen import BenchError
+
+    try:
+        options = CliBenchOptions(runs=runs, jobs=jobs)
+    except ValueError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    report = render.run_or_exit(
+        lambda: run_cli_bench(options, say=render.say),
+        (BenchError,),
+        "interrupted; the benchmark's server is stopped",
+    )
+    render.report_console(as_json).print(cli_table(report))
+    if as_json:
+        render.json_line(report)

@@ -1,0 +1,204 @@
+"""``kiban bench cli``: how long the CLI takes to answer, beside Python's own start-up.
+
+A ``kiban up`` of its own gets ``--jobs`` one-replica jobs, all waiting (its one node is
+cordoned, so none runs and each has a reason to show). Then, in turn for ``--runs`` rounds
+after one round that is not counted (it warms the file cache), each of these runs as a
+process with its wall time taken from spawn to exit:
+
+- ``floor``: ``python -c pass``, the interpreter's start-up and exit, which no CLI beats;
+- ``version``: ``kiban --version``, the CLI's own start-up;
+- ``ls``: ``kiban ls``, a table of all the jobs (the HTTP client, a request, Rich);
+- ``describe``: ``kiban describe JOB`` of one of them (two requests).
+
+Taking them in turn puts a busy moment of the machine on all four alike, so the distance
+between ``ls`` and ``floor`` is the CLI's, measured side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from kiban.bench.loadgen import BenchError, percentile
+from kiban.bench.machine import describe_machine, machine_line
+
+GOAL_LS_P50_S = 0.2
+GOAL_LS_ABOVE_FLOOR_S = 0.15
+CASES = ("version", "ls", "describe", "floor")
+CLUSTER_FILE = "queues:\n  - {name: default, tenant: default}\n"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CliBenchOptions:
+    runs: int = 20
+    jobs: int = 100
+    timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.runs < 1:
+            raise ValueError("--runs must be at least 1")
+        if not 1 <= self.jobs <= 1000:
+            raise ValueError("--jobs must be between 1 and 1000 (what one kiban ls lists)")
+
+
+def kiban_program() -> tuple[list[str], str]:
+    """How to start the CLI as a user does: the ``kiban`` console script beside this Python,
+    else the same entry point through ``python -c``."""
+    script = Path(sys.executable).with_name("kiban")
+    if script.exists():
+        return [str(script)], str(script)
+    entry = "import sys; from kiban.cli.main import main; sys.exit(main())"
+    return [sys.executable, "-c", entry], f"{sys.executable} -c (kiban.cli.main:main)"
+
+
+def job_manifest(index: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kiban/v1",
+        "kind": "Job",
+        "metadata": {"name": f"bench-cli-{index}"},
+        "spec": {
+            "queue": "default",
+            "tasks": [
+                {
+                    "replicas": 1,
+                    "resources": {"gpu": 0, "cpu": 1, "memory": "64Mi"},
+                    "command": ["true"],
+                }
+            ],
+        },
+    }
+
+
+def timed(argv: Sequence[str], env: dict[str, str], timeout_s: float) -> tuple[float, str]:
+    """Wall seconds from spawning ``argv`` to its exit, and its stdout; BenchError if it
+    fails."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{' '.join(argv)} took more than {timeout_s:g}s") from None
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise BenchError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+    return elapsed, done.stdout
+
+
+def run_cli_bench(options: CliBenchOptions, say: Progress) -> dict[str, Any]:
+    from kiban.bench.servers import KibanServer
+    from kiban.sdk.client import Client
+
+    machine = describe_machine()
+    program, program_text = kiban_program()
+    with tempfile.TemporaryDirectory(prefix="kiban-bench-cli-") as root:
+        home = Path(root) / "home"
+        say("starting kiban up ...")
+        server = KibanServer(home, None, options.timeout_s, CLUSTER_FILE).start()
+        try:
+            with Client(url=server.url, token=server.token) as api:
+                for node in api.nodes():
+                    api.cordon(node["name"])
+                say(f"submitting {options.jobs} jobs (the node is cordoned: they wait)")
+                ids = [api.submit(job_manifest(i))["id"] for i in range(options.jobs)]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("KIBAN_")}
+            env.update({"KIBAN_URL": server.url, "KIBAN_TOKEN": server.token})
+            env.update({"KIBAN_HOME": str(home)})
+            commands = {
+                "floor": [sys.executable, "-c", "pass"],
+                "version": [*program, "--version"],
+                "ls": [*program, "ls"],
+                "describe": [*program, "describe", ids[0]],
+            }
+            say(f"timing {', '.join(commands)}: {options.runs} rounds in turn, after one more")
+            times: dict[str, list[float]] = {case: [] for case in commands}
+            for round_index in range(options.runs + 1):
+                for case, argv in commands.items():
+                    elapsed, stdout = timed(argv, env, options.timeout_s)
+                    if round_index == 0 and case == "ls":
+                        missing = [i for i in ids if i not in stdout]
+                        if missing:
+                            raise BenchError(f"kiban ls did not list {len(missing)} of the jobs")
+                    if round_index > 0:
+                        times[case].append(elapsed)
+        finally:
+            server.stop()
+    machine["load_average_after"] = describe_machine()["load_average_1m"]
+    report: dict[str, Any] = {
+        case: {
+            "p50_s": round(percentile(times[case], 50), 4),
+            "p99_s": round(percentile(times[case], 99), 4),
+        }
+        for case in CASES
+    }
+    above = report["ls"]["p50_s"] - report["floor"]["p50_s"]
+    report["ls_above_floor_s"] = round(above, 4)
+    report["goals_met"] = {
+        "ls_p50": report["ls"]["p50_s"] <= GOAL_LS_P50_S,
+        "ls_above_floor": above <= GOAL_LS_ABOVE_FLOOR_S,
+    }
+    report["settings"] = {"runs": options.runs, "jobs": options.jobs, "kiban": program_text}
+    report["machine"] = machine
+    return report
+
+
+_ROWS = (
+    ("version", "kiban --version", "start-up and exit of the CLI alone"),
+    ("ls", "kiban ls", "the jobs as a table: HTTP client, one request, Rich"),
+    ("describe", "kiban describe JOB", "one job: two requests"),
+    ("floor", "python -c pass", "the interpreter's start-up and exit: the floor"),
+)
+
+
+def cli_table(report: dict[str, Any]) -> Table:
+    """The four commands side by side, p50 and p99, and the goals."""
+    settings = report["settings"]
+    table = Table(
+        title=f"kiban bench cli: {settings['runs']} runs each, {settings['jobs']} jobs listed",
+        title_justify="left",
+        header_style="bold",
+    )
+    for column in ("command", "p50", "p99", "above floor (p50)"):
+        table.add_column(column, justify="left" if column == "command" else "right")
+    table.add_column("what it is", style="dim")
+    floor = report["floor"]["p50_s"]
+    for case, command, meaning in _ROWS:
+        entry = report[case]
+        table.add_row(
+            command,
+            f"{entry['p50_s'] * 1000:.0f} ms",
+            f"{entry['p99_s'] * 1000:.0f} ms",
+            "" if case == "floor" else f"{(entry['p50_s'] - floor) * 1000:+.0f} ms",
+            meaning,
+        )
+    met = report["goals_met"]
+    table.caption = "\n".join(
+        [
+            f"goals: kiban ls p50 <= {GOAL_LS_P50_S * 1000:.0f} ms "
+            f"({'met' if met['ls_p50'] else 'not met'}), and <= "
+            f"{GOAL_LS_ABOVE_FLOOR_S * 1000:.0f} ms above the floor "
+            f"({'met' if met['ls_above_floor'] else 'not met'})"
+            + ("; with under 100 runs, p99 is the slowest run" if settings["runs"] < 100 else ""),
+            f"CLI: {settings['kiban']}",
+            f"machine: {machine_line(report['machine'])}",
+        ]
+    )
+    table.caption_justify = "left"
+    return table

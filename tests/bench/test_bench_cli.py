@@ -1,0 +1,84 @@
+"""``kiban bench cli``: the report's shape and its internal consistency (never its speed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from kiban.bench.cli import CASES, CliBenchOptions, cli_table
+
+
+@pytest.mark.e2e
+def test_tiny_run() -> None:
+    """Two rounds over three jobs, through the CLI: one JSON object on one line."""
+    command = [
+        sys.executable,
+        "-m",
+        "kiban.cli.main",
+        "bench",
+        "cli",
+        "--runs",
+        "2",
+        "--jobs",
+        "3",
+        "--json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    report: dict[str, Any] = json.loads(lines[0])
+    assert set(report) == {*CASES, "ls_above_floor_s", "goals_met", "settings", "machine"}
+    for case in CASES:
+        assert set(report[case]) == {"p50_s", "p99_s"}
+        assert 0 < report[case]["p50_s"] <= report[case]["p99_s"], case
+    # Each command is Python's start-up and more: none beats the floor.
+    assert report["ls"]["p50_s"] > report["floor"]["p50_s"]
+    assert report["ls_above_floor_s"] == pytest.approx(
+        report["ls"]["p50_s"] - report["floor"]["p50_s"], abs=1e-3
+    )
+    assert set(report["goals_met"]) == {"ls_p50", "ls_above_floor"}
+    assert report["settings"]["runs"] == 2 and report["settings"]["jobs"] == 3
+    assert "kiban ls" in done.stderr and report["machine"]["cpu_model"] in done.stderr
+
+
+def test_table_puts_the_commands_beside_the_floor() -> None:
+    report: dict[str, Any] = {
+        "version": {"p50_s": 0.08, "p99_s": 0.1},
+        "ls": {"p50_s": 0.15, "p99_s": 0.3},
+        "describe": {"p50_s": 0.16, "p99_s": 0.2},
+        "floor": {"p50_s": 0.02, "p99_s": 0.03},
+        "ls_above_floor_s": 0.13,
+        "goals_met": {"ls_p50": True, "ls_above_floor": True},
+        "settings": {"runs": 20, "jobs": 100, "kiban": "/venv/bin/kiban"},
+        "machine": {
+            "cpu_model": "Test CPU",
+            "cores": 2,
+            "memory_gib": 4.0,
+            "python": "CPython 3.11.7",
+            "os": "Linux",
+        },
+    }
+    console = Console(width=200, record=True)
+    console.print(cli_table(report))
+    text = console.export_text()
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[2:5]
+        for line in text.splitlines()
+        if line.startswith("│")
+    }
+    assert [cell.strip() for cell in rows["kiban ls"]] == ["150 ms", "300 ms", "+130 ms"]
+    assert [cell.strip() for cell in rows["python -c pass"]] == ["20 ms", "30 ms", ""]
+    assert "kiban ls p50 <= 200 ms (met)" in text
+    assert "Test CPU, 2 cores" in text
+
+
+@pytest.mark.parametrize(("runs", "jobs"), [(0, 10), (5, 0), (5, 1001)])
+def test_options_are_checked(runs: int, jobs: int) -> None:
+    with pytest.raises(ValueError):
+        CliBenchOptions(runs=runs, jobs=jobs)
