@@ -193,3 +193,17 @@ def test_watch_redraws_in_place_on_a_terminal(
 def test_the_interval_has_a_floor(kiban: Run) -> None:
     done = kiban("ls", "--watch", "--interval", "0")
     assert done.code == 2 and "--interval" in flat(done.err)
+
+
+def test_aligned_columns() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from kiban.cli.render import aligned
+
+    text = aligned(["ID", "NAME"], [["a", "日本語"], ["long-id", "x"]])
+    out = StringIO()
+    Console(file=out, width=10).print(text, soft_wrap=True)  # narrower: nothing is cut
+    assert out.getvalue().splitlines() == ["ID       NAME", "a        日本語", "long-id  x"]
+    assert text.spans[0].style == "bold" and text.spans[0].end == len("ID       NAME")

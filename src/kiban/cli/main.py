@@ -417,7 +417,7 @@ def list_jobs(
     if output.structured:
         print_document(jobs, output)
     else:
-        render.out.print(show(jobs))
+        render.out.print(show(jobs), soft_wrap=True)
 
 
 @app.command()

@@ -11,7 +11,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
@@ -22,6 +22,7 @@ from kiban.domain.quantity import format_duration, format_memory
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.table import Table
+    from rich.text import Text
 
 __all__ = ["HELP_MARKUP", "err", "out"]
 
@@ -154,17 +155,33 @@ def eta(job: dict[str, Any], now: float | None = None) -> str:
     return "now" if ahead < 1 else f"in {rough_duration(ahead)}"
 
 
-def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, wide: bool = False) -> Table:
+def aligned(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Text:
+    """A listing as ``kubectl get`` prints one: columns left-aligned two spaces apart under a
+    bold header, each row one line (print it with ``soft_wrap=True``: a terminal narrower
+    than it folds the lines; nothing is cut). Rich's Table lays out the same rows at about
+    1.5 ms a row, longer than the rest of ``kiban ls`` for a hundred jobs; widths here are
+    Rich's ``cell_len``, so wide characters align too."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    lines = [list(columns), *([str(v) for v in row] for row in rows)]
+    widths = [max(cell_len(line[i]) for line in lines) for i in range(len(columns))]
+    text = Text()
+    for index, line in enumerate(lines):
+        padded = (c + " " * (w - cell_len(c)) for c, w in zip(line, widths, strict=True))
+        text.append(("\n" if index else "") + "  ".join(padded).rstrip())
+        if index == 0:
+            text.stylize("bold", 0, len(text))
+    return text
+
+
+def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, wide: bool = False) -> Text:
     """One row per job; ``wide`` adds its name, tenant, priority, submission time and
     message."""
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, header_style="bold")
     columns = ["ID", "QUEUE", "STATE", "REPLICAS", "GPUS", "AGE", "RUNTIME", "REASON", "ETA"]
     if wide:
         columns += ["NAME", "TENANT", "PRIORITY", "SUBMITTED", "MESSAGE"]
-    for column in columns:
-        table.add_column(column)
+    rows = []
     for job in jobs:
         reason = job.get("reason") or {}
         reason_text = reason.get("code", "")
@@ -189,8 +206,8 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None, wide: bool 
                 date_time(job["submittedAt"]),
                 job.get("message") or "",
             ]
-        table.add_row(*cells(*row))
-    return table
+        rows.append(row)
+    return aligned(columns, rows)
 
 
 def date_time(ts: float) -> str:

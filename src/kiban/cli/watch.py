@@ -70,7 +70,7 @@ def watch(
             elif changed:
                 if shown:
                     render.out.print()
-                render.out.print(show(data))
+                render.out.print(show(data), soft_wrap=True)
             sys.stdout.flush()
             last, shown = steady(data), True
             pause(interval)
