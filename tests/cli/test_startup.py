@@ -141,7 +141,7 @@ def test_answering_imports_nothing_heavy(api_url: str, tmp_path: Path, args: lis
     assert heavy_in(modules) == []
     if args[0] != "--version":
         assert "train-abc123" in out  # it did answer
-        assert "httpx" in modules and "rich.table" in modules
+        assert "httpx" in modules and "rich.console" in modules  # what it needs, it has
 
 
 def test_version_needs_neither_http_nor_rich(api_url: str, tmp_path: Path) -> None:
@@ -149,3 +149,25 @@ def test_version_needs_neither_http_nor_rich(api_url: str, tmp_path: Path) -> No
     assert out.startswith("kiban ")
     assert "httpx" not in modules and "yaml" not in modules
     assert not [m for m in modules if m.split(".")[0] == "rich"]
+
+
+def test_only_the_invoked_command_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiban.cli.main import app, command_name, invoked_app
+
+    def names(argv: list[str]) -> tuple[list[str], list[str]]:
+        built = invoked_app(argv)
+        return (
+            [command_name(c) for c in built.registered_commands],
+            [command_name(g) for g in built.registered_groups],
+        )
+
+    monkeypatch.delenv("_KIBAN_COMPLETE", raising=False)
+    every = len(app.registered_commands)
+    assert names(["ls", "-o", "json"]) == (["ls"], [])
+    assert names(["--version"]) == ([], [])
+    assert names(["bench", "cli", "--json"]) == ([], ["bench"])
+    for whole in ([], ["--help"], ["no-such-command"], ["-o", "--help"]):
+        assert invoked_app(whole) is app, whole
+    monkeypatch.setenv("_KIBAN_COMPLETE", "complete_bash")
+    assert invoked_app(["ls"]) is app  # completion offers every command
+    assert len(app.registered_commands) == every  # the app itself is left whole

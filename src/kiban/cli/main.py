@@ -726,15 +726,19 @@ def invoked_app(argv: list[str]) -> typer.Typer:
 
     Typer builds a Click command from the signature of every registered command on each call,
     which cost more than the rest of ``kiban --version``'s start-up (``kiban bench cli``); a
-    call runs one. The whole app when ``argv`` names no command (``kiban --help``), an unknown
-    one (its error suggests the known), or when the shell asks for completions.
+    call runs one (``kiban --version``: none). The whole app when the commands are listed
+    (``kiban``, ``kiban --help``), for an unknown one (its error suggests the known), or when
+    the shell asks for completions.
     """
     if os.environ.get("_KIBAN_COMPLETE"):
         return app
     word = next((a for a in argv if not a.startswith("-")), None)
     commands = [c for c in app.registered_commands if command_name(c) == word]
     groups = [g for g in app.registered_groups if command_name(g) == word]
-    if word is None or not (commands or groups):
+    if word is None:
+        if not argv or "--help" in argv:
+            return app  # the list of commands
+    elif not (commands or groups):
         return app
     trimmed = copy.copy(app)
     trimmed.registered_commands = commands
