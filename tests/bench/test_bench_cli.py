@@ -53,6 +53,8 @@ def test_table_puts_the_commands_beside_the_floor() -> None:
         "ls": {"p50_s": 0.15, "p99_s": 0.3},
         "describe": {"p50_s": 0.16, "p99_s": 0.2},
         "floor": {"p50_s": 0.02, "p99_s": 0.03},
+        "typer": {"p50_s": 0.05, "p99_s": 0.06},
+        "libraries": {"p50_s": 0.11, "p99_s": 0.12},
         "ls_above_floor_s": 0.13,
         "goals_met": {"ls_p50": True, "ls_above_floor": True},
         "settings": {"runs": 20, "jobs": 100, "kiban": "/venv/bin/kiban"},
@@ -74,6 +76,7 @@ def test_table_puts_the_commands_beside_the_floor() -> None:
     }
     assert [cell.strip() for cell in rows["kiban ls"]] == ["150 ms", "300 ms", "+130 ms"]
     assert [cell.strip() for cell in rows["python -c pass"]] == ["20 ms", "30 ms", ""]
+    assert [cell.strip() for cell in rows["import typer"]] == ["50 ms", "60 ms", "+30 ms"]
     assert "kiban ls p50 <= 200 ms (met)" in text
     assert "Test CPU, 2 cores" in text
 

@@ -8,7 +8,10 @@ process with its wall time taken from spawn to exit:
 - ``floor``: ``python -c pass``, the interpreter's start-up and exit, which no CLI beats;
 - ``version``: ``kiban --version``, the CLI's own start-up;
 - ``ls``: ``kiban ls``, a table of all the jobs (the HTTP client, a request, Rich);
-- ``describe``: ``kiban describe JOB`` of one of them (two requests).
+- ``describe``: ``kiban describe JOB`` of one of them (two requests);
+- ``typer`` and ``libraries``: ``python -c "import typer"``, and the same importing the
+  HTTP client and Rich too (as ``kiban ls`` imports them): what the house's libraries cost
+  before kiban does anything, the floor of any ``kiban ls`` made with them.
 
 Taking them in turn puts a busy moment of the machine on all four alike, so the distance
 between ``ls`` and ``floor`` is the CLI's, measured side by side.
@@ -33,7 +36,11 @@ from kiban.bench.machine import describe_machine, machine_line
 
 GOAL_LS_P50_S = 0.2
 GOAL_LS_ABOVE_FLOOR_S = 0.15
-CASES = ("version", "ls", "describe", "floor")
+CASES = ("version", "ls", "describe", "floor", "typer", "libraries")
+LIBRARIES = (
+    "import sys; sys.modules['httpx._main'] = None; "  # as kiban.cli.main has it
+    "import typer, httpx, httpcore, rich.console, rich.text"
+)
 CLUSTER_FILE = "queues:\n  - {name: default, tenant: default}\n"
 
 Progress = Callable[[str], None]
@@ -123,6 +130,8 @@ def run_cli_bench(options: CliBenchOptions, say: Progress) -> dict[str, Any]:
             env.update({"KIBAN_HOME": str(home)})
             commands = {
                 "floor": [sys.executable, "-c", "pass"],
+                "typer": [sys.executable, "-c", "import typer"],
+                "libraries": [sys.executable, "-c", LIBRARIES],
                 "version": [*program, "--version"],
                 "ls": [*program, "ls"],
                 "describe": [*program, "describe", ids[0]],
@@ -164,6 +173,8 @@ _ROWS = (
     ("ls", "kiban ls", "the jobs as a table: HTTP client, one request, Rich"),
     ("describe", "kiban describe JOB", "one job: two requests"),
     ("floor", "python -c pass", "the interpreter's start-up and exit: the floor"),
+    ("typer", "import typer", "the CLI framework alone"),
+    ("libraries", "import typer, httpx, rich", "what kiban ls needs of them, before it runs"),
 )
 
 
