@@ -63,7 +63,8 @@ HEAVY = (
     "kiban.domain.manifests",
     "kiban.domain.jobspec",
     "kiban.domain.cluster",
-    "kiban.scheduler",
+    "kiban.scheduler.core",  # the package itself loads its names on first use (wp/sched)
+    "kiban.scheduler.snapshot",
     "kiban.services",
     "kiban.store",
     "kiban.server",
