@@ -12,7 +12,7 @@ from kiban.clock import Clock, SystemClock
 from kiban.control.loop import ControlLoop
 from kiban.control.services import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
-from kiban.executors.base import Executor
+from kiban.executors.base import Executor, NodeInfo
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
 from kiban.services.errors import ServiceError
 from kiban.services.jobs import ClusterFacts
@@ -102,8 +102,11 @@ class Platform:
     def refresh_facts(self) -> None:
         with self.sessions() as session:
             rows = session.scalars(select(Node)).all()
-            shapes = tuple((n.gpus, n.cpu_millis, n.memory) for n in rows)
-        self.facts = ClusterFacts(node_shapes=shapes, capabilities=self.executor.capabilities)
+            nodes = tuple(
+                NodeInfo(n.name, n.gpus, n.cpu_millis, n.memory, dict(n.labels or {}))
+                for n in rows
+            )
+        self.facts = ClusterFacts(nodes=nodes, capabilities=self.executor.capabilities)
 
     def refresh_policy(self) -> None:
         """Read the current policy again (after it changed) and forget cached queue lookups."""

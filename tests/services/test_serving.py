@@ -302,7 +302,7 @@ def test_a_local_executor_warns_of_the_container_fields_it_ignores(
     platform: Platform, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     local = ClusterFacts(
-        node_shapes=platform.facts.node_shapes,
+        nodes=platform.facts.nodes,
         capabilities=platform.facts.capabilities - {Capability.CONTAINERS},
     )
     monkeypatch.setenv("KIBAN_PVC_ROOT", "/srv/claims")

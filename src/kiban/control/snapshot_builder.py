@@ -11,7 +11,7 @@ from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
-from kiban.domain.jobspec import JobSpec
+from kiban.domain.jobspec import JobSpec, task_demands
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.scheduler.reasons import ReasonCode
@@ -78,21 +78,8 @@ class RecordedWait:
 
 
 def demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDemand, ...]:
-    """What each task needs; with ``node_constraints`` (a container executor, which puts them
-    on the pods) also the nodes its nodeSelector and required node affinity admit, and those
-    its preferred node affinity orders first."""
-    return tuple(
-        TaskDemand(
-            t.name,
-            t.replicas,
-            t.resources.gpu,
-            t.resources.cpu,
-            t.resources.memory,
-            t.node_constraint() if node_constraints else None,
-            t.node_preference() if node_constraints else None,
-        )
-        for t in spec.tasks
-    )
+    """What each task needs (``jobspec.task_demands``, also what submission checks)."""
+    return task_demands(spec, node_constraints)
 
 
 class NodeViews:

@@ -33,6 +33,7 @@ from kiban.scheduler.reasons import (
     PendingReason,
     ReasonCode,
     counted,
+    cpus,
     gpus,
     replica_size,
     spread_phrase,
@@ -283,7 +284,7 @@ def _total(i: int, amount: int) -> str:
     if i == 0:
         return counted(amount, "GPU")
     if i == 1:
-        return f"{units.cpus(amount)} CPUs"
+        return cpus(amount)
     return f"{units.size(amount)} of memory"
 
 
@@ -311,12 +312,21 @@ def _task_shortfall(
                 task.name,
                 {**details, "nodes": str(task.nodes), "matching_nodes": matching},
             )
+        largest = _largest(cluster.sizes(flavor))
+        has = (
+            f"the largest{_of(flavor)} node has {_largest_text(largest)}"
+            if cluster.node_count(flavor)
+            else f"there is no node{_of(flavor)}"
+        )
         return _Shortfall(
             Limit.NODE_SIZE,
             f"needs a node that can hold a replica of {what}",
-            f"the largest{_of(flavor)} node has {_largest(cluster.sizes(flavor))}",
+            has,
             task.name,
-            details,
+            {
+                **details,
+                "largest": {"gpus": largest[0], "cpu_millis": largest[1], "memory": largest[2]},
+            },
         )
     limit = task.max_per_node
     if limit is not None:
@@ -362,13 +372,16 @@ def _unlimited(task: TaskDemand) -> TaskDemand:
     )
 
 
-def _largest(sizes: Counter[NodeSize]) -> str:
+def _largest(sizes: Counter[NodeSize]) -> NodeSize:
+    """The most GPUs, CPUs and memory of any node (each on its own)."""
     if not sizes:
-        return "nothing (there is no such node)"
-    largest = (max(s[0] for s in sizes), max(s[1] for s in sizes), max(s[2] for s in sizes))
+        return (0, 0, 0)
+    return (max(s[0] for s in sizes), max(s[1] for s in sizes), max(s[2] for s in sizes))
+
+
+def _largest_text(largest: NodeSize) -> str:
     return (
-        f"{counted(largest[0], 'GPU')}, {units.cpus(largest[1])} CPUs and "
-        f"{units.size(largest[2])} of memory"
+        f"{counted(largest[0], 'GPU')}, {cpus(largest[1])} and {units.size(largest[2])} of memory"
     )
 
 

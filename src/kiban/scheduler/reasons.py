@@ -39,13 +39,16 @@ def gpus(count: int, flavor: str) -> str:
     return counted(count, "GPU" if flavor == "default" else f"{flavor} GPU")
 
 
+def cpus(millis: int) -> str:
+    """ "1 CPU", "2 CPUs", "0.5 CPUs"."""
+    count = units.cpus(millis)
+    return f"{count} CPU" if count == "1" else f"{count} CPUs"
+
+
 def replica_size(task: TaskDemand) -> str:
     """What one replica of a task asks for: "1 GPU, 2 CPUs, 16 GiB of memory"."""
-    cpu = units.cpus(task.cpu_millis)
-    return (
-        f"{counted(task.gpu, 'GPU')}, {cpu} {'CPU' if cpu == '1' else 'CPUs'}, "
-        f"{units.size(task.memory)} of memory"
-    )
+    memory = units.size(task.memory)
+    return f"{counted(task.gpu, 'GPU')}, {cpus(task.cpu_millis)}, {memory} of memory"
 
 
 def spread_phrase(nodes: int, task: TaskDemand, limit: int) -> str:
