@@ -167,5 +167,6 @@ def build_platform(
         admin_token=admin_token,
     )
     platform.refresh_facts()
+    loop.on_nodes_changed = platform.refresh_facts  # submission checks against the nodes now
     platform.refresh_policy()
     return platform

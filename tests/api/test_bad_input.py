@@ -116,7 +116,7 @@ CASES: list[tuple[str, tuple[bytes, str], str]] = [
     (
         "more-memory-than-any-node",
         as_yaml(job(tasks=task(resources={"gpu": 1, "memory": "1Ti"}))),
-        "spec.tasks[0].resources",
+        "spec.tasks[0].resources.memory",
     ),
     (
         "bad-memory-quantity",

@@ -34,6 +34,7 @@ from kiban.platform import Platform, build_platform
 from kiban.scheduler import ReasonCode
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services import jobs, tenants
+from kiban.services.errors import InvalidInput
 from kiban.store.models import Event, Job, Replica
 from kiban.testing import FakeExecutor, ManualClock
 
@@ -260,13 +261,13 @@ def test_max_runtime_exceeded(
     platform.loop.run_once()
     job = get(platform, job_id)
     assert job.state == "Stopping"
-    assert job.message == "ran longer than maxRuntime (60s)"
+    assert job.message == "ran longer than maxRuntime (1m)"
     assert all(r.stop_requests == [False] for r in executor.replicas.values())
 
     platform.loop.run_once()
     job = get(platform, job_id)
     assert job.state == "Failed"
-    assert job.message == "ran longer than maxRuntime (60s)"
+    assert job.message == "ran longer than maxRuntime (1m)"
     assert "DeadlineExceeded" in reasons(platform, job_id)
 
 
@@ -293,14 +294,16 @@ def test_launch_error_fails_the_job_and_holds_nothing(
 
 
 def test_cancel_of_pending_job_is_immediate(platform: Platform, executor: FakeExecutor) -> None:
-    job_id = submit(platform, manifest(gpu=2, replicas=4))  # never fits: 6 GPUs in all
+    everything = submit(platform, manifest("all", gpu=2, replicas=3))  # all 6 GPUs, first
+    job_id = submit(platform, manifest("waits", gpu=2))
     platform.loop.run_once()
+    assert get(platform, job_id).reason_code == ReasonCode.INSUFFICIENT_CAPACITY.value
     cancel(platform, job_id)
     job = get(platform, job_id)
     assert job.state == "Cancelled"
     assert job.reason_code is None and job.queue_position is None
     platform.loop.run_once()
-    assert executor.launches == []
+    assert [launch.job_id for launch in executor.launches] == [everything]
 
 
 def test_cancel_stops_gracefully_and_kills_only_after_the_grace_period(
@@ -682,14 +685,14 @@ def test_a_container_executor_places_by_node_selector_and_required_affinity(
     }
     clock.advance(1)
     steered = submit(platform, on_node("steered", affinity=affinity))
-    clock.advance(1)  # last in its queue (strict FIFO), so that it holds up no other
-    nowhere = submit(platform, on_node("nowhere", nodeSelector={"gpu.product": "B200"}))
+    clock.advance(1)
+    with pytest.raises(InvalidInput) as refused:  # no node could ever hold it
+        submit(platform, on_node("nowhere", nodeSelector={"gpu.product": "B200"}))
+    assert [p.field for p in refused.value.problems] == ["spec.tasks[0].nodeSelector"]
+    assert "no node matches" in refused.value.problems[0].message
     platform.loop.run_once()
     assert [r.node for r in replica_rows(platform, pinned)] == ["node-2"]
     assert [r.node for r in replica_rows(platform, steered)] == ["node-1"]
-    waiting = get(platform, nowhere)
-    assert (waiting.state, waiting.reason_code) == ("Pending", ReasonCode.NO_NODE_FITS.value)
-    assert "matching its nodeSelector gpu.product=B200" in (waiting.reason_message or "")
 
 
 def test_the_local_executor_ignores_node_constraints_as_it_warns(

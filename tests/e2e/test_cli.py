@@ -130,6 +130,16 @@ BAD_MANIFESTS = {
         yaml.safe_dump(job_manifest("greedy", ["echo"], gpu=9)),
         ("spec.tasks[0].resources.gpu", "9 GPUs", "largest node has 2"),
     ),
+    "more-replicas-than-the-cluster-holds": (
+        yaml.safe_dump(job_manifest("huge", ["echo"], replicas=10000, gpu=1)),
+        ("spec.tasks[0].replicas", "can never start", "the 3 nodes could hold 6 even when idle"),
+    ),
+    "one-per-node-on-too-few-nodes": (
+        yaml.safe_dump(
+            job_manifest("wide", ["echo"], replicas=4, task={"maxReplicasPerNode": 1})
+        ),
+        ("spec.tasks[0].maxReplicasPerNode", "needs 4 nodes", "only 3 such nodes exist"),
+    ),
     "not-a-mapping": ("- just\n- a list\n", ("mapping",)),
     "unknown-launcher": (
         yaml.safe_dump(job_manifest("mpi", ["echo"], launcher="mpirun")),

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kiban.domain.quantity import format_duration, format_memory
+from kiban.domain.quantity import format_duration
+from kiban.scheduler import units
 
 # Piped output is not cut to 80 columns: scripts and logs get whole lines.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -275,8 +276,8 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
                 n["name"],
                 n["gpus"],
                 n["gpusInUse"],
-                f"{n['cpuMillis'] / 1000:g}",
-                format_memory(int(n["memory"])),
+                units.cpus(n["cpuMillis"]),
+                units.size(int(n["memory"])),
                 status,
                 labels,
             )

@@ -89,6 +89,7 @@ class ControlLoop:
         self.node_sync_s = node_sync_s
         self._last_node_sync = float("-inf")
         self._last_nodes: list[NodeInfo] | None = None
+        self.on_nodes_changed: Callable[[], None] | None = None  # after the new nodes are stored
 
     # -- thread --------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -172,6 +173,8 @@ class ControlLoop:
             sync_nodes(session, nodes, now)
             session.commit()
         self._last_nodes = nodes
+        if self.on_nodes_changed is not None:
+            self.on_nodes_changed()
         return True
 
     def recover(self) -> None:

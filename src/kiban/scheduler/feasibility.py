@@ -236,11 +236,13 @@ def _shortfall(
     ceiling = quota.ceiling(queue.name, flavor) if queue.name in quota.queues else None
     if ceiling is not None and job.total_gpus > ceiling:
         nominal = quota.nominal(queue.name, flavor) or 0
-        borrow = f" with what it may borrow ({ceiling})" if ceiling > nominal else ""
+        borrowed = ""
+        if ceiling > nominal:
+            borrowed = f" ({nominal} its own, {ceiling - nominal} borrowed)"
         return _Shortfall(
             Limit.QUOTA,
             f"needs {gpus(job.total_gpus, flavor)}",
-            f"queue {queue.name} can never hold more than {nominal}{borrow}",
+            f"queue {queue.name} can never hold more than {ceiling}{borrowed}",
             details={
                 "queue": queue.name,
                 "needed_gpus": job.total_gpus,
@@ -305,10 +307,14 @@ def _task_shortfall(
             per_node(task, size) for size in cluster.sizes(flavor)
         ):
             matching = sum(cluster.sizes(flavor, task.nodes).values())
+            has = f"no node{_of(flavor)} matches"
+            if matching:
+                nodes = f"{counted(matching, 'node')}{_of(flavor)}"
+                has = f"none of the {nodes} that match could hold one"
             return _Shortfall(
                 Limit.NODE_CONSTRAINT,
                 f"needs a node matching {task.nodes} for a replica of {what}",
-                f"{_none_or(matching)} of the{_of(flavor)} nodes that match could hold one",
+                has,
                 task.name,
                 {**details, "nodes": str(task.nodes), "matching_nodes": matching},
             )
@@ -360,10 +366,6 @@ def _task_shortfall(
         task.name,
         details,
     )
-
-
-def _none_or(count: int) -> str:
-    return "none" if count == 0 else f"{count}"
 
 
 def _unlimited(task: TaskDemand) -> TaskDemand:

@@ -3,7 +3,8 @@
 Memory in binary units (``1 GiB``, ``23.5 GiB``, ``512 MiB``), CPUs as a plain number (``2``,
 ``0.5``), durations in their two largest units (``2h 5m``), and times relative to a given
 ``now`` (``in 2h 5m``, ``3m ago``): the core reads no clock, so it says "when" relative to its
-snapshot's ``now``. Machines read the raw numbers from a reason's details, never from these.
+snapshot's ``now``, and readers that hold a clock add the local time. Machines read the raw
+numbers from a reason's details (or ``-o json``), never from these.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ _UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
 def duration(seconds: float) -> str:
-    """A duration in its two largest units: ``45s``, ``5m 30s``, ``2h 5m``, ``3d 4h``."""
+    """A duration in its two largest units, seconds only under a minute: ``45s``, ``5m``,
+    ``2h 5m``, ``3d 4h`` (so a sentence that says it changes at most once a minute)."""
     total = max(round(seconds), 0)
-    if total == 0:
-        return "0s"
+    if total < 60:
+        return f"{total}s"
+    total -= total % 60
     parts: list[str] = []
     for unit, scale in _UNITS:
         count, total = divmod(total, scale)
