@@ -35,6 +35,7 @@ from kiban.scheduler import ReasonCode
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services import jobs, tenants
 from kiban.services.errors import InvalidInput
+from kiban.services.policy import apply_policy
 from kiban.store.models import Event, Job, Replica
 from kiban.testing import FakeExecutor, ManualClock
 
@@ -527,9 +528,19 @@ def test_an_unexpected_launch_error_leaves_that_job_admitted_and_the_others_run(
 # -- waiting ---------------------------------------------------------------------------------
 
 
+def strict_default_queue(platform: Platform, clock: ManualClock) -> None:
+    """The default queue made StrictFIFO (it is BestEffortFIFO unless the policy says)."""
+    with platform.sessions() as session:
+        policy = {"queues": [{"name": "default", "strategy": "StrictFIFO"}]}
+        apply_policy(session, policy, actor="admin", at=clock.now())
+        session.commit()
+    platform.refresh_policy()
+
+
 def test_waiting_job_records_reason_position_and_one_event_per_change(
     platform: Platform, clock: ManualClock
 ) -> None:
+    strict_default_queue(platform, clock)
     running = submit(platform, manifest("running", replicas=3, gpu=2))
     platform.loop.run_once()
     head = submit(platform, manifest("head", gpu=2))
@@ -627,6 +638,7 @@ def test_a_pass_admitting_from_a_full_window_asks_for_the_next_at_once(
 def test_jobs_beyond_the_window_wait_in_the_backlog_until_they_reach_it(
     platform: Platform, executor: FakeExecutor, clock: ManualClock
 ) -> None:
+    strict_default_queue(platform, clock)
     platform.loop.window = 3
     ids = []
     for i in range(5):

@@ -249,8 +249,8 @@ def test_a_reservation_is_made_on_distinct_nodes() -> None:
     assert wait.reason.code is ReasonCode.WAITING_FOR_RESERVATION
     assert wait.reason.details["nodes"] == ["node-0", "node-1"]
     assert wait.reason.message == (
-        "needs 2 GPUs together; reserved on 2 nodes from in 10m, when running jobs reach their "
-        "maxRuntime"
+        "needs 2 GPUs together; reserved on 2 nodes starting in 10m, when running jobs reach "
+        "their maxRuntime"
     )
 
 

@@ -256,7 +256,7 @@ def _admit_or_explain(
                     PendingReason(
                         ReasonCode.WAITING_FOR_RESERVATION,
                         f"needs {gpus(gang_gpus(job), flavor)} together; reserved on "
-                        f"{counted(len(reservation.nodes), 'node')} from "
+                        f"{counted(len(reservation.nodes), 'node')} starting "
                         f"{units.relative(reservation.at, cycle.snapshot.now)}, when "
                         f"running jobs reach their maxRuntime",
                         {
@@ -294,7 +294,7 @@ def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, Pen
                 )
                 return _NO_FIT, PendingReason(
                     ReasonCode.BLOCKED_BY_RESERVATION,
-                    f"would fit now, but on GPUs reserved for job {first.job_id} from "
+                    f"would fit now, but on GPUs reserved for job {first.job_id} starting "
                     f"{units.relative(first.at, cycle.snapshot.now)}, and its maxRuntime does "
                     f"not end before then",
                     {"flavor": flavor, "reservation_job": first.job_id, "reserved_at": first.at},

@@ -40,12 +40,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import (
-    DEFAULT_QUEUE,
     ClusterConfig,
     ClusterPolicy,
     QueueDecl,
     parse_policy,
 )
+from kiban.domain.declarations import DEFAULT_QUEUE_ENTRY
 from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.jobspec import check_dns_label
 from kiban.domain.manifests import json_problem
@@ -287,7 +287,7 @@ def add_queue(session: Session, principal: Principal, entry: dict[str, Any], at:
     record = current_record(session)
     if record.policy.queue(str(name)) is not None:
         raise Conflict(f"queue {name} already exists")
-    queues = list(record.document.get("queues", [{"name": DEFAULT_QUEUE}]))
+    queues = list(record.document.get("queues", [DEFAULT_QUEUE_ENTRY]))
     prefix = f"queues[{len(queues)}]"
     document = {**record.document, "queues": [*queues, entry]}
     try:
