@@ -4,11 +4,12 @@ reservations and forecasts honour it, and a job waits saying how many nodes it l
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 from kiban.scheduler import Decisions, ReasonCode, Snapshot, schedule
+from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.forward import forecast
 from kiban.scheduler.node_match import NodeConstraint
 from kiban.scheduler.policy import Policy
@@ -286,3 +287,36 @@ def test_a_tighter_spread_is_remembered_as_harder_not_easier() -> None:
         )
     )
     assert placed(decisions, "packed") == ["node-1", "node-1"]
+
+
+def test_a_kept_capacity_cache_sees_nodes_leave_and_come_back() -> None:
+    """The nodes as if idle (and each job's verdict on them) are kept across cycles; a node
+    that leaves, or changes, makes them be worked out again."""
+    cache = CapacityCache()
+    pending = [job("ddp").replicas(3, gpu=1, max_per_node=1)]
+    three = cluster().nodes(3, gpus=1)
+    busy = {"node-2": 1}
+    first = schedule(snapshot(nodes=three, pending=pending, running_gpus=busy), cache=cache)
+    assert first.waiting[0].reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    two = tuple(n for n in three.build(busy) if n.name != "node-2")
+    second = schedule(snapshot(nodes=two, pending=pending), cache=cache)
+    assert second.waiting[0].reason.code is ReasonCode.UNSCHEDULABLE
+    relabelled = tuple(replace(n, labels={"zone": "a"}) for n in two)
+    third = schedule(snapshot(nodes=relabelled, pending=pending), cache=cache)
+    assert third.waiting[0].reason.code is ReasonCode.UNSCHEDULABLE
+    back = schedule(snapshot(nodes=cluster().nodes(3, gpus=1), pending=pending), cache=cache)
+    assert placed(back, "ddp") == ["node-0", "node-1", "node-2"]
+
+
+def test_a_kept_verdict_is_judged_again_when_the_quota_changes() -> None:
+    cache = CapacityCache()
+    pending = [job("ddp").queue("q").replicas(3, gpu=1, max_per_node=1)]
+    nodes = cluster().nodes(3, gpus=1)
+    small = schedule(
+        snapshot(nodes=nodes, queues=[queue("q").quota(2)], pending=pending), cache=cache
+    )
+    assert small.waiting[0].reason.details["limit"] == "quota"
+    large = schedule(
+        snapshot(nodes=nodes, queues=[queue("q").quota(3)], pending=pending), cache=cache
+    )
+    assert placed(large, "ddp") == ["node-0", "node-1", "node-2"]

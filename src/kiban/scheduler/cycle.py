@@ -79,6 +79,9 @@ class Cycle:
     _cohorts: dict[str, list[QueueView]] | None = None
     cache: CapacityCache = field(default_factory=CapacityCache)
     _empty: EmptyCluster | None = None
+    _queue_terms: dict[str, tuple[str, tuple[str, ...], tuple[int | None, ...]]] = field(
+        default_factory=dict
+    )
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
@@ -224,10 +227,21 @@ class Cycle:
 
     def never_fits(self, job: PendingJob, queue: QueueView) -> PendingReason | None:
         """Why the job could never start on its queue's flavors, even on idle nodes (None: it
-        could). The nodes as if idle are kept in the capacity cache across cycles."""
-        if self._empty is None:
-            self._empty = self.cache.empty_cluster(self.snapshot.topology_levels)
-        return never_fits(job, queue, self.flavors_for(queue), self._empty, self.quota)
+        could). The nodes as if idle are kept in the capacity cache across cycles, and with
+        them the answer for each shape of job, queue, flavors and quota ceilings."""
+        empty = self._empty
+        if empty is None:
+            empty = self._empty = self.cache.empty_cluster(self.snapshot.topology_levels)
+        terms = self._queue_terms.get(queue.name)
+        if terms is None:
+            flavors = self.flavors_for(queue)
+            known = queue.name in self.quota.queues
+            ceilings = tuple(self.quota.ceiling(queue.name, f) if known else None for f in flavors)
+            terms = self._queue_terms[queue.name] = (queue.name, flavors, ceilings)
+        asked = (terms, job.tasks, job.gang_size, job.topology)
+        return empty.remembered(
+            job.id, asked, lambda: never_fits(job, queue, terms[1], empty, self.quota)
+        )
 
     def allowed(self, flavor: str, queue: str) -> bool:
         view = self.flavors.get(flavor)

@@ -22,7 +22,7 @@ and shape, so a submission or a cycle pays for a shape once while the nodes stay
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -53,6 +53,8 @@ class Limit(StrEnum):
     TOPOLOGY = "topology"  # no domain of its topology level could hold the gang
 
 
+MAX_REMEMBERED = 65536
+"""Verdicts kept per set of nodes; past it they are forgotten and worked out again."""
 _UNBOUNDED = 1 << 40  # replicas a node could hold of a task that asks for none of a resource
 NodeSize = tuple[int, int, int]  # GPUs, CPU millis, memory
 
@@ -120,9 +122,26 @@ class EmptyCluster:
                     flavor.domains.append({})
                 domain = node.topology[: level + 1]
                 flavor.domains[level].setdefault(domain, Counter())[size] += 1
+        self._verdicts: dict[str, tuple[Hashable, PendingReason | None]] = {}
         self._slots: dict[tuple[str, _TaskKey], int] = {}
         self._sized: dict[tuple[str, NodeConstraint | None], Counter[NodeSize]] = {}
         self._domain_slots: dict[tuple[str, int, _TaskKey], dict[tuple[str, ...], int]] = {}
+
+    def remembered(
+        self, job_id: str, asked: Hashable, verdict: Callable[[], PendingReason | None]
+    ) -> PendingReason | None:
+        """``verdict()`` for a job on these nodes, worked out again only when what it depends
+        on besides the nodes (``asked``: the job's shape, its queue's flavors and quota
+        ceilings) is not what it was the last time: a waiting job is judged once, not every
+        cycle."""
+        known = self._verdicts.get(job_id)
+        if known is not None and known[0] == asked:
+            return known[1]
+        if len(self._verdicts) >= MAX_REMEMBERED:
+            self._verdicts.clear()
+        found = verdict()
+        self._verdicts[job_id] = (asked, found)
+        return found
 
     def node_count(self, flavor: str) -> int:
         found = self._flavors.get(flavor)
@@ -261,6 +280,20 @@ def _shortfall(
         shortfall = _task_shortfall(task, take, flavor, cluster)
         if shortfall is not None:
             return shortfall
+    if len(takes) > 1:  # one task that fits the nodes fits their sum
+        shortfall = _sum_shortfall(takes, flavor, cluster)
+        if shortfall is not None:
+            return shortfall
+    request = job.topology
+    if request is not None and request.required:
+        return _topology_shortfall(job, takes, request.level, flavor, cluster)
+    return None
+
+
+def _sum_shortfall(
+    takes: list[tuple[TaskDemand, int]], flavor: str, cluster: EmptyCluster
+) -> _Shortfall | None:
+    """The gang's GPUs, CPUs or memory together beyond all the flavor's nodes have."""
     needed = [sum(take * _amount(task, i) for task, take in takes) for i in range(3)]
     have = cluster.totals(flavor)
     for i, what in enumerate(("GPUs", "CPUs", "memory")):
@@ -272,9 +305,6 @@ def _shortfall(
                 f"{_total(i, have[i])} in all",
                 details={"resource": what, "needed": needed[i], "total": have[i]},
             )
-    request = job.topology
-    if request is not None and request.required:
-        return _topology_shortfall(job, takes, request.level, flavor, cluster)
     return None
 
 
