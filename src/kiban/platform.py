@@ -106,7 +106,10 @@ class Platform:
                 NodeInfo(n.name, n.gpus, n.cpu_millis, n.memory, dict(n.labels or {}))
                 for n in rows
             )
-        self.facts = ClusterFacts(nodes=nodes, capabilities=self.executor.capabilities)
+        capabilities = self.executor.capabilities
+        if nodes == self.facts.nodes and capabilities == self.facts.capabilities:
+            return  # the same: keep what the nodes could hold, worked out already
+        self.facts = ClusterFacts(nodes=nodes, capabilities=capabilities)
 
     def refresh_policy(self) -> None:
         """Read the current policy again (after it changed) and forget cached queue lookups."""
