@@ -253,3 +253,11 @@ def test_what_the_nodes_hold_is_worked_out_again_under_a_new_policy() -> None:
     )
     with pytest.raises(SpecError):
         check_against_cluster(manifest, facts, both)
+
+
+def test_an_equal_policy_read_again_keeps_what_the_nodes_hold() -> None:
+    """The service controller reads the policy afresh each time: an equal one reuses the work."""
+    facts = ClusterFacts(nodes=tuple(TWO_FLAVOR_NODES))
+    first = facts.under(parse_policy(TWO_FLAVORS))
+    assert facts.under(parse_policy(TWO_FLAVORS)) is first
+    assert facts.under(parse_policy({})) is not first

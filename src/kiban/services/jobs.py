@@ -54,9 +54,10 @@ class ClusterFacts:
         return max((n.gpus for n in self.nodes), default=0)
 
     def under(self, policy: ClusterPolicy) -> _PolicyFacts:
-        """The nodes as if idle and the queues' quotas, under ``policy`` (kept per policy)."""
+        """The nodes as if idle and the queues' quotas, under ``policy`` (kept while the policy
+        is the same one, or an equal one read again from the store)."""
         kept = self._under.get("last")
-        if kept is None or kept.policy is not policy:
+        if kept is None or (kept.policy is not policy and kept.policy != policy):
             kept = self._under["last"] = _PolicyFacts.of(self.nodes, policy)
         return kept
 
