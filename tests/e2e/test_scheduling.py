@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import pytest
+import yaml
 from e2e_support import KibanServer, StartKiban, eventually, job_manifest
 
 pytestmark = pytest.mark.e2e
@@ -182,13 +183,15 @@ def test_a_required_topology_gang_goes_whole_into_one_block(start_kiban: StartKi
     assert sorted(r["node"] for r in running["replicas"]) == ["a1", "b2"]
     assert server.job(split)["state"] == "Pending" and not server.job(split).get("replicas")
 
-    # Four replicas can never fit one block (4 and 6 GPUs): unsatisfiable, said as such.
-    huge = server.submit(
-        job_manifest("huge", SLEEP, replicas=4, gpu=2, topology=required), "huge.yaml"
+    # Four replicas can never fit one block (4 and 6 GPUs): refused at submission, said as such.
+    path = server.workdir / "huge.yaml"
+    path.write_text(
+        yaml.safe_dump(job_manifest("huge", SLEEP, replicas=4, gpu=2, topology=required))
     )
-    eventually(
-        lambda: reason_code(server, huge) == "TopologyUnsatisfiable",
-        what="the gang bigger than any block to be refused with TopologyUnsatisfiable",
+    done = server.cli("submit", path)
+    assert done.returncode != 0
+    assert "spec.topology.level: can never start: needs the gang (8 GPUs) in one local_block" in (
+        done.stderr
     )
 
 
