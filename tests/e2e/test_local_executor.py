@@ -89,12 +89,18 @@ def test_gang_is_all_or_nothing(start_kiban: StartKiban) -> None:
     server = start_kiban(
         nodes=None,
         config={
-            "nodes": [{"name": "small-0", "gpus": 2}, {"name": "small-1", "gpus": 2}],
+            "nodes": [{"name": f"small-{i}", "gpus": 2} for i in range(3)],
             "queues": [{"name": "train"}, {"name": "probe"}],
         },
     )
     nodes = server.json("nodes")
-    assert sorted((n["name"], n["gpus"]) for n in nodes) == [("small-0", 2), ("small-1", 2)]
+    assert sorted((n["name"], n["gpus"]) for n in nodes) == [
+        ("small-0", 2),
+        ("small-1", 2),
+        ("small-2", 2),
+    ]
+    # Cordoned, small-2 may come back: the gang could start some day, and waits.
+    server.ok("cordon", "small-2")
 
     gang = server.submit(
         job_manifest("gang", ["sh", "-c", "echo started"], replicas=3, gpu=2, queue="train")
