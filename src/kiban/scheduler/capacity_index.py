@@ -175,7 +175,17 @@ class CapacityCache:
         while no node joins, leaves, or changes its size, labels, flavor or topology."""
         empty = self._empty
         if empty is None or empty.levels != levels:
-            empty = self._empty = EmptyCluster(self._views.values(), levels)
+            flavors = {}
+            for flavor, index in self._indexes.items():
+                if flavor is None or not index.nodes:
+                    continue
+                sizes: Counter[tuple[int, int, int]] = Counter()
+                for (gpus, cpu_millis, memory, _schedulable), count in index.shapes.items():
+                    sizes[(gpus, cpu_millis, memory)] += count
+                # The index's own table: its views change only in what is free while this
+                # holds (any other change forgets it).
+                flavors[flavor] = (index.nodes.values(), sizes)
+            empty = self._empty = EmptyCluster(flavors, levels)
         return empty
 
     def indexes(self, nodes: Sequence[NodeView]) -> dict[str | None, CapacityIndex]:

@@ -22,7 +22,7 @@ and shape, so a submission or a cycle pays for a shape once while the nodes stay
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -84,12 +84,33 @@ def per_node(task: TaskDemand, size: NodeSize) -> int:
 
 @dataclass(slots=True)
 class _Flavor:
-    """One flavor's nodes as if idle: their sizes, and each topology domain's."""
+    """One flavor's nodes as if idle: how many of each size, their sum, and (worked out when a
+    job first asks for a topology level) each topology domain's sizes."""
 
-    nodes: list[NodeView] = field(default_factory=list)
-    sizes: Counter[NodeSize] = field(default_factory=Counter)
-    domains: list[dict[tuple[str, ...], Counter[NodeSize]]] = field(default_factory=list)
-    total: list[int] = field(default_factory=lambda: [0, 0, 0])
+    nodes: Collection[NodeView]
+    sizes: Counter[NodeSize]
+    total: tuple[int, int, int] = (0, 0, 0)
+    domains: list[dict[tuple[str, ...], Counter[NodeSize]]] | None = None
+
+    def __post_init__(self) -> None:
+        self.total = (
+            sum(size[0] * count for size, count in self.sizes.items()),
+            sum(size[1] * count for size, count in self.sizes.items()),
+            sum(size[2] * count for size, count in self.sizes.items()),
+        )
+
+    def domain_sizes(self) -> list[dict[tuple[str, ...], Counter[NodeSize]]]:
+        if self.domains is None:
+            domains: list[dict[tuple[str, ...], Counter[NodeSize]]] = []
+            for node in self.nodes:
+                size = (node.gpus, node.cpu_millis, node.memory)
+                for level in range(len(node.topology)):
+                    while len(domains) <= level:
+                        domains.append({})
+                    domain = node.topology[: level + 1]
+                    domains[level].setdefault(domain, Counter())[size] += 1
+            self.domains = domains
+        return self.domains
 
 
 _TaskKey = tuple[int, int, int, int | None, NodeConstraint | None]
@@ -99,29 +120,35 @@ def _key(task: TaskDemand) -> _TaskKey:
     return (task.gpu, task.cpu_millis, task.memory, task.max_per_node, task.nodes)
 
 
-class EmptyCluster:
-    """The nodes of each flavor as if idle: what they could ever hold (nodes of no flavor
-    serve no queue). Built once per set of nodes; answers are memoized per task shape."""
+def empty_cluster(nodes: Iterable[NodeView], levels: Sequence[str] = ()) -> EmptyCluster:
+    """The nodes (of each flavor; nodes of no flavor serve no queue) as if idle."""
+    by_flavor: dict[str, list[NodeView]] = {}
+    for node in nodes:
+        if node.flavor is not None:
+            by_flavor.setdefault(node.flavor, []).append(node)
+    return EmptyCluster(
+        {
+            flavor: (members, Counter((n.gpus, n.cpu_millis, n.memory) for n in members))
+            for flavor, members in by_flavor.items()
+        },
+        levels,
+    )
 
-    def __init__(self, nodes: Iterable[NodeView], levels: Sequence[str] = ()) -> None:
+
+class EmptyCluster:
+    """The nodes of each flavor as if idle: what they could ever hold. Made from each flavor's
+    nodes and how many there are of each size (a capacity index keeps both, so the core makes
+    one without visiting every node); answers are memoized per task shape."""
+
+    def __init__(
+        self,
+        flavors: Mapping[str, tuple[Collection[NodeView], Counter[NodeSize]]],
+        levels: Sequence[str] = (),
+    ) -> None:
         self.levels = tuple(levels)
-        self._flavors: dict[str, _Flavor] = {}
-        for node in nodes:
-            if node.flavor is None:
-                continue
-            flavor = self._flavors.get(node.flavor)
-            if flavor is None:
-                flavor = self._flavors[node.flavor] = _Flavor()
-            size = (node.gpus, node.cpu_millis, node.memory)
-            flavor.nodes.append(node)
-            flavor.sizes[size] += 1
-            for i, amount in enumerate(size):
-                flavor.total[i] += amount
-            for level in range(len(node.topology)):
-                while len(flavor.domains) <= level:
-                    flavor.domains.append({})
-                domain = node.topology[: level + 1]
-                flavor.domains[level].setdefault(domain, Counter())[size] += 1
+        self._flavors = {
+            name: _Flavor(nodes, sizes) for name, (nodes, sizes) in flavors.items()
+        }
         self._verdicts: dict[str, tuple[Hashable, PendingReason | None]] = {}
         self._slots: dict[tuple[str, _TaskKey], int] = {}
         self._sized: dict[tuple[str, NodeConstraint | None], Counter[NodeSize]] = {}
@@ -150,7 +177,7 @@ class EmptyCluster:
     def totals(self, flavor: str) -> tuple[int, int, int]:
         """GPUs, CPU millis and memory of all the flavor's nodes."""
         found = self._flavors.get(flavor)
-        return (0, 0, 0) if found is None else (found.total[0], found.total[1], found.total[2])
+        return (0, 0, 0) if found is None else found.total
 
     def sizes(self, flavor: str, nodes: NodeConstraint | None = None) -> Counter[NodeSize]:
         """How many of the flavor's nodes (of those ``nodes`` admits) have each size."""
@@ -189,9 +216,9 @@ class EmptyCluster:
             return known
         found = self._flavors.get(flavor)
         result: dict[tuple[str, ...], int] = {}
-        if found is not None and level < len(found.domains):
+        if found is not None and level < len(found.domain_sizes()):
             if task.nodes is None:
-                for domain, sizes in found.domains[level].items():
+                for domain, sizes in found.domain_sizes()[level].items():
                     held = sum(count * per_node(task, size) for size, count in sizes.items())
                     if held:
                         result[domain] = held
@@ -208,9 +235,9 @@ class EmptyCluster:
 
     def domain_sizes(self, flavor: str, level: int) -> dict[tuple[str, ...], Counter[NodeSize]]:
         found = self._flavors.get(flavor)
-        if found is None or level >= len(found.domains):
+        if found is None or level >= len(found.domain_sizes()):
             return {}
-        return found.domains[level]
+        return found.domain_sizes()[level]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,13 @@ from kiban.domain.jobspec import JobManifest, task_demands
 from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manifest, parse_submission
 from kiban.domain.states import JobState
 from kiban.executors.base import Capability, NodeInfo
-from kiban.scheduler.feasibility import EmptyCluster, Limit, never_fits, usable_flavors
+from kiban.scheduler.feasibility import (
+    EmptyCluster,
+    Limit,
+    empty_cluster,
+    never_fits,
+    usable_flavors,
+)
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import counted
 from kiban.scheduler.snapshot import FlavorView, NodeView, PendingJob, QueueView, TopologyRequest
@@ -92,7 +98,7 @@ class _PolicyFacts:
         queues = {q.name: _queue_view(q, policy) for q in policy.queues}
         return cls(
             policy,
-            EmptyCluster(views, policy.topology_levels),
+            empty_cluster(views, policy.topology_levels),
             QuotaBook(queues.values()),
             queues,
             {f.name: f for f in policy.flavor_views()},
