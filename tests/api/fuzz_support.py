@@ -18,18 +18,7 @@ from typing import Any
 import hypothesis.strategies as st
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
-from schemathesis import GenerationMode
-from schemathesis.checks import load_all_checks, not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    positive_data_acceptance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
-
-load_all_checks()
+from schemathesis import GenerationMode, checks
 
 SERVER_RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/jobs"): "a manifest's spec is checked against kiban's rules and the "
@@ -47,7 +36,7 @@ def accepted_unless_the_server_rules(ctx: Any, response: Any, case: Any) -> bool
     """``positive_data_acceptance``, but a 422 naming what the server's rules refused passes."""
     if response.status_code == 422:
         return None
-    result: bool | None = positive_data_acceptance(ctx, response, case)
+    result: bool | None = checks.positive_data_acceptance(ctx, response, case)
     return result
 
 
@@ -55,15 +44,15 @@ def checks_for(method: str, path: str) -> list[Callable[..., bool | None]]:
     accepted = (
         accepted_unless_the_server_rules
         if (method, path) in SERVER_RULES
-        else positive_data_acceptance
+        else checks.positive_data_acceptance
     )
     return [
-        not_a_server_error,
-        status_code_conformance,
-        content_type_conformance,
-        response_headers_conformance,
-        response_schema_conformance,
-        negative_data_rejection,
+        checks.not_a_server_error,
+        checks.status_code_conformance,
+        checks.content_type_conformance,
+        checks.response_headers_conformance,
+        checks.response_schema_conformance,
+        checks.negative_data_rejection,
         accepted,
     ]
 
@@ -126,13 +115,13 @@ def use_known(case: Any, draw: Callable[[Any], Any], known: Known) -> None:
 
 
 def call_as_each(
-    case: Any, callers: Sequence[Caller], checks: list[Callable[..., bool | None]]
+    case: Any, callers: Sequence[Caller], to_check: list[Callable[..., bool | None]]
 ) -> None:
     """Send the case as each caller; fail naming the caller on the first broken answer."""
     for caller in callers:
         try:
             response = case.call(headers=caller.headers)
-            case.validate_response(response, checks=checks, headers=caller.headers)
+            case.validate_response(response, checks=to_check, headers=caller.headers)
         except (AssertionError, BaseExceptionGroup) as exc:
             raise AssertionError(f"as {caller.name}: {exc}") from None
 
