@@ -2,22 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from kiban.domain.declarations import DEFAULT_TENANT
-from kiban.domain.states import JobState
+from kiban.domain.jobspec import DNS_LABEL
+from kiban.domain.states import JobState, ReplicaState
 from kiban.scheduler.reasons import awaiting_pass
 from kiban.services.jobs import requested
 from kiban.services.policy import PolicyChange, PolicyRecord
 from kiban.services.queue_status import FlavorStatus, QueueStatus
 from kiban.store.models import Event, Job, Node, PolicyVersion, Replica, Tenant
 
+NAME_FIELD = Field(json_schema_extra={"pattern": DNS_LABEL.pattern})
+"""A new tenant's or queue's name: a DNS label (the services check it and say what is wrong)."""
+
 
 class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class ProblemOut(ApiModel):
+    """One thing wrong with the input: where (``spec.tasks[0].replicas``; "" for the whole
+    body) and what."""
+
+    field: str
+    message: str
+
+
+class ErrorOut(ApiModel):
+    """An error: its HTTP status, a message for people, and the input fields it is about
+    (``problems``, empty when it is not about input)."""
+
+    status: int
+    message: str
+    problems: list[ProblemOut]
+
+
+class ErrorBody(ApiModel):
+    """What every error answer carries: ``{"error": {"status", "message", "problems"}}``."""
+
+    error: ErrorOut
 
 
 class ReasonOut(ApiModel):
@@ -32,7 +59,7 @@ class ReplicaOut(ApiModel):
     rank: int
     node: str
     gpu_ids: list[int]
-    state: str
+    state: ReplicaState
     pid: int | None
     exit_code: int | None
     started_at: float | None
@@ -51,7 +78,7 @@ class JobOut(ApiModel):
     name: str
     tenant: str
     queue: str
-    state: str
+    state: JobState
     priority: int
     attempt: int
     submitted_at: float
@@ -76,7 +103,7 @@ class JobOut(ApiModel):
 
 class EventOut(ApiModel):
     id: int
-    type: str
+    type: Literal["Normal", "Warning"]
     reason: str
     message: str
     at: float
@@ -148,8 +175,8 @@ class QueueIn(ApiModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    name: str
-    tenant: str
+    name: Annotated[str, NAME_FIELD]
+    tenant: Annotated[str, NAME_FIELD]
     quota: dict[str, Any] | None = None
     cohort: str | None = None
     borrowing_limit: dict[str, Any] | None = None
@@ -202,13 +229,20 @@ class PolicyChangeOut(ApiModel):
 class TenantIn(ApiModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    name: str
+    name: Annotated[str, NAME_FIELD]
 
 
 class TokenIn(ApiModel):
+    """A member's token; ``name`` says whose (a user name): printable characters, not only
+    spaces, at most 128 (``format: printable``: Python's ``str.isprintable``)."""
+
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    name: str
+    name: Annotated[
+        str,
+        Field(json_schema_extra={"minLength": 1, "maxLength": 128, "pattern": r"\S"}),
+        WithJsonSchema({"type": "string", "format": "printable"}),
+    ]
 
 
 class TokenOut(ApiModel):
@@ -249,7 +283,7 @@ def job_out(
         name=job.name,
         tenant=job.tenant,
         queue=job.queue,
-        state=job.state,
+        state=JobState(job.state),
         priority=job.priority,
         attempt=job.attempt,
         submitted_at=job.submitted_at,
@@ -279,7 +313,7 @@ def replica_out(r: Replica) -> ReplicaOut:
         rank=r.rank,
         node=r.node,
         gpu_ids=list(r.gpu_ids or []),
-        state=r.state,
+        state=ReplicaState(r.state),
         pid=r.pid,
         exit_code=r.exit_code,
         started_at=r.started_at,
@@ -289,7 +323,13 @@ def replica_out(r: Replica) -> ReplicaOut:
 
 
 def event_out(e: Event) -> EventOut:
-    return EventOut(id=e.id, type=e.type, reason=e.reason, message=e.message, at=e.at)
+    return EventOut(
+        id=e.id,
+        type="Warning" if e.type == "Warning" else "Normal",
+        reason=e.reason,
+        message=e.message,
+        at=e.at,
+    )
 
 
 def flavor_usage_out(f: FlavorStatus) -> FlavorUsageOut:

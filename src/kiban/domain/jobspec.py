@@ -55,7 +55,7 @@ class SpecModel(BaseModel):
 
 
 def check_dns_label(value: str, what: str) -> str:
-    if not DNS_LABEL.match(value):
+    if not DNS_LABEL.fullmatch(value):  # match() would take "name\n": $ matches before a \n
         raise ValueError(
             f"{what} {value!r} must be lowercase letters, digits and '-', "
             "start and end with a letter or digit, at most 63 characters"
