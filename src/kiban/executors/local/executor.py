@@ -40,6 +40,7 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.environment import replica_command, replica_environment
+from kiban.executors.local.reaper import Reaper
 from kiban.serving.runtime.options import HOST_ENV, SOCKET_ENV
 
 logger = logging.getLogger("kiban.executors.local")
@@ -90,6 +91,7 @@ class LocalExecutor:
         self._clock = clock or SystemClock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
+        self._reaper = Reaper(self._forget_child)
         caps = {Capability.ADOPT, Capability.CPU_USAGE}
         if importlib.util.find_spec("torch") is not None:
             caps.add(Capability.TORCHRUN)
@@ -235,6 +237,7 @@ class LocalExecutor:
                 )
                 with self._lock:
                     self._children[proc.pid] = proc
+                self._reaper.watch(proc)
                 launched.append(
                     LaunchedReplica(placement.rank, proc.pid, start_time, self._clock.now())
                 )
@@ -249,7 +252,7 @@ class LocalExecutor:
                         start_time,
                     )
                 )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a value exec refuses (a NUL)
             for ref in refs:
                 self.stop(ref, force=True)
             raise LaunchError(f"could not start a replica: {exc}") from exc
@@ -302,7 +305,6 @@ class LocalExecutor:
     def observe(self, replica: ReplicaRef) -> Observation:
         found = self._read_exit(replica)
         if found is not None:
-            self._reap(replica)
             return found
         if self._alive(replica):
             return Observation(running=True)
@@ -315,14 +317,14 @@ class LocalExecutor:
             message="the replica's process ended without recording an exit code",
         )
 
-    def _reap(self, ref: ReplicaRef) -> None:
-        if ref.pid is None:
-            return
+    def _forget_child(self, pid: int) -> None:
+        """The reaper has waited for this child: its pid may name another process from now."""
         with self._lock:
-            child = self._children.get(ref.pid)
-        if child is not None and child.poll() is not None:
-            with self._lock:
-                self._children.pop(ref.pid, None)
+            self._children.pop(pid, None)
+
+    def close(self) -> None:
+        """Stop reaping (the server is stopping; its replicas run on, to be adopted)."""
+        self._reaper.close()
 
     def _pid_reused(self, ref: ReplicaRef) -> bool:
         """Whether the replica's pid now names another process (so its group is long gone).
