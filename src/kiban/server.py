@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from kiban.domain.cluster import ClusterConfig
 from kiban.domain.errors import SpecError
 from kiban.executors.base import NodeInfo
 from kiban.executors.local import LocalExecutor
+from kiban.executors.local.isolation import Isolation, startup_notes
 from kiban.executors.local.nodes import this_machine, virtual_nodes
 from kiban.platform import Platform, build_platform
 from kiban.services.errors import ServiceError
@@ -42,6 +44,24 @@ class ServerOptions:
     backend: str = "local"  # or "kubernetes"
     kubeconfig: Path | None = None  # Kubernetes: None is in-cluster
     kube_options: KubernetesOptions | None = None
+    multi_tenant: bool = False  # refuse to run local jobs as kiban's user; no token in the home
+
+    @property
+    def isolated(self) -> bool:
+        """Local jobs run as their tenants' users: kiban runs them, as root."""
+        return self.backend == "local" and os.geteuid() == 0
+
+
+def multi_tenant_refusal(options: ServerOptions, euid: int) -> str | None:
+    """Why ``--multi-tenant`` cannot start (None: it can): unprivileged, local jobs would run
+    as kiban's own user and read what it can, other tenants' files included."""
+    if not options.multi_tenant or options.backend != "local" or euid == 0:
+        return None
+    return (
+        "--multi-tenant runs each tenant's local jobs as a user of its own, which takes root: "
+        "start it as root (sudo kiban up --multi-tenant ...); without --multi-tenant every "
+        "job runs as you and can read what you can"
+    )
 
 
 def local_nodes(options: ServerOptions) -> list[NodeInfo]:
@@ -107,14 +127,29 @@ def start_platform(options: ServerOptions) -> Platform:
         except BaseException:
             kube.close()
             raise
-    executor = LocalExecutor(options.home, local_nodes(options))
+    isolation = Isolation(options.home) if options.isolated else None
+    executor = LocalExecutor(options.home, local_nodes(options), isolation=isolation)
     return build_platform(
         home=options.home,
         db_url=options.db_url,
         executor=executor,
         config=options.config,
         tick_s=options.tick_s,
+        admin_token_in_home=not options.multi_tenant,
     )
+
+
+def admin_token_note(options: ServerOptions, platform: Platform) -> str:
+    """Where the admin token is: its file in the home, or (``--multi-tenant``) nowhere kiban
+    keeps it: shown here once, when it is made."""
+    if not options.multi_tenant:
+        return f"admin token in {platform.token_file}"
+    note = "the admin token is not kept in the home (--multi-tenant)"
+    if platform.admin_token is not None:
+        note += f"; it is shown this once, keep it (as KIBAN_TOKEN): {platform.admin_token}"
+    if platform.token_file.exists():
+        note += f"; {platform.token_file}, written by a start without it, should move out"
+    return note
 
 
 def serve(options: ServerOptions) -> None:
@@ -125,6 +160,11 @@ def serve(options: ServerOptions) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    refusal = multi_tenant_refusal(options, os.geteuid())
+    if refusal is not None:
+        raise SystemExit(f"error: {refusal}")
+    if options.isolated:
+        os.umask(0o077)  # what kiban writes in its home is its own (jobs get 022: isolation)
     sock = bind_socket(options.host, options.port)
     try:
         platform = start_platform(options)
@@ -169,7 +209,10 @@ def serve(options: ServerOptions) -> None:
     nodes = platform.executor.nodes()
     gpus = sum(n.gpus for n in nodes)
     print(f"kiban is up at {url}", file=sys.stderr)
-    print(f"  home {options.home}; admin token in {platform.token_file}", file=sys.stderr)
+    print(f"  home {options.home}; {admin_token_note(options, platform)}", file=sys.stderr)
+    if options.backend == "local":
+        for note in startup_notes(options.home, options.isolated):
+            print(f"  {note}", file=sys.stderr)
     if platform.router is not None:
         services = f"{platform.router.url}/s/<tenant>/<service>"
         print(f"  inference services at {services}", file=sys.stderr)

@@ -29,3 +29,16 @@ def test_up_refuses_pod_api_url_misuse(tmp_path: Path, args: list[str], message:
     assert message in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "url").exists()  # nothing started
+
+
+def test_up_multi_tenant_refuses_to_start_unprivileged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unprivileged, local jobs would run as kiban's own user and read what it can (other
+    tenants' logs, the admin token): --multi-tenant refuses, before anything starts."""
+    monkeypatch.setattr("kiban.server.os.geteuid", lambda: 1000)
+    result = runner.invoke(app, ["up", "--home", str(tmp_path), "--multi-tenant"])
+    assert result.exit_code != 0
+    assert "--multi-tenant runs each tenant's local jobs as a user of its own" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "url").exists() and not (tmp_path / "token").exists()

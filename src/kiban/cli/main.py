@@ -111,6 +111,14 @@ def up(
             "with a token of their job's own); none: they get neither"
         ),
     ] = None,
+    multi_tenant: Annotated[
+        bool,
+        typer.Option(
+            "--multi-tenant",
+            help="several tenants share this machine: refuse to start unless root (local jobs "
+            "then run as a user per tenant), and keep the admin token out of the home",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor."""
     from kiban.domain.cluster import parse_cluster_config
@@ -169,6 +177,7 @@ def up(
         backend=backend,
         kubeconfig=kubeconfig.expanduser().resolve() if kubeconfig is not None else None,
         kube_options=kube_options,
+        multi_tenant=multi_tenant,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options)
