@@ -114,7 +114,6 @@ def up(
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor."""
     from kiban.domain.cluster import parse_cluster_config
-    from kiban.server import ServerOptions, serve
 
     if backend not in ("local", "kubernetes"):
         fail(f"--backend must be local or kubernetes, not {backend!r}")
@@ -157,6 +156,17 @@ def up(
         except SpecError as exc:
             fail(f"{config}: {exc}")
     home = (home or default_home()).expanduser().resolve()
+    from kiban.control.ownership import Ownership, OwnershipError
+
+    try:  # the home first: a second control plane there is refused before the server loads
+        ownership = Ownership.claim_home(home)
+    except OwnershipError as exc:
+        fail(str(exc))
+    try:
+        from kiban.server import ServerOptions, serve
+    except KeyboardInterrupt:  # Ctrl-C while the server's modules load: nothing started yet
+        render.err.print("kiban up: interrupted while starting; stopped, nothing left running")
+        raise typer.Exit(130) from None
     options = ServerOptions(
         home=home,
         host=host,
@@ -171,7 +181,7 @@ def up(
         kube_options=kube_options,
     )
     with contextlib.suppress(KeyboardInterrupt):
-        serve(options)
+        serve(options, ownership)
 
 
 @app.command(
