@@ -89,7 +89,7 @@ def test_a_released_lease_is_free_and_another_database_is_apart(
 
 def test_an_unreachable_database_is_a_clear_error(postgres_server: ThrowawayPostgres) -> None:
     url = postgres_server.url_for("no_such_database")
-    with pytest.raises(DatabaseUnreachable, match="cannot reach the database .*no_such_database"):
+    with pytest.raises(DatabaseUnreachable, match=r"cannot reach the database .*no_such_database"):
         DatabaseLease.claim(url, "kiban 1@a", lambda _: None)
 
 
