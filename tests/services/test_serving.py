@@ -287,6 +287,26 @@ def test_runtime_args_that_could_never_serve_are_refused_naming_the_argument(
     assert apply(platform, custom).name == "own"  # a custom server's args are its own
 
 
+def test_a_manifest_is_refused_with_every_problem_at_once(platform: Platform) -> None:
+    """The issue's cases: spec.scaleTarget and maxReplicas < minReplicas, and --port with
+    --max_batch_size 0, all in the one answer."""
+    args = ["--port", "9000", "--max_batch_size", "0"]
+    document = service_doc(
+        model={"name": "tiny", "storageUri": "file:///models/tiny", "args": args},
+        scaleTarget=0,
+        minReplicas=3,
+        maxReplicas=2,
+    )
+    with pytest.raises(InvalidInput) as caught:
+        apply(platform, document)
+    assert [(p.field, p.message) for p in caught.value.problems] == [
+        ("spec.scaleTarget", "Input should be greater than 0"),
+        ("spec.maxReplicas", "maxReplicas (2) is less than minReplicas (3)"),
+        ("spec.model.args[0]", "--port is set by kiban for each replica; remove it"),
+        ("spec.model.args[2]", "--max_batch_size: must be at least 1, got 0"),
+    ]
+
+
 def apply_warnings(
     platform: Platform, document: dict[str, Any], facts: ClusterFacts | None = None
 ) -> tuple[str, ...]:

@@ -26,10 +26,10 @@ from kiban.services.jobs import ClusterFacts, check_against_cluster, check_again
 from kiban.services.policy import current_policy
 from kiban.services.service_warnings import (
     container_field_warnings,
-    runtime_arg_problems,
     runtime_arg_warnings,
     scaling_warnings,
 )
+from kiban.serving.runtime.options import arg_problems
 from kiban.store.models import Queue, ServiceRevision, ServiceRow
 
 _NAME = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")
@@ -132,10 +132,10 @@ def apply(
     problem = json_problem(document)
     if problem is not None:
         raise invalid(*problem)
-    submission = parse_service_submission(document)
-    problems = runtime_arg_problems(submission)
-    if problems:
-        raise InvalidInput(problems)
+    try:  # every problem of the manifest in one answer, the model server's args' included
+        submission = parse_service_submission(document, check_args=arg_problems)
+    except SpecError as exc:
+        raise InvalidInput(exc.problems) from None
     spec, name = submission.spec, submission.name
     policy = current_policy(session)
     queue = _check(session, principal, spec, name, facts=facts, policy=policy)
