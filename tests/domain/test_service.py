@@ -4,19 +4,19 @@ and where, which changes make a new revision, and how job and service parsing te
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from kiban.domain.errors import SpecError
+from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.manifests import load_document, parse_manifest, parse_submission
 from kiban.domain.service import (
     DEFAULT_READINESS_PATH,
     ServiceManifest,
     ServiceSpec,
+    SpecCheck,
     parse_service_submission,
 )
 
@@ -253,19 +253,26 @@ def test_a_rule_is_not_judged_on_a_field_that_is_itself_invalid() -> None:
     assert [f for f, _ in all_problems(doc(runtime="triton", port=80))] == ["spec.runtime"]
 
 
-def test_the_model_servers_own_check_of_the_args_joins_the_answer() -> None:
-    def check(args: Sequence[str]) -> list[tuple[int | None, str]]:
-        return [(i, f"{arg} refused") for i, arg in enumerate(args) if arg.startswith("--bad")]
+def test_checks_from_outside_the_domain_join_the_answer() -> None:
+    def refuse_bad_args(spec: ServiceSpec) -> list[FieldProblem]:
+        return [
+            FieldProblem(f"spec.model.args[{i}]", f"{arg} refused")
+            for i, arg in enumerate(spec.args)
+            if arg.startswith("--bad")
+        ]
+
+    check = [SpecCheck(reads=("spec.model.args",), run=refuse_bad_args)]
 
     document = doc(maxReplicas=0, model=model(args=["--dtype", "float32", "--bad", "--bad2"]))
-    assert all_problems(document, check_args=check) == [
+    assert all_problems(document, checks=check) == [
         ("spec.maxReplicas", "Input should be greater than or equal to 1"),
         ("spec.model.args[2]", "--bad refused"),
         ("spec.model.args[3]", "--bad2 refused"),
     ]
-    assert all_problems(doc(CUSTOM, command=None, model={"args": ["--bad"]}), check_args=check) == [
-        ("spec.command", "required for runtime custom: the command that serves HTTP")
-    ]  # a custom server's args are its own
+    # not run on a field that is itself invalid
+    assert all_problems(doc(model=model(args="--bad")), checks=check) == [
+        ("spec.model.args", "Input should be a valid list")
+    ]
 
 
 def test_normalized_spec_checks_its_own_cross_field_rules() -> None:

@@ -408,16 +408,22 @@ def is_service(document: Mapping[str, Any]) -> bool:
     )
 
 
-ArgCheck = Callable[[Sequence[str]], list[tuple[int | None, str]]]
-"""The model server's own check of a huggingface service's args: (index or None, message)."""
+@dataclass(frozen=True)
+class SpecCheck:
+    """A check of the normalized spec made outside the domain (the model server's args, the
+    model's path), returning problems with manifest paths (``spec.model.args[2]``); it is not
+    run when a field it ``reads`` (a manifest path) is itself invalid."""
+
+    reads: tuple[str, ...]
+    run: Callable[[ServiceSpec], list[FieldProblem]]
 
 
 def parse_service_submission(
-    doc: dict[str, Any], check_args: ArgCheck | None = None
+    doc: dict[str, Any], checks: Sequence[SpecCheck] = ()
 ) -> ServiceSubmission:
     """Parse a kiban Service or a KServe InferenceService; SpecError names the file's fields,
     every problem at once: the fields', the rules' across fields (judged on the fields that are
-    valid) and, with ``check_args``, those of the model server's args."""
+    valid), then those of ``checks``."""
     warnings: tuple[str, ...] = ()
     paths: tuple[tuple[str, str], ...] = ()
     problems: list[FieldProblem] = []
@@ -437,7 +443,7 @@ def parse_service_submission(
             f"expected {API_VERSION} Service or {kserve.API_VERSION} {kserve.KIND}, got "
             f"{doc.get('apiVersion')!r} {doc.get('kind')!r}",
         )
-    manifest, found = check_manifest(document, check_args)
+    manifest, found = check_manifest(document, checks)
     reported = frozenset(p.field for p in problems)
     for problem in found:  # a field the translation found wrong is told once, as it said
         field = source_path(paths, problem.field)
@@ -450,11 +456,11 @@ def parse_service_submission(
 
 
 def check_manifest(
-    document: dict[str, Any], check_args: ArgCheck | None = None
+    document: dict[str, Any], checks: Sequence[SpecCheck] = ()
 ) -> tuple[ServiceManifest | None, list[FieldProblem]]:
     """A ``kiban/v1`` Service document's manifest (None when it has problems) and every one of
     its problems, with kiban paths: the fields', then the rules' across fields on the fields
-    that are valid (each invalid one left at its default), then the model server's args'."""
+    that are valid (each invalid one left at its default), then the ``checks``'."""
     invalid: frozenset[str] = frozenset()
     try:
         manifest = ServiceManifest.model_validate(document)
@@ -471,16 +477,9 @@ def check_manifest(
             return None, problems  # a required field is among the invalid ones
     spec, crossing = manifest.checked_spec(invalid)
     problems += crossing
-    if (
-        check_args is not None
-        and spec.runtime == "huggingface"
-        and not _within("spec.runtime", invalid)
-        and not _within("spec.model.args", invalid)
-    ):
-        problems += [
-            FieldProblem("spec.model.args" if i is None else f"spec.model.args[{i}]", message)
-            for i, message in check_args(spec.args)
-        ]
+    for check in checks:
+        if not any(_within(path, invalid) for path in check.reads):
+            problems += check.run(spec)
     return (None if problems else manifest), problems
 
 

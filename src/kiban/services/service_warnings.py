@@ -4,8 +4,9 @@ Warned of, three kinds: arguments kiban's huggingface runtime does not know (the
 logs and drops them, where nobody looks), container-only fields an
 executor that runs replicas as local processes ignores (as for jobs), each naming the field as
 written in the submitted file (an InferenceService's own paths), and what ``scaleMetric: cpu``
-cannot do here. (Runtime args with which kiban's model server could never serve are refused,
-with the manifest's other problems: ``parse_service_submission(..., check_args=arg_problems)``.)
+cannot do here. (Runtime args with which kiban's model server could never serve, and a model
+path missing on this machine, are refused with the manifest's other problems:
+``kiban.services.model_checks``.)
 Nothing here imports the runtime's model code: the runtime's argument parser and its storage
 rules are cheap to import.
 """

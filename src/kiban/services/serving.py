@@ -23,13 +23,13 @@ from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
 from kiban.services.jobs import ClusterFacts, check_against_cluster, check_against_policy
+from kiban.services.model_checks import RUNTIME_ARGS, model_path_check
 from kiban.services.policy import current_policy
 from kiban.services.service_warnings import (
     container_field_warnings,
     runtime_arg_warnings,
     scaling_warnings,
 )
-from kiban.serving.runtime.options import arg_problems
 from kiban.store.models import Queue, ServiceRevision, ServiceRow
 
 _NAME = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")
@@ -132,8 +132,9 @@ def apply(
     problem = json_problem(document)
     if problem is not None:
         raise invalid(*problem)
-    try:  # every problem of the manifest in one answer, the model server's args' included
-        submission = parse_service_submission(document, check_args=arg_problems)
+    checks = (RUNTIME_ARGS, model_path_check(facts))
+    try:  # every problem of the manifest in one answer, the args' and the model path's included
+        submission = parse_service_submission(document, checks)
     except SpecError as exc:
         raise InvalidInput(exc.problems) from None
     spec, name = submission.spec, submission.name
