@@ -264,3 +264,17 @@ def test_args_that_keep_the_server_from_serving_are_found_before_it_runs(
     args: list[str], problems: list[tuple[int | None, str]]
 ) -> None:
     assert arg_problems(args) == problems
+
+
+def test_the_usage_names_the_command_people_type(capsys: pytest.CaptureFixture[str]) -> None:
+    from typer.testing import CliRunner
+
+    from kiban.cli.main import app
+
+    result = CliRunner().invoke(app, ["model-server", "--help"])
+    assert result.exit_code == 0
+    assert result.output.startswith("usage: kiban model-server [-h]")
+    assert "python -m" not in result.output
+    with pytest.raises(SystemExit):
+        parse_options(["--max_batch_size", "0"])
+    assert "usage: kiban model-server" in capsys.readouterr().err

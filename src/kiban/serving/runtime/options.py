@@ -127,7 +127,7 @@ def _non_negative_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; ``allow_abbrev`` is off so KServe's unknown flags never match ours."""
     p = argparse.ArgumentParser(
-        prog="python -m kiban.serving.runtime",
+        prog="kiban model-server",  # as people run it (replicas: python -m kiban.serving.runtime)
         description="Serve a local Hugging Face transformers model over HTTP (OpenAI API and "
         "Open Inference Protocol v2).",
         allow_abbrev=False,
