@@ -189,7 +189,13 @@ def test_chat_streams_canary_splits_promotes_and_a_bad_revision_fails(
     assert answer.headers["x-kiban-revision"] == "chat-00002"
 
     # kiban rollback with no canary brings back the revision before the stable one.
-    served.ok("rollback", "chat")
+    rolled = served.cli("rollback", "chat")
+    assert rolled.returncode == 0, rolled.stderr
+    assert rolled.stderr.splitlines() == [
+        "service chat rolled back: revision chat-00001 comes back and takes all traffic once it "
+        "is ready",
+        "traffic: chat-00002 100% (until it is ready)",
+    ]
     wait_for(
         served,
         "chat",
