@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kiban.control.ownership import LOCK_FILE, Ownership, OwnershipError
+from kiban.control.ownership import LOCK_FILE, Ownership, OwnershipError, ended_here
 
 
 @pytest.fixture
@@ -112,3 +113,13 @@ def test_the_default_store_in_the_home_needs_no_lock_of_its_own(owned: Ownership
     owned.claim_store(f"sqlite:///{owned.home / 'kiban.db'}", on_lost=lambda _: None)
     owned.claim_store(None, on_lost=lambda _: None)
     assert sorted(p.name for p in owned.home.iterdir()) == [LOCK_FILE]
+
+
+def test_a_database_session_of_a_process_that_ended_here_is_known_as_such() -> None:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait(timeout=30)
+    host = socket.gethostname()
+    assert ended_here(f"kiban {ended.pid}@{host} http://127.0.0.1:1")
+    assert not ended_here(f"kiban {os.getpid()}@{host} http://127.0.0.1:1")  # alive
+    assert not ended_here(f"kiban {ended.pid}@another-{host}")  # not this machine's to judge
+    assert not ended_here("psql")  # not a control plane

@@ -3,6 +3,7 @@ its connection drops, and lost (with the holder told) when another took it meanw
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -118,3 +119,32 @@ def test_the_lock_taken_by_another_meanwhile_is_lost_and_the_holder_told(
     (message,) = lost
     assert message.startswith("kiban 2@b http://10.0.0.6:8470, connected from")
     assert "no longer owns it" in message
+
+
+def test_a_holder_known_to_have_ended_is_waited_for_a_while(
+    database: str, leases: list[DatabaseLease]
+) -> None:
+    """A control plane killed a moment ago: PostgreSQL may still be closing its session."""
+    first = claim(database, "kiban 1@a", leases, [])
+    releasing = threading.Timer(0.5, first.release)
+    releasing.start()
+    try:
+        lease = DatabaseLease.claim(
+            database, "kiban 2@a", lambda _: None, check_s=HOUR, ended=lambda name: True
+        )
+    finally:
+        releasing.join()
+    leases.append(lease)
+    assert lock_holders(database)  # the second holds it now
+    # one that is not known to have ended is refused at once, one that never lets go in time
+    seen: list[str] = []
+
+    def alive(name: str) -> bool:
+        seen.append(name)
+        return False
+
+    with pytest.raises(DatabaseInUse, match="in use by kiban 2@a"):
+        DatabaseLease.claim(database, "kiban 3@a", lambda _: None, ended=alive)
+    assert seen == ["kiban 2@a"]
+    with pytest.raises(DatabaseInUse, match="in use by kiban 2@a"):
+        DatabaseLease.claim(database, "kiban 3@a", lambda _: None, ended=lambda _: True, wait_s=0.3)

@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -66,6 +67,10 @@ class Holder:
         if self.since is not None:
             text += f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.since))}"
         return text
+
+    def session_name(self) -> str:
+        """``kiban 4242@host-a http://10.0.0.5:8470``: how a database session names it."""
+        return f"kiban {self.pid}@{self.host} {self.url or ''}".strip()
 
     def to_json(self) -> str:
         fields = {"pid": self.pid, "host": self.host, "url": self.url, "since": self.since}
@@ -147,6 +152,21 @@ def read_holder(path: Path) -> str:
     return "its pid is not written yet"
 
 
+def ended_here(session_name: str) -> bool:
+    """Whether a database session named as ``Holder.session_name`` names is a process of this
+    machine that has ended (killed a moment ago, its session still closing)."""
+    found = re.match(r"kiban (\d+)@(\S+)", session_name)
+    if found is None or found.group(2) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(found.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
 # -- both ----------------------------------------------------------------------------------------
 class Ownership:
     """What one ``kiban up`` holds: its home's lock and, for a store outside the home, the
@@ -189,10 +209,9 @@ class Ownership:
         if backend == "postgresql":
             from kiban.store.lease import DatabaseInUse, DatabaseLease, DatabaseUnreachable
 
-            holder = self._holder
-            name = f"kiban {holder.pid}@{holder.host} {holder.url or ''}".strip()
+            name = self._holder.session_name()
             try:
-                self._store = DatabaseLease.claim(db_url, name, on_lost)
+                self._store = DatabaseLease.claim(db_url, name, on_lost, ended=ended_here)
             except DatabaseInUse as exc:
                 raise OwnershipError(
                     f"{exc}, another kiban control plane; two control planes on one database "

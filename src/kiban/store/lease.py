@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, create_engine, text
@@ -34,7 +35,8 @@ from sqlalchemy.pool import NullPool
 # The one advisory lock kiban takes in its database: "kiban-cp" in ASCII, as a bigint.
 ADVISORY_KEY = 0x6B6962616E2D6370
 CHECK_S = 5.0  # how often the lease's connection is checked
-RETRY_S = 0.5  # how often a dropped connection is tried again
+RETRY_S = 0.5  # how often a dropped connection, or a lock held by an ended process, is retried
+WAIT_S = 10.0  # how long a claim waits for the lock of a process that ended to be freed
 APPLICATION_NAME_MAX = 63  # PostgreSQL keeps this many bytes of application_name
 # TCP keepalives of the lease's connection: a vanished peer is noticed after about 10 + 5 * 3 s.
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_COUNT = 10, 5, 3
@@ -76,23 +78,34 @@ class DatabaseLease:
         holder: str,
         on_lost: Callable[[str], None],
         check_s: float = CHECK_S,
+        ended: Callable[[str], bool] | None = None,
+        wait_s: float = WAIT_S,
     ) -> DatabaseLease:
         """Take the lock, naming this session ``holder`` (what another claimant is told);
         DatabaseInUse naming the session that has it, DatabaseUnreachable when the database
         cannot be reached. ``on_lost`` is called (from the watching thread) if the lock is lost
-        to another session for good."""
+        to another session for good. ``ended``: whether a holder, by its name, is a process
+        known to have ended (killed a moment ago: PostgreSQL is still closing its session);
+        such a holder is waited for, up to ``wait_s`` seconds."""
         engine = lease_engine(url, holder)
         shown = make_url(url).render_as_string(hide_password=True)
+        deadline = time.monotonic() + wait_s
         try:
-            connection = _connect_and_lock(engine)
-            who = holder_of_lock(engine) if connection is None else ""
+            while (connection := _connect_and_lock(engine)) is None:
+                found = holder_of_lock(engine)
+                if found is not None and (
+                    ended is None or not ended(found[0]) or time.monotonic() > deadline
+                ):
+                    engine.dispose()
+                    raise DatabaseInUse(f"the database {shown} is in use by {found[1]}")
+                if time.monotonic() > deadline:
+                    engine.dispose()
+                    raise DatabaseInUse(f"the database {shown} is in use, by a session gone now")
+                time.sleep(RETRY_S)
         except SQLAlchemyError as exc:
             engine.dispose()
             reason = getattr(exc, "orig", None) or exc
             raise DatabaseUnreachable(f"cannot reach the database {shown}: {reason}") from None
-        if connection is None:
-            engine.dispose()
-            raise DatabaseInUse(f"the database {shown} is in use by {who}")
         lease = cls(engine, connection, on_lost, check_s)
         lease._watcher.start()
         return lease
@@ -138,17 +151,19 @@ class DatabaseLease:
                 self._connection = None
         try:
             self._connection = _connect_and_lock(self._engine)
-            who = holder_of_lock(self._engine) if self._connection is None else ""
+            found = holder_of_lock(self._engine) if self._connection is None else None
         except SQLAlchemyError as exc:
             log.warning("cannot reach the database to take the lease again: %s", exc)
             return True
         if self._connection is not None:
             log.warning("the database lease is held again")
             return True
+        if found is None:  # the other let go meanwhile: take it at the next check
+            return True
         self.lost = True
         self._on_lost(
-            f"{who} took the database while this control plane's connection to it was down; "
-            "this one no longer owns it"
+            f"{found[1]} took the database while this control plane's connection to it was "
+            "down; this one no longer owns it"
         )
         return False
 
@@ -189,9 +204,10 @@ def _connect_and_lock(engine: Engine) -> Connection | None:
     return connection
 
 
-def holder_of_lock(engine: Engine) -> str:
+def holder_of_lock(engine: Engine) -> tuple[str, str] | None:
     """Who holds kiban's advisory lock in this database, as PostgreSQL sees the session: its
-    application name, where it connected from and since when."""
+    application name, and a description (the name, where it connected from and since when);
+    None when nobody holds it now."""
     query = text(
         "SELECT a.application_name, host(a.client_addr), a.backend_start, l.pid "
         "FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
@@ -204,11 +220,11 @@ def holder_of_lock(engine: Engine) -> str:
             query, {"high": ADVISORY_KEY >> 32, "low": ADVISORY_KEY & 0xFFFFFFFF}
         ).first()
     if row is None:
-        return "a session that let go of it meanwhile (try again)"
+        return None
     name, address, started, backend = row
     parts = [name or f"database session {backend}"]
     if address:
         parts.append(f"connected from {address}")
     if started is not None:
         parts.append(f"since {started.astimezone().strftime('%Y-%m-%d %H:%M:%S')}")
-    return ", ".join(parts)
+    return name or "", ", ".join(parts)
