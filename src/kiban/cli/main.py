@@ -112,7 +112,8 @@ def up(
         ),
     ] = None,
 ) -> None:
-    """Run the whole platform in the foreground: API, scheduler and an executor."""
+    """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
+    per home, and per PostgreSQL database: a second is refused, naming the first."""
     from kiban.domain.cluster import parse_cluster_config
 
     if backend not in ("local", "kubernetes"):
