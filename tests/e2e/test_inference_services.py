@@ -159,8 +159,21 @@ def test_chat_streams_canary_splits_promotes_and_a_bad_revision_fails(
     answer = httpx.post(f"{url}/openai/v1/completions", json=plain, timeout=60)
     assert answer.headers["x-kiban-revision"] == "chat-00002"
 
-    # A revision whose model cannot load fails with the loader's message; traffic stays.
+    # A model path that does not exist here is refused at once, naming it; nothing changes.
     manifest["spec"]["model"]["storageUri"] = "file:///nonexistent/model"
+    (served.workdir / "chat.yaml").write_text(yaml.safe_dump(manifest))
+    refused = served.cli("serve", served.workdir / "chat.yaml")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "spec.model.storageUri: file:///nonexistent/model: /nonexistent/model does not " \
+        "exist on this machine" in refused.stderr, refused.stderr
+    assert [r["name"] for r in served.client.service("chat")["revisions"]] == [
+        "chat-00001",
+        "chat-00002",
+    ]
+    # A revision whose model cannot load fails with the loader's message; traffic stays.
+    empty = served.workdir / "not-a-model"
+    empty.mkdir()
+    manifest["spec"]["model"]["storageUri"] = f"file://{empty}"
     serve(served, manifest, "chat.yaml")
     service = wait_for(
         served,
@@ -169,14 +182,20 @@ def test_chat_streams_canary_splits_promotes_and_a_bad_revision_fails(
         lambda s: revision_states(s).get("chat-00003") == "Failed",
     )
     failed = next(r for r in service["revisions"] if r["name"] == "chat-00003")
-    assert "/nonexistent/model" in failed["message"]
+    assert str(empty) in failed["message"]
     assert service["traffic"] == {"chat-00002": 100}
     answer = httpx.post(f"{url}/openai/v1/completions", json=plain, timeout=60)
     assert answer.status_code == 200
     assert answer.headers["x-kiban-revision"] == "chat-00002"
 
     # kiban rollback with no canary brings back the revision before the stable one.
-    served.ok("rollback", "chat")
+    rolled = served.cli("rollback", "chat")
+    assert rolled.returncode == 0, rolled.stderr
+    assert rolled.stderr.splitlines() == [
+        "service chat rolled back: revision chat-00001 comes back and takes all traffic once it "
+        "is ready",
+        "traffic: chat-00002 100% (until it is ready)",
+    ]
     wait_for(
         served,
         "chat",

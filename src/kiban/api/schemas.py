@@ -110,8 +110,8 @@ class EventOut(ApiModel):
 
 
 class FlavorUsageOut(ApiModel):
-    """A queue's quota and use of one flavor, in GPUs; see ``kiban.services.queue_status`` for
-    what borrowed and lent mean. Limits are None when the policy sets none."""
+    """A queue's quota and use of one flavor, in GPUs; see ``kiban.services.quota_ledger`` for
+    what borrowed, lent and over quota mean. Limits are None when the policy sets none."""
 
     flavor: str
     nominal: int | None
@@ -122,14 +122,18 @@ class FlavorUsageOut(ApiModel):
     lent: int
     pending_jobs: int
     pending_gpus: int
+    over_quota: int = 0
+    """Use beyond what the policy lets the queue hold now, lent by no one (after a quota was
+    lowered under running jobs): given back as its jobs end, or reclaimed by preemption."""
 
 
 class QueueOut(ApiModel):
     """A queue: nominal GPUs per flavor (``{"h100": {"gpu": 16}}``; None: no quota) and use.
 
-    ``flavors`` gives per flavor nominal, used, borrowed, lent and pending; ``borrowed`` and
-    ``lent`` are their sums. ``usage`` is the tenant's decayed usage (weighted resource-seconds;
-    ``usageGpuHours`` the same in hours) and ``standing`` its usage per unit of weight.
+    ``flavors`` gives per flavor nominal, used, borrowed, lent, over quota and pending;
+    ``borrowed``, ``lent`` and ``overQuota`` are their sums. ``usage`` is the tenant's decayed
+    usage (weighted resource-seconds; ``usageGpuHours`` the same in hours) and ``standing`` its
+    usage per unit of weight.
     """
 
     name: str
@@ -147,6 +151,7 @@ class QueueOut(ApiModel):
     pending_gpus: int = 0
     borrowed: int = 0
     lent: int = 0
+    over_quota: int = 0
     flavors: list[FlavorUsageOut] = Field(default_factory=list)
     usage: float = 0.0
     usage_gpu_hours: float = 0.0
@@ -207,10 +212,19 @@ class PolicyVersionOut(ApiModel):
 
 
 class DrainStepOut(ApiModel):
+    """A queue left holding more GPUs of a flavor than the policy lets it (``overQuota`` more
+    than ``allowed``), and how they come back: ``reclaimable`` (a queue of its cohort takes
+    them back by preemption when it needs its quota), ``by`` (the latest its jobs' maxRuntime
+    gives them back; None when some job has none)."""
+
     queue: str
     flavor: str
     in_use: int
     allowed: int
+    over_quota: int
+    cohort: str | None
+    reclaimable: bool
+    by: float | None
     message: str
 
 
@@ -224,6 +238,7 @@ class PolicyChangeOut(ApiModel):
     removed: list[str]
     drain_plan: list[DrainStepOut]
     message: str
+    summary: str  # the message without the drain plan
 
 
 class TenantIn(ApiModel):
@@ -343,6 +358,7 @@ def flavor_usage_out(f: FlavorStatus) -> FlavorUsageOut:
         lent=f.lent,
         pending_jobs=f.pending_jobs,
         pending_gpus=f.pending_gpus,
+        over_quota=f.over_quota,
     )
 
 
@@ -364,6 +380,7 @@ def queue_out(status: QueueStatus) -> QueueOut:
         pending_gpus=status.pending_gpus,
         borrowed=status.borrowed,
         lent=status.lent,
+        over_quota=status.over_quota,
         flavors=[flavor_usage_out(f) for f in status.flavors],
         usage=status.usage,
         usage_gpu_hours=status.usage / 3600,
@@ -457,9 +474,18 @@ def policy_change_out(change: PolicyChange) -> PolicyChangeOut:
         removed=list(change.removed),
         drain_plan=[
             DrainStepOut(
-                queue=s.queue, flavor=s.flavor, in_use=s.in_use, allowed=s.allowed, message=str(s)
+                queue=s.queue,
+                flavor=s.flavor,
+                in_use=s.in_use,
+                allowed=s.allowed,
+                over_quota=s.over_quota,
+                cohort=s.cohort,
+                reclaimable=s.reclaimable,
+                by=s.by,
+                message=str(s),
             )
             for s in change.drain
         ],
         message=change.message,
+        summary=change.summary,
     )

@@ -27,7 +27,7 @@ from kiban.scheduler.snapshot import (
     TopologyRequest,
     node_view,
 )
-from kiban.services.queue_status import queue_view
+from kiban.services.quota_ledger import queue_view
 from kiban.services.usage import standings
 from kiban.store.models import Job, Node, Queue, Replica
 
