@@ -55,6 +55,14 @@ def fresh_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     return path
 
 
+def readable_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A new directory every user may read (a model, a site a service serves): as root, the
+    tenants' users run the replicas that read it. ``remove_fresh`` removes it."""
+    path = fresh_dir(tmp_path_factory, name)
+    path.chmod(0o755)
+    return path
+
+
 def remove_fresh(path: Path) -> None:
     if AS_ROOT and path.name.startswith("kiban-e2e-"):
         shutil.rmtree(path, ignore_errors=True)
@@ -142,8 +150,18 @@ def processes_with_env(key: str, match: Callable[[str], bool]) -> list[psutil.Pr
 
 
 def job_processes(job_id: str) -> list[psutil.Process]:
-    """Every live process that belongs to a job (replicas and their children inherit this)."""
-    return processes_with_env("KIBAN_JOB_ID", lambda v: v == job_id)
+    """Every live process that belongs to a job: the replicas and their children (they carry
+    its id in their environment) and the shims that lead their sessions (as root a shim runs in
+    kiban's own environment, not the job's)."""
+    found = processes_with_env("KIBAN_JOB_ID", lambda v: v == job_id)
+    pids = {p.pid for p in found}
+    for process in list(found):
+        with contextlib.suppress(ProcessLookupError, psutil.Error):
+            leader = os.getsid(process.pid)
+            if leader not in pids:
+                found.append(psutil.Process(leader))
+                pids.add(leader)
+    return found
 
 
 @dataclass
