@@ -218,10 +218,17 @@ async def open_loop(
 
 
 async def closed_loop(
-    url: str, token: str, *, clients: int, count: int | None, duration_s: float
+    url: str,
+    token: str,
+    *,
+    clients: int,
+    count: int | None,
+    duration_s: float,
+    document: dict[str, Any] | None = None,
 ) -> LoadResult:
-    """``clients`` connections submitting back to back, ``count`` jobs or for ``duration_s``."""
-    request = prepare_request("POST", url, "/api/v1/jobs", token, held_job())
+    """``clients`` connections submitting back to back, ``count`` jobs or for ``duration_s``;
+    each submits ``document`` (default ``held_job``)."""
+    request = prepare_request("POST", url, "/api/v1/jobs", token, document or held_job())
     connections = await _open_connections(url, clients, request)
     result = LoadResult(warmup=clients)
     loop = asyncio.get_running_loop()
