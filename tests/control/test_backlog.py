@@ -97,10 +97,11 @@ def test_submissions_behind_a_full_window_ask_for_no_pass(
             latencies.append(latency)
         clock.advance(0.05)
 
-    assert counts.stored_behind == STEPS * PER_STEP
-    assert counts.scheduling_passes == passes  # none asked for: each job is behind the window
-    assert (counts.pending_read, counts.judged) == (read, judged_before)
-    assert percentile(latencies, 99) < 2.0  # generous: a bound, not a speed
+    assert counts.stored_behind == STEPS * PER_STEP, counts
+    assert counts.scheduling_passes == passes, counts  # none asked for: all behind the window
+    assert (counts.pending_read, counts.judged) == (read, judged_before), counts
+    p99 = percentile(latencies, 99)
+    assert p99 < 5.0, sorted(latencies)[-5:]  # generous: a bound for a busy machine, not a speed
     # The jobs are stored and shown waiting in the backlog, as before.
     shown = backlogged.get(f"/api/v1/jobs/{ids[-1]}").json()
     assert (shown["state"], shown["reason"]["code"]) == ("Pending", "QueueBacklog")

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
@@ -104,21 +105,45 @@ def tenant_shares(
 
 
 def _pending(
-    session: Session,
+    session: Session, queues: Iterable[str]
 ) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, str], tuple[int, int]]]:
-    """Pending jobs and GPUs per queue, and per (queue, flavor) its current reason names."""
+    """Pending jobs and GPUs per queue, and per (queue, flavor) its current reason names.
+
+    Counted from the index of jobs per queue and state, whatever the backlog; only the jobs a
+    pass has judged (those with a reason: each queue's window) are read one by one, for the
+    flavors their reasons name.
+    """
+    pending = Job.state == JobState.PENDING.value
     per_queue: dict[str, tuple[int, int]] = {}
+    for queue in queues:
+        jobs, gpus, known = session.execute(
+            select(func.count(), func.sum(Job.gpus), func.count(Job.gpus)).where(
+                Job.queue == queue, pending
+            )
+        ).one()
+        total = int(gpus or 0)
+        if known < jobs:  # jobs stored before their GPUs were (see migration 0011_backlog_indexes)
+            query = select(Job.spec).where(Job.queue == queue, pending, Job.gpus.is_(None))
+            total += sum(requested(spec)[1] for spec in session.scalars(query))
+        if jobs:
+            per_queue[queue] = (jobs, total)
     per_flavor: dict[tuple[str, str], tuple[int, int]] = {}
-    for queue, spec, details in session.execute(
-        select(Job.queue, Job.spec, Job.reason_details).where(Job.state == JobState.PENDING.value)
-    ).all():
-        gpus = requested(spec)[1]
-        jobs, total = per_queue.get(queue, (0, 0))
-        per_queue[queue] = (jobs + 1, total + gpus)
+    judged = session.execute(
+        select(Job.id, Job.queue, Job.gpus, Job.reason_details).where(
+            pending, Job.reason_code.is_not(None)
+        )
+    ).all()
+    missing = [job_id for job_id, _queue, gpus, _details in judged if gpus is None]
+    specs: dict[str, dict[str, Any]] = {}
+    if missing:
+        query = select(Job.id, Job.spec).where(Job.id.in_(missing))
+        specs = {job_id: spec for job_id, spec in session.execute(query).all()}
+    for job_id, queue, gpus, details in judged:
         flavor = (details or {}).get("flavor")
         if isinstance(flavor, str):
+            count = requested(specs[job_id])[1] if gpus is None else gpus
             jobs, total = per_flavor.get((queue, flavor), (0, 0))
-            per_flavor[(queue, flavor)] = (jobs + 1, total + gpus)
+            per_flavor[(queue, flavor)] = (jobs + 1, total + count)
     return per_queue, per_flavor
 
 
@@ -134,7 +159,7 @@ def queue_statuses(
     used = used_per_flavor(session, policy)
     book = QuotaBook(queue_view(q, policy, used.get(q.name)) for q in rows)
     counts = queue_usage(session)
-    pending, pending_by_flavor = _pending(session)
+    pending, pending_by_flavor = _pending(session, [q.name for q in rows])
     books: dict[str, dict[str, Share]] = {}
     shares = tenant_shares(session, policy, now, rows)
     result = []
