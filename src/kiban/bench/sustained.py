@@ -11,8 +11,10 @@ For each client count, two fresh ``kiban up`` servers in turn, side by side:
 
 On each, ``clients`` keep-alive connections submit back to back (closed loop) for
 ``duration`` seconds; the rate is what the server sustained, the p99 is of each submission's
-POST to its 201. Before the clock starts the loop has judged the backlog once (its head shows a
-reason), so a pass over it runs during the measurement as it would on a busy cluster.
+POST to its 201. With ``watch_s``, one more connection reads ``GET /api/v1/queues`` every
+``watch_s`` seconds meanwhile, as someone watching ``kiban queues`` (or a dashboard) would.
+Before the clock starts the loop has judged the backlog once (its head shows a reason), so a
+pass over it runs during the measurement as it would on a busy cluster.
 
 Goal (issue 21): at 64 clients at least 500/s with p99 at most 100 ms, and with the backlog no
 more than 2x slower than without it, at each client count.
@@ -38,6 +40,7 @@ from kiban.bench.machine import describe_machine, machine_line
 from kiban.bench.servers import KibanServer
 from kiban.bench.submit import (
     STORES,
+    LoadResult,
     _Workspace,
     _workspace,
     closed_loop,
@@ -68,6 +71,7 @@ class SustainedOptions:
     clients: tuple[int, ...] = (4, 16, 64)
     pending: int = 50_000
     store: str = "sqlite"
+    watch_s: float = 0.0  # 0: nobody reads the queues meanwhile
     startup_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
@@ -79,6 +83,8 @@ class SustainedOptions:
             raise ValueError("--clients names a client count twice")
         if self.pending < 1:
             raise ValueError("--pending must be at least 1")
+        if self.watch_s < 0:
+            raise ValueError("--watch must be 0 (off) or a positive number of seconds")
         if self.store not in STORES:
             raise ValueError(f"--store must be one of {', '.join(STORES)}; got {self.store}")
 
@@ -189,6 +195,49 @@ async def wait_until_judged(url: str, token: str, job_id: str, timeout_s: float)
         await asyncio.sleep(0.2)
 
 
+async def load_and_watch(
+    url: str, token: str, clients: int, options: SustainedOptions
+) -> tuple[LoadResult, list[float]]:
+    """The closed loop of submissions; with ``options.watch_s``, ``GET /api/v1/queues`` every
+    ``watch_s`` seconds beside it (the latency of each read)."""
+    done = asyncio.Event()
+    reads: list[float] = []
+
+    async def watch() -> None:
+        conn = await HttpConnection.open(url)
+        request = prepare_request("GET", url, "/api/v1/queues", token)
+        loop = asyncio.get_running_loop()
+        try:
+            while not done.is_set():
+                began = loop.time()
+                status, body = await conn.send(request)
+                if status != 200:
+                    raise BenchError(f"GET /api/v1/queues: HTTP {status}: {body[:300]!r}")
+                reads.append(loop.time() - began)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), options.watch_s)
+        finally:
+            await conn.close()
+
+    async def load() -> LoadResult:
+        try:
+            return await closed_loop(
+                url,
+                token,
+                clients=clients,
+                count=None,
+                duration_s=options.duration_s,
+                document=backlog_job(),
+            )
+        finally:
+            done.set()
+
+    if not options.watch_s:
+        return await load(), reads
+    result, _ = await asyncio.gather(load(), watch())
+    return result, reads
+
+
 # -- phases ----------------------------------------------------------------------------------
 def _store_url(server: KibanServer) -> str:
     return server.db_url or default_url(server.home)
@@ -217,21 +266,17 @@ def measure(
         say(f"  {clients} clients for {options.duration_s:g}s, {before:,} jobs pending")
         cpu_before = server.cpu_seconds()
         try:
-            result = asyncio.run(
-                closed_loop(
-                    server.url,
-                    server.token,
-                    clients=clients,
-                    count=None,
-                    duration_s=options.duration_s,
-                    document=backlog_job(),
-                )
+            result, reads = asyncio.run(
+                load_and_watch(server.url, server.token, clients, options)
             )
         except BenchError as exc:
             raise BenchError(f"{name}: {exc}; the server's log ends:\n{server.log}") from exc
         cpu = server.cpu_seconds() - cpu_before
         after = asyncio.run(jobs_in_queue(server.url, server.token, BACKLOG_QUEUE))
     answered = result.submitted + result.warmup
+    watched = {}
+    if options.watch_s:
+        watched = {"queues_reads": len(reads), "queues_p99_ms": as_ms(percentile(reads, 99))}
     return {
         "submissions_per_s": round(result.rate, 1),
         "p50_ms": as_ms(percentile(result.latencies_s, 50)),
@@ -243,6 +288,7 @@ def measure(
         "pending_after": after,
         "stored_all": after == before + answered,
         "server_cpu_ms_per_submission": round(cpu * 1000 / max(answered, 1), 3),
+        **watched,
     }
 
 
@@ -286,6 +332,7 @@ def run_sustained_bench(options: SustainedOptions, say: Progress | None = None) 
         "store": options.store,
         "pending": options.pending,
         "duration_s": options.duration_s,
+        "watch_s": options.watch_s or None,
         "sustained": sustained,
         "empty_backlog": empty,
         "slowdown": slowdown,
@@ -351,7 +398,18 @@ def sustained_table(report: dict[str, Any]) -> Table:
             f"{goals['p99_ms']:g} ms ({mark('p99_ms')}); at every count no more than "
             f"{goals['slowdown']:g}x slower than empty ({mark('slowdown')})",
             f"{report['duration_s']:g}s per client count, closed loop, every node cordoned; "
-            f"each row two fresh servers",
+            f"each row two fresh servers"
+            + (
+                f"; GET /api/v1/queues every {report['watch_s']:g}s meanwhile, p99 (backlog, "
+                f"empty): "
+                + ", ".join(
+                    f"{k} clients {report['sustained'][k]['queues_p99_ms']:,.0f}, "
+                    f"{report['empty_backlog'][k]['queues_p99_ms']:,.0f} ms"
+                    for k in report["sustained"]
+                )
+                if report.get("watch_s")
+                else ""
+            ),
             f"machine: {machine_line(report['machine'])}",
         ]
     )

@@ -64,6 +64,10 @@ def submit(
     pending: Annotated[
         int, typer.Option(help="with --sustained: jobs pending in the store before it starts")
     ] = 50_000,
+    watch: Annotated[
+        float,
+        typer.Option(help="with --sustained: also GET /api/v1/queues every this many seconds"),
+    ] = 0.0,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
@@ -81,13 +85,14 @@ def submit(
 
     With `--sustained SECONDS`: for each of `--clients 4,16,64`, a server whose store holds
     `--pending` waiting jobs (every node cordoned) and one with an empty store, each taking
-    back-to-back submissions for SECONDS: submissions/s and p99, side by side.
+    back-to-back submissions for SECONDS: submissions/s and p99, side by side (`--watch 1`:
+    while someone reads the queues every second).
     """
     from kiban.bench.report import report_table
     from kiban.bench.submit import BenchError, SubmitBenchOptions, run_submit_bench
 
     if sustained is not None:
-        _sustained(clients, sustained, pending, store, as_json)
+        _sustained(clients, sustained, pending, watch, store, as_json)
         return
     try:
         counts = client_counts(clients)
@@ -115,7 +120,12 @@ def submit(
 
 
 def _sustained(
-    clients: str, seconds: float, pending: int, store: list[str] | None, as_json: bool
+    clients: str,
+    seconds: float,
+    pending: int,
+    watch: float,
+    store: list[str] | None,
+    as_json: bool,
 ) -> None:
     """``bench submit --sustained``: see ``kiban.bench.sustained``."""
     from kiban.bench.loadgen import BenchError
@@ -128,6 +138,7 @@ def _sustained(
             duration_s=seconds,
             clients=client_counts(clients),
             pending=pending,
+            watch_s=watch,
             store=store[0] if store else "sqlite",
         )
     except ValueError as exc:

@@ -31,10 +31,16 @@ from kiban.domain.usage import decay
 from kiban.scheduler.quota import QuotaBook
 from kiban.services.auth import Principal
 from kiban.services.jobs import requested
-from kiban.services.quota_ledger import NOTHING, Share, ledger, queue_view, used_per_flavor
-from kiban.services.tenants import queue_usage
+from kiban.services.quota_ledger import (
+    HOLDING,
+    NOTHING,
+    Share,
+    ledger,
+    queue_view,
+    used_per_flavor,
+)
 from kiban.services.usage import standings
-from kiban.store.models import Job, Queue, TenantUsage
+from kiban.store.models import Job, Queue, Replica, TenantUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +153,24 @@ def _pending(
     return per_queue, per_flavor
 
 
+def _held(session: Session) -> dict[str, tuple[int, int]]:
+    """Per queue: its admitted, running and stopping jobs, and the GPUs its active replicas
+    hold on any node. Read through the jobs holding resources, not every job ever stored."""
+    held: dict[str, tuple[int, int]] = {}
+    for queue, jobs in session.execute(
+        select(Job.queue, func.count()).where(Job.state.in_(HOLDING)).group_by(Job.queue)
+    ).all():
+        held[queue] = (jobs, 0)
+    for queue, gpu_ids in session.execute(
+        select(Job.queue, Replica.gpu_ids)
+        .join(Replica, Replica.job_id == Job.id)
+        .where(Replica.active.is_(True))
+    ).all():
+        jobs, gpus = held.get(queue, (0, 0))
+        held[queue] = (jobs, gpus + len(gpu_ids or []))
+    return held
+
+
 def queue_statuses(
     session: Session, principal: Principal, policy: ClusterPolicy, now: float
 ) -> list[QueueStatus]:
@@ -158,7 +182,7 @@ def queue_statuses(
     rows = list(session.scalars(select(Queue).order_by(Queue.name)))
     used = used_per_flavor(session, policy)
     book = QuotaBook(queue_view(q, policy, used.get(q.name)) for q in rows)
-    counts = queue_usage(session)
+    held = _held(session)
     pending, pending_by_flavor = _pending(session, [q.name for q in rows])
     books: dict[str, dict[str, Share]] = {}
     shares = tenant_shares(session, policy, now, rows)
@@ -196,10 +220,10 @@ def queue_statuses(
             QueueStatus(
                 queue=q,
                 flavors=tuple(flavors),
-                gpus_in_use=counts.get(q.name, {}).get("gpus_in_use", 0),
+                gpus_in_use=held.get(q.name, (0, 0))[1],
                 pending_jobs=jobs,
                 pending_gpus=gpus,
-                running_jobs=counts.get(q.name, {}).get("running", 0),
+                running_jobs=held.get(q.name, (0, 0))[0],
                 usage=standing.usage,
                 standing=standing.standing,
             )
