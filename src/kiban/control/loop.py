@@ -127,6 +127,8 @@ class ControlLoop:
     def jobs_stored(self, jobs: Sequence[Job]) -> None:
         """New submissions are in the store: ask for a pass unless each one stands behind its
         queue's full window, where the pass would not look (see ``kiban.control.window``)."""
+        # Each one is looked at (not only up to the first in a window): during a pass, every
+        # job looked at is checked again against the pass's new window ends.
         behind = [self.window_ends.behind(j.queue, j.priority, j.submitted_at) for j in jobs]
         if all(behind):
             self.counts.stored_behind += len(jobs)
