@@ -66,5 +66,6 @@ def downgrade() -> None:
     op.create_index("ix_jobs_state", "jobs", ["state"])
     op.drop_index("ix_jobs_queue_state", table_name="jobs")
     op.create_index("ix_jobs_queue_state", "jobs", ["queue", "state"])
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_column("gpus")
+    # ALTER TABLE in place (SQLite 3.35 and later, PostgreSQL): a batch copy of the table
+    # would drop the old one, and its replicas with it (ON DELETE CASCADE).
+    op.execute("ALTER TABLE jobs DROP COLUMN gpus")
