@@ -347,6 +347,9 @@ class _Workspace:
 @contextlib.contextmanager
 def _workspace(timeout_s: float) -> Iterator[_Workspace]:
     root = Path(tempfile.mkdtemp(prefix="kiban-bench-"))
+    # Searchable by others (not listable): a server started as root runs each tenant's jobs as
+    # a user of its own, which must reach its working directory in the servers' homes below.
+    root.chmod(0o711)
     try:
         with contextlib.ExitStack() as stack:
             yield _Workspace(root, stack, timeout_s)
