@@ -157,7 +157,7 @@ def build_platform(
         raise
     loop = ControlLoop(sessions, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
     platform = Platform(
-        submissions=SubmissionWriter(sessions),
+        submissions=SubmissionWriter(sessions, on_stored=loop.jobs_stored),
         home=home,
         engine=engine,
         sessions=sessions,

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from kiban.executors.base import NodeInfo
+from kiban.services import queue_status
 from kiban.services.auth import Principal
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import apply_policy, current_policy
@@ -110,10 +111,15 @@ class Store:
         assert gpus == 0, "not enough free GPUs of that flavor in the test cluster"
         self.session.commit()
 
-    def wait(self, queue: str, gpus: int, flavor: str | None = None) -> None:
-        """A pending job of ``queue``; its recorded reason names ``flavor`` when given."""
+    def wait(
+        self, queue: str, gpus: int, flavor: str | None = None, *, before_0011: bool = False
+    ) -> None:
+        """A pending job of ``queue``; its recorded reason names ``flavor`` when given. Its
+        GPUs are in its spec only when it was stored ``before_0011`` (that added the column)."""
         self.jobs += 1
         job = self._job(queue, "Pending", gpus)
+        if before_0011:
+            job.gpus = None
         if flavor is not None:
             job.reason_code = "QueueQuotaExhausted"
             job.reason_message = "needs more"
@@ -140,6 +146,7 @@ class Store:
             state=state,
             spec=spec,
             submitted_at=0.0,
+            gpus=gpus,
         )
 
     def statuses(self, principal: Principal = ADMIN, now: float = 0.0) -> dict[str, QueueStatus]:
@@ -305,12 +312,14 @@ def test_pending_jobs_and_gpus_per_queue_and_per_flavor_named_by_their_reason(
     store.wait("vision", 4, flavor="h100")
     store.wait("vision", 2, flavor="a100")
     store.wait("vision", 16)  # no pass has judged it yet: no flavor
+    store.wait("vision", 1, flavor="a100", before_0011=True)
+    store.wait("vision", 32, before_0011=True)
     store.hold("vision", "h100", 2)
     vision = store.statuses()["vision"]
-    assert (vision.pending_jobs, vision.pending_gpus, vision.running_jobs) == (3, 22, 1)
+    assert (vision.pending_jobs, vision.pending_gpus, vision.running_jobs) == (5, 55, 1)
     assert [(f.flavor, f.pending_jobs, f.pending_gpus) for f in vision.flavors] == [
         ("h100", 1, 4),
-        ("a100", 1, 2),
+        ("a100", 2, 3),
     ]
 
 
@@ -337,3 +346,28 @@ def test_usage_decays_and_standing_divides_it_by_the_weight(store: Store) -> Non
     assert (statuses["nlp"].usage, statuses["nlp"].standing) == (0.0, 0.0)  # nothing used yet
     shares = tenant_shares(store.session, current_policy(store.session), HOUR)
     assert shares["vision"].standing == statuses["vision"].standing
+
+
+def test_a_long_backlog_is_counted_not_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pending jobs are counted and their GPUs added up in the store: no spec of the backlog is
+    read (it was, for every one of 50,000 jobs on each GET /queues: 2 s of CPU; issue 21)."""
+    backlog = [store._job("speech", "Pending", 1) for _ in range(2_000)]
+    for i, job in enumerate(backlog):
+        job.id = f"backlog-{i:05d}"
+    store.session.add_all(backlog)
+    store.session.commit()
+    store.wait("speech", 8, flavor="h100")  # judged by a pass: its reason names a flavor
+    specs_read: list[object] = []
+    requested = queue_status.requested
+
+    def counting(spec: dict[str, Any]) -> tuple[int, int]:
+        specs_read.append(spec)
+        return requested(spec)
+
+    monkeypatch.setattr(queue_status, "requested", counting)
+    speech = store.statuses()["speech"]
+    assert (speech.pending_jobs, speech.pending_gpus) == (2_001, 2_008)
+    assert [(f.flavor, f.pending_jobs, f.pending_gpus) for f in speech.flavors] == [("h100", 1, 8)]
+    assert specs_read == []

@@ -21,7 +21,12 @@ from kiban.store.models import ApiToken, Base, Event, Job, Queue, Replica, Tenan
 
 # Partial indexes (with a WHERE, or a DESC column) are beyond what Alembic's autogenerate
 # compares; their presence is checked by name in test_partial_indexes_exist.
-PARTIAL_INDEXES = {"ix_jobs_pending_order"}
+PARTIAL_INDEXES = {
+    "ix_jobs_pending_order",
+    "ix_jobs_pending_judged",
+    "ix_jobs_state_submitted",
+    "ix_jobs_submitted",
+}
 
 
 def comparable_by_alembic(
@@ -310,5 +315,39 @@ def test_0010_fails_jobs_stored_not_started_with_a_nul_in_their_spec(db_url: str
             ).all()
             assert sorted(failed_events) == ["admitted-nul", "pending-nul"]
             parse_job_manifest(jobs["pending-fine"].spec)  # what is left parses
+    finally:
+        engine.dispose()
+
+
+def test_0011_counts_the_gpus_of_jobs_not_ended_and_indexes_newest_first(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        move_to(engine, "0010_nul_specs")
+        spec = (
+            '{"spec": {"tasks": [{"replicas": 2, "resources": {"gpu": 4}}, '
+            '{"resources": {"gpu": 1}}, {"replicas": 3}]}}'
+        )
+        with engine.begin() as connection:
+            connection.execute(text("INSERT INTO tenants (name, created_at) VALUES ('t', 1)"))
+            for job_id, state in (("waits", "Pending"), ("runs", "Running"), ("done", "Succeeded")):
+                connection.execute(
+                    text(
+                        "INSERT INTO jobs (id, name, tenant, queue, state, priority, spec, "
+                        "submitted_at, attempt) VALUES (:id, :id, 't', 'q', :state, 0, :spec, 1, 1)"
+                    ),
+                    {"id": job_id, "state": state, "spec": spec},
+                )
+        migrate(engine)
+        with engine.connect() as connection:
+            gpus = dict(connection.execute(text("SELECT id, gpus FROM jobs")).all())
+        assert gpus == {"waits": 9, "runs": 9, "done": None}  # 2 x 4 + 1 + 3 x 0
+        names = {i["name"] for i in inspect(engine).get_indexes("jobs")}
+        assert "ix_jobs_state" not in names
+        assert {"ix_jobs_state_submitted", "ix_jobs_submitted", "ix_jobs_pending_judged"} <= names
+
+        move_to(engine, "0010_nul_specs", down=True)
+        names = {i["name"] for i in inspect(engine).get_indexes("jobs")}
+        assert "ix_jobs_state" in names and "ix_jobs_submitted" not in names
+        assert "gpus" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
     finally:
         engine.dispose()

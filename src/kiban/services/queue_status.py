@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
@@ -30,10 +31,16 @@ from kiban.domain.usage import decay
 from kiban.scheduler.quota import QuotaBook
 from kiban.services.auth import Principal
 from kiban.services.jobs import requested
-from kiban.services.quota_ledger import NOTHING, Share, ledger, queue_view, used_per_flavor
-from kiban.services.tenants import queue_usage
+from kiban.services.quota_ledger import (
+    HOLDING,
+    NOTHING,
+    Share,
+    ledger,
+    queue_view,
+    used_per_flavor,
+)
 from kiban.services.usage import standings
-from kiban.store.models import Job, Queue, TenantUsage
+from kiban.store.models import Job, Queue, Replica, TenantUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,22 +111,64 @@ def tenant_shares(
 
 
 def _pending(
-    session: Session,
+    session: Session, queues: Iterable[str]
 ) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, str], tuple[int, int]]]:
-    """Pending jobs and GPUs per queue, and per (queue, flavor) its current reason names."""
+    """Pending jobs and GPUs per queue, and per (queue, flavor) its current reason names.
+
+    Counted from the index of jobs per queue and state, whatever the backlog; only the jobs a
+    pass has judged (those with a reason: each queue's window) are read one by one, for the
+    flavors their reasons name.
+    """
+    pending = Job.state == JobState.PENDING.value
     per_queue: dict[str, tuple[int, int]] = {}
+    for queue in queues:
+        jobs, gpus, known = session.execute(
+            select(func.count(), func.sum(Job.gpus), func.count(Job.gpus)).where(
+                Job.queue == queue, pending
+            )
+        ).one()
+        total = int(gpus or 0)
+        if known < jobs:  # jobs stored before their GPUs were (see migration 0011_backlog_indexes)
+            query = select(Job.spec).where(Job.queue == queue, pending, Job.gpus.is_(None))
+            total += sum(requested(spec)[1] for spec in session.scalars(query))
+        if jobs:
+            per_queue[queue] = (jobs, total)
     per_flavor: dict[tuple[str, str], tuple[int, int]] = {}
-    for queue, spec, details in session.execute(
-        select(Job.queue, Job.spec, Job.reason_details).where(Job.state == JobState.PENDING.value)
-    ).all():
-        gpus = requested(spec)[1]
-        jobs, total = per_queue.get(queue, (0, 0))
-        per_queue[queue] = (jobs + 1, total + gpus)
+    judged = session.execute(
+        select(Job.id, Job.queue, Job.gpus, Job.reason_details).where(
+            pending, Job.reason_code.is_not(None)
+        )
+    ).all()
+    missing = [job_id for job_id, _queue, gpus, _details in judged if gpus is None]
+    specs: dict[str, dict[str, Any]] = {}
+    if missing:
+        query = select(Job.id, Job.spec).where(Job.id.in_(missing))
+        specs = {job_id: spec for job_id, spec in session.execute(query).all()}
+    for job_id, queue, gpus, details in judged:
         flavor = (details or {}).get("flavor")
         if isinstance(flavor, str):
+            count = requested(specs[job_id])[1] if gpus is None else gpus
             jobs, total = per_flavor.get((queue, flavor), (0, 0))
-            per_flavor[(queue, flavor)] = (jobs + 1, total + gpus)
+            per_flavor[(queue, flavor)] = (jobs + 1, total + count)
     return per_queue, per_flavor
+
+
+def _held(session: Session) -> dict[str, tuple[int, int]]:
+    """Per queue: its admitted, running and stopping jobs, and the GPUs its active replicas
+    hold on any node. Read through the jobs holding resources, not every job ever stored."""
+    held: dict[str, tuple[int, int]] = {}
+    for queue, jobs in session.execute(
+        select(Job.queue, func.count()).where(Job.state.in_(HOLDING)).group_by(Job.queue)
+    ).all():
+        held[queue] = (jobs, 0)
+    for queue, gpu_ids in session.execute(
+        select(Job.queue, Replica.gpu_ids)
+        .join(Replica, Replica.job_id == Job.id)
+        .where(Replica.active.is_(True))
+    ).all():
+        jobs, gpus = held.get(queue, (0, 0))
+        held[queue] = (jobs, gpus + len(gpu_ids or []))
+    return held
 
 
 def queue_statuses(
@@ -133,8 +182,8 @@ def queue_statuses(
     rows = list(session.scalars(select(Queue).order_by(Queue.name)))
     used = used_per_flavor(session, policy)
     book = QuotaBook(queue_view(q, policy, used.get(q.name)) for q in rows)
-    counts = queue_usage(session)
-    pending, pending_by_flavor = _pending(session)
+    held = _held(session)
+    pending, pending_by_flavor = _pending(session, [q.name for q in rows])
     books: dict[str, dict[str, Share]] = {}
     shares = tenant_shares(session, policy, now, rows)
     result = []
@@ -171,10 +220,10 @@ def queue_statuses(
             QueueStatus(
                 queue=q,
                 flavors=tuple(flavors),
-                gpus_in_use=counts.get(q.name, {}).get("gpus_in_use", 0),
+                gpus_in_use=held.get(q.name, (0, 0))[1],
                 pending_jobs=jobs,
                 pending_gpus=gpus,
-                running_jobs=counts.get(q.name, {}).get("running", 0),
+                running_jobs=held.get(q.name, (0, 0))[0],
                 usage=standing.usage,
                 standing=standing.standing,
             )

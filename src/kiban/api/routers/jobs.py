@@ -84,7 +84,7 @@ async def submit_job(
 
     When the caller's token and queue are in the lookup cache and the body is a small JSON
     document, the checks run right here; otherwise on a worker thread (they read the store).
-    The write joins the group commit of submissions.
+    The write joins the group commit of submissions, which tells the control loop of the job.
     """
     raw = await request.body()
     content_type = request.headers.get("content-type", "")
@@ -122,7 +122,6 @@ async def submit_job(
     except _NeedsStore:
         prepared = await run_in_threadpool(prepare, True)
     await asyncio.wrap_future(platform.submissions.write(prepared.job, *prepared.events))
-    platform.loop.wake()
     out = job_out(prepared.job)
     out.warnings = list(prepared.warnings)
     body = out.model_dump_json(by_alias=True)
