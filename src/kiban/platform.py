@@ -132,8 +132,10 @@ def build_platform(
     clock: Clock | None = None,
     tick_s: float = 0.2,
     node_sync_s: float | None = None,
+    admin_token_in_home: bool = True,
 ) -> Platform:
-    """Open (and migrate) the store, register nodes, apply the policy, make the admin token.
+    """Open (and migrate) the store, register nodes, apply the policy, make the admin token
+    (written to ``<home>/token``; not ``admin_token_in_home``: only returned, when new).
 
     The cluster file's policy, when it has one, becomes the current policy (see
     ``apply_startup_policy``); a policy the store's nodes or jobs refuse raises (SpecError or
@@ -153,14 +155,15 @@ def build_platform(
         with sessions() as session:
             sync_nodes(session, nodes, now)
             apply_startup_policy(session, config, now)
-            admin_token = ensure_admin_token(session, home / "token", now)
+            token_file = home / "token" if admin_token_in_home else None
+            admin_token = ensure_admin_token(session, token_file, now)
             session.commit()
     except BaseException:
         engine.dispose()
         raise
     loop = ControlLoop(sessions, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
     platform = Platform(
-        submissions=SubmissionWriter(sessions),
+        submissions=SubmissionWriter(sessions, on_stored=loop.jobs_stored),
         home=home,
         engine=engine,
         sessions=sessions,

@@ -27,7 +27,7 @@ def get_session(platform: Annotated[Platform, Depends(get_platform)]) -> Iterato
 def get_principal(
     request: Request,
     session: Annotated[Session, Depends(get_session)],
-    authorization: Annotated[str | None, Header()] = None,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Principal:
     return allowed(authenticate(session, authorization), request.method, request.url.path)
 

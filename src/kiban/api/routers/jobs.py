@@ -13,8 +13,9 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from kiban.api import log_follow
+from kiban.api import log_follow, request_bodies, responses
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, allowed
+from kiban.api.params import TOKEN, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.manifests import load_document
 from kiban.domain.states import JobState
@@ -24,7 +25,7 @@ from kiban.services.auth import JOBS_PATH, Principal, authenticate
 from kiban.services.errors import invalid
 from kiban.store.models import Queue
 
-router = APIRouter(prefix=JOBS_PATH, tags=["jobs"])
+router = APIRouter(prefix=JOBS_PATH, tags=["jobs"], dependencies=TOKEN)
 
 LOG_CHUNK = 64 * 1024
 FOLLOW_RETRY_S = 5.0
@@ -41,18 +42,6 @@ class _NeedsStore(Exception):
 
 MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
 MAX_OFFSET = 2**63 - 1  # a file offset
-
-
-MANIFEST_BODY: dict[str, Any] = {
-    "requestBody": {
-        "content": {
-            "application/json": {"schema": {"type": "object"}},
-            "application/yaml": {"schema": {"type": "string"}},
-        },
-        "required": True,
-    }
-}
-"""A manifest in a request body, as OpenAPI describes it: JSON, or YAML text."""
 
 
 def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
@@ -83,18 +72,19 @@ def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
     "",
     status_code=201,
     response_model=JobOut,
-    openapi_extra=MANIFEST_BODY,
+    responses=responses.SUBMIT,
+    openapi_extra=request_bodies.JOB_MANIFEST,
 )
 async def submit_job(
     request: Request,
     platform: PlatformDep,
-    authorization: Annotated[str | None, Header()] = None,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
 
     When the caller's token and queue are in the lookup cache and the body is a small JSON
     document, the checks run right here; otherwise on a worker thread (they read the store).
-    The write joins the group commit of submissions.
+    The write joins the group commit of submissions, which tells the control loop of the job.
     """
     raw = await request.body()
     content_type = request.headers.get("content-type", "")
@@ -132,7 +122,6 @@ async def submit_job(
     except _NeedsStore:
         prepared = await run_in_threadpool(prepare, True)
     await asyncio.wrap_future(platform.submissions.write(prepared.job, *prepared.events))
-    platform.loop.wake()
     out = job_out(prepared.job)
     out.warnings = list(prepared.warnings)
     body = out.model_dump_json(by_alias=True)
@@ -145,36 +134,41 @@ def _standings(platform: Platform, session: Session) -> dict[str, float]:
     return {tenant: share.standing for tenant, share in shares.items()}
 
 
-@router.get("", response_model=list[JobOut])
+@router.get("", response_model=list[JobOut], responses=responses.READ)
 def list_jobs(
     platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
-    state: Annotated[list[str] | None, Query(description="filter by state (repeatable)")] = None,
-    queue: str | None = None,
-    tenant: str | None = None,
-    name: str | None = None,
+    state: Annotated[
+        list[JobState] | None, Query(description="only jobs in these states (repeatable)")
+    ] = None,
+    queue: NameFilter = None,
+    tenant: NameFilter = None,
+    name: NameFilter = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
+    """Jobs the caller may see, newest first; a member's are its tenant's whatever ``tenant``
+    says."""
+    states = [s.value for s in state or ()]
     rows = jobs.list_jobs(
-        session, principal, states=state or (), queue=queue, tenant=tenant, name=name, limit=limit
+        session, principal, states=states, queue=queue, tenant=tenant, name=name, limit=limit
     )
     standing = _standings(platform, session) if rows else {}
     return [job_out(j, standing=standing.get(j.tenant)) for j in rows]
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=responses.READ_ONE)
 def get_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     job = jobs.get_visible(session, principal, job_id)
     standing = _standings(platform, session).get(job.tenant)
     return job_out(job, jobs.replicas_of(session, job), with_spec=True, standing=standing)
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=responses.CHANGE_ONE)
 def cancel_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     job = jobs.cancel(session, principal, job_id, platform.clock.now())
     session.commit()
@@ -182,13 +176,9 @@ def cancel_job(
     return job_out(job)
 
 
-@router.post(
-    "/{job_id}/checkpoint",
-    response_model=JobOut,
-    responses={404: {"description": "no such job (or another tenant's)"}, 409: {}},
-)
+@router.post("/{job_id}/checkpoint", response_model=JobOut, responses=responses.CHANGE_ONE)
 def checkpoint_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     """A running job reports that it saved a checkpoint now (409 if it is not running)."""
     job = jobs.report_checkpoint(session, principal, job_id, platform.clock.now())
@@ -196,9 +186,9 @@ def checkpoint_job(
     return job_out(job)
 
 
-@router.get("/{job_id}/events", response_model=list[EventOut])
+@router.get("/{job_id}/events", response_model=list[EventOut], responses=responses.READ_ONE)
 def job_events(
-    job_id: str,
+    job_id: JobId,
     principal: PrincipalDep,
     session: SessionDep,
     after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
@@ -217,10 +207,16 @@ def _job_state(platform: Platform, principal: Principal, job_id: str) -> tuple[J
 @router.get(
     "/{job_id}/logs",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={
+        **responses.READ_ONE,
+        200: {
+            "description": "the replica's output from ``offset`` on (bytes as written)",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
 )
 async def job_logs(
-    job_id: str,
+    job_id: JobId,
     platform: PlatformDep,
     principal: PrincipalDep,
     rank: Annotated[int, Query(ge=0, le=100000)] = 0,
