@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.schemas import (
     NodeOut,
     QueueIn,
@@ -20,7 +20,7 @@ from kiban.api.schemas import (
 )
 from kiban.services import nodes, policy, queue_status, tenants
 
-router = APIRouter(prefix="/api/v1", tags=["cluster"])
+router = APIRouter(prefix="/api/v1", tags=["cluster"], route_class=SessionRoute)
 
 
 @router.get("/whoami", response_model=WhoAmI)

@@ -8,23 +8,23 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from kiban.api import log_follow
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, allowed
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.manifests import load_document
 from kiban.domain.states import JobState
 from kiban.platform import Platform
 from kiban.services import events, jobs, queue_status
-from kiban.services.auth import JOBS_PATH, Principal, authenticate
+from kiban.services.auth import JOBS_PATH, Principal
 from kiban.services.errors import invalid
 from kiban.store.models import Queue
 
-router = APIRouter(prefix=JOBS_PATH, tags=["jobs"])
+router = APIRouter(prefix=JOBS_PATH, tags=["jobs"], route_class=SessionRoute)
 
 LOG_CHUNK = 64 * 1024
 FOLLOW_RETRY_S = 5.0
@@ -85,16 +85,13 @@ def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
     response_model=JobOut,
     openapi_extra=MANIFEST_BODY,
 )
-async def submit_job(
-    request: Request,
-    platform: PlatformDep,
-    authorization: Annotated[str | None, Header()] = None,
-) -> Response:
+async def submit_job(request: Request, platform: PlatformDep, principal: PrincipalDep) -> Response:
     """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
 
-    When the caller's token and queue are in the lookup cache and the body is a small JSON
-    document, the checks run right here; otherwise on a worker thread (they read the store).
-    The write joins the group commit of submissions.
+    The caller was authenticated before the body was read (``kiban.api.admission``). When the
+    caller's queue is in the lookup cache and the body is a small JSON document, the checks run
+    right here; otherwise on a worker thread (they read the store). The write joins the group
+    commit of submissions.
     """
     raw = await request.body()
     content_type = request.headers.get("content-type", "")
@@ -110,10 +107,6 @@ async def submit_job(
 
                 return platform.lookups.get(key, guarded)
 
-            principal = lookup(
-                ("principal", authorization), lambda: authenticate(session, authorization)
-            )
-            allowed(principal, "POST", JOBS_PATH)
             document = parse_manifest_body(raw, content_type)
             return jobs.prepare_submission(
                 session,

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.schemas import (
     PolicyChangeOut,
     PolicyOut,
@@ -17,7 +17,7 @@ from kiban.api.schemas import (
 )
 from kiban.services import policy
 
-router = APIRouter(prefix="/api/v1/policy", tags=["policy"])
+router = APIRouter(prefix="/api/v1/policy", tags=["policy"], route_class=SessionRoute)
 
 
 @router.get("", response_model=PolicyOut)

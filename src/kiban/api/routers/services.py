@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.routers.jobs import MANIFEST_BODY, MAX_EVENT_ID, parse_manifest_body
 from kiban.api.schemas import EventOut, event_out
 from kiban.api.serving_schemas import ServiceOut, TrafficOut, service_out
@@ -18,7 +18,7 @@ from kiban.services import events, serving
 from kiban.services.service_status import service_status
 from kiban.store.models import ServiceRow
 
-router = APIRouter(prefix="/api/v1/services", tags=["services"])
+router = APIRouter(prefix="/api/v1/services", tags=["services"], route_class=SessionRoute)
 
 
 def _stats(platform: Platform, row: ServiceRow) -> TrafficOut:
