@@ -1,37 +1,60 @@
-"""The FastAPI application: routers under ``/api/v1``, ``/healthz``, JSON errors."""
+"""The FastAPI application: routers under ``/api/v1``, ``/healthz``, JSON errors, admission."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
 
 from kiban import __version__
+from kiban.api.admission import Admission, AdmissionLimits
 from kiban.api.errors import install_error_handlers
 from kiban.api.routers import cluster, jobs, policy, services
 from kiban.platform import Platform
+from kiban.store.db import REQUEST_THREADS
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def create_app(platform: Platform, lifespan: Lifespan | None = None) -> FastAPI:
-    """The app over ``platform``; ``lifespan`` starts and stops what the server runs beside it."""
+def create_app(
+    platform: Platform,
+    lifespan: Lifespan | None = None,
+    limits: AdmissionLimits | None = None,
+) -> FastAPI:
+    """The app over ``platform``; ``lifespan`` starts and stops what the server runs beside it;
+    ``limits``: how much it takes at once (see ``kiban.api.admission``)."""
+
+    @asynccontextmanager
+    async def run(app: FastAPI) -> AsyncIterator[None]:
+        # the threads endpoints run on: the API's pool has a connection for each (store.db)
+        to_thread.current_default_thread_limiter().total_tokens = REQUEST_THREADS
+        if lifespan is None:
+            yield
+            return
+        async with lifespan(app):
+            yield
+
     app = FastAPI(
-        lifespan=lifespan,
+        lifespan=run,
         title="kiban",
         version=__version__,
         description="A multi-tenant GPU platform for training and serving models.",
     )
     app.state.platform = platform
+    app.state.stopping = asyncio.Event()  # set when the server stops: log follows end
     install_error_handlers(app)
 
     @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
+        """Answered on the event loop: no worker thread, no store, whatever the load."""
         return {"status": "ok"}
 
     app.include_router(jobs.router)
     app.include_router(cluster.router)
     app.include_router(policy.router)
     app.include_router(services.router)
+    app.add_middleware(Admission, platform=platform, limits=limits or AdmissionLimits())
     return app

@@ -1,0 +1,345 @@
+"""Admission: who calls, and whether the API has room for the call, decided before the call's
+body is read and before it takes a worker thread or a store connection.
+
+For every request under ``/api/``, in this order:
+
+1. the bearer token: a principal cached a moment ago is taken on the event loop; otherwise one
+   short store read on a worker thread, shared by the requests that carry the same token at
+   once. No token or a bad one: 401; a job's token beyond its job: 403. Nothing of the body is
+   read for either, and the connection is closed after the answer when a body was on its way;
+2. the body's size: declared above ``max_body_bytes``, 413 at once; found above it while it is
+   read (chunked), 413 then;
+3. room: a principal has ``max_requests_per_principal`` requests in flight at most, and more
+   wait their turn (up to ``max_waiting_per_principal`` of them, ``queue_wait_s`` each); all
+   principals together have ``max_requests``, with the same kind of line. Log follows last as
+   long as their jobs, so they are counted apart (``max_follows_per_principal``,
+   ``max_follows``) and do not wait. No room: 503 with ``Retry-After``, at once or after the
+   wait, never a hang; one member's burst cannot take the others' turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+import sqlalchemy.exc
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kiban.api.deps import PRINCIPAL_STATE, allowed
+from kiban.api.errors import error_response
+from kiban.platform import Platform
+from kiban.services.auth import Principal, authenticate, bearer_token
+from kiban.services.errors import ServiceError, Unavailable
+
+API_PREFIX = "/api/"
+FOLLOW_PATH = re.compile(r"^/api/v1/jobs/[^/]+/logs$")
+TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
+"""What FastAPI reads as true in a query (``follow=...``)."""
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """How much the API takes at once; ``kiban up`` sets the per-principal ones."""
+
+    max_requests: int = 64
+    max_requests_per_principal: int = 16
+    max_waiting: int = 256
+    max_waiting_per_principal: int = 64
+    queue_wait_s: float = 2.0
+    max_follows: int = 512
+    max_follows_per_principal: int = 16
+    max_token_lookups: int = 16
+    """Store reads of tokens not cached, at once (a flood of made-up tokens waits here)."""
+    max_body_bytes: int = 2 << 20
+    """A body is read no further (413): twice the largest manifest, which a submission refuses
+    with a 422 naming the limit."""
+    retry_after_s: int = 1
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_requests",
+            "max_requests_per_principal",
+            "max_follows",
+            "max_follows_per_principal",
+            "max_token_lookups",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be at least 1")
+        if self.queue_wait_s < 0 or self.max_waiting < 0 or self.max_waiting_per_principal < 0:
+            raise ValueError("waits and lines must not be negative")
+
+
+class Slots:
+    """``capacity`` holders at once; up to ``max_waiting`` more wait in line, first come first
+    served, at most ``wait_s`` each. Event-loop only (no locks)."""
+
+    def __init__(self, capacity: int, max_waiting: int = 0, wait_s: float = 0.0) -> None:
+        self.capacity = capacity
+        self.max_waiting = max_waiting
+        self.wait_s = wait_s
+        self.held = 0
+        self._line: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def idle(self) -> bool:
+        return self.held == 0 and not self._line
+
+    @property
+    def waiting(self) -> int:
+        return len(self._line)
+
+    async def take(self) -> bool:
+        """Whether a slot was had (at once, or in line within ``wait_s``); give it back after."""
+        if self.held < self.capacity and not self._line:
+            self.held += 1
+            return True
+        if len(self._line) >= self.max_waiting or self.wait_s <= 0:
+            return False
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._line.append(turn)
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), self.wait_s)
+        except TimeoutError:
+            if turn.done():  # handed a slot as the wait ran out
+                return True
+            turn.cancel()
+            self._leave(turn)
+            return False
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.give_back()  # handed one, but its request is gone
+            else:
+                turn.cancel()
+                self._leave(turn)
+            raise
+        return True
+
+    def give_back(self) -> None:
+        """End a holding: the first in line takes the slot over, or it is free."""
+        while self._line:
+            turn = self._line.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.held -= 1
+
+    def _leave(self, turn: asyncio.Future[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._line.remove(turn)
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            413,
+            f"the request body is larger than {limit / 2**20:g} MiB",
+            headers={"Connection": "close"},
+        )
+
+
+class Admission:
+    """The ASGI middleware that admits API requests (see the module's docstring)."""
+
+    def __init__(self, app: ASGIApp, platform: Platform, limits: AdmissionLimits) -> None:
+        self.app = app
+        self.platform = platform
+        self.limits = limits
+        self.requests = Slots(limits.max_requests, limits.max_waiting, limits.queue_wait_s)
+        self.follows = Slots(limits.max_follows)
+        self._requests_of: dict[Hashable, Slots] = {}
+        self._follows_of: dict[Hashable, Slots] = {}
+        self._lookups = Slots(limits.max_token_lookups, limits.max_waiting, limits.queue_wait_s)
+        self._looking_up: dict[str, asyncio.Future[Principal]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith(API_PREFIX) or _preflight(scope):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        has_body = _has_body(headers)
+        try:
+            principal = allowed(
+                await self._principal(headers.get("authorization")), scope["method"], path
+            )
+            _check_length(headers, self.limits.max_body_bytes)
+        except ServiceError as exc:
+            await self._refuse(scope, receive, send, exc, has_body)
+            return
+        except BodyTooLarge as exc:
+            answer = error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+            await answer(scope, receive, send)
+            return
+        follow = _is_follow(scope)
+        if follow:
+            table, everyone = self._follows_of, self.follows
+            mine = _slots_of(table, principal, self.limits.max_follows_per_principal)
+        else:
+            table, everyone = self._requests_of, self.requests
+            mine = _slots_of(
+                table,
+                principal,
+                self.limits.max_requests_per_principal,
+                self.limits.max_waiting_per_principal,
+                self.limits.queue_wait_s,
+            )
+        try:
+            if not await mine.take():
+                refusal = self._busy(principal, mine, follow, own=True)
+                await self._refuse(scope, receive, send, refusal, has_body)
+                return
+            try:
+                if not await everyone.take():
+                    refusal = self._busy(principal, everyone, follow, own=False)
+                    await self._refuse(scope, receive, send, refusal, has_body)
+                    return
+                try:
+                    scope.setdefault("state", {})[PRINCIPAL_STATE] = principal
+                    with contextlib.suppress(ClientDisconnect):  # nobody left to answer
+                        await self.app(scope, self._bounded(receive), send)
+                finally:
+                    everyone.give_back()
+            finally:
+                mine.give_back()
+        finally:
+            _forget_idle(table, principal)
+
+    # -- who calls -------------------------------------------------------------------------------
+    async def _principal(self, authorization: str | None) -> Principal:
+        """The caller (Unauthorized, or Unavailable when no token read came free in time)."""
+        bearer_token(authorization)  # malformed or missing: refused without the store
+        assert authorization is not None
+        cached = self.platform.lookups.peek(("principal", authorization))
+        if isinstance(cached, Principal) and cached.job_id is None:  # a job's token ends early
+            return cached
+        pending = self._looking_up.get(authorization)
+        if pending is None:
+            if not await self._lookups.take():
+                raise Unavailable(
+                    "too many tokens are being checked at once; try again",
+                    self.limits.retry_after_s,
+                )
+            pending = asyncio.ensure_future(self._load(authorization))
+            self._looking_up[authorization] = pending
+
+            def done(_: object) -> None:
+                self._looking_up.pop(authorization, None)
+                self._lookups.give_back()
+
+            pending.add_done_callback(done)
+        return await asyncio.shield(pending)
+
+    async def _load(self, authorization: str) -> Principal:
+        try:
+            return await run_in_threadpool(self._read, authorization)
+        except sqlalchemy.exc.TimeoutError:
+            raise Unavailable(
+                "the store is busy: no connection came free in time; try again",
+                self.limits.retry_after_s,
+            ) from None
+
+    def _read(self, authorization: str) -> Principal:
+        """The caller, read from the store in a session of its own (on a worker thread)."""
+        with self.platform.sessions() as session:
+            principal = authenticate(session, authorization)
+        if principal.job_id is None:  # a job's token is read each time: it ends with its job
+            self.platform.lookups.put(("principal", authorization), principal)
+        return principal
+
+    # -- answers ---------------------------------------------------------------------------------
+    def _busy(self, principal: Principal, slots: Slots, follows: bool, *, own: bool) -> Unavailable:
+        what = "log follows" if follows else "requests"
+        if own:
+            option = "--max-follows-per-principal" if follows else "--max-requests-per-principal"
+            message = (
+                f"{principal.name} has {slots.capacity} {what} in flight already (the most one "
+                f"caller may have, `kiban up {option}`); try again"
+            )
+        else:
+            message = f"the API is at capacity ({slots.capacity} {what} in flight); try again"
+        return Unavailable(message, self.limits.retry_after_s)
+
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, exc: ServiceError, has_body: bool
+    ) -> None:
+        """Answer ``exc`` without reading the body; close the connection after when one was
+        sent (the rest of it is not read)."""
+        extra: dict[str, str] = {}
+        if isinstance(exc, Unavailable):
+            extra["Retry-After"] = str(exc.retry_after_s)
+        if has_body:
+            extra["Connection"] = "close"
+        await error_response(exc.status, exc.message, headers=extra)(scope, receive, send)
+
+    def _bounded(self, receive: Receive) -> Receive:
+        """``receive`` that refuses a body growing past ``max_body_bytes`` (413)."""
+        limit = self.limits.max_body_bytes
+        seen = 0
+
+        async def bounded() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        return bounded
+
+
+def _has_body(headers: Headers) -> bool:
+    length = headers.get("content-length")
+    return "transfer-encoding" in headers or (length is not None and length.strip() != "0")
+
+
+def _check_length(headers: Headers, limit: int) -> None:
+    length = headers.get("content-length")
+    if length is not None and length.strip().isdigit() and int(length) > limit:
+        raise BodyTooLarge(limit)
+
+
+def _preflight(scope: Scope) -> bool:
+    """``OPTIONS``: what a path allows is no secret (the OpenAPI document says it too)."""
+    return bool(scope["method"] == "OPTIONS")
+
+
+def _is_follow(scope: Scope) -> bool:
+    if scope["method"] != "GET" or not FOLLOW_PATH.match(scope["path"]):
+        return False
+    query = scope.get("query_string", b"").decode("latin-1")
+    return any(k == "follow" and v.lower() in TRUE_WORDS for k, v in parse_qsl(query))
+
+
+def _key(principal: Principal) -> Hashable:
+    return (principal.tenant, principal.name, principal.job_id)
+
+
+def _slots_of(
+    table: dict[Hashable, Slots],
+    principal: Principal,
+    capacity: int,
+    max_waiting: int = 0,
+    wait_s: float = 0.0,
+) -> Slots:
+    key = _key(principal)
+    slots = table.get(key)
+    if slots is None:
+        slots = table[key] = Slots(capacity, max_waiting, wait_s)
+    return slots
+
+
+def _forget_idle(table: dict[Hashable, Slots], principal: Principal) -> None:
+    key = _key(principal)
+    slots = table.get(key)
+    if slots is not None and slots.idle:
+        del table[key]
