@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import os
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI
 
+from kiban.api.admission import AdmissionLimits
 from kiban.api.app import create_app
+from kiban.api.http_protocol import GuardedHttpProtocol
 from kiban.domain.cluster import ClusterConfig
 from kiban.domain.errors import SpecError
 from kiban.executors.base import NodeInfo
@@ -26,6 +32,9 @@ from kiban.services.errors import ServiceError
 
 if TYPE_CHECKING:
     from kiban.executors.kubernetes.options import KubernetesOptions
+
+SHUTDOWN_GRACE_S = 10.0
+"""After SIGTERM (or SIGINT), the server has stopped within this many seconds."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,7 @@ class ServerOptions:
     backend: str = "local"  # or "kubernetes"
     kubeconfig: Path | None = None  # Kubernetes: None is in-cluster
     kube_options: KubernetesOptions | None = None
+    limits: AdmissionLimits = field(default_factory=AdmissionLimits)  # what the API takes at once
 
 
 def local_nodes(options: ServerOptions) -> list[NodeInfo]:
@@ -165,7 +175,7 @@ def serve(options: ServerOptions) -> None:
             f"error: the services' router cannot listen on {options.host}:{router_port}: "
             f"{exc.strerror or exc} (choose another with --router-port)"
         ) from None
-    app = create_app(platform, lifespan)
+    app = create_app(platform, lifespan, options.limits)
     nodes = platform.executor.nodes()
     gpus = sum(n.gpus for n in nodes)
     print(f"kiban is up at {url}", file=sys.stderr)
@@ -182,5 +192,45 @@ def serve(options: ServerOptions) -> None:
     # young generation may grow further before a pass (collections pause every request).
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    config = uvicorn.Config(
+        app,
+        http=GuardedHttpProtocol,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=max(int(SHUTDOWN_GRACE_S / 2), 1),
+    )
+    StoppingServer(config, app.state.stopping).run(sockets=[sock])
+
+
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server, which on SIGTERM or SIGINT ends the log follows at once (they would
+    last as long as their jobs), gives other requests half of ``SHUTDOWN_GRACE_S`` to finish,
+    and exits when the grace period is over whatever is still stopping."""
+
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+        self._deadline: threading.Timer | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._deadline is None:
+            self._deadline = threading.Timer(SHUTDOWN_GRACE_S, _exit_now, args=(sig,))
+            self._deadline.daemon = True
+            self._deadline.start()
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stopping.set()
+        await super().shutdown(sockets)
+
+
+def _exit_now(sig: int) -> None:
+    """The grace period is over: exit now (the store is consistent at every commit, and
+    replicas outlive the server by design)."""
+    print(
+        f"kiban: not stopped {SHUTDOWN_GRACE_S:g} s after the signal; exiting now",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(128 + sig)
