@@ -347,12 +347,44 @@ def logs(
         bool, typer.Option("--follow", "-f", help="stream until the job ends")
     ] = False,
     rank: Annotated[int, typer.Option(help="which replica")] = 0,
+    all_ranks: Annotated[
+        bool, typer.Option("--all-ranks", help="every replica's lines, each after [rank R]")
+    ] = False,
+    tail: Annotated[int | None, typer.Option(help="only the last N lines", min=0)] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="only lines written since: a duration (10m, 2h, 1d) or a time "
+            "(2024-05-01T10:00, 10:00; local time unless it has an offset)"
+        ),
+    ] = None,
+    timestamps: Annotated[
+        bool, typer.Option("--timestamps", help="each line after its time (RFC 3339, UTC)")
+    ] = False,
 ) -> None:
-    """A replica's output (rank 0 unless told)."""
+    """A replica's output (rank 0 unless told) on stdout; where it ran on stderr.
+
+    A job that never started has none: that is said, and the exit code is 1.
+    """
+    from kiban.cli.logs import parse_since, show_logs
+
+    try:
+        since_at = None if since is None else parse_since(since)
+    except ValueError as exc:
+        fail(f"--since: {exc}")
     with client() as api:
-        for chunk in api.logs(job_id, rank=rank, follow=follow):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
+        code = show_logs(
+            api,
+            job_id,
+            rank=rank,
+            follow=follow,
+            all_ranks=all_ranks,
+            tail=tail,
+            since=since_at,
+            timestamps=timestamps,
+        )
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

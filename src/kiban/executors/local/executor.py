@@ -3,6 +3,7 @@
 Layout under the kiban home::
 
     jobs/<job>/rank-<R>.log                 the replica's output, appended across attempts
+    jobs/<job>/rank-<R>.times               when each part of it was written (log_index)
     jobs/<job>/attempt-<A>/rank-<R>.pid     "pid start-time", written right after the launch
     jobs/<job>/attempt-<A>/rank-<R>.exit    exit code, written by the shim when the command ends
     jobs/<job>/attempt-<A>/rank-<R>.sock    a Unix socket kiban's model server listens on too
@@ -40,6 +41,8 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.environment import replica_command, replica_environment
+from kiban.executors.local.log_index import INDEX_FD_ENV, LogMarks, marks_path
+from kiban.executors.log_streams import Mark, line_start_from, tail_start
 from kiban.serving.runtime.options import HOST_ENV, SOCKET_ENV
 
 logger = logging.getLogger("kiban.executors.local")
@@ -211,23 +214,19 @@ class LocalExecutor:
                 exit_file = attempt_dir / f"rank-{placement.rank}.exit"
                 exit_file.unlink(missing_ok=True)
                 log_path = job_dir / f"rank-{placement.rank}.log"
-                gpus = ",".join(map(str, placement.gpu_ids)) or "none"
-                where = f"{placement.task}[{placement.index}] rank {placement.rank}"
-                with open(log_path, "ab") as log:
-                    log.write(
-                        f"=== kiban: attempt {request.attempt}, {where} on {placement.node}, "
-                        f"GPUs {gpus}\n".encode()
-                    )
-                    log.flush()
+                # the log holds the job's output only (kiban logs shows where each attempt ran);
+                # the shim notes when it was written beside it
+                with open(log_path, "ab") as log, open(marks_path(log_path), "ab") as marks:
                     proc = subprocess.Popen(
                         [sys.executable, "-m", SHIM, str(exit_file), "--", *command],
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         cwd=working_dir,
-                        env=env,
+                        env={**env, INDEX_FD_ENV: str(marks.fileno())},
                         start_new_session=True,
                         close_fds=True,
+                        pass_fds=(marks.fileno(),),
                     )
                 start_time = process_identity(proc.pid) or self._clock.now()
                 (attempt_dir / f"rank-{placement.rank}.pid").write_text(
@@ -393,3 +392,31 @@ class LocalExecutor:
     def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
         """None: a local log is a file, read at its end as cheaply as followed."""
         return None
+
+    def _log_path(self, job_id: str, rank: int) -> Path:
+        return safe_job_dir(self.jobs_root, job_id) / f"rank-{int(rank)}.log"
+
+    def log_start(
+        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
+    ) -> int | None:
+        path = self._log_path(job_id, rank)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return None if since is not None else 0
+        start = 0
+
+        def read(offset: int, limit: int) -> bytes:
+            return self.read_log(job_id, rank, offset, limit)[0]
+
+        if tail_lines is not None:
+            start = tail_start(read, size, tail_lines)
+        if since is not None:
+            found = LogMarks(marks_path(path)).offset_since(since, size)
+            if found is None:
+                return None
+            start = max(start, line_start_from(read, found))
+        return start
+
+    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
+        return LogMarks(marks_path(self._log_path(job_id, rank))).between(start, end)

@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 
+from kiban.executors.local.log_index import Relay
+
 
 def _write_exit(path: str, code: int, message: str = "") -> None:
     tmp = f"{path}.tmp"
@@ -31,8 +33,10 @@ def main(argv: list[str]) -> int:
     # The whole process group receives stop signals; the shim outlives its command to record it.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
+    relay = Relay.from_env()  # the command's output goes through it, its times noted
+    output = None if relay is None else relay.child_fd
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, stdout=output, stderr=output)
     except FileNotFoundError:
         message = f"command not found: {command[0]!r}"
         print(f"kiban: {message}", file=sys.stderr, flush=True)
@@ -48,12 +52,17 @@ def main(argv: list[str]) -> int:
         print(f"kiban: {message}", file=sys.stderr, flush=True)
         _write_exit(exit_file, 126, message)
         return 126
+    if relay is not None:
+        relay.start()
+        relay.command_started()
     while True:
         try:
             code = child.wait()
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for safety
             continue
+    if relay is not None:
+        relay.finish()  # its output is in the log before its end is recorded
     exit_code = code if code >= 0 else 128 - code
     message = f"killed by signal {signal.Signals(-code).name}" if code < 0 else ""
     _write_exit(exit_file, exit_code, message)
