@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 import uvicorn
 from fastapi import FastAPI
 
-from kiban.api.admission import AdmissionLimits
 from kiban.api.app import create_app
 from kiban.api.http_protocol import GuardedHttpProtocol
+from kiban.api.limits import AdmissionLimits
 from kiban.domain.cluster import ClusterConfig
 from kiban.domain.errors import SpecError
 from kiban.executors.base import NodeInfo

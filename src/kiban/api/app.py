@@ -10,8 +10,9 @@ from anyio import to_thread
 from fastapi import FastAPI
 
 from kiban import __version__
-from kiban.api.admission import Admission, AdmissionLimits
+from kiban.api.admission import Admission
 from kiban.api.errors import install_error_handlers
+from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import cluster, jobs, policy, services
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS

@@ -14,6 +14,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
+from kiban.api.limits import AdmissionLimits
 from kiban.cli import render
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
@@ -111,6 +112,18 @@ def up(
             "with a token of their job's own); none: they get neither"
         ),
     ] = None,
+    max_requests_per_principal: Annotated[
+        int,
+        typer.Option(
+            help="API requests one caller (member, admin or job) may have in flight; more "
+            "wait briefly in line, then get 503",
+            min=1,
+        ),
+    ] = AdmissionLimits.max_requests_per_principal,
+    max_follows_per_principal: Annotated[
+        int,
+        typer.Option(help="logs one caller may follow at once; more get 503", min=1),
+    ] = AdmissionLimits.max_follows_per_principal,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor."""
     from kiban.domain.cluster import parse_cluster_config
@@ -169,6 +182,10 @@ def up(
         backend=backend,
         kubeconfig=kubeconfig.expanduser().resolve() if kubeconfig is not None else None,
         kube_options=kube_options,
+        limits=AdmissionLimits(
+            max_requests_per_principal=max_requests_per_principal,
+            max_follows_per_principal=max_follows_per_principal,
+        ),
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options)
