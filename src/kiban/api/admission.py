@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections import deque
 from collections.abc import Hashable
@@ -28,19 +29,20 @@ from urllib.parse import parse_qsl
 
 import sqlalchemy.exc
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kiban.api.deps import PRINCIPAL_STATE, allowed
-from kiban.api.errors import error_response
+from kiban.api.errors import error_body, error_response
 from kiban.api.limits import AdmissionLimits
 from kiban.platform import Platform
 from kiban.services.auth import Principal, authenticate, bearer_token
 from kiban.services.errors import ServiceError, Unavailable
 
 API_PREFIX = "/api/"
+HEALTH_PATH = "/healthz"
+HEALTHY_BODY = b'{"status":"ok"}'
 FOLLOW_PATH = re.compile(r"^/api/v1/jobs/[^/]+/logs$")
 TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
 """What FastAPI reads as true in a query (``follow=...``)."""
@@ -130,16 +132,17 @@ class Admission:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
+        if path == HEALTH_PATH and scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
+            await _healthy(scope, send)
+            return
         if scope["type"] != "http" or not path.startswith(API_PREFIX) or _preflight(scope):
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
-        has_body = _has_body(headers)
+        authorization, length, chunked = _request_headers(scope)
+        has_body = chunked or (length is not None and length.strip() not in ("", "0"))
         try:
-            principal = allowed(
-                await self._principal(headers.get("authorization")), scope["method"], path
-            )
-            _check_length(headers, self.limits.max_body_bytes)
+            principal = allowed(await self._principal(authorization), scope["method"], path)
+            _check_length(length, self.limits.max_body_bytes)
         except ServiceError as exc:
             await self._refuse(scope, receive, send, exc, has_body)
             return
@@ -241,12 +244,19 @@ class Admission:
     ) -> None:
         """Answer ``exc`` without reading the body; close the connection after when one was
         sent (the rest of it is not read)."""
-        extra: dict[str, str] = {}
+        body = json.dumps(error_body(exc.status, exc.message), separators=(",", ":")).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
         if isinstance(exc, Unavailable):
-            extra["Retry-After"] = str(exc.retry_after_s)
+            headers.append((b"retry-after", str(exc.retry_after_s).encode()))
+        if exc.status == 401:
+            headers.append((b"www-authenticate", b"Bearer"))
         if has_body:
-            extra["Connection"] = "close"
-        await error_response(exc.status, exc.message, headers=extra)(scope, receive, send)
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     def _bounded(self, receive: Receive) -> Receive:
         """``receive`` that refuses a body growing past ``max_body_bytes`` (413)."""
@@ -265,13 +275,31 @@ class Admission:
         return bounded
 
 
-def _has_body(headers: Headers) -> bool:
-    length = headers.get("content-length")
-    return "transfer-encoding" in headers or (length is not None and length.strip() != "0")
+async def _healthy(scope: Scope, send: Send) -> None:
+    """``/healthz``, answered here: before routing, a thread or the store (the route of the
+    same path documents it)."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"15")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    body = b"" if scope["method"] == "HEAD" else HEALTHY_BODY
+    await send({"type": "http.response.body", "body": body})
 
 
-def _check_length(headers: Headers, limit: int) -> None:
-    length = headers.get("content-length")
+def _request_headers(scope: Scope) -> tuple[str | None, str | None, bool]:
+    """The request's ``Authorization`` and ``Content-Length``, and whether it is chunked (one
+    pass over the raw headers: this runs for every request, refused ones first)."""
+    authorization = length = None
+    chunked = False
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value.decode("latin-1")
+        elif name == b"content-length":
+            length = value.decode("latin-1")
+        elif name == b"transfer-encoding":
+            chunked = True
+    return authorization, length, chunked
+
+
+def _check_length(length: str | None, limit: int) -> None:
     if length is not None and length.strip().isdigit() and int(length) > limit:
         raise BodyTooLarge(limit)
 
