@@ -68,10 +68,8 @@ class Relay:
 
     def finish(self, drain_s: float = DRAIN_S) -> None:
         """Wait until the command's output has been copied (its last writer closed the pipe),
-        for ``drain_s`` at most; then stop copying."""
+        for ``drain_s`` at most (processes the command left behind may hold the pipe)."""
         self._thread.join(drain_s)
-        with contextlib.suppress(OSError):
-            os.close(self.index_fd)
 
     def _copy(self) -> None:
         last_mark = float("-inf")
