@@ -212,9 +212,9 @@ class Admission:
     async def _load(self, authorization: str) -> Principal:
         try:
             return await run_in_threadpool(self._read, authorization)
-        except sqlalchemy.exc.TimeoutError:
+        except (sqlalchemy.exc.TimeoutError, sqlalchemy.exc.OperationalError):
             raise Unavailable(
-                "the store is busy: no connection came free in time; try again",
+                "the store is busy (no connection came free in time, or it is locked); try again",
                 self.limits.retry_after_s,
             ) from None
 
