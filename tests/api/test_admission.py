@@ -14,10 +14,11 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from kiban.api.admission import Admission, Slots
+from kiban.api.admission import Admission
 from kiban.api.deps import SessionRoute
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import cluster, jobs, policy, services
+from kiban.api.slots import Slots
 from kiban.platform import Platform
 
 Message = dict[str, Any]

@@ -15,6 +15,8 @@ For every request under ``/api/``, in this order:
    long as their jobs, so they are counted apart (``max_follows_per_principal``,
    ``max_follows``) and do not wait. No room: 503 with ``Retry-After``, at once or after the
    wait, never a hang; one member's burst cannot take the others' turns.
+
+``/healthz`` is answered here, before anything else of the app (no thread, no store).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import re
-from collections import deque
 from collections.abc import Hashable
 from urllib.parse import parse_qsl
 
@@ -36,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from kiban.api.deps import PRINCIPAL_STATE, allowed
 from kiban.api.errors import error_body, error_response
 from kiban.api.limits import AdmissionLimits
+from kiban.api.slots import Slots
 from kiban.platform import Platform
 from kiban.services.auth import Principal, authenticate, bearer_token
 from kiban.services.errors import ServiceError, Unavailable
@@ -46,65 +48,6 @@ HEALTHY_BODY = b'{"status":"ok"}'
 FOLLOW_PATH = re.compile(r"^/api/v1/jobs/[^/]+/logs$")
 TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
 """What FastAPI reads as true in a query (``follow=...``)."""
-
-
-class Slots:
-    """``capacity`` holders at once; up to ``max_waiting`` more wait in line, first come first
-    served, at most ``wait_s`` each. Event-loop only (no locks)."""
-
-    def __init__(self, capacity: int, max_waiting: int = 0, wait_s: float = 0.0) -> None:
-        self.capacity = capacity
-        self.max_waiting = max_waiting
-        self.wait_s = wait_s
-        self.held = 0
-        self._line: deque[asyncio.Future[None]] = deque()
-
-    @property
-    def idle(self) -> bool:
-        return self.held == 0 and not self._line
-
-    @property
-    def waiting(self) -> int:
-        return len(self._line)
-
-    async def take(self) -> bool:
-        """Whether a slot was had (at once, or in line within ``wait_s``); give it back after."""
-        if self.held < self.capacity and not self._line:
-            self.held += 1
-            return True
-        if len(self._line) >= self.max_waiting or self.wait_s <= 0:
-            return False
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._line.append(turn)
-        try:
-            await asyncio.wait_for(asyncio.shield(turn), self.wait_s)
-        except TimeoutError:
-            if turn.done():  # handed a slot as the wait ran out
-                return True
-            turn.cancel()
-            self._leave(turn)
-            return False
-        except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                self.give_back()  # handed one, but its request is gone
-            else:
-                turn.cancel()
-                self._leave(turn)
-            raise
-        return True
-
-    def give_back(self) -> None:
-        """End a holding: the first in line takes the slot over, or it is free."""
-        while self._line:
-            turn = self._line.popleft()
-            if not turn.done():
-                turn.set_result(None)
-                return
-        self.held -= 1
-
-    def _leave(self, turn: asyncio.Future[None]) -> None:
-        with contextlib.suppress(ValueError):
-            self._line.remove(turn)
 
 
 class BodyTooLarge(HTTPException):
