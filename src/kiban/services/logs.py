@@ -235,22 +235,25 @@ class _Rank:
             *lines, pending = text.split(b"\n")
             out = bytearray()
             at = pending_at
+            offsets = [o for o, _ in for_times] if for_times else []
             for line in lines:
-                out += label + _time_of(for_times, at) + line + b"\n"
+                out += label + _time_of(for_times, offsets, at) + line + b"\n"
                 at += len(line) + 1
             pending_at = at
             if out:
                 yield bytes(out)
         if pending:
             ending = b"\n" if label else b""  # the next rank's lines begin on a line of their own
-            yield label + _time_of(for_times, pending_at) + pending + ending
+            offsets = [o for o, _ in for_times] if for_times else []
+            yield label + _time_of(for_times, offsets, pending_at) + pending + ending
 
 
-def _time_of(marks: list[Mark] | None, offset: int) -> bytes:
-    """The time of the line at ``offset`` and a space, or nothing when it is not known."""
+def _time_of(marks: list[Mark] | None, offsets: list[int], offset: int) -> bytes:
+    """The time of the line at ``offset`` (``offsets``: the marks') and a space, or nothing
+    when it is not known."""
     if not marks:
         return b""
-    at = bisect.bisect_right([o for o, _ in marks], offset) - 1
+    at = bisect.bisect_right(offsets, offset) - 1
     if at < 0:
         return b""
     return timestamp(marks[at][1]).encode() + b" "
