@@ -137,8 +137,10 @@ def build_platform(
     clock: Clock | None = None,
     tick_s: float = 0.2,
     node_sync_s: float | None = None,
+    admin_token_in_home: bool = True,
 ) -> Platform:
-    """Open (and migrate) the store, register nodes, apply the policy, make the admin token.
+    """Open (and migrate) the store, register nodes, apply the policy, make the admin token
+    (written to ``<home>/token``; not ``admin_token_in_home``: only returned, when new).
 
     The cluster file's policy, when it has one, becomes the current policy (see
     ``apply_startup_policy``); a policy the store's nodes or jobs refuse raises (SpecError or
@@ -159,7 +161,8 @@ def build_platform(
         with sessions() as session:
             sync_nodes(session, nodes, now)
             apply_startup_policy(session, config, now)
-            admin_token = ensure_admin_token(session, home / "token", now)
+            token_file = home / "token" if admin_token_in_home else None
+            admin_token = ensure_admin_token(session, token_file, now)
             session.commit()
     except BaseException:
         engine.dispose()
@@ -168,7 +171,7 @@ def build_platform(
     control = session_factory(control_engine)
     loop = ControlLoop(control, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
     platform = Platform(
-        submissions=SubmissionWriter(control),
+        submissions=SubmissionWriter(control, on_stored=loop.jobs_stored),
         home=home,
         engine=engine,
         control_engine=control_engine,

@@ -139,6 +139,56 @@ def test_a_job_token_beyond_its_job_is_403_before_its_body(
     assert exchange.reads == 0
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("POST", "/api/v1/jobs/train-abcdef/checkpoint/../cancel", 404),  # no such operation
+        ("HEAD", "/api/v1/jobs/eval-abcdef", 405),  # a path of the API, not that method
+        ("POST", "/api/v1/jobs/eval-abcdef", 405),
+    ],
+)
+def test_a_job_tokens_target_that_names_no_operation_is_routed_as_for_anyone(
+    platform: Platform, app: Any, method: str, path: str, status: int
+) -> None:
+    """No endpoint runs for it (403 is for operations beyond its job), and its body is not
+    read."""
+    from kiban.services.auth import create_job_token
+
+    with platform.sessions() as session:
+        token = create_job_token(session, job_id="train-abcdef", tenant="default", at=0.0)
+        session.commit()
+    exchange = run(Exchange(method, path, token=token, body=b"{broken"), app)
+    assert exchange.status == status, exchange.sent
+    assert exchange.reads == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("DELETE", "/api/v1/jobs", 405),
+        ("POST", "/api/v1/nowhere", 404),
+        ("GET", "/api/v1/jobs/", 307),
+    ],
+)
+@pytest.mark.parametrize("token", [None, "kbn_not-a-token"])
+def test_without_a_good_token_a_target_that_names_no_operation_is_routed(
+    app: Any, method: str, path: str, status: int, token: str | None
+) -> None:
+    """As OPTIONS, what routing answers tells nothing a caller's token would hide."""
+    exchange = run(Exchange(method, path, token=token, body=b"{broken"), app)
+    assert exchange.status == status, exchange.sent
+    assert exchange.reads == 0
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_body_declared_over_the_limit_is_413_on_any_operation(
+    app: Any, admin_token: str, method: str
+) -> None:
+    exchange = run(Exchange(method, "/api/v1/queues", token=admin_token, declared=50 << 20), app)
+    assert exchange.status == 413
+    assert exchange.reads == 0
+
+
 def test_a_body_declared_over_the_limit_is_413_without_reading_it(
     app: Any, admin_token: str
 ) -> None:

@@ -67,6 +67,18 @@ def test_since_seconds_counts_back_from_the_servers_clock(
     assert logs(api, job_id, since_seconds=4) == "r0 d\nr0 e"
 
 
+def test_since_seconds_and_since_time_together_are_refused(
+    api: TestClient, job_id: str, clock: ManualClock
+) -> None:
+    """Which was meant cannot be told (since_seconds won silently before)."""
+    clock.advance(T0 + 12 - clock.now())
+    answer = api.get(
+        f"/api/v1/jobs/{job_id}/logs", params={"since_seconds": 4, "since_time": T0 + 5}
+    )
+    assert answer.status_code == 422, answer.text
+    assert [p["field"] for p in answer.json()["error"]["problems"]] == ["since_time"]
+
+
 def test_timestamps_put_each_lines_time_before_it(api: TestClient, job_id: str) -> None:
     lines = logs(api, job_id, timestamps=True, tail=4).split("\n")
     assert lines == [

@@ -498,27 +498,52 @@ def test_recover_stops_replicas_of_attempts_the_store_no_longer_holds_active(
     assert executor.attempts() == {(running, 1), ("other-kiban-job", 1)}
 
 
-def test_an_unexpected_launch_error_leaves_that_job_admitted_and_the_others_run(
-    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("embedded null byte"), ConnectionResetError("the API server went away")],
+    ids=["value-error", "api-gone"],
+)
+def test_any_exception_in_a_launch_ends_that_attempt_and_frees_its_gpus(
+    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
-    """Not a LaunchError (a bug, an API gone mid-call): that job stays Admitted for recovery,
-    as after a crash, and the rest of its pass's jobs start."""
-    broken, fine = (submit(platform, manifest(name, gpu=2)) for name in ("broken", "fine"))
+    """Not a LaunchError (a bug, a value the OS refuses, an API gone mid-call): the job fails
+    with the error in its events, what the launch started is abandoned, its GPUs are free for
+    the next job, and the rest of its pass's jobs start. (Before, it stayed Admitted holding
+    its GPUs, and was admitted and stuck again after each restart.)"""
+    broken = submit(platform, manifest("broken", gpu=2, replicas=2))
+    fine = submit(platform, manifest("fine", gpu=2))
     launch = executor.launch
+    abandoned: list[tuple[str, int]] = []
+    abandon = executor.abandon
 
     def launch_or_break(request: LaunchRequest) -> Any:
         if request.job_id == broken:
-            raise ConnectionResetError("the API server went away")
+            launch(request)  # started something, then broke
+            raise error
         return launch(request)
 
+    def record_abandon(job_id: str, attempt: int) -> None:
+        abandoned.append((job_id, attempt))
+        abandon(job_id, attempt)
+
     monkeypatch.setattr(executor, "launch", launch_or_break)
+    monkeypatch.setattr(executor, "abandon", record_abandon)
     platform.loop.run_once()
-    assert (state(platform, broken), state(platform, fine)) == ("Admitted", "Running")
+
+    assert (state(platform, broken), state(platform, fine)) == ("Failed", "Running")
+    job = get(platform, broken)
+    assert job.message == f"the launch failed: {type(error).__name__}: {error}"
+    assert reasons(platform, broken) == ["Submitted", "Admitted", "LaunchFailed"]
+    assert [(r.active, r.state) for r in replica_rows(platform, broken)] == [(False, "Lost")] * 2
+    assert abandoned == [(broken, 1)]
+    assert executor.running(broken) == []
 
     monkeypatch.undo()
-    platform.loop.recover()
+    platform.loop.recover()  # nothing is left Admitted for a restart to find
+    assert state(platform, broken) == "Failed"
+    after = submit(platform, manifest("after", gpu=2, replicas=2))
     platform.loop.run_once()
-    assert state(platform, broken) == "Running"
+    assert state(platform, after) == "Running"  # 4 of 6 GPUs: the failed job's were given back
 
 
 # -- waiting ---------------------------------------------------------------------------------

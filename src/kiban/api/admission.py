@@ -6,7 +6,9 @@ For every request under ``/api/``, in this order:
 1. the bearer token: a principal cached a moment ago is taken on the event loop; otherwise one
    short store read on a worker thread, shared by the requests that carry the same token at
    once. No token or a bad one: 401; a job's token beyond its job: 403. Nothing of the body is
-   read for either, and the connection is closed after the answer when a body was on its way;
+   read for either, and the connection is closed after the answer when a body was on its way.
+   A refused request whose method and path name no operation of the API is routed instead,
+   as any caller's would be (404, 405 with ``Allow``, a redirect): no endpoint runs for it;
 2. the body's size: declared above ``max_body_bytes``, 413 at once; found above it while it is
    read (chunked), 413 then;
 3. room: a principal has ``max_requests_per_principal`` requests in flight at most, and more
@@ -25,7 +27,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from urllib.parse import parse_qsl
 
 import sqlalchemy.exc
@@ -60,12 +62,21 @@ class BodyTooLarge(HTTPException):
 
 
 class Admission:
-    """The ASGI middleware that admits API requests (see the module's docstring)."""
+    """The ASGI middleware that admits API requests (see the module's docstring).
+    ``names_operation``: whether a request's method and path are those of one of the app's
+    routes (None: any request is taken to be)."""
 
-    def __init__(self, app: ASGIApp, platform: Platform, limits: AdmissionLimits) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        platform: Platform,
+        limits: AdmissionLimits,
+        names_operation: Callable[[Scope], bool] | None = None,
+    ) -> None:
         self.app = app
         self.platform = platform
         self.limits = limits
+        self.names_operation = names_operation
         self.requests = Slots(limits.max_requests, limits.max_waiting, limits.queue_wait_s)
         self.follows = Slots(limits.max_follows)
         self._requests_of: dict[Hashable, Slots] = {}
@@ -87,6 +98,9 @@ class Admission:
             principal = allowed(await self._principal(authorization), scope["method"], path)
             _check_length(length, self.limits.max_body_bytes)
         except ServiceError as exc:
+            if not self._operation(scope):  # routing answers it, with no caller: no endpoint
+                await self.app(scope, receive, send)
+                return
             await self._refuse(scope, receive, send, exc, has_body)
             return
         except BodyTooLarge as exc:
@@ -126,6 +140,9 @@ class Admission:
                 mine.give_back()
         finally:
             _forget_idle(table, principal)
+
+    def _operation(self, scope: Scope) -> bool:
+        return self.names_operation is None or self.names_operation(scope)
 
     # -- who calls -------------------------------------------------------------------------------
     async def _principal(self, authorization: str | None) -> Principal:

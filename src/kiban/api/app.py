@@ -8,9 +8,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from anyio import to_thread
 from fastapi import FastAPI
-from starlette.types import ASGIApp
+from starlette.routing import Match
+from starlette.types import ASGIApp, Scope
 
 from kiban import __version__
+from kiban.api import responses
 from kiban.api.admission import Admission
 from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
@@ -50,11 +52,15 @@ def create_app(
     app.state.stopping = asyncio.Event()  # set when the server stops: log follows end
     install_error_handlers(app)
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], responses=responses.SERVED)
     async def healthz() -> dict[str, str]:
         """Whether the API answers: at once, whatever the load (admission answers it before
         anything else of the app runs; no worker thread, no store)."""
         return HEALTHY
+
+    @app.head("/healthz", tags=["health"], responses=responses.SERVED)
+    async def healthz_head() -> None:
+        """``/healthz`` without its body (admission answers it too)."""
 
     app.include_router(jobs.router)
     app.include_router(cluster.router)
@@ -69,4 +75,14 @@ class KibanApi(FastAPI):
     a request refused, or a health check, costs the event loop as little as it can."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return Admission(super().build_middleware_stack(), self.state.platform, self.state.limits)
+        return Admission(
+            super().build_middleware_stack(),
+            self.state.platform,
+            self.state.limits,
+            names_operation=self.names_operation,
+        )
+
+    def names_operation(self, scope: Scope) -> bool:
+        """Whether the request's method and path are one of the routes' (a refused caller's
+        request that names none is routed, as any caller's: 404, 405, 307)."""
+        return any(route.matches(scope)[0] is Match.FULL for route in self.router.routes)

@@ -218,10 +218,17 @@ async def open_loop(
 
 
 async def closed_loop(
-    url: str, token: str, *, clients: int, count: int | None, duration_s: float
+    url: str,
+    token: str,
+    *,
+    clients: int,
+    count: int | None,
+    duration_s: float,
+    document: dict[str, Any] | None = None,
 ) -> LoadResult:
-    """``clients`` connections submitting back to back, ``count`` jobs or for ``duration_s``."""
-    request = prepare_request("POST", url, "/api/v1/jobs", token, held_job())
+    """``clients`` connections submitting back to back, ``count`` jobs or for ``duration_s``;
+    each submits ``document`` (default ``held_job``)."""
+    request = prepare_request("POST", url, "/api/v1/jobs", token, document or held_job())
     connections = await _open_connections(url, clients, request)
     result = LoadResult(warmup=clients)
     loop = asyncio.get_running_loop()
@@ -340,6 +347,9 @@ class _Workspace:
 @contextlib.contextmanager
 def _workspace(timeout_s: float) -> Iterator[_Workspace]:
     root = Path(tempfile.mkdtemp(prefix="kiban-bench-"))
+    # Searchable by others (not listable): a server started as root runs each tenant's jobs as
+    # a user of its own, which must reach its working directory in the servers' homes below.
+    root.chmod(0o711)
     try:
         with contextlib.ExitStack() as stack:
             yield _Workspace(root, stack, timeout_s)

@@ -124,10 +124,18 @@ def up(
         int,
         typer.Option(help="logs one caller may follow at once; more get 503", min=1),
     ] = AdmissionLimits.max_follows_per_principal,
+    multi_tenant: Annotated[
+        bool,
+        typer.Option(
+            "--multi-tenant",
+            help="several tenants share this machine: refuse to start unless root (local jobs "
+            "then run as a user per tenant), and keep the admin token out of the home",
+        ),
+    ] = False,
 ) -> None:
-    """Run the whole platform in the foreground: API, scheduler and an executor."""
+    """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
+    per home, and per PostgreSQL database: a second is refused, naming the first."""
     from kiban.domain.cluster import parse_cluster_config
-    from kiban.server import ServerOptions, serve
 
     if backend not in ("local", "kubernetes"):
         fail(f"--backend must be local or kubernetes, not {backend!r}")
@@ -170,6 +178,17 @@ def up(
         except SpecError as exc:
             fail(f"{config}: {exc}")
     home = (home or default_home()).expanduser().resolve()
+    from kiban.control.ownership import Ownership, OwnershipError
+
+    try:  # the home first: a second control plane there is refused before the server loads
+        ownership = Ownership.claim_home(home)
+    except OwnershipError as exc:
+        fail(str(exc))
+    try:
+        from kiban.server import ServerOptions, serve
+    except KeyboardInterrupt:  # Ctrl-C while the server's modules load: nothing started yet
+        render.err.print("kiban up: interrupted while starting; stopped, nothing left running")
+        raise typer.Exit(130) from None
     options = ServerOptions(
         home=home,
         host=host,
@@ -186,9 +205,10 @@ def up(
             max_requests_per_principal=max_requests_per_principal,
             max_follows_per_principal=max_follows_per_principal,
         ),
+        multi_tenant=multi_tenant,
     )
     with contextlib.suppress(KeyboardInterrupt):
-        serve(options)
+        serve(options, ownership)
 
 
 @app.command(

@@ -54,7 +54,8 @@ def show(
 def apply(
     file: Annotated[str, typer.Argument(help="policy or cluster file (YAML or JSON); - for stdin")],
 ) -> None:
-    """Make a policy file the current policy (admin); prints the version and any drain plan."""
+    """Make a policy file the current policy (admin); prints what changed and the drain plan:
+    each queue left over its new quota, what it gives back, and when."""
     if file == "-":
         text = sys.stdin.read()
     else:
@@ -69,7 +70,12 @@ def apply(
         render.err.print("(nodes are read by kiban up --config; applying the rest)")
     with Client() as api:
         change = api.apply_policy(document)
-    render.err.print(escape(change["message"]))
+    render.err.print(escape(change.get("summary") or change["message"]))
+    steps = change.get("drainPlan") or []
+    if steps and "summary" in change:
+        render.err.print("drain plan (this change preempts nothing itself):")
+        for step in steps:
+            render.err.print(escape(f"  {step['message']}"))
 
 
 @policy_app.command("history")

@@ -185,12 +185,17 @@ def flavor_name(flavor: str) -> str:
     return "-" if flavor == "default" else flavor
 
 
+def borrowed_text(borrowed: int, over_quota: int) -> str:
+    """``4``; with use that no one lends (after a quota was lowered), ``0 +3 over quota``."""
+    return f"{borrowed} +{over_quota} over quota" if over_quota else str(borrowed)
+
+
 def _flavor_cells(f: dict[str, Any]) -> list[object]:
     return [
         flavor_name(f["flavor"]),
         "-" if f.get("nominal") is None else f["nominal"],
         f["used"],
-        f["borrowed"],
+        borrowed_text(f["borrowed"], f.get("overQuota", 0)),
         f["lent"],
         pending_text(f["pendingJobs"], f["pendingGpus"]),
     ]
@@ -218,7 +223,7 @@ def queue_rows(q: dict[str, Any]) -> list[list[str]]:
         "all" if flavors else "-",
         "-" if nominal is None else nominal,
         q["gpusInUse"],
-        q.get("borrowed", 0),
+        borrowed_text(q.get("borrowed", 0), q.get("overQuota", 0)),
         q.get("lent", 0),
         pending_text(q["pending"], q.get("pendingGpus", 0)),
     ]

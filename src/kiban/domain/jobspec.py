@@ -27,6 +27,8 @@ from kiban.scheduler.node_match import NodeConstraint, NodePreference
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NUL = "\x00"
+"""No string that reaches exec may hold it (the OS refuses it: the launch would fail)."""
 RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}
 RESERVED_ENV_PREFIX = "KIBAN_"
 
@@ -55,7 +57,7 @@ class SpecModel(BaseModel):
 
 
 def check_dns_label(value: str, what: str) -> str:
-    if not DNS_LABEL.match(value):
+    if not DNS_LABEL.fullmatch(value):  # match() would take "name\n": $ matches before a \n
         raise ValueError(
             f"{what} {value!r} must be lowercase letters, digits and '-', "
             "start and end with a letter or digit, at most 63 characters"
@@ -161,7 +163,7 @@ class TaskSpec(SpecModel):
     @field_validator("args")
     @classmethod
     def _args(cls, value: list[str]) -> list[str]:
-        if any("\x00" in part for part in value):
+        if any(NUL in part for part in value):
             raise ValueError("must not contain NUL characters")
         return value
 
@@ -221,7 +223,7 @@ class TaskSpec(SpecModel):
     def _command(cls, value: list[str]) -> list[str]:
         if not value[0].strip():
             raise ValueError("the program to run (the first word) must not be empty")
-        if any("\x00" in part for part in value):
+        if any(NUL in part for part in value):
             raise ValueError("must not contain NUL characters")
         return value
 
@@ -238,11 +240,13 @@ class TaskSpec(SpecModel):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
+        for key, item in value.items():
             if not ENV_NAME.match(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
             if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX):
                 raise ValueError(f"{key} is set by kiban and cannot be overridden")
+            if NUL in item:
+                raise ValueError(f"the value of {key} must not contain NUL characters")
         return value
 
 
@@ -291,6 +295,13 @@ class JobSpec(SpecModel):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
             if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX):
                 raise ValueError(f"{key} is set by kiban and cannot be overridden")
+        return value
+
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, value: str | None) -> str | None:
+        if value is not None and NUL in value:
+            raise ValueError("must not contain NUL characters")
         return value
 
     @field_validator("queue")

@@ -59,7 +59,7 @@ def schedule(
     8. Number the waiting jobs within their queues and within the cluster, in the order visited.
     """
     cycle = Cycle.start(snapshot, policy, cache)
-    blocked_by: dict[str, str] = {}
+    blocked: dict[str, PendingReason] = {}  # per StrictFIFO queue whose head waits: why the rest do
     admitted: list[Admit] = []
     preempted: list[Preempt] = []
     waits: list[Wait] = []
@@ -78,9 +78,9 @@ def schedule(
         if queue is None:
             _add_wait(waits, in_queue, job, _queue_not_found(job))
             continue
-        head = blocked_by.get(queue.name)
-        if head is not None:
-            _add_wait(waits, in_queue, job, _blocked_by_head(queue, head))
+        behind = blocked.get(queue.name)
+        if behind is not None:  # one reason, shared by every job behind the head
+            _add_wait(waits, in_queue, job, behind)
             continue
         outcome = _admit_or_explain(cycle, job, queue, preempted)
         if isinstance(outcome, Admit):
@@ -89,7 +89,7 @@ def schedule(
             continue
         _add_wait(waits, in_queue, job, outcome.reason, outcome.reserved_at)
         if queue.strategy is QueueStrategy.STRICT_FIFO:
-            blocked_by[queue.name] = job.id
+            blocked[queue.name] = _blocked_by_head(queue, job.id)
     if more:  # the rest wait for the next cycle, in the snapshot's order
         assert budget is not None
         reason = _over_budget(budget)

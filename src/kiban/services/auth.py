@@ -124,12 +124,17 @@ def revoke_job_tokens(session: Session, job_id: str) -> None:
     session.execute(delete(ApiToken).where(ApiToken.job_id == job_id))
 
 
-def ensure_admin_token(session: Session, token_file: Path, at: float) -> str | None:
-    """On first start, create an admin token and write it to ``token_file`` with mode 0600.
+def ensure_admin_token(session: Session, token_file: Path | None, at: float) -> str | None:
+    """On first start, create an admin token and write it to ``token_file`` with mode 0600
+    (with no file: only when the store has no admin token yet, for the caller to show once).
 
     Returns the new token, or None when an admin token already exists and the file is kept.
     """
     existing = session.scalar(select(ApiToken).where(ApiToken.role == "admin").limit(1))
+    if token_file is None:
+        if existing is not None:
+            return None
+        return create_token(session, name="admin", tenant=None, admin=True, at=at)
     if existing is not None and token_file.exists():
         return None
     token = create_token(session, name="admin", tenant=None, admin=True, at=at)

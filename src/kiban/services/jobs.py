@@ -229,6 +229,7 @@ def prepare_submission(
         spec=submission.document,
         submitted_at=at,
         attempt=1,
+        gpus=spec.total_gpus,
     )
     made = [
         events.new_event(

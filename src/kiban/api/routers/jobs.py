@@ -12,16 +12,19 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from kiban.api import request_bodies, responses
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
+from kiban.api.params import TOKEN, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.manifests import load_document
+from kiban.domain.states import JobState
 from kiban.platform import Platform
 from kiban.services import events, jobs, logs, queue_status
 from kiban.services.auth import JOBS_PATH
 from kiban.services.errors import invalid
 from kiban.store.models import Queue
 
-router = APIRouter(prefix=JOBS_PATH, tags=["jobs"], route_class=SessionRoute)
+router = APIRouter(prefix=JOBS_PATH, tags=["jobs"], dependencies=TOKEN, route_class=SessionRoute)
 
 INLINE_BODY_LIMIT = 64 * 1024  # larger manifests are parsed on a worker thread
 T = TypeVar("T")
@@ -35,18 +38,6 @@ MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
 MAX_OFFSET = 2**63 - 1  # a file offset
 MAX_TAIL = 10_000_000
 MAX_SINCE_S = 1e11  # seconds: any time people mean
-
-
-MANIFEST_BODY: dict[str, Any] = {
-    "requestBody": {
-        "content": {
-            "application/json": {"schema": {"type": "object"}},
-            "application/yaml": {"schema": {"type": "string"}},
-        },
-        "required": True,
-    }
-}
-"""A manifest in a request body, as OpenAPI describes it: JSON, or YAML text."""
 
 
 def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
@@ -77,7 +68,8 @@ def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
     "",
     status_code=201,
     response_model=JobOut,
-    openapi_extra=MANIFEST_BODY,
+    responses=responses.SUBMIT,
+    openapi_extra=request_bodies.JOB_MANIFEST,
 )
 async def submit_job(request: Request, platform: PlatformDep, principal: PrincipalDep) -> Response:
     """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
@@ -85,7 +77,7 @@ async def submit_job(request: Request, platform: PlatformDep, principal: Princip
     The caller was authenticated before the body was read (``kiban.api.admission``). When the
     caller's queue is in the lookup cache and the body is a small JSON document, the checks run
     right here; otherwise on a worker thread (they read the store). The write joins the group
-    commit of submissions.
+    commit of submissions, which tells the control loop of the job.
     """
     raw = await request.body()
     content_type = request.headers.get("content-type", "")
@@ -119,7 +111,6 @@ async def submit_job(request: Request, platform: PlatformDep, principal: Princip
     except _NeedsStore:
         prepared = await run_in_threadpool(prepare, True)
     await asyncio.wrap_future(platform.submissions.write(prepared.job, *prepared.events))
-    platform.loop.wake()
     out = job_out(prepared.job)
     out.warnings = list(prepared.warnings)
     body = out.model_dump_json(by_alias=True)
@@ -132,36 +123,41 @@ def _standings(platform: Platform, session: Session) -> dict[str, float]:
     return {tenant: share.standing for tenant, share in shares.items()}
 
 
-@router.get("", response_model=list[JobOut])
+@router.get("", response_model=list[JobOut], responses=responses.READ)
 def list_jobs(
     platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
-    state: Annotated[list[str] | None, Query(description="filter by state (repeatable)")] = None,
-    queue: str | None = None,
-    tenant: str | None = None,
-    name: str | None = None,
+    state: Annotated[
+        list[JobState] | None, Query(description="only jobs in these states (repeatable)")
+    ] = None,
+    queue: NameFilter = None,
+    tenant: NameFilter = None,
+    name: NameFilter = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
+    """Jobs the caller may see, newest first; a member's are its tenant's whatever ``tenant``
+    says."""
+    states = [s.value for s in state or ()]
     rows = jobs.list_jobs(
-        session, principal, states=state or (), queue=queue, tenant=tenant, name=name, limit=limit
+        session, principal, states=states, queue=queue, tenant=tenant, name=name, limit=limit
     )
     standing = _standings(platform, session) if rows else {}
     return [job_out(j, standing=standing.get(j.tenant)) for j in rows]
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=responses.READ_ONE)
 def get_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     job = jobs.get_visible(session, principal, job_id)
     standing = _standings(platform, session).get(job.tenant)
     return job_out(job, jobs.replicas_of(session, job), with_spec=True, standing=standing)
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=responses.CHANGE_ONE)
 def cancel_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     job = jobs.cancel(session, principal, job_id, platform.clock.now())
     session.commit()
@@ -169,13 +165,9 @@ def cancel_job(
     return job_out(job)
 
 
-@router.post(
-    "/{job_id}/checkpoint",
-    response_model=JobOut,
-    responses={404: {"description": "no such job (or another tenant's)"}, 409: {}},
-)
+@router.post("/{job_id}/checkpoint", response_model=JobOut, responses=responses.CHANGE_ONE)
 def checkpoint_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     """A running job reports that it saved a checkpoint now (409 if it is not running)."""
     job = jobs.report_checkpoint(session, principal, job_id, platform.clock.now())
@@ -183,9 +175,9 @@ def checkpoint_job(
     return job_out(job)
 
 
-@router.get("/{job_id}/events", response_model=list[EventOut])
+@router.get("/{job_id}/events", response_model=list[EventOut], responses=responses.READ_ONE)
 def job_events(
-    job_id: str,
+    job_id: JobId,
     principal: PrincipalDep,
     session: SessionDep,
     after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
@@ -197,32 +189,70 @@ def job_events(
 @router.get(
     "/{job_id}/logs",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={
+        **responses.READ_ONE,
+        200: {
+            "description": "the replica's output as it wrote it (bytes), from where the query "
+            "says on; with `all_ranks`, each line after `[rank R] `; with `timestamps`, each "
+            "line after its time and a space",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
 )
 async def job_logs(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     platform: PlatformDep,
     principal: PrincipalDep,
-    rank: Annotated[int, Query(ge=0, le=100000)] = 0,
+    rank: Annotated[
+        int, Query(ge=0, le=100000, description="the replica's rank (0 to its replicas - 1)")
+    ] = 0,
     all_ranks: Annotated[
-        bool, Query(description="every rank's lines, each after [rank R]")
+        bool,
+        Query(
+            description="every rank's lines, each after `[rank R] ` (in rank order; with "
+            "`follow`, as they come); not with `offset`"
+        ),
     ] = False,
-    follow: bool = False,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-    tail: Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="the last lines")] = None,
+    follow: Annotated[
+        bool, Query(description="stream what is written until the job has ended")
+    ] = False,
+    offset: Annotated[
+        int, Query(ge=0, le=MAX_OFFSET, description="from this byte of the rank's log on")
+    ] = 0,
+    tail: Annotated[
+        int | None, Query(ge=0, le=MAX_TAIL, description="only its last lines, this many")
+    ] = None,
     since_seconds: Annotated[
-        float | None, Query(ge=0, le=MAX_SINCE_S, description="lines written this recently")
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_SINCE_S,
+            description="only the lines written in the last this many seconds (not with "
+            "`since_time`; 422 where the executor does not know when a log was written)",
+        ),
     ] = None,
     since_time: Annotated[
-        float | None, Query(ge=0, le=MAX_SINCE_S, description="lines written since (Unix time)")
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_SINCE_S,
+            description="only the lines written since this time, in seconds since the Unix "
+            "epoch (not with `since_seconds`; 422 as for it)",
+        ),
     ] = None,
     timestamps: Annotated[
-        bool, Query(description="each line after its time (RFC 3339, UTC)")
+        bool,
+        Query(
+            description="each line after the time it was written (RFC 3339, UTC), as "
+            "`kubectl logs --timestamps`"
+        ),
     ] = False,
 ) -> StreamingResponse:
     """A replica's output (or every replica's); with ``follow`` it streams until the job has
-    finished."""
+    finished. ``tail`` and a ``since`` together: the last lines of those written since."""
+    if since_seconds is not None and since_time is not None:
+        raise invalid("since_time", "give since_seconds or since_time, not both")
     query = logs.LogQuery(
         rank=rank,
         all_ranks=all_ranks,
