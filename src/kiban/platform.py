@@ -34,6 +34,7 @@ class Platform:
     home: Path
     engine: Engine
     sessions: sessionmaker[Session]
+    """The API's sessions (``engine``); the control plane's own are ``control_sessions``."""
     executor: Executor
     clock: Clock
     loop: ControlLoop
@@ -45,11 +46,14 @@ class Platform:
     routes: RoutingTable = field(default_factory=RoutingTable)
     traffic: TrafficMetrics = field(default_factory=TrafficMetrics)
     router: RouterServer | None = None
+    control_engine: Engine | None = None
+    """The engine of the control loop, the service controller and the submission writer, whose
+    connections requests cannot take (None: they share ``engine``)."""
     services: ServiceController = field(init=False)
 
     def __post_init__(self) -> None:
         self.services = ServiceController(
-            sessions=self.sessions,
+            sessions=self.control_sessions,
             executor=self.executor,
             table=self.routes,
             traffic=self.traffic,
@@ -78,6 +82,11 @@ class Platform:
         principal = self.lookups.get(("principal", f"Bearer {token}"), load)
         return principal is not None and principal.can_see(tenant)
 
+    @property
+    def control_sessions(self) -> sessionmaker[Session]:
+        """Sessions on the control plane's own connections."""
+        return self.loop.sessions
+
     def service_url(self, tenant: str, name: str) -> str | None:
         """A service's stable URL on the router (None while the router is not running)."""
         return None if self.router is None else self.router.url_for(tenant, name)
@@ -91,6 +100,8 @@ class Platform:
         self.loop.stop()
         self.submissions.stop()
         self.engine.dispose()
+        if self.control_engine is not None:
+            self.control_engine.dispose()
         close = getattr(self.executor, "close", None)  # executors holding threads or connections
         if close is not None:
             close()
@@ -142,11 +153,12 @@ def build_platform(
     ServiceError) and nothing is committed. ``node_sync_s``: how often the control loop asks
     the executor for its nodes again (for a cluster whose nodes change; None: only now).
     """
-    from kiban.store.db import default_url
+    from kiban.store.db import CONTROL_POOL, default_url
 
     home.mkdir(parents=True, exist_ok=True)
     clock = clock or SystemClock()
-    engine = make_engine(db_url or default_url(home))
+    url = db_url or default_url(home)
+    engine = make_engine(url)
     migrate(engine)
     sessions = session_factory(engine)
     now = clock.now()
@@ -161,11 +173,14 @@ def build_platform(
     except BaseException:
         engine.dispose()
         raise
-    loop = ControlLoop(sessions, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
+    control_engine = make_engine(url, CONTROL_POOL)
+    control = session_factory(control_engine)
+    loop = ControlLoop(control, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
     platform = Platform(
-        submissions=SubmissionWriter(sessions, on_stored=loop.jobs_stored),
+        submissions=SubmissionWriter(control, on_stored=loop.jobs_stored),
         home=home,
         engine=engine,
+        control_engine=control_engine,
         sessions=sessions,
         executor=executor,
         clock=clock,

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI
 
 from kiban.api.app import create_app
+from kiban.api.http_protocol import GuardedHttpProtocol
+from kiban.api.limits import AdmissionLimits
 from kiban.control.ownership import Ownership, OwnershipError
 from kiban.domain.cluster import ClusterConfig
 from kiban.domain.errors import SpecError
@@ -30,6 +35,10 @@ from kiban.services.errors import ServiceError
 
 if TYPE_CHECKING:
     from kiban.executors.kubernetes.options import KubernetesOptions
+
+SHUTDOWN_GRACE_S = 10.0
+"""After SIGTERM (or SIGINT), the server has stopped within this many seconds."""
+GIL_SWITCH_S = 0.001
 
 
 INTERRUPTED_EXIT = 130  # what a shell reports for a command ended by Ctrl-C
@@ -50,6 +59,7 @@ class ServerOptions:
     backend: str = "local"  # or "kubernetes"
     kubeconfig: Path | None = None  # Kubernetes: None is in-cluster
     kube_options: KubernetesOptions | None = None
+    limits: AdmissionLimits = field(default_factory=AdmissionLimits)  # what the API takes at once
     multi_tenant: bool = False  # refuse to run local jobs as kiban's user; no token in the home
 
     @property
@@ -203,8 +213,52 @@ def serve(options: ServerOptions, ownership: Ownership | None = None) -> None:
     # young generation may grow further before a pass (collections pause every request).
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    # The event loop waits for the GIL behind the worker threads' Python code: hand it over
+    # every millisecond rather than every five, so that the loop (every request's I/O,
+    # /healthz) is not kept waiting several slices while requests compute.
+    sys.setswitchinterval(GIL_SWITCH_S)
+    config = uvicorn.Config(
+        app,
+        http=GuardedHttpProtocol,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=max(int(SHUTDOWN_GRACE_S / 2), 1),
+    )
+    StoppingServer(config, app.state.stopping).run(sockets=[sock])
+
+
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server, which on SIGTERM or SIGINT ends the log follows at once (they would
+    last as long as their jobs), gives other requests half of ``SHUTDOWN_GRACE_S`` to finish,
+    and exits when the grace period is over whatever is still stopping."""
+
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+        self._deadline: threading.Timer | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._deadline is None:
+            self._deadline = threading.Timer(SHUTDOWN_GRACE_S, _exit_now, args=(sig,))
+            self._deadline.daemon = True
+            self._deadline.start()
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stopping.set()
+        await super().shutdown(sockets)
+
+
+def _exit_now(sig: int) -> None:
+    """The grace period is over: exit now (the store is consistent at every commit, and
+    replicas outlive the server by design)."""
+    print(
+        f"kiban: not stopped {SHUTDOWN_GRACE_S:g} s after the signal; exiting now",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(128 + sig)
 
 
 def prepare(options: ServerOptions, ownership: Ownership) -> tuple[FastAPI, socket.socket]:
@@ -259,7 +313,7 @@ def prepare(options: ServerOptions, ownership: Ownership) -> tuple[FastAPI, sock
                 f"error: the services' router cannot listen on {options.host}:{router_port}: "
                 f"{exc.strerror or exc} (choose another with --router-port)"
             ) from None
-        app = create_app(platform, lifespan)
+        app = create_app(platform, lifespan, options.limits)
         nodes = platform.executor.nodes()
         gpus = sum(n.gpus for n in nodes)
         print(f"kiban is up at {url}", file=sys.stderr)

@@ -60,6 +60,7 @@ reads = {
     "store": f"{home}/kiban.db",
     "url": f"{home}/url",
     "other tenant's log": f"{home}/jobs/{victim_job}/rank-0.log",
+    "other tenant's log times": f"{home}/jobs/{victim_job}/rank-0.times",
     "other tenant's checkpoint": f"{home}/checkpoints/{victim_job}/weights.txt",
     "other tenant's environment": f"/proc/{victim_pid}/environ",
 }
@@ -88,6 +89,19 @@ for what, directory in own.items():
         seen[what] = "written"
     except OSError as exc:
         seen[what] = type(exc).__name__
+try:
+    with open("/dev/stdout", "w") as again:  # its own output, opened again
+        again.write("AGAIN its own output\\n")
+    seen["own output opened again"] = "written"
+except OSError as exc:
+    seen["own output opened again"] = type(exc).__name__
+held = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        held.append(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        pass
+seen["holds of the home"] = sorted(t for t in held if t.startswith(home))
 seen["user"] = pwd.getpwuid(os.getuid()).pw_name
 seen["groups"] = sorted(os.getgroups())
 seen["gid"] = os.getgid()
@@ -150,6 +164,7 @@ def test_a_job_cannot_read_the_token_nor_another_tenants_files(kiban: KibanServe
         "store": "PermissionError",
         "url": "PermissionError",
         "other tenant's log": "PermissionError",
+        "other tenant's log times": "PermissionError",
         "other tenant's checkpoint": "PermissionError",
         "other tenant's environment": "PermissionError",
         "list home": "PermissionError",
@@ -157,8 +172,11 @@ def test_a_job_cannot_read_the_token_nor_another_tenants_files(kiban: KibanServe
         "list other tenant's checkpoint directory": "PermissionError",
         "own checkpoint directory": "written",
         "own working directory": "written",
+        "own output opened again": "written",
+        "holds of the home": [],  # neither its log nor its log's times: the shim writes them
     }
     probe_log = kiban.log_text(probe)
+    assert "AGAIN its own output" in probe_log
     assert kiban.token not in probe_log and "tenant b's" not in probe_log
     kiban.wait_for_state(victim, "Succeeded")
     # kiban itself still reads every job's log and checkpoint

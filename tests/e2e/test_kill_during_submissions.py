@@ -147,12 +147,13 @@ def store_rows(url: str) -> tuple[dict[str, list[Job]], dict[str, list[Replica]]
         engine.dispose()
 
 
-def launch_headers(server: KibanServer, job_id: str) -> dict[str, list[int]]:
-    """Per rank log, the attempts launched (a header each launch writes)."""
-    found = {}
-    for log in sorted((server.home / "jobs" / job_id).glob("rank-*.log")):
-        text = log.read_text(errors="replace")
-        found[log.name] = [int(m) for m in re.findall(r"^=== kiban: attempt (\d+),", text, re.M)]
+def launched_attempts(server: KibanServer, job_id: str) -> dict[str, list[int]]:
+    """Per rank, the attempts launched (each launch writes its pid file in its attempt's
+    directory; the log holds the job's output alone)."""
+    found: dict[str, list[int]] = {}
+    for pid_file in sorted((server.home / "jobs" / job_id).glob("attempt-*/rank-*.pid")):
+        attempt = int(pid_file.parent.name.removeprefix("attempt-"))
+        found.setdefault(pid_file.stem, []).append(attempt)
     return found
 
 
@@ -209,8 +210,8 @@ def check_round(server: KibanServer, db_url: str, outcomes: list[Outcome], prefi
     for rows in jobs.values():
         for job in rows:
             assert job.attempt == 1, (job.id, job.state, job.attempt)
-            for log, attempts in launch_headers(server, job.id).items():
-                assert set(attempts) <= {1}, (job.id, log, attempts)
+            for rank, attempts in launched_attempts(server, job.id).items():
+                assert set(attempts) <= {1}, (job.id, rank, attempts)
             assert not overlaps(server.log_text(job.id)), (job.id, server.log_text(job.id))
 
 
@@ -260,7 +261,7 @@ def run_rounds(server: KibanServer, db_url: str) -> None:
     for job_id in running:
         server.wait_for_state(job_id, "Succeeded", timeout=120)
         log = server.log_text(job_id)
-        assert launch_headers(server, job_id) == {"rank-0.log": [1]}
+        assert launched_attempts(server, job_id) == {"rank-0": [1]}
         assert log.count("started") == log.count("released") == 1, log
 
 

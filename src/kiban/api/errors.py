@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -23,7 +24,9 @@ from starlette.routing import Match, Route, compile_path
 
 from kiban.api.schemas import ErrorBody, ErrorOut, ProblemOut
 from kiban.domain.errors import FieldProblem, SpecError, format_location
-from kiban.services.errors import ServiceError
+from kiban.services.errors import ServiceError, Unavailable
+
+STORE_BUSY_RETRY_S = 1
 
 
 def error_body(
@@ -82,7 +85,20 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
+        if isinstance(exc, Unavailable):
+            return error_response(
+                exc.status, exc.message, headers={"Retry-After": str(exc.retry_after_s)}
+            )
         return error_response(exc.status, exc.message)
+
+    @app.exception_handler(sqlalchemy.exc.TimeoutError)
+    async def _store_busy(_: Request, exc: sqlalchemy.exc.TimeoutError) -> JSONResponse:
+        """No store connection came free in time: the store is overloaded, try again soon."""
+        return error_response(
+            503,
+            "the store is busy: no connection came free in time; try again",
+            headers={"Retry-After": str(STORE_BUSY_RETRY_S)},
+        )
 
     @app.exception_handler(SpecError)
     async def _spec(_: Request, exc: SpecError) -> JSONResponse:

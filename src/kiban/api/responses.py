@@ -4,6 +4,12 @@ Every error carries ``ErrorBody`` (see ``kiban.api.errors``). A route takes the 
 kind (``responses=READ_ONE``); a route that answers something more adds an entry of its own.
 ``tests/api/test_fuzz_openapi.py`` fuzzes every operation with admin, member and no token and
 fails on any status a route does not declare here.
+
+Some answers come before the route is reached, and every route of their kind may give them:
+``kiban up``'s HTTP server bounds every request's head and how long it takes to arrive (431,
+408: ``kiban.api.http_protocol``), and admission (``kiban.api.admission``) checks the token
+(401, a job's token beyond its job 403), the body's declared size (413) and the room left (503)
+before the body is read.
 """
 
 from __future__ import annotations
@@ -50,10 +56,24 @@ NOT_FOUND = error(
     "member what other tenants have."
 )
 CONFLICT = error("The object's state refuses this now (the message says why).")
-TOO_LARGE = error("The request body is larger than the API accepts.")
+TOO_LARGE = error(
+    "The request body is larger than the API accepts (2 MiB): refused as its `Content-Length` "
+    "says so, before any of it is read, or as soon as a chunked body passes the limit."
+)
+HEAD_TOO_LARGE = error(
+    "The request line and headers are larger than the server accepts (64 KiB); the connection "
+    "is closed."
+)
+TOO_SLOW = error(
+    "The request did not arrive in time (its line and headers within 10 s, its body within 30 s "
+    "of them); the connection is closed."
+)
 UNREADABLE = error("The body is not JSON (or not UTF-8 text).")
 
-SIGNED_IN: Responses = {401: UNAUTHORIZED, 422: INVALID, 503: BUSY}
+SERVED: Responses = {408: TOO_SLOW, 431: HEAD_TOO_LARGE}
+"""Any route of the server, ``/healthz`` included."""
+
+SIGNED_IN: Responses = {**SERVED, 401: UNAUTHORIZED, 413: TOO_LARGE, 422: INVALID, 503: BUSY}
 """Any route that needs a token (a job's token included)."""
 
 READ: Responses = {**SIGNED_IN, 403: JOB_TOKEN_BEYOND_ITS_JOB}
@@ -71,7 +91,7 @@ ONE_SERVICE: Responses = {
 }
 """Reading one service by name (names are unique per tenant, not across tenants)."""
 
-SUBMIT: Responses = {**READ, 409: CONFLICT, 413: TOO_LARGE}
+SUBMIT: Responses = {**READ, 409: CONFLICT}
 """Submitting a manifest in the body."""
 
 ADMIN: Responses = {**SIGNED_IN, 403: ADMINS_ONLY}
@@ -80,5 +100,5 @@ ADMIN: Responses = {**SIGNED_IN, 403: ADMINS_ONLY}
 ADMIN_CHANGE: Responses = {**ADMIN, 404: NOT_FOUND, 409: CONFLICT}
 """Changing the cluster (nodes, tenants, tokens, queues, the policy): admins only."""
 
-ADMIN_CHANGE_JSON: Responses = {**ADMIN_CHANGE, 400: UNREADABLE, 413: TOO_LARGE}
+ADMIN_CHANGE_JSON: Responses = {**ADMIN_CHANGE, 400: UNREADABLE}
 """Changing the cluster with a JSON body."""

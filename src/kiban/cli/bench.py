@@ -345,3 +345,45 @@ def router(
     render.report_console(as_json).print(router_table(report))
     if as_json:
         render.json_line(report)
+
+
+@bench_app.command("api")
+def api(
+    burst: Annotated[
+        int, typer.Option(help="requests opened at once by one member: half lists, half follows")
+    ] = 1000,
+    give_up: Annotated[
+        float, typer.Option(help="seconds after which a request without an answer is unanswered")
+    ] = 30.0,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """A burst of simultaneous requests from one member against a fresh server: how many were
+    answered (2xx or 503), how fast, and /healthz meanwhile, beside /healthz idle.
+
+    1. a fresh `kiban up`, a member with 100 jobs held pending and one running job that prints;
+
+    2. /healthz timed one request after another on the idle server;
+
+    3. --burst requests opened at once (half `GET /jobs?limit=100`, half `logs?follow=true` of
+    the running job), each timed to its whole answer (a follow to its status line), while
+    /healthz is timed back to back and the admin's job is timed until it runs.
+    """
+    from kiban.bench.api_burst import ApiBenchOptions, api_table, run_api_bench
+    from kiban.bench.loadgen import BenchError
+
+    try:
+        options = ApiBenchOptions(burst=burst, give_up_s=give_up)
+    except ValueError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    report = render.run_or_exit(
+        lambda: run_api_bench(options, say=render.say),
+        (BenchError,),
+        "interrupted; the benchmark's server is stopped",
+    )
+    render.report_console(as_json).print(api_table(report))
+    if as_json:
+        render.json_line(report)

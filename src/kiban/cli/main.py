@@ -14,6 +14,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
+from kiban.api.limits import AdmissionLimits
 from kiban.cli import render
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
@@ -111,6 +112,18 @@ def up(
             "with a token of their job's own); none: they get neither"
         ),
     ] = None,
+    max_requests_per_principal: Annotated[
+        int,
+        typer.Option(
+            help="API requests one caller (member, admin or job) may have in flight; more "
+            "wait briefly in line, then get 503",
+            min=1,
+        ),
+    ] = AdmissionLimits.max_requests_per_principal,
+    max_follows_per_principal: Annotated[
+        int,
+        typer.Option(help="logs one caller may follow at once; more get 503", min=1),
+    ] = AdmissionLimits.max_follows_per_principal,
     multi_tenant: Annotated[
         bool,
         typer.Option(
@@ -188,6 +201,10 @@ def up(
         backend=backend,
         kubeconfig=kubeconfig.expanduser().resolve() if kubeconfig is not None else None,
         kube_options=kube_options,
+        limits=AdmissionLimits(
+            max_requests_per_principal=max_requests_per_principal,
+            max_follows_per_principal=max_follows_per_principal,
+        ),
         multi_tenant=multi_tenant,
     )
     with contextlib.suppress(KeyboardInterrupt):
@@ -367,12 +384,44 @@ def logs(
         bool, typer.Option("--follow", "-f", help="stream until the job ends")
     ] = False,
     rank: Annotated[int, typer.Option(help="which replica")] = 0,
+    all_ranks: Annotated[
+        bool, typer.Option("--all-ranks", help="every replica's lines, each after [rank R]")
+    ] = False,
+    tail: Annotated[int | None, typer.Option(help="only the last N lines", min=0)] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="only lines written since: a duration (10m, 2h, 1d) or a time "
+            "(2024-05-01T10:00, 10:00; local time unless it has an offset)"
+        ),
+    ] = None,
+    timestamps: Annotated[
+        bool, typer.Option("--timestamps", help="each line after its time (RFC 3339, UTC)")
+    ] = False,
 ) -> None:
-    """A replica's output (rank 0 unless told)."""
+    """A replica's output (rank 0 unless told) on stdout; where it ran on stderr.
+
+    A job that never started has none: that is said, and the exit code is 1.
+    """
+    from kiban.cli.logs import parse_since, show_logs
+
+    try:
+        since_at = None if since is None else parse_since(since)
+    except ValueError as exc:
+        fail(f"--since: {exc}")
     with client() as api:
-        for chunk in api.logs(job_id, rank=rank, follow=follow):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
+        code = show_logs(
+            api,
+            job_id,
+            rank=rank,
+            follow=follow,
+            all_ranks=all_ranks,
+            tail=tail,
+            since=since_at,
+            timestamps=timestamps,
+        )
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

@@ -59,14 +59,26 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def authenticate(session: Session, authorization: str | None) -> Principal:
-    """The principal behind an ``Authorization: Bearer ...`` header, or Unauthorized."""
+MAX_TOKEN_CHARS = 512
+"""Longer is no token of ours (``new_token`` makes 47 characters): refused unread."""
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer ...`` header, or Unauthorized (no store read)."""
     if not authorization:
         raise Unauthorized("missing token: send 'Authorization: Bearer <token>'")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
-    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token.strip())))
+    if len(token) > MAX_TOKEN_CHARS:
+        raise Unauthorized("invalid token")
+    return token.strip()
+
+
+def authenticate(session: Session, authorization: str | None) -> Principal:
+    """The principal behind an ``Authorization: Bearer ...`` header, or Unauthorized."""
+    token = bearer_token(authorization)
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
     if row is None:
         raise Unauthorized("invalid token")
     return Principal(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from kiban.api import responses
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN, NodeName, TenantName
 from kiban.api.schemas import (
     NodeOut,
@@ -22,7 +22,9 @@ from kiban.api.schemas import (
 )
 from kiban.services import nodes, policy, queue_status, tenants
 
-router = APIRouter(prefix="/api/v1", tags=["cluster"], dependencies=TOKEN)
+router = APIRouter(
+    prefix="/api/v1", tags=["cluster"], dependencies=TOKEN, route_class=SessionRoute
+)
 
 
 @router.get("/whoami", response_model=WhoAmI, responses=responses.SIGNED_IN)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query
 
 from kiban.api import request_bodies, responses
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN
 from kiban.api.schemas import (
     PolicyChangeOut,
@@ -19,7 +19,9 @@ from kiban.api.schemas import (
 )
 from kiban.services import policy
 
-router = APIRouter(prefix="/api/v1/policy", tags=["policy"], dependencies=TOKEN)
+router = APIRouter(
+    prefix="/api/v1/policy", tags=["policy"], dependencies=TOKEN, route_class=SessionRoute
+)
 
 
 @router.get("", response_model=PolicyOut, responses=responses.READ)

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from kiban.api import request_bodies, responses
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN, NameFilter, ServiceName
 from kiban.api.routers.jobs import MAX_EVENT_ID, parse_manifest_body
 from kiban.api.schemas import EventOut, event_out
@@ -20,7 +20,9 @@ from kiban.services import events, serving
 from kiban.services.service_status import service_status
 from kiban.store.models import ServiceRow
 
-router = APIRouter(prefix="/api/v1/services", tags=["services"], dependencies=TOKEN)
+router = APIRouter(
+    prefix="/api/v1/services", tags=["services"], dependencies=TOKEN, route_class=SessionRoute
+)
 
 
 def _stats(platform: Platform, row: ServiceRow) -> TrafficOut:

@@ -3,6 +3,7 @@
 Layout under the kiban home::
 
     jobs/<job>/rank-<R>.log                 the replica's output, appended across attempts
+    jobs/<job>/rank-<R>.times               when each part of it was written (log_index)
     jobs/<job>/attempt-<A>/rank-<R>.pid     "pid start-time", written right after the launch
     jobs/<job>/attempt-<A>/rank-<R>.exit    exit code, written by the shim when the command ends
     jobs/<job>/attempt-<A>/rank-<R>.sock    a Unix socket kiban's model server listens on too
@@ -45,7 +46,9 @@ from kiban.executors.base import (
 )
 from kiban.executors.environment import replica_command, replica_environment
 from kiban.executors.local.isolation import JOB_UMASK, Isolation, TenantRun
+from kiban.executors.local.log_index import INDEX_FD_ENV, LogMarks, marks_path
 from kiban.executors.local.reaper import Reaper
+from kiban.executors.log_streams import Mark, line_start_from, tail_start
 from kiban.serving.runtime.options import HOST_ENV, SOCKET_ENV
 
 logger = logging.getLogger("kiban.executors.local")
@@ -261,31 +264,25 @@ class LocalExecutor:
                 exit_file = attempt_dir / f"rank-{placement.rank}.exit"
                 exit_file.unlink(missing_ok=True)
                 log_path = job_dir / f"rank-{placement.rank}.log"
-                gpus = ",".join(map(str, placement.gpu_ids)) or "none"
-                where = f"{placement.task}[{placement.index}] rank {placement.rank}"
                 shim_env, run_as = env, []
                 if tenant is not None:  # the shim, root, in kiban's environment: not the job's
                     env_file = attempt_dir / f"rank-{placement.rank}.env"
                     write_private(env_file, json.dumps(env))
                     shim_env = dict(os.environ)
                     run_as = ["--user", tenant.ids, "--env-file", str(env_file)]
-                with open(log_path, "ab") as log:
-                    if tenant is not None:  # its own output, which it may open again
-                        os.fchown(log.fileno(), tenant.user.uid, tenant.user.gid)
-                    log.write(
-                        f"=== kiban: attempt {request.attempt}, {where} on {placement.node}, "
-                        f"GPUs {gpus}\n".encode()
-                    )
-                    log.flush()
+                # the log holds the job's output only (kiban logs shows where each attempt ran),
+                # written by the shim, which notes when beside it (in a file the job never holds)
+                with open(log_path, "ab") as log, open(marks_path(log_path), "ab") as marks:
                     proc = subprocess.Popen(
                         [sys.executable, *SHIM, str(exit_file), *run_as, "--", *command],
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         cwd=working_dir,
-                        env=shim_env,
+                        env={**shim_env, INDEX_FD_ENV: str(marks.fileno())},
                         start_new_session=True,
                         close_fds=True,
+                        pass_fds=(marks.fileno(),),
                         umask=-1 if tenant is None else JOB_UMASK,
                     )
                 start_time = process_identity(proc.pid) or self._clock.now()
@@ -456,3 +453,31 @@ class LocalExecutor:
     def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
         """None: a local log is a file, read at its end as cheaply as followed."""
         return None
+
+    def _log_path(self, job_id: str, rank: int) -> Path:
+        return safe_job_dir(self.jobs_root, job_id) / f"rank-{int(rank)}.log"
+
+    def log_start(
+        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
+    ) -> int | None:
+        path = self._log_path(job_id, rank)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return None if since is not None else 0
+        start = 0
+
+        def read(offset: int, limit: int) -> bytes:
+            return self.read_log(job_id, rank, offset, limit)[0]
+
+        if tail_lines is not None:
+            start = tail_start(read, size, tail_lines)
+        if since is not None:
+            found = LogMarks(marks_path(path)).offset_since(since, size)
+            if found is None:
+                return None
+            start = max(start, line_start_from(read, found))
+        return start
+
+    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
+        return LogMarks(marks_path(self._log_path(job_id, rank))).between(start, end)

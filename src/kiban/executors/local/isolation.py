@@ -17,8 +17,10 @@ Why 0711 and not a 0700 home with the tenants' directories elsewhere: one home s
 directory (moved, backed up, removed together), and a tenant's user can open only the paths
 it is given, each of them its own.
 
-A replica's log is opened by kiban and given to it as its output: the file is the tenant's
-user's (so that ``/dev/stdout`` can be opened again) in a directory only kiban enters. A
+A replica's output is a pipe to its shim, which copies it into the log and notes when each part
+was written beside it (``log_index``), both files kiban's in a directory only kiban enters; the
+job holds neither, and the pipe is the tenant's user's (so that ``/dev/stdout`` can be opened
+again). A
 service replica's socket is made by the replica in its run directory and reached through a
 hard link kiban makes in its own, once it has checked that the socket is that user's: the
 router never follows a path a tenant could change.

@@ -14,6 +14,10 @@ group, while the shim stays root: the exit file is written where only kiban writ
 then runs in kiban's own environment, not the job's (a root process must not take
 ``LD_PRELOAD`` or ``PYTHONPATH`` from a tenant): the command's environment is read from
 ``--env-file`` (JSON, in a directory only kiban enters), which the shim removes.
+
+The command's output goes through a pipe that the shim copies into the log, noting when each
+part came (``log_index``; the marks file's descriptor is the shim's alone, never the command's).
+With ``--user`` the pipe is that user's, so that the command may open ``/dev/stdout`` again.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+
+from kiban.executors.local.log_index import Relay
 
 
 def _write_exit(path: str, code: int, message: str = "") -> None:
@@ -97,12 +103,18 @@ def main(argv: list[str]) -> int:
             print(f"kiban: {message}", file=sys.stderr, flush=True)
             _write_exit(exit_file, 126, message)
             return 126
+    relay = Relay.from_env()  # the command's output goes through it, its times noted
+    output = None if relay is None else relay.child_fd
     try:
         if asked.user is None:
-            child = subprocess.Popen(command)
+            child = subprocess.Popen(command, stdout=output, stderr=output)
         else:
             uid, gid = asked.user
-            child = subprocess.Popen(command, env=env, user=uid, group=gid, extra_groups=[])
+            if relay is not None:  # its own output, which it may open again (/dev/stdout)
+                os.fchown(relay.child_fd, uid, gid)
+            child = subprocess.Popen(
+                command, stdout=output, stderr=output, env=env, user=uid, group=gid, extra_groups=[]
+            )
     except FileNotFoundError:
         message = f"command not found: {command[0]!r}"
         print(f"kiban: {message}", file=sys.stderr, flush=True)
@@ -118,12 +130,17 @@ def main(argv: list[str]) -> int:
         print(f"kiban: {message}", file=sys.stderr, flush=True)
         _write_exit(exit_file, 126, message)
         return 126
+    if relay is not None:
+        relay.start()
+        relay.command_started()
     while True:
         try:
             code = child.wait()
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for safety
             continue
+    if relay is not None:
+        relay.finish()  # its output is in the log before its end is recorded
     exit_code = code if code >= 0 else 128 - code
     message = f"killed by signal {signal.Signals(-code).name}" if code < 0 else ""
     _write_exit(exit_file, exit_code, message)

@@ -14,6 +14,7 @@ ends. A request is handled without a task when a pooled connection to the replic
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import cast
 
 import httptools
@@ -50,6 +51,10 @@ class ClientConnection:
         self.feeding = False
         """In ``data_received``: a request sent now may have more bytes in the same read."""
         self._holding: Exchange | None = None
+        self.waiting_since = time.monotonic()
+        """Since when no request of it is in flight (``sweeper`` closes it after a while)."""
+        self.head_since: float | None = None
+        """When the first byte of a request not yet whole came (None: none is coming)."""
 
     # -- asyncio callbacks ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -57,6 +62,8 @@ class ClientConnection:
         self._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.active is None and self.head_since is None:
+            self.head_since = time.monotonic()
         self.feeding = True
         try:
             self._parser.feed_data(data)
@@ -107,6 +114,7 @@ class ClientConnection:
         )
         self._url = b""
         self._headers = []
+        self.head_since = None
         self._parsing = exchange
         if self.active is None:
             self.active = exchange
@@ -172,6 +180,7 @@ class ClientConnection:
         if self.active is not exchange:
             return
         self.active = None
+        self.waiting_since = time.monotonic()
         self._paused = 0  # its replica's flow control is over
         if self._body_full is exchange:
             self._body_full = None  # what is left of its body is read and dropped
