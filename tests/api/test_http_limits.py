@@ -102,7 +102,7 @@ def test_a_body_that_stops_half_way_is_408_and_closed(
     conn.sendall(
         b"POST /api/v1/jobs HTTP/1.1\r\nHost: k\r\nContent-Type: application/json\r\n"
         + f"Authorization: Bearer {admin_token}\r\n".encode()
-        + b"Content-Length: 1000\r\n\r\n{\"apiVersion\":"
+        + b'Content-Length: 1000\r\n\r\n{"apiVersion":'
     )
     answer = read_to_end(conn)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]

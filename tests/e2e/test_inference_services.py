@@ -168,8 +168,10 @@ def test_chat_streams_canary_splits_promotes_and_a_bad_revision_fails(
     (served.workdir / "chat.yaml").write_text(yaml.safe_dump(manifest))
     refused = served.cli("serve", served.workdir / "chat.yaml")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert "spec.model.storageUri: file:///nonexistent/model: /nonexistent/model does not " \
-        "exist on this machine" in refused.stderr, refused.stderr
+    assert (
+        "spec.model.storageUri: file:///nonexistent/model: /nonexistent/model does not "
+        "exist on this machine" in refused.stderr
+    ), refused.stderr
     assert [r["name"] for r in served.client.service("chat")["revisions"]] == [
         "chat-00001",
         "chat-00002",

@@ -348,9 +348,7 @@ def test_usage_decays_and_standing_divides_it_by_the_weight(store: Store) -> Non
     assert shares["vision"].standing == statuses["vision"].standing
 
 
-def test_a_long_backlog_is_counted_not_read(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_long_backlog_is_counted_not_read(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pending jobs are counted and their GPUs added up in the store: no spec of the backlog is
     read (it was, for every one of 50,000 jobs on each GET /queues: 2 s of CPU; issue 21)."""
     backlog = [store._job("speech", "Pending", 1) for _ in range(2_000)]

@@ -231,6 +231,7 @@ def test_0004_on_a_store_without_queues_writes_no_policy(db_url: str) -> None:
 def test_0010_fails_jobs_stored_not_started_with_a_nul_in_their_spec(db_url: str) -> None:
     """Before submission refused them, a NUL in an env value was stored and the job stuck;
     now such a spec no longer parses, so the upgrade ends those jobs as a failed launch does."""
+
     def document(env: dict[str, str]) -> dict[str, Any]:
         task = {"name": "worker", "command": ["python", "t.py"], "env": env}
         return {

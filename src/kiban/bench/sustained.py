@@ -268,9 +268,7 @@ def measure(
         say(f"  {clients} clients for {options.duration_s:g}s, {before:,} jobs pending")
         cpu_before = server.cpu_seconds()
         try:
-            result, reads = asyncio.run(
-                load_and_watch(server.url, server.token, clients, options)
-            )
+            result, reads = asyncio.run(load_and_watch(server.url, server.token, clients, options))
         except BenchError as exc:
             raise BenchError(f"{name}: {exc}; the server's log ends:\n{server.log}") from exc
         cpu = server.cpu_seconds() - cpu_before

@@ -88,9 +88,7 @@ def record_waits(
     # The writes above hold the store's write lock: what is pending now stays so until commit.
     still = set(
         session.scalars(
-            select(Job.id).where(
-                Job.id.in_(list(new_code)), Job.state == JobState.PENDING.value
-            )
+            select(Job.id).where(Job.id.in_(list(new_code)), Job.state == JobState.PENDING.value)
         )
     )
     for job_id, (wait, before) in new_code.items():

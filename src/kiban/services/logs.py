@@ -153,9 +153,7 @@ class JobWatch:
         return self._ended
 
     async def _read(self) -> bool:
-        state, _ = await _on_thread(
-            _job_state, self.platform, self.principal, self.job_id
-        )
+        state, _ = await _on_thread(_job_state, self.platform, self.principal, self.job_id)
         return state.terminal
 
 
@@ -190,9 +188,7 @@ class _Rank:
         follow_from = 0.0  # after a live stream broke off, poll a while before the next
         ended = False
         while True:
-            data, after = await _on_thread(
-                executor.read_log, job_id, rank, position, CHUNK
-            )
+            data, after = await _on_thread(executor.read_log, job_id, rank, position, CHUNK)
             if data:
                 yield position, data
                 position = after

@@ -53,9 +53,11 @@ def test_the_command_runs_as_the_user_and_its_output_is_relayed_beyond_its_reach
     user = f"{nobody.pw_uid}:{nobody.pw_gid}"
     with open(log, "ab") as out, open(marks_path(log), "ab") as marks:
         done = subprocess.run(
-            [sys.executable, "-P", "-m", "kiban.executors.local.shim", str(exit_file)]
-            + ["--user", user, "--env-file", str(env_file), "--"]
-            + [sys.executable, "-c", COMMAND],
+            [
+                *(sys.executable, "-P", "-m", "kiban.executors.local.shim", str(exit_file)),
+                *("--user", user, "--env-file", str(env_file), "--"),
+                *(sys.executable, "-c", COMMAND),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

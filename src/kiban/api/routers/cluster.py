@@ -22,9 +22,7 @@ from kiban.api.schemas import (
 )
 from kiban.services import nodes, policy, queue_status, tenants
 
-router = APIRouter(
-    prefix="/api/v1", tags=["cluster"], dependencies=TOKEN, route_class=SessionRoute
-)
+router = APIRouter(prefix="/api/v1", tags=["cluster"], dependencies=TOKEN, route_class=SessionRoute)
 
 
 @router.get("/whoami", response_model=WhoAmI, responses=responses.SIGNED_IN)
