@@ -11,6 +11,23 @@ export KIBAN_HOME="${KIBAN_DEMO_HOME:-$(mktemp -d /tmp/kiban-demo.XXXXXX)}"
 EPOCHS="${KIBAN_DEMO_EPOCHS:-}"
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*" >&2; }
 
+if [[ "$(id -u)" == 0 ]]; then
+    # As root, kiban runs each tenant's jobs as a user of its own (README: Isolation of local
+    # jobs): that user must reach this Python, kiban and the example (others may search the way).
+    for dir in $(python - "$ROOT/examples/mnist-ddp" <<'PY'
+import sys
+from pathlib import Path
+import kiban
+from kiban.executors.local.isolation import blocking_directories
+paths = [Path(sys.executable), Path(kiban.__file__), Path(sys.argv[1])]
+print(*sorted({d for p in paths for d in blocking_directories(p)}))
+PY
+    ); do
+        say "chmod o+x $dir   # so that the tenant's user may pass through"
+        chmod o+x "$dir"
+    done
+fi
+
 say "kiban up --nodes 3 --gpus-per-node 2 --port 0 &"
 kiban up --home "$KIBAN_HOME" --nodes 3 --gpus-per-node 2 --port 0 2>"$KIBAN_HOME/server.log" &
 SERVER=$!

@@ -12,7 +12,7 @@ from kiban.clock import Clock, SystemClock
 from kiban.control.loop import ControlLoop
 from kiban.control.services import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
-from kiban.executors.base import Executor
+from kiban.executors.base import Executor, NodeInfo
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
 from kiban.services.errors import ServiceError
 from kiban.services.jobs import ClusterFacts
@@ -34,6 +34,7 @@ class Platform:
     home: Path
     engine: Engine
     sessions: sessionmaker[Session]
+    """The API's sessions (``engine``); the control plane's own are ``control_sessions``."""
     executor: Executor
     clock: Clock
     loop: ControlLoop
@@ -45,11 +46,14 @@ class Platform:
     routes: RoutingTable = field(default_factory=RoutingTable)
     traffic: TrafficMetrics = field(default_factory=TrafficMetrics)
     router: RouterServer | None = None
+    control_engine: Engine | None = None
+    """The engine of the control loop, the service controller and the submission writer, whose
+    connections requests cannot take (None: they share ``engine``)."""
     services: ServiceController = field(init=False)
 
     def __post_init__(self) -> None:
         self.services = ServiceController(
-            sessions=self.sessions,
+            sessions=self.control_sessions,
             executor=self.executor,
             table=self.routes,
             traffic=self.traffic,
@@ -78,6 +82,11 @@ class Platform:
         principal = self.lookups.get(("principal", f"Bearer {token}"), load)
         return principal is not None and principal.can_see(tenant)
 
+    @property
+    def control_sessions(self) -> sessionmaker[Session]:
+        """Sessions on the control plane's own connections."""
+        return self.loop.sessions
+
     def service_url(self, tenant: str, name: str) -> str | None:
         """A service's stable URL on the router (None while the router is not running)."""
         return None if self.router is None else self.router.url_for(tenant, name)
@@ -91,6 +100,8 @@ class Platform:
         self.loop.stop()
         self.submissions.stop()
         self.engine.dispose()
+        if self.control_engine is not None:
+            self.control_engine.dispose()
         close = getattr(self.executor, "close", None)  # executors holding threads or connections
         if close is not None:
             close()
@@ -102,8 +113,14 @@ class Platform:
     def refresh_facts(self) -> None:
         with self.sessions() as session:
             rows = session.scalars(select(Node)).all()
-            shapes = tuple((n.gpus, n.cpu_millis, n.memory) for n in rows)
-        self.facts = ClusterFacts(node_shapes=shapes, capabilities=self.executor.capabilities)
+            nodes = tuple(
+                NodeInfo(n.name, n.gpus, n.cpu_millis, n.memory, dict(n.labels or {}))
+                for n in rows
+            )
+        capabilities = self.executor.capabilities
+        if nodes == self.facts.nodes and capabilities == self.facts.capabilities:
+            return  # the same: keep what the nodes could hold, worked out already
+        self.facts = ClusterFacts(nodes=nodes, capabilities=capabilities)
 
     def refresh_policy(self) -> None:
         """Read the current policy again (after it changed) and forget cached queue lookups."""
@@ -126,19 +143,22 @@ def build_platform(
     clock: Clock | None = None,
     tick_s: float = 0.2,
     node_sync_s: float | None = None,
+    admin_token_in_home: bool = True,
 ) -> Platform:
-    """Open (and migrate) the store, register nodes, apply the policy, make the admin token.
+    """Open (and migrate) the store, register nodes, apply the policy, make the admin token
+    (written to ``<home>/token``; not ``admin_token_in_home``: only returned, when new).
 
     The cluster file's policy, when it has one, becomes the current policy (see
     ``apply_startup_policy``); a policy the store's nodes or jobs refuse raises (SpecError or
     ServiceError) and nothing is committed. ``node_sync_s``: how often the control loop asks
     the executor for its nodes again (for a cluster whose nodes change; None: only now).
     """
-    from kiban.store.db import default_url
+    from kiban.store.db import CONTROL_POOL, default_url
 
     home.mkdir(parents=True, exist_ok=True)
     clock = clock or SystemClock()
-    engine = make_engine(db_url or default_url(home))
+    url = db_url or default_url(home)
+    engine = make_engine(url)
     migrate(engine)
     sessions = session_factory(engine)
     now = clock.now()
@@ -147,16 +167,20 @@ def build_platform(
         with sessions() as session:
             sync_nodes(session, nodes, now)
             apply_startup_policy(session, config, now)
-            admin_token = ensure_admin_token(session, home / "token", now)
+            token_file = home / "token" if admin_token_in_home else None
+            admin_token = ensure_admin_token(session, token_file, now)
             session.commit()
     except BaseException:
         engine.dispose()
         raise
-    loop = ControlLoop(sessions, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
+    control_engine = make_engine(url, CONTROL_POOL)
+    control = session_factory(control_engine)
+    loop = ControlLoop(control, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
     platform = Platform(
-        submissions=SubmissionWriter(sessions),
+        submissions=SubmissionWriter(control, on_stored=loop.jobs_stored),
         home=home,
         engine=engine,
+        control_engine=control_engine,
         sessions=sessions,
         executor=executor,
         clock=clock,
@@ -164,5 +188,6 @@ def build_platform(
         admin_token=admin_token,
     )
     platform.refresh_facts()
+    loop.on_nodes_changed = platform.refresh_facts  # submission checks against the nodes now
     platform.refresh_policy()
     return platform

@@ -2,30 +2,47 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI
 
 from kiban.api.app import create_app
+from kiban.api.http_protocol import GuardedHttpProtocol
+from kiban.api.limits import AdmissionLimits
+from kiban.control.ownership import Ownership, OwnershipError
 from kiban.domain.cluster import ClusterConfig
 from kiban.domain.errors import SpecError
 from kiban.executors.base import NodeInfo
 from kiban.executors.local import LocalExecutor
+from kiban.executors.local.isolation import Isolation, startup_notes
 from kiban.executors.local.nodes import this_machine, virtual_nodes
 from kiban.platform import Platform, build_platform
 from kiban.services.errors import ServiceError
 
 if TYPE_CHECKING:
     from kiban.executors.kubernetes.options import KubernetesOptions
+
+SHUTDOWN_GRACE_S = 10.0
+"""After SIGTERM (or SIGINT), the server has stopped within this many seconds."""
+GIL_SWITCH_S = 0.001
+
+
+INTERRUPTED_EXIT = 130  # what a shell reports for a command ended by Ctrl-C
+STARTUP_INTERRUPTED = "kiban up: interrupted while starting; stopped, nothing left running"
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,25 @@ class ServerOptions:
     backend: str = "local"  # or "kubernetes"
     kubeconfig: Path | None = None  # Kubernetes: None is in-cluster
     kube_options: KubernetesOptions | None = None
+    limits: AdmissionLimits = field(default_factory=AdmissionLimits)  # what the API takes at once
+    multi_tenant: bool = False  # refuse to run local jobs as kiban's user; no token in the home
+
+    @property
+    def isolated(self) -> bool:
+        """Local jobs run as their tenants' users: kiban runs them, as root."""
+        return self.backend == "local" and os.geteuid() == 0
+
+
+def multi_tenant_refusal(options: ServerOptions, euid: int) -> str | None:
+    """Why ``--multi-tenant`` cannot start (None: it can): unprivileged, local jobs would run
+    as kiban's own user and read what it can, other tenants' files included."""
+    if not options.multi_tenant or options.backend != "local" or euid == 0:
+        return None
+    return (
+        "--multi-tenant runs each tenant's local jobs as a user of its own, which takes root: "
+        "start it as root (sudo kiban up --multi-tenant ...); without --multi-tenant every "
+        "job runs as you and can read what you can"
+    )
 
 
 def local_nodes(options: ServerOptions) -> list[NodeInfo]:
@@ -107,80 +143,198 @@ def start_platform(options: ServerOptions) -> Platform:
         except BaseException:
             kube.close()
             raise
-    executor = LocalExecutor(options.home, local_nodes(options))
+    isolation = Isolation(options.home) if options.isolated else None
+    executor = LocalExecutor(options.home, local_nodes(options), isolation=isolation)
     return build_platform(
         home=options.home,
         db_url=options.db_url,
         executor=executor,
         config=options.config,
         tick_s=options.tick_s,
+        admin_token_in_home=not options.multi_tenant,
     )
 
 
-def serve(options: ServerOptions) -> None:
-    """Run until interrupted. Replicas keep running across a restart and are re-adopted."""
+def admin_token_note(options: ServerOptions, platform: Platform) -> str:
+    """Where the admin token is: its file in the home, or (``--multi-tenant``) nowhere kiban
+    keeps it: shown here once, when it is made."""
+    if not options.multi_tenant:
+        return f"admin token in {platform.token_file}"
+    note = "the admin token is not kept in the home (--multi-tenant)"
+    if platform.admin_token is not None:
+        note += f"; it is shown this once, keep it (as KIBAN_TOKEN): {platform.admin_token}"
+    if platform.token_file.exists():
+        note += f"; {platform.token_file}, written by a start without it, should move out"
+    return note
+
+
+def stop_for_lost_lease(message: str) -> None:
+    """The database lease was lost to another control plane: stop, as SIGTERM stops us."""
+    logging.getLogger("kiban.server").error("%s; stopping", message)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def serve(options: ServerOptions, ownership: Ownership | None = None) -> None:
+    """Run until interrupted. Replicas keep running across a restart and are re-adopted.
+
+    Start-up, in this order: lock the home (before anything in it is read or written; another
+    control plane there is named and refused), bind the port, claim the store (a PostgreSQL
+    database's lease, before it is opened), then open it, sync the nodes, apply the policy,
+    write the token and the url file. Ctrl-C meanwhile undoes what was started and exits 130.
+    ``ownership``: the home, claimed already (``kiban up`` claims it before loading this
+    module, so that a second control plane is refused at once).
+    """
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    sock = bind_socket(options.host, options.port)
-    try:
-        platform = start_platform(options)
-    except (SpecError, ServiceError) as exc:
-        sock.close()
-        what = "the cluster file's policy" if options.config is not None else "the policy"
-        raise SystemExit(f"error: cannot apply {what}: {exc}") from None
-    port = sock.getsockname()[1]
-    url = f"http://{options.host}:{port}"
-    router_port = options.router_port
-    if router_port is None:
-        router_port = port + 1 if options.port else 0
-    write_atomically(options.home / "url", url + "\n")
-    # how replicas reach this API, as their own job: processes here at the URL just bound
-    if options.backend == "local":
-        platform.loop.launcher.api_url = url
-    elif options.kube_options is not None:
-        platform.loop.launcher.api_url = options.kube_options.pod_api_url
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # Runs on SIGINT and SIGTERM alike: uvicorn re-raises the signal after its shutdown,
-        # so a ``finally`` around ``server.run`` would not be reached on SIGTERM.
-        platform.loop.start()
-        platform.services.start()
+    refusal = multi_tenant_refusal(options, os.geteuid())
+    if refusal is not None:
+        raise SystemExit(f"error: {refusal}")
+    if options.isolated:
+        os.umask(0o077)  # what kiban writes in its home is its own (jobs get 022: isolation)
+    if ownership is None:
         try:
-            yield
-        finally:
-            platform.close()
-            print("kiban stopped", file=sys.stderr, flush=True)
-
+            ownership = Ownership.claim_home(options.home)
+        except OwnershipError as exc:
+            raise SystemExit(f"error: {exc}") from None
     try:
-        platform.start_router(options.host, router_port)
-    except OSError as exc:
-        platform.close()
-        sock.close()
-        raise SystemExit(
-            f"error: the services' router cannot listen on {options.host}:{router_port}: "
-            f"{exc.strerror or exc} (choose another with --router-port)"
-        ) from None
-    app = create_app(platform, lifespan)
-    nodes = platform.executor.nodes()
-    gpus = sum(n.gpus for n in nodes)
-    print(f"kiban is up at {url}", file=sys.stderr)
-    print(f"  home {options.home}; admin token in {platform.token_file}", file=sys.stderr)
-    if platform.router is not None:
-        services = f"{platform.router.url}/s/<tenant>/<service>"
-        print(f"  inference services at {services}", file=sys.stderr)
-    print(
-        f"  {len(nodes)} node(s), {gpus} GPU(s); store {platform.engine.url.render_as_string()}",
-        file=sys.stderr,
-        flush=True,
-    )
+        app, sock = prepare(options, ownership)
+    except KeyboardInterrupt:
+        ownership.release()
+        print(STARTUP_INTERRUPTED, file=sys.stderr, flush=True)
+        raise SystemExit(INTERRUPTED_EXIT) from None
+    except BaseException:
+        ownership.release()
+        raise
     # Fewer, later collections: the objects made at start-up are never collected, and the
     # young generation may grow further before a pass (collections pause every request).
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    # The event loop waits for the GIL behind the worker threads' Python code: hand it over
+    # every millisecond rather than every five, so that the loop (every request's I/O,
+    # /healthz) is not kept waiting several slices while requests compute.
+    sys.setswitchinterval(GIL_SWITCH_S)
+    config = uvicorn.Config(
+        app,
+        http=GuardedHttpProtocol,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=max(int(SHUTDOWN_GRACE_S / 2), 1),
+    )
+    StoppingServer(config, app.state.stopping).run(sockets=[sock])
+
+
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server, which on SIGTERM or SIGINT ends the log follows at once (they would
+    last as long as their jobs), gives other requests half of ``SHUTDOWN_GRACE_S`` to finish,
+    and exits when the grace period is over whatever is still stopping."""
+
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+        self._deadline: threading.Timer | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._deadline is None:
+            self._deadline = threading.Timer(SHUTDOWN_GRACE_S, _exit_now, args=(sig,))
+            self._deadline.daemon = True
+            self._deadline.start()
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stopping.set()
+        await super().shutdown(sockets)
+
+
+def _exit_now(sig: int) -> None:
+    """The grace period is over: exit now (the store is consistent at every commit, and
+    replicas outlive the server by design)."""
+    print(
+        f"kiban: not stopped {SHUTDOWN_GRACE_S:g} s after the signal; exiting now",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(128 + sig)
+
+
+def prepare(options: ServerOptions, ownership: Ownership) -> tuple[FastAPI, socket.socket]:
+    """Everything ``serve`` does before it serves: the app to run and its listening socket.
+    Whatever fails or is interrupted here leaves nothing running and no url file behind."""
+    sock = bind_socket(options.host, options.port)
+    platform: Platform | None = None
+    url_file = options.home / "url"
+    wrote_url = False
+    try:
+        port = sock.getsockname()[1]
+        url = f"http://{options.host}:{port}"
+        ownership.announce(url)
+        try:
+            ownership.claim_store(options.db_url, on_lost=stop_for_lost_lease)
+        except OwnershipError as exc:
+            raise SystemExit(f"error: {exc}") from None
+        try:
+            platform = start_platform(options)
+        except (SpecError, ServiceError) as exc:
+            what = "the cluster file's policy" if options.config is not None else "the policy"
+            raise SystemExit(f"error: cannot apply {what}: {exc}") from None
+        router_port = options.router_port
+        if router_port is None:
+            router_port = port + 1 if options.port else 0
+        write_atomically(url_file, url + "\n")
+        wrote_url = True
+        # how replicas reach this API, as their own job: processes here at the URL just bound
+        if options.backend == "local":
+            platform.loop.launcher.api_url = url
+        elif options.kube_options is not None:
+            platform.loop.launcher.api_url = options.kube_options.pod_api_url
+        running = platform
+
+        @asynccontextmanager
+        async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+            # Runs on SIGINT and SIGTERM alike: uvicorn re-raises the signal after its shutdown,
+            # so a ``finally`` around ``server.run`` would not be reached on SIGTERM.
+            running.loop.start()
+            running.services.start()
+            try:
+                yield
+            finally:
+                running.close()
+                ownership.release()
+                print("kiban stopped", file=sys.stderr, flush=True)
+
+        try:
+            platform.start_router(options.host, router_port)
+        except OSError as exc:
+            raise SystemExit(
+                f"error: the services' router cannot listen on {options.host}:{router_port}: "
+                f"{exc.strerror or exc} (choose another with --router-port)"
+            ) from None
+        app = create_app(platform, lifespan, options.limits)
+        nodes = platform.executor.nodes()
+        gpus = sum(n.gpus for n in nodes)
+        print(f"kiban is up at {url}", file=sys.stderr)
+        print(f"  home {options.home}; {admin_token_note(options, platform)}", file=sys.stderr)
+        if options.backend == "local":
+            for note in startup_notes(options.home, options.isolated):
+                print(f"  {note}", file=sys.stderr)
+        if platform.router is not None:
+            services = f"{platform.router.url}/s/<tenant>/<service>"
+            print(f"  inference services at {services}", file=sys.stderr)
+        store = platform.engine.url.render_as_string()
+        print(
+            f"  {len(nodes)} node(s), {gpus} GPU(s); store {store}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return app, sock
+    except BaseException:
+        if platform is not None:
+            platform.close()
+        sock.close()
+        if wrote_url:
+            url_file.unlink(missing_ok=True)
+        raise

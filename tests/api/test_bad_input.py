@@ -90,6 +90,9 @@ CASES: list[tuple[str, tuple[bytes, str], str]] = [
     ("missing-tasks", as_yaml(job(tasks=None)), "spec.tasks"),
     ("missing-command", as_yaml(job(tasks=[{"replicas": 1}])), "spec.tasks[0].command"),
     ("empty-command", as_yaml(job(tasks=task(command=[]))), "spec.tasks[0].command"),
+    # a NUL in what reaches exec: accepted, the launch failed and the job held its GPUs
+    ("nul-in-env-value", as_json(job(tasks=task(env={"A": "x\x00y"}))), "spec.tasks[0].env"),
+    ("nul-in-working-dir", as_json(job(workingDir="/tmp/x\x00")), "spec.workingDir"),
     (
         "negative-gpus",
         as_yaml(job(tasks=task(resources={"gpu": -1}))),
@@ -116,7 +119,7 @@ CASES: list[tuple[str, tuple[bytes, str], str]] = [
     (
         "more-memory-than-any-node",
         as_yaml(job(tasks=task(resources={"gpu": 1, "memory": "1Ti"}))),
-        "spec.tasks[0].resources",
+        "spec.tasks[0].resources.memory",
     ),
     (
         "bad-memory-quantity",

@@ -93,7 +93,7 @@ def test_affinity_that_cannot_steer_placement_is_warned_of(api: TestClient) -> N
     """kiban binds each pod to its node: pod (anti-)affinity would be carried by the pod and
     change nothing, so the submitter is told (node affinity, required or preferred, steers
     kiban's own choice)."""
-    zone = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    zone = {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["b"]}]}
     document = manifest("spread")
     document["spec"]["tasks"][0]["affinity"] = {
         "nodeAffinity": {
@@ -108,8 +108,9 @@ def test_affinity_that_cannot_steer_placement_is_warned_of(api: TestClient) -> N
     }
     job = submit(api, document)
     assert job["warnings"] == [
-        "spec.tasks[0].affinity.podAntiAffinity: no effect (kiban chooses each replica's node "
-        "and binds its pod there, by nodeSelector and node affinity, not by other pods)"
+        "spec.tasks[0].affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        "[0]: no effect (kiban chooses each replica's node and binds its pod there, by "
+        "nodeSelector, node affinity and maxReplicasPerNode, not by other pods)"
     ]
     assert api.get(f"/api/v1/jobs/{job['id']}").json()["spec"] == document  # kept as written
     required_only = manifest("zoned")

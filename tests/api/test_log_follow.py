@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from test_jobs_api import manifest, submit
 
-from kiban.api import log_follow
 from kiban.executors.log_streams import skip_bytes
 from kiban.platform import Platform
+from kiban.services import log_follow
 from kiban.testing import FakeExecutor
 
 

@@ -149,6 +149,7 @@ def test_an_admin_replaces_the_policy(api: TestClient, platform: Platform) -> No
         "pendingGpus": 0,
         "borrowed": 0,
         "lent": 0,
+        "overQuota": 0,
         "usage": 0.0,
         "usageGpuHours": 0.0,
         "standing": 0.0,

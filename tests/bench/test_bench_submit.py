@@ -129,3 +129,78 @@ def test_table_shows_stores_side_by_side_and_skips() -> None:
     assert "60.0 ms ✗" in text
     assert "skipped" in text
     assert "Test CPU, 2 cores" in text
+
+
+SUSTAINED_KEYS = {
+    "submissions_per_s",
+    "p50_ms",
+    "p99_ms",
+    "submitted",
+    "errors",
+    "first_error",
+    "pending_before",
+    "pending_after",
+    "stored_all",
+    "server_cpu_ms_per_submission",
+}
+
+
+@pytest.mark.e2e
+def test_sustained_run_with_a_backlog_and_without() -> None:
+    """Two client counts, a small backlog, SQLite, through the CLI: the issue's JSON keys, and
+    every 201 a job in the store on top of the backlog."""
+    command = [
+        sys.executable,
+        "-m",
+        "kiban.cli.main",
+        "bench",
+        "submit",
+        "--sustained",
+        "2",
+        "--clients",
+        "2,4",
+        "--pending",
+        "3000",
+        "--json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    report: dict[str, Any] = json.loads(lines[0])
+
+    assert report["store"] == "sqlite"
+    for part, backlog in (("sustained", 3000), ("empty_backlog", 0)):
+        assert set(report[part]) == {"2", "4"}
+        for clients, entry in report[part].items():
+            assert set(entry) == SUSTAINED_KEYS, (part, clients)
+            assert entry["errors"] == 0 and entry["stored_all"], entry
+            assert entry["submitted"] > 0 and entry["submissions_per_s"] > 0
+            assert 0 < entry["p50_ms"] <= entry["p99_ms"]
+            assert entry["pending_before"] == backlog
+            # each client's warm-up submission, then the measured ones
+            assert entry["pending_after"] == backlog + int(clients) + entry["submitted"]
+    assert set(report["slowdown"]) == {"2", "4"}
+    assert set(report["goals_met"]) == {"submissions_per_s", "p99_ms", "slowdown", "no_errors"}
+    assert report["machine"]["cores"] >= 1
+    assert "slowdown" in done.stderr and report["machine"]["cpu_model"] in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (["--sustained", "5", "--clients", "4,x"], "--clients must be a number or numbers"),
+        (["--sustained", "5", "--clients", "4,0"], "--clients must be positive"),
+        (["--sustained", "5", "--clients", "4,4"], "--clients names a client count twice"),
+        (["--sustained", "0"], "--sustained must be a positive number of seconds"),
+        (["--sustained", "5", "--pending", "0"], "--pending must be at least 1"),
+        (["--sustained", "5", "--store", "sqlite", "--store", "postgresql"], "give --store once"),
+        (["--clients", "4,16"], "--clients takes one number unless --sustained is given"),
+    ],
+)
+def test_bad_options_are_refused_naming_them(arguments: list[str], says: str) -> None:
+    command = [sys.executable, "-m", "kiban.cli.main", "bench", "submit", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr

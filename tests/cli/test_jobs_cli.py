@@ -65,7 +65,8 @@ def test_ls_shows_reason_and_eta_of_waiting_jobs_only(kiban: Run, jobs: Jobs) ->
     # Running: no reason, no ETA; waiting: the reason, its place, and when it should start.
     assert rows[jobs.big] == "default Running 3 6 30m01s 30m01s"
     assert rows[jobs.waiting].endswith("WaitingForReservation (#1 in queue) in 30m")
-    assert rows[jobs.later].endswith("BlockedByQueueHead (#2 in queue) in 30m")  # StrictFIFO
+    # BestEffortFIFO (the default queue's): a reservation of its own, behind the first
+    assert rows[jobs.later].endswith("WaitingForReservation (#2 in queue) in 30m")
 
     listed = {j["id"]: j for j in json.loads(kiban("ls", "-o", "json").out)}
     assert listed[jobs.waiting]["eta"] == listed[jobs.later]["eta"]
@@ -95,7 +96,7 @@ def test_describe_says_where_a_job_stands_and_when_it_should_start(
     done = kiban("describe", jobs.later)
     assert done.code == 0, done.err
     lines = {line.split()[0]: " ".join(line.split()[1:]) for line in done.out.splitlines()}
-    assert lines["Waiting"].startswith("BlockedByQueueHead: ")
+    assert lines["Waiting"].startswith("WaitingForReservation: needs 1 GPU together; reserved")
     assert lines["Position"] == "#2 in queue default, #2 in the cluster"
     start = render.when(clock.now() - 1 + HOUR / 2)
     assert lines["Starts"] == f"in 30m (about {start}; forecast)"

@@ -16,6 +16,7 @@ import yaml
 from cli_support import Run, one_error_line
 
 from kiban.cli import render
+from kiban.platform import Platform
 
 POLICY_FILE = """\
 nodes:                       # read by kiban up; kiban policy apply leaves them out
@@ -227,3 +228,37 @@ def test_queue_rows(queue: dict[str, Any], rows: list[list[str]]) -> None:
     got = render.queue_rows({**QUEUE, **queue})
     assert all(len(row) == len(render.QUEUE_COLUMNS) for row in got)
     assert got == rows
+
+
+def test_cutting_a_quota_below_use_states_the_plan_and_keeps_the_book(
+    kiban: Run, platform: Platform, tmp_path: Path
+) -> None:
+    """The issue's case: a queue of a cohort where no queue lends its flavor uses 4 GPUs, and
+    its quota is cut to 1: the 3 beyond it are over quota (lent by no one), and the answer says
+    what comes back and when."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY_FILE)
+    assert kiban("policy", "apply", str(path)).code == 0
+    job = kiban("run", "--queue", "vision", "--nodes", "2", "--gpus", "2", "--", "train").out
+    platform.loop.run_once()
+    assert json.loads(kiban("describe", job.strip(), "-o", "json").out)["state"] == "Running"
+    cut = yaml.safe_load(POLICY_FILE)
+    del cut["nodes"]
+    cut["queues"][1]["quota"] = {"first": {"gpu": 0}, "rest": {"gpu": 1}}
+    path.write_text(yaml.safe_dump(cut))
+    applied = kiban("policy", "apply", str(path))
+    assert applied.code == 0, applied.err
+    assert applied.err.splitlines() == [
+        "policy version 3 applied; queues updated: vision",
+        "drain plan (this change preempts nothing itself):",
+        "  queue vision uses 4 rest GPUs, 3 more than the 1 the policy now lets it use (its "
+        "quota and what cohort research can lend it now): its running jobs keep running; new "
+        "rest work waits until its use is back within 1; otherwise they come back as its jobs "
+        "end (no maxRuntime says when)",
+    ]
+    rows = [" ".join(line.split()) for line in kiban("queues").out.strip().splitlines()]
+    assert "vision vision research BestEffortFIFO all 1 4 0 +3 over quota 0 0 1 0.0 GPU-h 0.0" in (
+        rows
+    ), rows
+    vision = next(q for q in json.loads(kiban("queues", "-o", "json").out) if q["name"] == "vision")
+    assert (vision["borrowed"], vision["lent"], vision["overQuota"]) == (0, 0, 3)

@@ -29,3 +29,53 @@ def test_up_refuses_pod_api_url_misuse(tmp_path: Path, args: list[str], message:
     assert message in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "url").exists()  # nothing started
+
+
+def test_up_multi_tenant_refuses_to_start_unprivileged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unprivileged, local jobs would run as kiban's own user and read what it can (other
+    tenants' logs, the admin token): --multi-tenant refuses, before anything starts."""
+    monkeypatch.setattr("kiban.server.os.geteuid", lambda: 1000)
+    result = runner.invoke(app, ["up", "--home", str(tmp_path), "--multi-tenant"])
+    assert result.exit_code != 0
+    assert "--multi-tenant runs each tenant's local jobs as a user of its own" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "url").exists() and not (tmp_path / "token").exists()
+
+
+def test_up_on_a_home_another_control_plane_owns_is_refused_before_it_touches_it(
+    tmp_path: Path,
+) -> None:
+    from kiban.control.ownership import LOCK_FILE, Ownership
+
+    home = tmp_path / "home"
+    running = Ownership.claim_home(home)
+    running.announce("http://127.0.0.1:8470")
+    try:
+        result = runner.invoke(app, ["up", "--home", str(home), "--port", "0", "--nodes", "1"])
+    finally:
+        running.release()
+    assert result.exit_code == 1
+    assert f"home {home} is in use by another kiban control plane" in result.output
+    assert "at http://127.0.0.1:8470" in result.output
+    assert "Traceback" not in result.output
+    assert sorted(p.name for p in home.iterdir()) == [LOCK_FILE]  # no url, store, token, jobs
+
+
+def test_ctrl_c_while_the_server_loads_is_one_line_and_exit_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import types
+
+    class Interrupted(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            raise KeyboardInterrupt  # as Ctrl-C does in the middle of importing it
+
+    monkeypatch.setitem(sys.modules, "kiban.server", Interrupted("kiban.server"))
+    result = runner.invoke(app, ["up", "--home", str(tmp_path / "home"), "--nodes", "1"])
+    assert result.exit_code == 130
+    assert result.output.strip() == (
+        "kiban up: interrupted while starting; stopped, nothing left running"
+    )

@@ -34,6 +34,8 @@ from kiban.platform import Platform, build_platform
 from kiban.scheduler import ReasonCode
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services import jobs, tenants
+from kiban.services.errors import InvalidInput
+from kiban.services.policy import apply_policy
 from kiban.store.models import Event, Job, Replica
 from kiban.testing import FakeExecutor, ManualClock
 
@@ -260,13 +262,13 @@ def test_max_runtime_exceeded(
     platform.loop.run_once()
     job = get(platform, job_id)
     assert job.state == "Stopping"
-    assert job.message == "ran longer than maxRuntime (60s)"
+    assert job.message == "ran longer than maxRuntime (1m)"
     assert all(r.stop_requests == [False] for r in executor.replicas.values())
 
     platform.loop.run_once()
     job = get(platform, job_id)
     assert job.state == "Failed"
-    assert job.message == "ran longer than maxRuntime (60s)"
+    assert job.message == "ran longer than maxRuntime (1m)"
     assert "DeadlineExceeded" in reasons(platform, job_id)
 
 
@@ -293,14 +295,16 @@ def test_launch_error_fails_the_job_and_holds_nothing(
 
 
 def test_cancel_of_pending_job_is_immediate(platform: Platform, executor: FakeExecutor) -> None:
-    job_id = submit(platform, manifest(gpu=2, replicas=4))  # never fits: 6 GPUs in all
+    everything = submit(platform, manifest("all", gpu=2, replicas=3))  # all 6 GPUs, first
+    job_id = submit(platform, manifest("waits", gpu=2))
     platform.loop.run_once()
+    assert get(platform, job_id).reason_code == ReasonCode.INSUFFICIENT_CAPACITY.value
     cancel(platform, job_id)
     job = get(platform, job_id)
     assert job.state == "Cancelled"
     assert job.reason_code is None and job.queue_position is None
     platform.loop.run_once()
-    assert executor.launches == []
+    assert [launch.job_id for launch in executor.launches] == [everything]
 
 
 def test_cancel_stops_gracefully_and_kills_only_after_the_grace_period(
@@ -498,35 +502,70 @@ def test_recover_stops_replicas_of_attempts_the_store_no_longer_holds_active(
     assert executor.attempts() == {(running, 1), ("other-kiban-job", 1)}
 
 
-def test_an_unexpected_launch_error_leaves_that_job_admitted_and_the_others_run(
-    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("embedded null byte"), ConnectionResetError("the API server went away")],
+    ids=["value-error", "api-gone"],
+)
+def test_any_exception_in_a_launch_ends_that_attempt_and_frees_its_gpus(
+    platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
-    """Not a LaunchError (a bug, an API gone mid-call): that job stays Admitted for recovery,
-    as after a crash, and the rest of its pass's jobs start."""
-    broken, fine = (submit(platform, manifest(name, gpu=2)) for name in ("broken", "fine"))
+    """Not a LaunchError (a bug, a value the OS refuses, an API gone mid-call): the job fails
+    with the error in its events, what the launch started is abandoned, its GPUs are free for
+    the next job, and the rest of its pass's jobs start. (Before, it stayed Admitted holding
+    its GPUs, and was admitted and stuck again after each restart.)"""
+    broken = submit(platform, manifest("broken", gpu=2, replicas=2))
+    fine = submit(platform, manifest("fine", gpu=2))
     launch = executor.launch
+    abandoned: list[tuple[str, int]] = []
+    abandon = executor.abandon
 
     def launch_or_break(request: LaunchRequest) -> Any:
         if request.job_id == broken:
-            raise ConnectionResetError("the API server went away")
+            launch(request)  # started something, then broke
+            raise error
         return launch(request)
 
+    def record_abandon(job_id: str, attempt: int) -> None:
+        abandoned.append((job_id, attempt))
+        abandon(job_id, attempt)
+
     monkeypatch.setattr(executor, "launch", launch_or_break)
+    monkeypatch.setattr(executor, "abandon", record_abandon)
     platform.loop.run_once()
-    assert (state(platform, broken), state(platform, fine)) == ("Admitted", "Running")
+
+    assert (state(platform, broken), state(platform, fine)) == ("Failed", "Running")
+    job = get(platform, broken)
+    assert job.message == f"the launch failed: {type(error).__name__}: {error}"
+    assert reasons(platform, broken) == ["Submitted", "Admitted", "LaunchFailed"]
+    assert [(r.active, r.state) for r in replica_rows(platform, broken)] == [(False, "Lost")] * 2
+    assert abandoned == [(broken, 1)]
+    assert executor.running(broken) == []
 
     monkeypatch.undo()
-    platform.loop.recover()
+    platform.loop.recover()  # nothing is left Admitted for a restart to find
+    assert state(platform, broken) == "Failed"
+    after = submit(platform, manifest("after", gpu=2, replicas=2))
     platform.loop.run_once()
-    assert state(platform, broken) == "Running"
+    assert state(platform, after) == "Running"  # 4 of 6 GPUs: the failed job's were given back
 
 
 # -- waiting ---------------------------------------------------------------------------------
 
 
+def strict_default_queue(platform: Platform, clock: ManualClock) -> None:
+    """The default queue made StrictFIFO (it is BestEffortFIFO unless the policy says)."""
+    with platform.sessions() as session:
+        policy = {"queues": [{"name": "default", "strategy": "StrictFIFO"}]}
+        apply_policy(session, policy, actor="admin", at=clock.now())
+        session.commit()
+    platform.refresh_policy()
+
+
 def test_waiting_job_records_reason_position_and_one_event_per_change(
     platform: Platform, clock: ManualClock
 ) -> None:
+    strict_default_queue(platform, clock)
     running = submit(platform, manifest("running", replicas=3, gpu=2))
     platform.loop.run_once()
     head = submit(platform, manifest("head", gpu=2))
@@ -624,6 +663,7 @@ def test_a_pass_admitting_from_a_full_window_asks_for_the_next_at_once(
 def test_jobs_beyond_the_window_wait_in_the_backlog_until_they_reach_it(
     platform: Platform, executor: FakeExecutor, clock: ManualClock
 ) -> None:
+    strict_default_queue(platform, clock)
     platform.loop.window = 3
     ids = []
     for i in range(5):
@@ -682,14 +722,14 @@ def test_a_container_executor_places_by_node_selector_and_required_affinity(
     }
     clock.advance(1)
     steered = submit(platform, on_node("steered", affinity=affinity))
-    clock.advance(1)  # last in its queue (strict FIFO), so that it holds up no other
-    nowhere = submit(platform, on_node("nowhere", nodeSelector={"gpu.product": "B200"}))
+    clock.advance(1)
+    with pytest.raises(InvalidInput) as refused:  # no node could ever hold it
+        submit(platform, on_node("nowhere", nodeSelector={"gpu.product": "B200"}))
+    assert [p.field for p in refused.value.problems] == ["spec.tasks[0].nodeSelector"]
+    assert "no node matches" in refused.value.problems[0].message
     platform.loop.run_once()
     assert [r.node for r in replica_rows(platform, pinned)] == ["node-2"]
     assert [r.node for r in replica_rows(platform, steered)] == ["node-1"]
-    waiting = get(platform, nowhere)
-    assert (waiting.state, waiting.reason_code) == ("Pending", ReasonCode.NO_NODE_FITS.value)
-    assert "matching its nodeSelector gpu.product=B200" in (waiting.reason_message or "")
 
 
 def test_the_local_executor_ignores_node_constraints_as_it_warns(

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from kiban.platform import Platform
 from kiban.scheduler.policy import Policy
+from kiban.services.errors import InvalidInput
 from kiban.services.policy import apply_policy
 from kiban.store.models import Node, Replica, TenantUsage
 from kiban.testing import FakeExecutor, ManualClock
@@ -159,8 +160,9 @@ def test_nested_cohorts_lend_through_their_parent(platform: Platform, clock: Man
         apply_policy(session, policy, actor="admin", at=clock.now())
         session.commit()
     child = submit(platform, manifest("child", replicas=2, gpu=2, queue="child"))
-    outsider = submit(platform, manifest("outsider", replicas=1, gpu=1, queue="outsider"))
+    with pytest.raises(InvalidInput) as refused:  # it could never borrow a GPU: no lender
+        submit(platform, manifest("outsider", replicas=1, gpu=1, queue="outsider"))
+    assert [p.field for p in refused.value.problems] == ["spec.queue"]
+    assert "queue outsider can never hold more than 0" in refused.value.problems[0].message
     run_passes(platform, clock)
     assert state(platform, child) == "Running"
-    assert state(platform, outsider) == "Pending"
-    assert get(platform, outsider).reason_code == "ExceedsQueueQuota"

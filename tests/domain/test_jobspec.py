@@ -263,6 +263,32 @@ INVALID = [
         "'1ST' is not a valid environment variable name",
     ),
     ("env-value-list", "spec.tasks.0.env", {"A": [1]}, "spec.tasks[0].env.A", "valid string"),
+    # NUL in any string that reaches exec: the OS refuses it, so the launch could only fail
+    (
+        "nul-in-env-value",
+        "spec.tasks.0.env",
+        {"A": "x\x00y"},
+        "spec.tasks[0].env",
+        "the value of A must not contain NUL characters",
+    ),
+    (
+        "nul-in-env-name",
+        "spec.tasks.0.env",
+        {"A\x00B": "x"},
+        "spec.tasks[0].env",
+        "'A\\x00B' is not a valid environment variable name",
+    ),
+    ("nul-in-program", "spec.tasks.0.command", ["py\x00"], "spec.tasks[0].command", "NUL"),
+    ("nul-in-command", "spec.tasks.0.command", ["py", "a\x00"], "spec.tasks[0].command", "NUL"),
+    ("nul-in-args", "spec.tasks.0.args", ["--x\x00"], "spec.tasks[0].args", "NUL"),
+    ("nul-in-working-dir", "spec.workingDir", "/tmp/a\x00b", "spec.workingDir", "NUL"),
+    (
+        "nul-in-mount-path",
+        "spec.tasks.0.volumes",
+        [{"name": "data", "claimName": "c", "mountPath": "/data\x00"}],
+        "spec.tasks[0].volumes[0].mountPath",
+        "must be an absolute path",
+    ),
     (
         "memory-gb",
         "spec.tasks.0.resources.memory",

@@ -454,3 +454,16 @@ def test_container_concurrency_is_the_hard_limit_per_replica() -> None:
     assert "spec.predictor.containerConcurrency" in problems(
         edit(LLAMA, "spec.predictor.containerConcurrency", -1)
     )
+
+
+def test_the_translations_problems_and_the_services_come_in_one_answer() -> None:
+    document = edit(LLAMA, f"{M}.storageUrl", "hf://a/b")  # refused by the translation
+    document["spec"]["predictor"]["minReplicas"] = 5  # a rule of kiban's Service: maxReplicas 2
+    document["spec"]["predictor"]["scaleTarget"] = -1  # a field of kiban's Service
+    with pytest.raises(SpecError) as caught:
+        parse_service_submission(document)
+    assert [(p.field, p.message) for p in caught.value.problems] == [
+        (f"{M}.storageUrl", "unknown field (check its spelling)"),
+        (f"{P}.scaleTarget", "Input should be greater than 0"),
+        (f"{P}.maxReplicas", "maxReplicas (2) is less than minReplicas (5)"),
+    ]

@@ -9,7 +9,7 @@ import pytest
 
 from kiban.domain.errors import SpecError
 from kiban.domain.manifests import parse_job_manifest, parse_submission
-from kiban.domain.node_affinity import PREFERRED, REQUIRED, node_constraint, without_effect
+from kiban.domain.node_affinity import PREFERRED, REQUIRED, node_constraint, read_pod_affinity
 from kiban.scheduler.node_match import NodeConstraint, NodeTerm, Operator, Requirement
 from kiban.services.jobs import affinity_warnings
 
@@ -123,15 +123,18 @@ def test_required_affinity_needs_at_least_one_term() -> None:
 
 def test_only_pod_affinity_is_named_as_without_effect() -> None:
     term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
-    assert without_effect(None) == []
-    assert without_effect({"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [term]}}}) == []
-    assert without_effect(
+    own = {"app": "x"}
+    assert read_pod_affinity(None, own).without_effect == ()
+    node_only = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [term]}}}
+    assert read_pod_affinity(node_only, own).without_effect == ()
+    assert read_pod_affinity(
         {
             "podAffinity": {"x": 1},
             "podAntiAffinity": {},  # empty: asks for nothing
             "nodeAffinity": {PREFERRED: [{"weight": 1, "preference": term}]},
-        }
-    ) == ["podAffinity"]
+        },
+        own,
+    ).without_effect == ("podAffinity",)
 
 
 def test_a_volcano_jobs_warning_names_its_own_paths() -> None:
@@ -156,7 +159,7 @@ def test_a_volcano_jobs_warning_names_its_own_paths() -> None:
         },
     }
     [warning] = affinity_warnings(parse_submission(document))
-    assert warning.startswith("spec.tasks[0].template.spec.affinity.podAntiAffinity: no effect")
+    assert warning.startswith("spec.tasks[0].template.spec.affinity.podAntiAffinity.x: no effect")
 
 
 def test_preferred_terms_score_the_nodes_they_match_by_weight() -> None:

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from kiban.domain.errors import SpecError
+from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.manifests import load_document, parse_manifest, parse_submission
 from kiban.domain.service import (
     DEFAULT_READINESS_PATH,
     ServiceManifest,
     ServiceSpec,
+    SpecCheck,
     parse_service_submission,
 )
 
@@ -225,6 +226,53 @@ def test_custom_runtime_rules(change: dict[str, Any], field: str, message: str) 
 def test_every_problem_is_reported_at_once() -> None:
     found = problems(doc(canaryTrafficPercent=150, resources={"gpu": 1.5}, extra=1))
     assert set(found) == {"spec.canaryTrafficPercent", "spec.resources.gpu", "spec.extra"}
+
+
+def all_problems(document: dict[str, Any], **kwargs: Any) -> list[tuple[str, str]]:
+    with pytest.raises(SpecError) as caught:
+        parse_service_submission(document, **kwargs)
+    return [(p.field, p.message) for p in caught.value.problems]
+
+
+def test_field_and_cross_field_problems_come_in_one_answer() -> None:
+    """The issue's case: a bad scaleTarget and maxReplicas below minReplicas, told together."""
+    found = all_problems(doc(scaleTarget=0, minReplicas=3, maxReplicas=2, port=8000))
+    assert found == [
+        ("spec.scaleTarget", "Input should be greater than 0"),
+        ("spec.port", "only for runtime custom (huggingface listens on the port kiban gives)"),
+        ("spec.maxReplicas", "maxReplicas (2) is less than minReplicas (3)"),
+    ]
+
+
+def test_a_rule_is_not_judged_on_a_field_that_is_itself_invalid() -> None:
+    # maxReplicas 500 is out of range: "less than minReplicas" would be about the default
+    assert all_problems(doc(minReplicas=3, maxReplicas=500)) == [
+        ("spec.maxReplicas", "Input should be less than or equal to 100")
+    ]
+    # an invalid runtime: its rules (command, port...) are not judged on the default one
+    assert [f for f, _ in all_problems(doc(runtime="triton", port=80))] == ["spec.runtime"]
+
+
+def test_checks_from_outside_the_domain_join_the_answer() -> None:
+    def refuse_bad_args(spec: ServiceSpec) -> list[FieldProblem]:
+        return [
+            FieldProblem(f"spec.model.args[{i}]", f"{arg} refused")
+            for i, arg in enumerate(spec.args)
+            if arg.startswith("--bad")
+        ]
+
+    check = [SpecCheck(reads=("spec.model.args",), run=refuse_bad_args)]
+
+    document = doc(maxReplicas=0, model=model(args=["--dtype", "float32", "--bad", "--bad2"]))
+    assert all_problems(document, checks=check) == [
+        ("spec.maxReplicas", "Input should be greater than or equal to 1"),
+        ("spec.model.args[2]", "--bad refused"),
+        ("spec.model.args[3]", "--bad2 refused"),
+    ]
+    # not run on a field that is itself invalid
+    assert all_problems(doc(model=model(args="--bad")), checks=check) == [
+        ("spec.model.args", "Input should be a valid list")
+    ]
 
 
 def test_normalized_spec_checks_its_own_cross_field_rules() -> None:

@@ -8,10 +8,24 @@ server and kills every replica process (group) the test left behind.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from e2e_support import KibanServer, StartKiban, server_factory
+from e2e_support import KibanServer, StartKiban, open_to_tenant_users, server_factory
+
+from kiban import __file__ as KIBAN_PACKAGE
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tenant_users_reach_python() -> None:
+    """As root, kiban runs jobs as per-tenant users: they must be able to run this Python and
+    import kiban (its model server, torchrun, ``python`` jobs). A Python under root's 0700
+    home (pyenv) is out of their reach until ``chmod o+x`` opens the way (not the listing)."""
+    opened = open_to_tenant_users(Path(sys.executable), Path(KIBAN_PACKAGE))
+    if opened:
+        print(f"opened to tenant users (o+x): {', '.join(map(str, opened))}", file=sys.stderr)
 
 
 @pytest.fixture

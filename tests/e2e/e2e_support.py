@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ import psutil
 import pytest
 import yaml
 
+from kiban.executors.local.isolation import blocking_directories
 from kiban.sdk.client import Client
 
 BIN_DIR = Path(sys.executable).parent
@@ -34,6 +38,47 @@ STATE_TIMEOUT = 60.0
 CLI_TIMEOUT = 120.0
 
 T = TypeVar("T")
+
+AS_ROOT = os.geteuid() == 0
+"""kiban up as root runs each tenant's local jobs as a user of its own (isolation): what the
+tests give jobs (homes, working directories) must be within those users' reach."""
+
+
+def fresh_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A new directory for a server's home and work; as root, one outside pytest's own
+    (which only root may enter), searchable by the tenants' users. ``remove_fresh`` removes
+    it (pytest keeps its own)."""
+    if not AS_ROOT:
+        return tmp_path_factory.mktemp(name)
+    path = Path(tempfile.mkdtemp(prefix=f"kiban-e2e-{name}-"))
+    path.chmod(0o711)
+    return path
+
+
+def readable_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A new directory every user may read (a model, a site a service serves): as root, the
+    tenants' users run the replicas that read it. ``remove_fresh`` removes it."""
+    path = fresh_dir(tmp_path_factory, name)
+    path.chmod(0o755)
+    return path
+
+
+def remove_fresh(path: Path) -> None:
+    if AS_ROOT and path.name.startswith("kiban-e2e-"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def open_to_tenant_users(*paths: Path) -> list[Path]:
+    """As root: let other users search the directories on the way to ``paths`` (this Python,
+    kiban's sources), as the README asks of whoever runs kiban as root; returns those changed."""
+    changed: list[Path] = []
+    if not AS_ROOT:
+        return changed
+    for path in paths:
+        for directory in blocking_directories(path):
+            directory.chmod(directory.stat().st_mode | stat.S_IXOTH)
+            changed.append(directory)
+    return changed
 
 
 def eventually(
@@ -86,12 +131,13 @@ def run_cli(
 
 
 def processes_with_env(key: str, match: Callable[[str], bool]) -> list[psutil.Process]:
-    """Live (non-zombie) processes of this user whose environment has ``key`` matching."""
+    """Live (non-zombie) processes of this user whose environment has ``key`` matching (as
+    root: of any user, since kiban runs each tenant's jobs as a user of its own)."""
     found = []
     uid = os.getuid()
     for proc in psutil.process_iter(["uids", "status"]):
         try:
-            if proc.info["uids"] is None or proc.info["uids"].real != uid:
+            if proc.info["uids"] is None or (not AS_ROOT and proc.info["uids"].real != uid):
                 continue
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
@@ -104,8 +150,18 @@ def processes_with_env(key: str, match: Callable[[str], bool]) -> list[psutil.Pr
 
 
 def job_processes(job_id: str) -> list[psutil.Process]:
-    """Every live process that belongs to a job (replicas and their children inherit this)."""
-    return processes_with_env("KIBAN_JOB_ID", lambda v: v == job_id)
+    """Every live process that belongs to a job: the replicas and their children (they carry
+    its id in their environment) and the shims that lead their sessions (as root a shim runs in
+    kiban's own environment, not the job's)."""
+    found = processes_with_env("KIBAN_JOB_ID", lambda v: v == job_id)
+    pids = {p.pid for p in found}
+    for process in list(found):
+        with contextlib.suppress(ProcessLookupError, psutil.Error):
+            leader = os.getsid(process.pid)
+            if leader not in pids:
+                found.append(psutil.Process(leader))
+                pids.add(leader)
+    return found
 
 
 @dataclass
@@ -364,6 +420,8 @@ def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartKi
         pytest.skip(f"the kiban console script is not installed at {KIBAN} (pip install -e .)")
     servers: list[KibanServer] = []
 
+    bases: list[Path] = []
+
     def start(
         *,
         nodes: int | None = 3,
@@ -371,7 +429,8 @@ def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartKi
         config: dict[str, Any] | str | None = None,
         extra_args: Sequence[str] = (),
     ) -> KibanServer:
-        base = tmp_path_factory.mktemp("kiban")
+        base = fresh_dir(tmp_path_factory, "kiban")
+        bases.append(base)
         home = base / "home"
         workdir = base / "work"
         home.mkdir()
@@ -395,3 +454,5 @@ def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartKi
     finally:
         for server in servers:
             server.close()
+        for base in bases:
+            remove_fresh(base)

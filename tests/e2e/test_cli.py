@@ -130,6 +130,16 @@ BAD_MANIFESTS = {
         yaml.safe_dump(job_manifest("greedy", ["echo"], gpu=9)),
         ("spec.tasks[0].resources.gpu", "9 GPUs", "largest node has 2"),
     ),
+    "more-replicas-than-the-cluster-holds": (
+        yaml.safe_dump(job_manifest("huge", ["echo"], replicas=10000, gpu=1)),
+        ("spec.tasks[0].replicas", "can never start", "the 3 nodes could hold 6 even when idle"),
+    ),
+    "one-per-node-on-too-few-nodes": (
+        yaml.safe_dump(
+            job_manifest("wide", ["echo"], replicas=4, task={"maxReplicasPerNode": 1})
+        ),
+        ("spec.tasks[0].maxReplicasPerNode", "needs 4 nodes", "only 3 such nodes exist"),
+    ),
     "not-a-mapping": ("- just\n- a list\n", ("mapping",)),
     "unknown-launcher": (
         yaml.safe_dump(job_manifest("mpi", ["echo"], launcher="mpirun")),
@@ -233,9 +243,9 @@ def test_logs_follow_returns_when_the_job_ends(kiban: KibanServer) -> None:
     )
     done = kiban.cli("logs", "-f", job_id, timeout=120)
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("=== kiban: attempt 1, worker[0] rank 0")
-    assert lines[1:] == [f"line {i}" for i in range(1, 6)] + ["last line"]
+    # stdout is the job's output alone; where it ran is said on stderr
+    assert done.stdout.splitlines() == [f"line {i}" for i in range(1, 6)] + ["last line"]
+    assert f"=== kiban: job {job_id}, attempt 1: worker[0] rank 0 on node-" in done.stderr
     assert kiban.job(job_id)["state"] == "Succeeded"
 
 

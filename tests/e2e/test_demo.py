@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from e2e_support import BIN_DIR, processes_with_env
+from e2e_support import BIN_DIR, fresh_dir, processes_with_env, remove_fresh
 
 pytestmark = pytest.mark.e2e
 
@@ -26,10 +26,11 @@ def leftovers(home: Path) -> list[psutil.Process]:
 
 
 @pytest.mark.timeout(600)
-def test_demo_runs_to_a_test_accuracy(tmp_path: Path) -> None:
+def test_demo_runs_to_a_test_accuracy(tmp_path_factory: pytest.TempPathFactory) -> None:
     pytest.importorskip("torch", reason="the demo trains a PyTorch model")
     pytest.importorskip("sklearn", reason="the demo's bundled digits come from scikit-learn")
-    home = tmp_path / "demo-home"
+    base = fresh_dir(tmp_path_factory, "demo")  # as root, within reach of the tenants' users
+    home = base / "demo-home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("KIBAN_URL", "KIBAN_TOKEN")}
     env.update(
@@ -71,3 +72,4 @@ def test_demo_runs_to_a_test_accuracy(tmp_path: Path) -> None:
     assert "no accuracy reported" not in output
     assert "3 embeddings of 384 dimensions" in output, output[-6000:]
     assert stray == [], f"the demo left replica processes behind: {stray}"
+    remove_fresh(base)

@@ -12,13 +12,14 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from e2e_support import KibanServer, eventually, server_factory
+from e2e_support import KibanServer, eventually, readable_dir, remove_fresh, server_factory
 
 from kiban.testing.models import build_tiny_causal_lm, embedding_model_path
 
@@ -70,8 +71,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_causal_lm(tmp_path_factory.mktemp("models") / "tiny-llama")
+def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A tiny causal LM where the replicas' users can read it (as root: the tenant's user)."""
+    models = readable_dir(tmp_path_factory, "models")
+    yield build_tiny_causal_lm(models / "tiny-llama")
+    remove_fresh(models)
 
 
 def test_an_embedding_service_answers_through_its_url_with_the_tenants_token(
@@ -159,8 +163,23 @@ def test_chat_streams_canary_splits_promotes_and_a_bad_revision_fails(
     answer = httpx.post(f"{url}/openai/v1/completions", json=plain, timeout=60)
     assert answer.headers["x-kiban-revision"] == "chat-00002"
 
-    # A revision whose model cannot load fails with the loader's message; traffic stays.
+    # A model path that does not exist here is refused at once, naming it; nothing changes.
     manifest["spec"]["model"]["storageUri"] = "file:///nonexistent/model"
+    (served.workdir / "chat.yaml").write_text(yaml.safe_dump(manifest))
+    refused = served.cli("serve", served.workdir / "chat.yaml")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert (
+        "spec.model.storageUri: file:///nonexistent/model: /nonexistent/model does not "
+        "exist on this machine" in refused.stderr
+    ), refused.stderr
+    assert [r["name"] for r in served.client.service("chat")["revisions"]] == [
+        "chat-00001",
+        "chat-00002",
+    ]
+    # A revision whose model cannot load fails with the loader's message; traffic stays.
+    empty = served.workdir / "not-a-model"
+    empty.mkdir()
+    manifest["spec"]["model"]["storageUri"] = f"file://{empty}"
     serve(served, manifest, "chat.yaml")
     service = wait_for(
         served,
@@ -169,14 +188,20 @@ def test_chat_streams_canary_splits_promotes_and_a_bad_revision_fails(
         lambda s: revision_states(s).get("chat-00003") == "Failed",
     )
     failed = next(r for r in service["revisions"] if r["name"] == "chat-00003")
-    assert "/nonexistent/model" in failed["message"]
+    assert str(empty) in failed["message"]
     assert service["traffic"] == {"chat-00002": 100}
     answer = httpx.post(f"{url}/openai/v1/completions", json=plain, timeout=60)
     assert answer.status_code == 200
     assert answer.headers["x-kiban-revision"] == "chat-00002"
 
     # kiban rollback with no canary brings back the revision before the stable one.
-    served.ok("rollback", "chat")
+    rolled = served.cli("rollback", "chat")
+    assert rolled.returncode == 0, rolled.stderr
+    assert rolled.stderr.splitlines() == [
+        "service chat rolled back: revision chat-00001 comes back and takes all traffic once it "
+        "is ready",
+        "traffic: chat-00002 100% (until it is ready)",
+    ]
     wait_for(
         served,
         "chat",
@@ -267,7 +292,7 @@ def test_scale_to_zero_then_a_request_waits_while_a_replica_starts(
 def test_a_custom_runtime_serves_any_http_command(
     served: KibanServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    site = tmp_path_factory.mktemp("site")
+    site = readable_dir(tmp_path_factory, "site")
     (site / "v2" / "models" / "echo").mkdir(parents=True)
     (site / "v2" / "models" / "echo" / "ready").write_text("yes\n")
     port = free_port()
@@ -319,7 +344,7 @@ def test_a_service_scaled_on_cpu_adds_replicas_when_they_are_busy(
 ) -> None:
     """scaleMetric cpu, target 50% of 200m: a replica busy at its whole request makes the
     autoscaler ask for another, from the CPU its processes used (no request is sent)."""
-    site = tmp_path_factory.mktemp("busy")
+    site = readable_dir(tmp_path_factory, "busy")
     (site / "busy.py").write_text(BUSY_SERVER)
     manifest = {
         "apiVersion": "kiban/v1",

@@ -1,5 +1,6 @@
 """The scheduler end to end on the local executor: borrowing and reclaim, priority preemption
-that picks the victim with the freshest checkpoint, and a gang kept to one topology domain.
+that picks the victim with the freshest checkpoint, a gang kept to one topology domain, and
+replicas kept one per node.
 
 Each test starts a real ``kiban up`` with a cluster file and runs real replica processes; the
 CLI and the API are the only way in.
@@ -11,6 +12,7 @@ import sys
 from typing import Any
 
 import pytest
+import yaml
 from e2e_support import KibanServer, StartKiban, eventually, job_manifest
 
 pytestmark = pytest.mark.e2e
@@ -181,11 +183,25 @@ def test_a_required_topology_gang_goes_whole_into_one_block(start_kiban: StartKi
     assert sorted(r["node"] for r in running["replicas"]) == ["a1", "b2"]
     assert server.job(split)["state"] == "Pending" and not server.job(split).get("replicas")
 
-    # Four replicas can never fit one block (4 and 6 GPUs): unsatisfiable, said as such.
-    huge = server.submit(
-        job_manifest("huge", SLEEP, replicas=4, gpu=2, topology=required), "huge.yaml"
+    # Four replicas can never fit one block (4 and 6 GPUs): refused at submission, said as such.
+    path = server.workdir / "huge.yaml"
+    path.write_text(
+        yaml.safe_dump(job_manifest("huge", SLEEP, replicas=4, gpu=2, topology=required))
     )
-    eventually(
-        lambda: reason_code(server, huge) == "TopologyUnsatisfiable",
-        what="the gang bigger than any block to be refused with TopologyUnsatisfiable",
+    done = server.cli("submit", path)
+    assert done.returncode != 0
+    assert "spec.topology.level: can never start: needs the gang (8 GPUs) in one local_block" in (
+        done.stderr
     )
+
+
+def test_one_replica_per_node_lands_on_as_many_nodes(start_kiban: StartKiban) -> None:
+    """Three 1-GPU replicas fit one 8-GPU node; with maxReplicasPerNode 1 they take three."""
+    server = start_kiban(nodes=3, gpus_per_node=8)
+    manifest = job_manifest("ddp", SLEEP, replicas=3, gpu=1, task={"maxReplicasPerNode": 1})
+    spread = server.submit(manifest, "ddp.yaml")
+    job = server.wait_for_state(spread, "Running")
+    assert sorted(r["node"] for r in job["replicas"]) == ["node-0", "node-1", "node-2"]
+    packed = server.submit(job_manifest("packed", SLEEP, replicas=3, gpu=1), "packed.yaml")
+    job = server.wait_for_state(packed, "Running")
+    assert len({r["node"] for r in job["replicas"]}) == 1  # best fit, without the limit

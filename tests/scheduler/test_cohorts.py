@@ -63,7 +63,7 @@ CASES = [
             pending=[job("big").queue("vision").replicas(2, gpu=8)],
         ),
         admitted={},
-        waiting={"big": ReasonCode.EXCEEDS_QUEUE_QUOTA},
+        waiting={"big": ReasonCode.UNSCHEDULABLE},
     ),
     Case(
         "borrows-idle-quota-of-the-cohort",
@@ -88,7 +88,7 @@ CASES = [
             pending=[job("big").queue("vision").replicas(2, gpu=8)],
         ),
         admitted={},
-        waiting={"big": ReasonCode.EXCEEDS_QUEUE_QUOTA},
+        waiting={"big": ReasonCode.UNSCHEDULABLE},
     ),
     Case(
         "lending-limit",

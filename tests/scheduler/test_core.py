@@ -189,7 +189,8 @@ def test_job_larger_than_the_whole_quota() -> None:
         )
     )
     reason = waits(decisions)["a"].reason
-    assert reason.code is ReasonCode.EXCEEDS_QUEUE_QUOTA
+    assert reason.code is ReasonCode.UNSCHEDULABLE  # a quota it can never get holds nobody up
+    assert reason.details["limit"] == "quota"
     assert reason.details["needed_gpus"] == 6
     assert reason.details["nominal_gpus"] == 4
     assert "can never hold more than 4" in reason.message
@@ -231,7 +232,7 @@ def test_zero_quota_admits_no_gpu_job() -> None:
             pending=[job("a").queue("q").replicas(1, gpu=1)],
         )
     )
-    assert codes(decisions) == {"a": ReasonCode.EXCEEDS_QUEUE_QUOTA}
+    assert codes(decisions) == {"a": ReasonCode.UNSCHEDULABLE}
 
 
 # -- gangs -----------------------------------------------------------------------------------
@@ -240,8 +241,9 @@ def test_zero_quota_admits_no_gpu_job() -> None:
 def test_gang_that_does_not_fit_takes_nothing() -> None:
     decisions = schedule(
         snapshot(
-            nodes=cluster().nodes(2, gpus=2),
+            nodes=cluster().nodes(3, gpus=2),
             pending=[job("gang").replicas(3, gpu=2)],
+            running_gpus={"node-2": 2},
         )
     )
     assert decisions.admitted == ()
@@ -290,8 +292,9 @@ def test_min_available_admits_a_partial_gang() -> None:
 def test_min_available_still_needs_its_gang() -> None:
     decisions = schedule(
         snapshot(
-            nodes=cluster().nodes(2, gpus=2),
+            nodes=cluster().nodes(3, gpus=2),
             pending=[job("elastic").replicas(4, gpu=2).gang(3)],
+            running_gpus={"node-2": 2},
         )
     )
     assert decisions.admitted == ()
@@ -415,14 +418,17 @@ def test_no_node_fits_names_the_cordoned_count() -> None:
     assert "1 node(s) that could are cordoned or unhealthy" in reason.message
 
 
-def test_no_node_fits_without_any_candidate() -> None:
+def test_a_replica_larger_than_every_node_can_never_start() -> None:
     decisions = schedule(
         snapshot(nodes=cluster().nodes(2, gpus=2), pending=[job("j").replicas(1, gpu=3)])
     )
     reason = waits(decisions)["j"].reason
-    assert reason.code is ReasonCode.NO_NODE_FITS
-    assert reason.details["unschedulable_nodes_that_fit"] == 0
-    assert "cordoned" not in reason.message
+    assert reason.code is ReasonCode.UNSCHEDULABLE
+    assert reason.details["limit"] == "node-size"
+    assert reason.message == (
+        "can never start: needs a node that can hold a replica of task worker (3 GPUs, 1 CPU, "
+        "1 GiB of memory); the largest node has 2 GPUs, 64 CPUs and 512 GiB of memory"
+    )
 
 
 # -- positions and unknown queues ------------------------------------------------------------
@@ -485,7 +491,13 @@ def test_empty_snapshot_decides_nothing() -> None:
 
 
 def test_reason_serializes_for_the_store() -> None:
-    decisions = schedule(snapshot(nodes=cluster().nodes(1, gpus=1), pending=[job("j").replicas(2)]))
+    decisions = schedule(
+        snapshot(
+            nodes=cluster().nodes(2, gpus=1),
+            pending=[job("j").replicas(2)],
+            running_gpus={"node-1": 1},
+        )
+    )
     data = waits(decisions)["j"].reason.as_dict()
     assert data["code"] == "InsufficientCapacity"
     assert data["details"]["gang_size"] == 2

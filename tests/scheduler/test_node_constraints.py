@@ -59,11 +59,23 @@ def test_no_node_matching_says_so_and_names_the_constraint() -> None:
         snapshot(nodes=mixed_cluster(), pending=[job("a").replicas(1, gpu=1, nodes=b200)])
     )
     (wait,) = decisions.waiting
-    assert wait.reason.code is ReasonCode.NO_NODE_FITS
-    assert "node matching its nodeSelector gpu.product=B200 can hold a replica of task worker" in (
+    assert wait.reason.code is ReasonCode.UNSCHEDULABLE  # no such node at all: it never will
+    assert wait.reason.details["limit"] == "node-constraint"
+    assert "needs a node matching nodeSelector gpu.product=B200 for a replica of task worker" in (
         wait.reason.message
     )
     assert wait.reason.details["nodes"] == "nodeSelector gpu.product=B200"
+
+
+def test_matching_nodes_all_cordoned_wait_for_them() -> None:
+    nodes = mixed_cluster().cordoned("h100-0", "h100-1")
+    decisions = schedule(snapshot(nodes=nodes, pending=[job("a").replicas(1, gpu=1, nodes=H100)]))
+    (wait,) = decisions.waiting
+    assert wait.reason.code is ReasonCode.NO_NODE_FITS  # they may come back
+    assert "node matching its nodeSelector gpu.product=H100 can hold a replica of task worker" in (
+        wait.reason.message
+    )
+    assert wait.reason.details["unschedulable_nodes_that_fit"] == 2
 
 
 def test_matching_nodes_busy_wait_while_others_take_other_work() -> None:

@@ -9,8 +9,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiban.scheduler import Decisions, Snapshot, schedule
-from kiban.scheduler.snapshot import QueueStrategy
+from kiban.scheduler import Decisions, ReasonCode, Snapshot, schedule
+from kiban.scheduler.snapshot import PendingJob, QueueStrategy
 from kiban.testing import cluster, job, queue, snapshot
 
 GIB = 2**30
@@ -60,6 +60,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 gpu=draw(st.integers(0, 4)),
                 cpu_millis=draw(st.sampled_from([0, 500, 4000])),
                 memory=draw(st.sampled_from([0, 1, 16])) * GIB,
+                max_per_node=draw(st.sampled_from([None, None, 1, 2])),
             )
         j.gang(draw(st.integers(1, total)))
         pending.append(j)
@@ -175,7 +176,63 @@ def test_strict_queues_admit_nothing_behind_a_waiting_job(snap: Snapshot) -> Non
     decisions = schedule(snap)
     admitted = {a.job_id for a in decisions.admitted}
     strict = {q.name for q in snap.queues if q.strategy is QueueStrategy.STRICT_FIFO}
+    never = {w.job_id for w in decisions.waiting if w.reason.code is ReasonCode.UNSCHEDULABLE}
     ordered = sorted(snap.pending, key=lambda j: (-j.priority, j.submitted_at, j.id))
     for name in strict:
-        in_queue = [j.id in admitted for j in ordered if j.queue == name]
+        # A job that could never start holds nobody up; any other waiting job holds up those
+        # behind it.
+        in_queue = [j.id in admitted for j in ordered if j.queue == name and j.id not in never]
         assert in_queue == sorted(in_queue, reverse=True), f"queue {name}: {in_queue}"
+
+
+@FAST
+@given(snapshots())
+def test_no_node_holds_more_of_a_task_than_its_max_per_node(snap: Snapshot) -> None:
+    decisions = schedule(snap)
+    demand = {(j.id, t.name): t for j in snap.pending for t in j.tasks}
+    for admit in decisions.admitted:
+        held = Counter((p.task, p.node) for p in admit.placements)
+        for (task, node), count in held.items():
+            limit = demand[(admit.job_id, task)].max_per_node
+            assert limit is None or count <= limit, f"{admit.job_id}/{task}: {count} on {node}"
+
+
+NOT_JUDGED = (
+    ReasonCode.QUEUE_NOT_FOUND,
+    ReasonCode.BLOCKED_BY_QUEUE_HEAD,
+    ReasonCode.QUEUE_BACKLOG,
+)
+
+
+def on_idle_nodes(snap: Snapshot, pending: PendingJob) -> Snapshot:
+    """The snapshot's nodes all idle and taking work, its queues using nothing, one job."""
+    nodes = tuple(
+        dataclasses.replace(
+            n,
+            free_gpu_ids=tuple(range(n.gpus)),
+            free_cpu_millis=n.cpu_millis,
+            free_memory=n.memory,
+            schedulable=True,
+        )
+        for n in snap.nodes
+    )
+    queues = tuple(dataclasses.replace(q, used={}) for q in snap.queues)
+    return dataclasses.replace(snap, nodes=nodes, queues=queues, pending=(pending,), running=())
+
+
+@FAST
+@given(snapshots())
+def test_a_job_found_unschedulable_could_not_start_on_idle_nodes(snap: Snapshot) -> None:
+    """Sound: "can never start" is never said of a job that idle nodes would take; and for a
+    job of one task (where the check is exact), said of every job they would not take."""
+    decisions = schedule(snap)
+    jobs = {j.id: j for j in snap.pending}
+    for wait in decisions.waiting:
+        pending = jobs[wait.job_id]
+        if wait.reason.code in NOT_JUDGED:
+            continue
+        started = bool(schedule(on_idle_nodes(snap, pending)).admitted)
+        if wait.reason.code is ReasonCode.UNSCHEDULABLE:
+            assert not started, wait.reason.message
+        elif len(pending.tasks) == 1:
+            assert started, wait.reason.message

@@ -56,7 +56,10 @@ def test_required_gang_larger_than_any_block_is_unsatisfiable() -> None:
             topology_levels=LEVELS,
         )
     )
-    assert decisions.waiting[0].reason.code is ReasonCode.TOPOLOGY_UNSATISFIABLE
+    reason = decisions.waiting[0].reason
+    assert reason.code is ReasonCode.UNSCHEDULABLE  # no block is that large, even idle
+    assert reason.details["limit"] == "topology"
+    assert reason.details["most_replicas_in_one"] == 4
 
 
 def test_preferred_gang_spans_blocks_when_no_block_holds_it() -> None:
@@ -78,4 +81,5 @@ def test_unknown_level_required_is_unsatisfiable() -> None:
             topology_levels=LEVELS,
         )
     )
-    assert decisions.waiting[0].reason.code is ReasonCode.TOPOLOGY_UNSATISFIABLE
+    assert decisions.waiting[0].reason.code is ReasonCode.UNSCHEDULABLE
+    assert decisions.waiting[0].reason.details["limit"] == "topology"

@@ -17,6 +17,7 @@ from kiban.services import jobs, nodes, policy
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, Forbidden, InvalidInput
 from kiban.services.policy import DrainStep, apply_policy
+from kiban.services.queue_status import queue_statuses
 from kiban.store.models import Event, Job, PolicyVersion, Queue, Tenant
 from kiban.testing import FakeExecutor, ManualClock
 
@@ -371,19 +372,26 @@ def running_h100_job(platform: Platform, queue: str, gpu: int) -> str:
         ),
         # A flavor dropped from the quota: all of its use is drained.
         ({"cohort": None, "quota": {"a100": {"gpu": 4}}}, [DrainStep("vision", "h100", 4, 0)]),
-        # In a cohort, with a borrowing limit: nominal plus the limit.
+        # In a cohort where no queue lends h100: a borrowing limit lets it borrow, but there is
+        # nothing to borrow; without a limit, the same. Use above nominal is lent by no one.
         (
             {"quota": {"h100": {"gpu": 1}}, "borrowingLimit": {"h100": {"gpu": 2}}},
-            [DrainStep("vision", "h100", 4, 3)],
+            [DrainStep("vision", "h100", 4, 1, cohort="research")],
         ),
-        # In a cohort without a limit: the use above nominal is borrowed, not drained.
-        ({"quota": {"h100": {"gpu": 1}}}, []),
+        ({"quota": {"h100": {"gpu": 1}}}, [DrainStep("vision", "h100", 4, 1, cohort="research")]),
         # Enough quota: nothing to drain.
         ({"cohort": None, "quota": {"h100": {"gpu": 4}}}, []),
         # No quota: no limit.
         ({"cohort": None, "quota": None}, []),
     ],
-    ids=["below-use", "flavor-dropped", "borrowing-limit", "borrowing", "enough", "no-quota"],
+    ids=[
+        "below-use",
+        "flavor-dropped",
+        "borrowing-limit-nobody-lends",
+        "cohort-nobody-lends",
+        "enough",
+        "no-quota",
+    ],
 )
 def test_a_quota_below_use_is_accepted_with_a_drain_plan(
     gpus: Platform, vision: dict[str, Any], drain: list[DrainStep]
@@ -401,13 +409,67 @@ def test_a_quota_below_use_is_accepted_with_a_drain_plan(
     if drain:
         assert "drain plan: queue vision uses 4 h100 GPUs" in change.message
         assert events_of(gpus, "Policy", "cluster")[-1][0] == "Warning"
+    with gpus.sessions() as session:  # kiban queues agrees: what is not lent is over quota
+        statuses = queue_statuses(session, ADMIN, policy.current_policy(session), 0.0)
+        (status,) = [s for s in statuses if s.queue.name == "vision"]
+        h100 = next(f for f in status.flavors if f.flavor == "h100")
+        assert (h100.used, h100.borrowed, h100.over_quota) == (
+            4,
+            0,
+            sum(step.over_quota for step in drain),
+        )
+
+
+def with_speech(document: dict[str, Any], **speech: Any) -> dict[str, Any]:
+    queues = [dict(q, **speech) if q["name"] == "speech" else q for q in document["queues"]]
+    return {**document, "queues": queues}
+
+
+def test_what_a_lender_of_the_cohort_covers_is_borrowed_and_the_rest_reclaimable(
+    gpus: Platform,
+) -> None:
+    apply(gpus, policy_doc(quota={"h100": {"gpu": 8}}))
+    running_h100_job(gpus, "vision", gpu=4)
+    # speech lends 4 h100: the 3 vision uses beyond its quota of 1 are borrowed, nothing drains
+    vision_cut = policy_doc(quota={"h100": {"gpu": 1}})
+    change = apply(gpus, with_speech(vision_cut, quota={"h100": {"gpu": 4}}))
+    assert change.drain == ()
+    # speech lends 2: 1 is over quota, and speech takes it back by preemption when it needs it
+    change = apply(gpus, with_speech(vision_cut, quota={"h100": {"gpu": 2}}))
+    assert list(change.drain) == [
+        DrainStep("vision", "h100", 4, 3, cohort="research", reclaimable=True)
+    ]
+    reclaim = "a queue of cohort research that needs its own h100 quota takes them back by "
+    assert reclaim + "preemption" in change.message
+
+
+def test_the_drain_plan_says_when_by_the_jobs_max_runtime(gpus: Platform) -> None:
+    apply(gpus, policy_doc(cohort=None, quota={"h100": {"gpu": 8}}))
+    started = gpus.clock.now()
+    short = submit(gpus, "vision", gpu=2, maxRuntime="1h")
+    long = submit(gpus, "vision", gpu=2, maxRuntime="3h")
+    gpus.loop.run_once()
+    assert {job_state(gpus, short), job_state(gpus, long)} == {"Running"}
+    # 1 over quota: the first job to end gives it back, within the hour
+    (step,) = apply(gpus, policy_doc(cohort=None, quota={"h100": {"gpu": 3}})).drain
+    assert (step.over_quota, step.by) == (1, pytest.approx(started + 3600, abs=5))
+    # 3 over quota: both must end, within three hours
+    (step,) = apply(gpus, policy_doc(cohort=None, quota={"h100": {"gpu": 1}})).drain
+    assert (step.over_quota, step.by) == (3, pytest.approx(started + 3 * 3600, abs=5))
+    assert "its jobs' maxRuntime gives them back by " in str(step)
 
 
 def test_the_drain_plan_says_what_happens() -> None:
     step = DrainStep("vision", "h100", 12, 8)
     assert str(step) == (
         "queue vision uses 12 h100 GPUs, 4 more than the 8 the policy now lets it use: its "
-        "running jobs keep running; new h100 work waits until its use is back within 8"
+        "running jobs keep running; new h100 work waits until its use is back within 8; "
+        "otherwise they come back as its jobs end (no maxRuntime says when)"
+    )
+    in_cohort = DrainStep("vision", "h100", 4, 1, cohort="research")
+    assert str(in_cohort).startswith(
+        "queue vision uses 4 h100 GPUs, 3 more than the 1 the policy now lets it use (its quota "
+        "and what cohort research can lend it now): "
     )
 
 

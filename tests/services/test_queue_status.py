@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from kiban.executors.base import NodeInfo
+from kiban.services import queue_status
 from kiban.services.auth import Principal
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import apply_policy, current_policy
@@ -51,7 +52,13 @@ POLICY: dict[str, Any] = {
             "lendingLimit": {"a100": {"gpu": 4}},
             "fairShareWeight": 2,
         },
-        {"name": "speech", "tenant": "speech", "cohort": "research", "quota": {"h100": {"gpu": 8}}},
+        {
+            "name": "speech",
+            "tenant": "speech",
+            "cohort": "research",
+            "quota": {"h100": {"gpu": 8}},
+            "borrowingLimit": {"h100": {"gpu": 6}},
+        },
         {
             "name": "nlp",
             "tenant": "nlp",
@@ -104,10 +111,15 @@ class Store:
         assert gpus == 0, "not enough free GPUs of that flavor in the test cluster"
         self.session.commit()
 
-    def wait(self, queue: str, gpus: int, flavor: str | None = None) -> None:
-        """A pending job of ``queue``; its recorded reason names ``flavor`` when given."""
+    def wait(
+        self, queue: str, gpus: int, flavor: str | None = None, *, before_0011: bool = False
+    ) -> None:
+        """A pending job of ``queue``; its recorded reason names ``flavor`` when given. Its
+        GPUs are in its spec only when it was stored ``before_0011`` (that added the column)."""
         self.jobs += 1
         job = self._job(queue, "Pending", gpus)
+        if before_0011:
+            job.gpus = None
         if flavor is not None:
             job.reason_code = "QueueQuotaExhausted"
             job.reason_message = "needs more"
@@ -134,6 +146,7 @@ class Store:
             state=state,
             spec=spec,
             submitted_at=0.0,
+            gpus=gpus,
         )
 
     def statuses(self, principal: Principal = ADMIN, now: float = 0.0) -> dict[str, QueueStatus]:
@@ -154,47 +167,82 @@ def store(db_url: str) -> Iterator[Store]:
 
 
 Holdings = dict[tuple[str, str], int]  # (queue, flavor) -> GPUs held
-Expected = dict[tuple[str, str], tuple[int, int, int]]  # (queue, flavor) -> used, borrowed, lent
+# (queue, flavor) -> used, borrowed, lent, over quota
+Expected = dict[tuple[str, str], tuple[int, int, int, int]]
 
 CASES: list[tuple[str, Holdings, Expected]] = [
     ("idle cluster", {}, {}),
-    ("within nominal", {("vision", "h100"): 6}, {("vision", "h100"): (6, 0, 0)}),
+    ("within nominal", {("vision", "h100"): 6}, {("vision", "h100"): (6, 0, 0, 0)}),
     (
         # speech borrows 4; nlp uses all its own, so vision's idle h100 is what is lent
         "one lender",
         {("speech", "h100"): 12, ("nlp", "h100"): 8},
-        {("speech", "h100"): (12, 4, 0), ("nlp", "h100"): (8, 0, 0), ("vision", "h100"): (0, 0, 4)},
+        {
+            ("speech", "h100"): (12, 4, 0, 0),
+            ("nlp", "h100"): (8, 0, 0, 0),
+            ("vision", "h100"): (0, 0, 4, 0),
+        },
     ),
     (
         # idle shared quota: vision 8, nlp 2 (its lending limit): 4 borrowed split 3.2 / 0.8
         "two lenders in proportion",
         {("speech", "h100"): 12},
-        {("speech", "h100"): (12, 4, 0), ("vision", "h100"): (0, 0, 3), ("nlp", "h100"): (0, 0, 1)},
+        {
+            ("speech", "h100"): (12, 4, 0, 0),
+            ("vision", "h100"): (0, 0, 3, 0),
+            ("nlp", "h100"): (0, 0, 1, 0),
+        },
     ),
     (
         # nlp shares only 2 of its 8 h100 (its own 6 are in use); 2 borrowed are split
         # vision 8 : nlp 2, i.e. 1.6 and 0.4, rounded to 2 and 0
         "lending limit and rounding",
         {("speech", "h100"): 10, ("nlp", "h100"): 6},
-        {("speech", "h100"): (10, 2, 0), ("nlp", "h100"): (6, 0, 0), ("vision", "h100"): (0, 0, 2)},
+        {
+            ("speech", "h100"): (10, 2, 0, 0),
+            ("nlp", "h100"): (6, 0, 0, 0),
+            ("vision", "h100"): (0, 0, 2, 0),
+        },
     ),
     (
         # vision lends at most 4 of its 8 a100; nlp (nominal 0) borrows 3 of them
         "borrowing a flavor with no nominal quota",
         {("nlp", "a100"): 3},
-        {("nlp", "a100"): (3, 3, 0), ("vision", "a100"): (0, 0, 3)},
+        {("nlp", "a100"): (3, 3, 0, 0), ("vision", "a100"): (0, 0, 3, 0)},
     ),
     (
         # vision uses 6 a100: its own 4 and 2 of its shared 4; 2 idle are left, nlp uses them
         "lender using part of what it shares",
         {("vision", "a100"): 6, ("nlp", "a100"): 2},
-        {("vision", "a100"): (6, 0, 2), ("nlp", "a100"): (2, 2, 0)},
+        {("vision", "a100"): (6, 0, 2, 0), ("nlp", "a100"): (2, 2, 0, 0)},
     ),
     (
-        # outside any cohort, use beyond nominal is only possible after a quota was lowered
-        "no cohort: beyond nominal, lent by no one",
+        # outside any cohort, use beyond nominal (only after a quota was lowered) is lent by
+        # no one: over quota, not borrowed
+        "no cohort: beyond nominal is over quota",
         {("solo", "h100"): 6},
-        {("solo", "h100"): (6, 2, 0), ("vision", "h100"): (0, 0, 0)},
+        {("solo", "h100"): (6, 0, 0, 2), ("vision", "h100"): (0, 0, 0, 0)},
+    ),
+    (
+        # speech uses 12 beyond its 8: its borrowingLimit (6) allows 6, vision and nlp lend them
+        "beyond the borrowing limit is over quota",
+        {("speech", "h100"): 20},
+        {
+            ("speech", "h100"): (20, 6, 0, 6),
+            ("vision", "h100"): (0, 0, 5, 0),
+            ("nlp", "h100"): (0, 0, 1, 0),
+        },
+    ),
+    (
+        # speech asks 6 (its limit; 2 more are beyond it), nlp 6: 12 asked, vision's idle 8
+        # covers 8; the 4 left are over quota, split 6 : 6
+        "more borrowed than the cohort has idle",
+        {("speech", "h100"): 16, ("nlp", "h100"): 14},
+        {
+            ("speech", "h100"): (16, 4, 0, 4),
+            ("nlp", "h100"): (14, 4, 0, 2),
+            ("vision", "h100"): (0, 0, 8, 0),
+        },
     ),
 ]
 
@@ -202,7 +250,7 @@ CASES: list[tuple[str, Holdings, Expected]] = [
 @pytest.mark.parametrize(
     ("holdings", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_used_borrowed_and_lent_per_flavor(
+def test_used_borrowed_lent_and_over_quota_per_flavor(
     store: Store, holdings: Holdings, expected: Expected
 ) -> None:
     for (queue, flavor), gpus in holdings.items():
@@ -210,23 +258,30 @@ def test_used_borrowed_and_lent_per_flavor(
     statuses = store.statuses()
     assert list(statuses) == ["nlp", "solo", "speech", "vision"]
     seen: Expected = {
-        (name, f.flavor): (f.used, f.borrowed, f.lent)
+        (name, f.flavor): (f.used, f.borrowed, f.lent, f.over_quota)
         for name, s in statuses.items()
         for f in s.flavors
     }
     for key, numbers in seen.items():
-        assert numbers == expected.get(key, (0, 0, 0)), key
-    # Within the cohort what is borrowed is exactly what is lent, flavor by flavor.
+        assert numbers == expected.get(key, (0, 0, 0, 0)), key
+    # Within the cohort what is borrowed is exactly what is lent, flavor by flavor: nothing is
+    # borrowed from no one; outside it nothing is borrowed.
     for flavor in ("h100", "a100"):
         cohort = [statuses[q] for q in ("vision", "speech", "nlp")]
         flavors = [f for s in cohort for f in s.flavors if f.flavor == flavor]
         assert sum(f.borrowed for f in flavors) == sum(f.lent for f in flavors)
+    assert statuses["solo"].borrowed == statuses["solo"].lent == 0
     for s in statuses.values():
-        assert (s.borrowed, s.lent) == (
+        assert (s.borrowed, s.lent, s.over_quota) == (
             sum(f.borrowed for f in s.flavors),
             sum(f.lent for f in s.flavors),
+            sum(f.over_quota for f in s.flavors),
         )
         assert s.gpus_in_use == sum(f.used for f in s.flavors)
+        for f in s.flavors:  # what is beyond nominal is borrowed or over quota, nothing else
+            assert f.borrowed + f.over_quota == max(f.used - (f.nominal or 0), 0) or (
+                f.nominal is None
+            )
 
 
 def test_stopping_jobs_hold_their_gpus_and_pending_ones_do_not(store: Store) -> None:
@@ -257,12 +312,14 @@ def test_pending_jobs_and_gpus_per_queue_and_per_flavor_named_by_their_reason(
     store.wait("vision", 4, flavor="h100")
     store.wait("vision", 2, flavor="a100")
     store.wait("vision", 16)  # no pass has judged it yet: no flavor
+    store.wait("vision", 1, flavor="a100", before_0011=True)
+    store.wait("vision", 32, before_0011=True)
     store.hold("vision", "h100", 2)
     vision = store.statuses()["vision"]
-    assert (vision.pending_jobs, vision.pending_gpus, vision.running_jobs) == (3, 22, 1)
+    assert (vision.pending_jobs, vision.pending_gpus, vision.running_jobs) == (5, 55, 1)
     assert [(f.flavor, f.pending_jobs, f.pending_gpus) for f in vision.flavors] == [
         ("h100", 1, 4),
-        ("a100", 1, 2),
+        ("a100", 2, 3),
     ]
 
 
@@ -289,3 +346,26 @@ def test_usage_decays_and_standing_divides_it_by_the_weight(store: Store) -> Non
     assert (statuses["nlp"].usage, statuses["nlp"].standing) == (0.0, 0.0)  # nothing used yet
     shares = tenant_shares(store.session, current_policy(store.session), HOUR)
     assert shares["vision"].standing == statuses["vision"].standing
+
+
+def test_a_long_backlog_is_counted_not_read(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pending jobs are counted and their GPUs added up in the store: no spec of the backlog is
+    read (it was, for every one of 50,000 jobs on each GET /queues: 2 s of CPU; issue 21)."""
+    backlog = [store._job("speech", "Pending", 1) for _ in range(2_000)]
+    for i, job in enumerate(backlog):
+        job.id = f"backlog-{i:05d}"
+    store.session.add_all(backlog)
+    store.session.commit()
+    store.wait("speech", 8, flavor="h100")  # judged by a pass: its reason names a flavor
+    specs_read: list[object] = []
+    requested = queue_status.requested
+
+    def counting(spec: dict[str, Any]) -> tuple[int, int]:
+        specs_read.append(spec)
+        return requested(spec)
+
+    monkeypatch.setattr(queue_status, "requested", counting)
+    speech = store.statuses()["speech"]
+    assert (speech.pending_jobs, speech.pending_gpus) == (2_001, 2_008)
+    assert [(f.flavor, f.pending_jobs, f.pending_gpus) for f in speech.flavors] == [("h100", 1, 8)]
+    assert specs_read == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -287,6 +288,26 @@ def test_runtime_args_that_could_never_serve_are_refused_naming_the_argument(
     assert apply(platform, custom).name == "own"  # a custom server's args are its own
 
 
+def test_a_manifest_is_refused_with_every_problem_at_once(platform: Platform) -> None:
+    """The issue's cases: spec.scaleTarget and maxReplicas < minReplicas, and --port with
+    --max_batch_size 0, all in the one answer."""
+    args = ["--port", "9000", "--max_batch_size", "0"]
+    document = service_doc(
+        model={"name": "tiny", "storageUri": "file:///models/tiny", "args": args},
+        scaleTarget=0,
+        minReplicas=3,
+        maxReplicas=2,
+    )
+    with pytest.raises(InvalidInput) as caught:
+        apply(platform, document)
+    assert [(p.field, p.message) for p in caught.value.problems] == [
+        ("spec.scaleTarget", "Input should be greater than 0"),
+        ("spec.maxReplicas", "maxReplicas (2) is less than minReplicas (3)"),
+        ("spec.model.args[0]", "--port is set by kiban for each replica; remove it"),
+        ("spec.model.args[2]", "--max_batch_size: must be at least 1, got 0"),
+    ]
+
+
 def apply_warnings(
     platform: Platform, document: dict[str, Any], facts: ClusterFacts | None = None
 ) -> tuple[str, ...]:
@@ -298,14 +319,21 @@ def apply_warnings(
         return applied.warnings
 
 
-def test_a_local_executor_warns_of_the_container_fields_it_ignores(
-    platform: Platform, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    local = ClusterFacts(
-        node_shapes=platform.facts.node_shapes,
+def local_facts(platform: Platform) -> ClusterFacts:
+    """The facts of an executor that runs replicas as local processes (no containers)."""
+    return ClusterFacts(
+        nodes=platform.facts.nodes,
         capabilities=platform.facts.capabilities - {Capability.CONTAINERS},
     )
-    monkeypatch.setenv("KIBAN_PVC_ROOT", "/srv/claims")
+
+
+def test_a_local_executor_warns_of_the_container_fields_it_ignores(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    local = local_facts(platform)
+    claims = tmp_path / "claims"
+    (claims / "store" / "llm" / "v1").mkdir(parents=True)
+    monkeypatch.setenv("KIBAN_PVC_ROOT", str(claims))
     volume = {"name": "cache", "claimName": "hf-cache", "mountPath": "/cache"}
     document = service_doc(
         model={"name": "tiny", "storageUri": "pvc://store/llm/v1"},
@@ -316,17 +344,66 @@ def test_a_local_executor_warns_of_the_container_fields_it_ignores(
     assert warning == (
         "the local executor runs each replica as a local process and ignores container-only "
         "fields: spec.image, spec.volumes, spec.model.storageUri (pvc://store/llm/v1: no claim "
-        "is mounted; the model is read from /srv/claims/store/llm/v1 ($KIBAN_PVC_ROOT/<claim>/...)"
+        f"is mounted; the model is read from {claims}/store/llm/v1 ($KIBAN_PVC_ROOT/<claim>/...)"
         " on this machine)"
     )
     assert apply_warnings(platform, document) == ()  # an executor with containers mounts them
     # the claim mounted by the service itself: the runtime reads the mount's path
+    mount = tmp_path / "models"
+    (mount / "llm").mkdir(parents=True)
     mounted = service_doc(
         "mounted",
         model={"name": "tiny", "storageUri": "pvc://store/llm"},
-        volumes=[{"name": "store", "claimName": "store", "mountPath": "/models"}],
+        volumes=[{"name": "store", "claimName": "store", "mountPath": str(mount)}],
     )
     (warning,) = apply_warnings(platform, mounted, local)
     assert "spec.volumes, spec.model.storageUri (pvc://store/llm:" in warning
-    assert "read from /models/llm (the volume's mountPath)" in warning
-    assert apply_warnings(platform, service_doc("plain"), local) == ()
+    assert f"read from {mount}/llm (the volume's mountPath)" in warning
+    plain = service_doc("plain", model={"name": "tiny", "storageUri": f"file://{mount}/llm"})
+    assert apply_warnings(platform, plain, local) == ()
+
+
+def test_a_model_path_missing_where_local_replicas_read_it_is_refused_naming_it(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    local = local_facts(platform)
+    monkeypatch.setenv("KIBAN_PVC_ROOT", str(tmp_path / "claims"))
+    (tmp_path / "a-file").write_text("not a model directory")
+
+    def refused(model: dict[str, Any], facts: ClusterFacts = local, **spec: Any) -> list[str]:
+        with pytest.raises(InvalidInput) as caught:
+            apply_warnings(platform, service_doc(model={"name": "m", **model}, **spec), facts)
+        return [str(p) for p in caught.value.problems]
+
+    assert refused({"storageUri": f"file://{tmp_path}/nope"}) == [
+        f"spec.model.storageUri: file://{tmp_path}/nope: {tmp_path}/nope does not exist on this "
+        "machine, where the local executor's replicas read the model"
+    ]
+    assert refused({"storageUri": f"file://{tmp_path}/a-file"}) == [
+        f"spec.model.storageUri: file://{tmp_path}/a-file: {tmp_path}/a-file is not a directory "
+        "on this machine, where the local executor's replicas read the model"
+    ]
+    assert refused({"storageUri": "pvc://store/llm"}) == [
+        f"spec.model.storageUri: pvc://store/llm: {tmp_path}/claims/store/llm does not exist on "
+        "this machine, where the local executor's replicas read the model ($KIBAN_PVC_ROOT/"
+        f"<claim>/<path>, $KIBAN_PVC_ROOT being {tmp_path}/claims)"
+    ]
+    volume = {"name": "s", "claimName": "store", "mountPath": str(tmp_path / "mnt")}
+    (problem,) = refused({"storageUri": "pvc://store/llm"}, volumes=[volume])
+    assert f"{tmp_path}/mnt/llm does not exist" in problem
+    assert "(the claim's mountPath in spec.volumes, which it does not mount)" in problem
+    # with the manifest's other problems, in one answer
+    assert refused({"storageUri": f"file://{tmp_path}/nope"}, minReplicas=2, maxReplicas=1) == [
+        "spec.maxReplicas: maxReplicas (1) is less than minReplicas (2)",
+        f"spec.model.storageUri: file://{tmp_path}/nope: {tmp_path}/nope does not exist on this "
+        "machine, where the local executor's replicas read the model",
+    ]
+    with platform.sessions() as session:
+        assert session.scalars(select(ServiceRow)).all() == []  # nothing stored
+    # Replicas in containers read the image's files or a mounted claim, which the control
+    # plane cannot see: accepted, and nothing said about the path.
+    in_containers = service_doc(model={"name": "m", "storageUri": "pvc://x/y"})
+    assert apply_warnings(platform, in_containers) == ()
+    # A model from the Hugging Face cache is looked up where the replica runs: not checked.
+    hub = service_doc("hub", model={"name": "m", "storageUri": "hf://org/model"})
+    assert apply_warnings(platform, hub, local) == ()

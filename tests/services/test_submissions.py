@@ -152,11 +152,14 @@ def test_a_repeated_submission_reads_neither_token_nor_queue_from_the_store(
     def remember(_conn: object, _cursor: object, statement: str, *_: object) -> None:
         statements.append(statement)
 
-    sqlalchemy.event.listen(platform.engine, "before_cursor_execute", remember)
+    engines = [platform.engine, platform.control_engine]  # the API's; the writer's own
+    for engine in engines:
+        sqlalchemy.event.listen(engine, "before_cursor_execute", remember)
     try:
         answer = api.post("/api/v1/jobs", json=document)
     finally:
-        sqlalchemy.event.remove(platform.engine, "before_cursor_execute", remember)
+        for engine in engines:
+            sqlalchemy.event.remove(engine, "before_cursor_execute", remember)
     assert answer.status_code == 201
     assert answer.json()["state"] == "Pending"
     reads = [s for s in statements if "api_tokens" in s or "FROM queues" in s]

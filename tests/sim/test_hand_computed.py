@@ -94,7 +94,7 @@ def test_a_job_larger_than_the_cluster_never_starts_and_says_why(tmp_path: Path)
     report = replay(trace, "kiban", nodes=1, gpus_per_node=2)
     extra = report.results[0].summary.extra
     assert extra["never_started"] == 1
-    assert set(extra["never_started_reasons"]) <= {"NoNodeFits", "InsufficientCapacity"}
+    assert set(extra["never_started_reasons"]) == {"Unschedulable"}  # not even on idle nodes
     assert report.results[0].summary.figures["jobs"] == 1
 
 
@@ -187,3 +187,14 @@ def test_no_borrowing_needs_quotas(tmp_path: Path) -> None:
     trace = write_csv(tmp_path / "t.csv", THREE)
     with pytest.raises(ValueError, match="--no-borrowing needs --quotas-from"):
         replay(trace, "fifo", borrowing=False)
+
+
+def test_a_shape_of_nodes_runs_one_replica_per_node(tmp_path: Path) -> None:
+    """``nodes`` x ``gpus_per_node`` is a multi-node job: on one node of 2 GPUs, 2 x 1 GPU given
+    as two nodes never starts, while 2 GPUs given as a total do."""
+    trace = write_csv(tmp_path / "t.csv", ["0,10,2,t,,2,1,", "1,10,2,t,,,,"])
+    report = replay(trace, "kiban", nodes=1, gpus_per_node=2)
+    runs = runs_by_line(report)
+    assert runs[2].job.task.max_per_node == 1
+    assert runs[2].first_start is None and runs[2].waiting_reason == "Unschedulable"
+    assert runs[3].first_start == 1.0

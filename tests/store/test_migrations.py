@@ -13,14 +13,20 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect, select, text
 
+from kiban.domain.manifests import parse_job_manifest
 from kiban.scheduler.snapshot import DEFAULT_FLAVOR
 from kiban.services.policy import latest_record, policy_generation
 from kiban.store.db import MIGRATIONS, make_engine, migrate, session_factory
-from kiban.store.models import Base, Queue, Tenant
+from kiban.store.models import ApiToken, Base, Event, Job, Queue, Replica, Tenant
 
 # Partial indexes (with a WHERE, or a DESC column) are beyond what Alembic's autogenerate
 # compares; their presence is checked by name in test_partial_indexes_exist.
-PARTIAL_INDEXES = {"ix_jobs_pending_order"}
+PARTIAL_INDEXES = {
+    "ix_jobs_pending_order",
+    "ix_jobs_pending_judged",
+    "ix_jobs_state_submitted",
+    "ix_jobs_submitted",
+}
 
 
 def comparable_by_alembic(
@@ -218,5 +224,131 @@ def test_0004_on_a_store_without_queues_writes_no_policy(db_url: str) -> None:
         with session_factory(engine)() as session:
             assert policy_generation(session) == 0
             assert latest_record(session) is None
+    finally:
+        engine.dispose()
+
+
+def test_0010_fails_jobs_stored_not_started_with_a_nul_in_their_spec(db_url: str) -> None:
+    """Before submission refused them, a NUL in an env value was stored and the job stuck;
+    now such a spec no longer parses, so the upgrade ends those jobs as a failed launch does."""
+
+    def document(env: dict[str, str]) -> dict[str, Any]:
+        task = {"name": "worker", "command": ["python", "t.py"], "env": env}
+        return {
+            "apiVersion": "kiban/v1",
+            "kind": "Job",
+            "metadata": {"name": "j"},
+            "spec": {"tasks": [task]},
+        }
+
+    stored = {
+        "pending-nul": ("Pending", {"A": "x\x00y"}),
+        "admitted-nul": ("Admitted", {"A": "\x00"}),
+        "pending-fine": ("Pending", {"A": "a backslash: \\u0000"}),  # the text, no NUL
+        "failed-nul": ("Failed", {"A": "\x00"}),
+    }
+    engine = make_engine(db_url)
+    try:
+        migrate(engine)
+        with session_factory(engine)() as session:
+            session.add(Tenant(name="t", created_at=1.0))
+            session.flush()
+            for job_id, (state, env) in stored.items():
+                session.add(
+                    Job(
+                        id=job_id,
+                        name="j",
+                        tenant="t",
+                        queue="default",
+                        state=state,
+                        spec=document(env),
+                        submitted_at=1.0,
+                        message="as it was",
+                    )
+                )
+            session.flush()
+            session.add(
+                Replica(
+                    job_id="admitted-nul",
+                    attempt=1,
+                    task="worker",
+                    index=0,
+                    rank=0,
+                    node="n",
+                    gpu_ids=[0, 1],
+                    cpu_millis=1000,
+                    memory=1,
+                    active=True,
+                    state="Running",
+                )
+            )
+            session.add(
+                ApiToken(
+                    token_hash="h" * 64,
+                    name="job",
+                    role="job",
+                    tenant="t",
+                    created_at=1.0,
+                    job_id="admitted-nul",
+                )
+            )
+            session.commit()
+        move_to(engine, "0009", down=True)  # as a store written before this revision
+        migrate(engine)
+
+        with session_factory(engine)() as session:
+            jobs = {j.id: j for j in session.scalars(select(Job))}
+            assert {k: j.state for k, j in jobs.items()} == {
+                "pending-nul": "Failed",
+                "admitted-nul": "Failed",
+                "pending-fine": "Pending",
+                "failed-nul": "Failed",
+            }
+            for job_id in ("pending-nul", "admitted-nul"):
+                assert "NUL character" in (jobs[job_id].message or "")
+                assert jobs[job_id].finished_at is not None
+            assert jobs["failed-nul"].message == "as it was"
+            (replica,) = session.scalars(select(Replica))
+            assert (replica.active, replica.state) == (False, "Lost")  # its GPUs are free
+            assert session.scalars(select(ApiToken)).all() == []
+            failed_events = session.scalars(
+                select(Event.object_name).where(Event.reason == "LaunchFailed")
+            ).all()
+            assert sorted(failed_events) == ["admitted-nul", "pending-nul"]
+            parse_job_manifest(jobs["pending-fine"].spec)  # what is left parses
+    finally:
+        engine.dispose()
+
+
+def test_0011_counts_the_gpus_of_jobs_not_ended_and_indexes_newest_first(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        move_to(engine, "0010_nul_specs")
+        spec = (
+            '{"spec": {"tasks": [{"replicas": 2, "resources": {"gpu": 4}}, '
+            '{"resources": {"gpu": 1}}, {"replicas": 3}]}}'
+        )
+        with engine.begin() as connection:
+            connection.execute(text("INSERT INTO tenants (name, created_at) VALUES ('t', 1)"))
+            for job_id, state in (("waits", "Pending"), ("runs", "Running"), ("done", "Succeeded")):
+                connection.execute(
+                    text(
+                        "INSERT INTO jobs (id, name, tenant, queue, state, priority, spec, "
+                        "submitted_at, attempt) VALUES (:id, :id, 't', 'q', :state, 0, :spec, 1, 1)"
+                    ),
+                    {"id": job_id, "state": state, "spec": spec},
+                )
+        migrate(engine)
+        with engine.connect() as connection:
+            gpus = dict(connection.execute(text("SELECT id, gpus FROM jobs")).all())
+        assert gpus == {"waits": 9, "runs": 9, "done": None}  # 2 x 4 + 1 + 3 x 0
+        names = {i["name"] for i in inspect(engine).get_indexes("jobs")}
+        assert "ix_jobs_state" not in names
+        assert {"ix_jobs_state_submitted", "ix_jobs_submitted", "ix_jobs_pending_judged"} <= names
+
+        move_to(engine, "0010_nul_specs", down=True)
+        names = {i["name"] for i in inspect(engine).get_indexes("jobs")}
+        assert "ix_jobs_state" in names and "ix_jobs_submitted" not in names
+        assert "gpus" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
     finally:
         engine.dispose()

@@ -1,4 +1,4 @@
-"""0010_cli_submitted_by: jobs stored before it learn who submitted them from their events."""
+"""0012_submitted_by: jobs stored before it learn who submitted them from their events."""
 
 from __future__ import annotations
 

@@ -1,37 +1,88 @@
-"""The FastAPI application: routers under ``/api/v1``, ``/healthz``, JSON errors."""
+"""The FastAPI application: routers under ``/api/v1``, ``/healthz``, JSON errors, admission."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
+from starlette.routing import Match
+from starlette.types import ASGIApp, Scope
 
 from kiban import __version__
+from kiban.api import responses
+from kiban.api.admission import Admission
 from kiban.api.errors import install_error_handlers
+from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import cluster, jobs, policy, services
 from kiban.platform import Platform
+from kiban.store.db import REQUEST_THREADS
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+HEALTHY = {"status": "ok"}
 
 
-def create_app(platform: Platform, lifespan: Lifespan | None = None) -> FastAPI:
-    """The app over ``platform``; ``lifespan`` starts and stops what the server runs beside it."""
-    app = FastAPI(
-        lifespan=lifespan,
+def create_app(
+    platform: Platform,
+    lifespan: Lifespan | None = None,
+    limits: AdmissionLimits | None = None,
+) -> FastAPI:
+    """The app over ``platform``; ``lifespan`` starts and stops what the server runs beside it;
+    ``limits``: how much it takes at once (see ``kiban.api.admission``)."""
+
+    @asynccontextmanager
+    async def run(app: FastAPI) -> AsyncIterator[None]:
+        # the threads endpoints run on: the API's pool has a connection for each (store.db)
+        to_thread.current_default_thread_limiter().total_tokens = REQUEST_THREADS
+        if lifespan is None:
+            yield
+            return
+        async with lifespan(app):
+            yield
+
+    app = KibanApi(
+        lifespan=run,
         title="kiban",
         version=__version__,
         description="A multi-tenant GPU platform for training and serving models.",
     )
     app.state.platform = platform
+    app.state.stopping = asyncio.Event()  # set when the server stops: log follows end
     install_error_handlers(app)
 
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    @app.get("/healthz", tags=["health"], responses=responses.SERVED)
+    async def healthz() -> dict[str, str]:
+        """Whether the API answers: at once, whatever the load (admission answers it before
+        anything else of the app runs; no worker thread, no store)."""
+        return HEALTHY
+
+    @app.head("/healthz", tags=["health"], responses=responses.SERVED)
+    async def healthz_head() -> None:
+        """``/healthz`` without its body (admission answers it too)."""
 
     app.include_router(jobs.router)
     app.include_router(cluster.router)
     app.include_router(policy.router)
     app.include_router(services.router)
+    app.state.limits = limits or AdmissionLimits()
     return app
+
+
+class KibanApi(FastAPI):
+    """FastAPI with admission in front of all the rest of it, its error middleware included:
+    a request refused, or a health check, costs the event loop as little as it can."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Admission(
+            super().build_middleware_stack(),
+            self.state.platform,
+            self.state.limits,
+            names_operation=self.names_operation,
+        )
+
+    def names_operation(self, scope: Scope) -> bool:
+        """Whether the request's method and path are one of the routes' (a refused caller's
+        request that names none is routed, as any caller's: 404, 405, 307)."""
+        return any(route.matches(scope)[0] is Match.FULL for route in self.router.routes)

@@ -2,22 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from kiban.domain.declarations import DEFAULT_TENANT
-from kiban.domain.states import JobState
+from kiban.domain.jobspec import DNS_LABEL
+from kiban.domain.states import JobState, ReplicaState
 from kiban.scheduler.reasons import awaiting_pass
 from kiban.services.jobs import requested
 from kiban.services.policy import PolicyChange, PolicyRecord
 from kiban.services.queue_status import FlavorStatus, QueueStatus
 from kiban.store.models import Event, Job, Node, PolicyVersion, Replica, Tenant
 
+NAME_FIELD = Field(json_schema_extra={"pattern": DNS_LABEL.pattern})
+"""A new tenant's or queue's name: a DNS label (the services check it and say what is wrong)."""
+
 
 class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class ProblemOut(ApiModel):
+    """One thing wrong with the input: where (``spec.tasks[0].replicas``; "" for the whole
+    body) and what."""
+
+    field: str
+    message: str
+
+
+class ErrorOut(ApiModel):
+    """An error: its HTTP status, a message for people, and the input fields it is about
+    (``problems``, empty when it is not about input)."""
+
+    status: int
+    message: str
+    problems: list[ProblemOut]
+
+
+class ErrorBody(ApiModel):
+    """What every error answer carries: ``{"error": {"status", "message", "problems"}}``."""
+
+    error: ErrorOut
 
 
 class ReasonOut(ApiModel):
@@ -32,7 +59,7 @@ class ReplicaOut(ApiModel):
     rank: int
     node: str
     gpu_ids: list[int]
-    state: str
+    state: ReplicaState
     pid: int | None
     exit_code: int | None
     started_at: float | None
@@ -51,7 +78,7 @@ class JobOut(ApiModel):
     name: str
     tenant: str
     queue: str
-    state: str
+    state: JobState
     priority: int
     attempt: int
     submitted_at: float
@@ -77,15 +104,15 @@ class JobOut(ApiModel):
 
 class EventOut(ApiModel):
     id: int
-    type: str
+    type: Literal["Normal", "Warning"]
     reason: str
     message: str
     at: float
 
 
 class FlavorUsageOut(ApiModel):
-    """A queue's quota and use of one flavor, in GPUs; see ``kiban.services.queue_status`` for
-    what borrowed and lent mean. Limits are None when the policy sets none."""
+    """A queue's quota and use of one flavor, in GPUs; see ``kiban.services.quota_ledger`` for
+    what borrowed, lent and over quota mean. Limits are None when the policy sets none."""
 
     flavor: str
     nominal: int | None
@@ -96,14 +123,18 @@ class FlavorUsageOut(ApiModel):
     lent: int
     pending_jobs: int
     pending_gpus: int
+    over_quota: int = 0
+    """Use beyond what the policy lets the queue hold now, lent by no one (after a quota was
+    lowered under running jobs): given back as its jobs end, or reclaimed by preemption."""
 
 
 class QueueOut(ApiModel):
     """A queue: nominal GPUs per flavor (``{"h100": {"gpu": 16}}``; None: no quota) and use.
 
-    ``flavors`` gives per flavor nominal, used, borrowed, lent and pending; ``borrowed`` and
-    ``lent`` are their sums. ``usage`` is the tenant's decayed usage (weighted resource-seconds;
-    ``usageGpuHours`` the same in hours) and ``standing`` its usage per unit of weight.
+    ``flavors`` gives per flavor nominal, used, borrowed, lent, over quota and pending;
+    ``borrowed``, ``lent`` and ``overQuota`` are their sums. ``usage`` is the tenant's decayed
+    usage (weighted resource-seconds; ``usageGpuHours`` the same in hours) and ``standing`` its
+    usage per unit of weight.
     """
 
     name: str
@@ -121,6 +152,7 @@ class QueueOut(ApiModel):
     pending_gpus: int = 0
     borrowed: int = 0
     lent: int = 0
+    over_quota: int = 0
     flavors: list[FlavorUsageOut] = Field(default_factory=list)
     usage: float = 0.0
     usage_gpu_hours: float = 0.0
@@ -149,8 +181,8 @@ class QueueIn(ApiModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    name: str
-    tenant: str
+    name: Annotated[str, NAME_FIELD]
+    tenant: Annotated[str, NAME_FIELD]
     quota: dict[str, Any] | None = None
     cohort: str | None = None
     borrowing_limit: dict[str, Any] | None = None
@@ -181,10 +213,19 @@ class PolicyVersionOut(ApiModel):
 
 
 class DrainStepOut(ApiModel):
+    """A queue left holding more GPUs of a flavor than the policy lets it (``overQuota`` more
+    than ``allowed``), and how they come back: ``reclaimable`` (a queue of its cohort takes
+    them back by preemption when it needs its quota), ``by`` (the latest its jobs' maxRuntime
+    gives them back; None when some job has none)."""
+
     queue: str
     flavor: str
     in_use: int
     allowed: int
+    over_quota: int
+    cohort: str | None
+    reclaimable: bool
+    by: float | None
     message: str
 
 
@@ -198,18 +239,26 @@ class PolicyChangeOut(ApiModel):
     removed: list[str]
     drain_plan: list[DrainStepOut]
     message: str
+    summary: str  # the message without the drain plan
 
 
 class TenantIn(ApiModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    name: str
+    name: Annotated[str, NAME_FIELD]
 
 
 class TokenIn(ApiModel):
+    """A member's token; ``name`` says whose (a user name): printable characters, not only
+    spaces, at most 128 (``format: printable``: Python's ``str.isprintable``)."""
+
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    name: str
+    name: Annotated[
+        str,
+        Field(json_schema_extra={"minLength": 1, "maxLength": 128, "pattern": r"\S"}),
+        WithJsonSchema({"type": "string", "format": "printable"}),
+    ]
 
 
 class TokenOut(ApiModel):
@@ -250,7 +299,7 @@ def job_out(
         name=job.name,
         tenant=job.tenant,
         queue=job.queue,
-        state=job.state,
+        state=JobState(job.state),
         priority=job.priority,
         attempt=job.attempt,
         submitted_at=job.submitted_at,
@@ -281,7 +330,7 @@ def replica_out(r: Replica) -> ReplicaOut:
         rank=r.rank,
         node=r.node,
         gpu_ids=list(r.gpu_ids or []),
-        state=r.state,
+        state=ReplicaState(r.state),
         pid=r.pid,
         exit_code=r.exit_code,
         started_at=r.started_at,
@@ -291,7 +340,13 @@ def replica_out(r: Replica) -> ReplicaOut:
 
 
 def event_out(e: Event) -> EventOut:
-    return EventOut(id=e.id, type=e.type, reason=e.reason, message=e.message, at=e.at)
+    return EventOut(
+        id=e.id,
+        type="Warning" if e.type == "Warning" else "Normal",
+        reason=e.reason,
+        message=e.message,
+        at=e.at,
+    )
 
 
 def flavor_usage_out(f: FlavorStatus) -> FlavorUsageOut:
@@ -305,6 +360,7 @@ def flavor_usage_out(f: FlavorStatus) -> FlavorUsageOut:
         lent=f.lent,
         pending_jobs=f.pending_jobs,
         pending_gpus=f.pending_gpus,
+        over_quota=f.over_quota,
     )
 
 
@@ -326,6 +382,7 @@ def queue_out(status: QueueStatus) -> QueueOut:
         pending_gpus=status.pending_gpus,
         borrowed=status.borrowed,
         lent=status.lent,
+        over_quota=status.over_quota,
         flavors=[flavor_usage_out(f) for f in status.flavors],
         usage=status.usage,
         usage_gpu_hours=status.usage / 3600,
@@ -419,9 +476,18 @@ def policy_change_out(change: PolicyChange) -> PolicyChangeOut:
         removed=list(change.removed),
         drain_plan=[
             DrainStepOut(
-                queue=s.queue, flavor=s.flavor, in_use=s.in_use, allowed=s.allowed, message=str(s)
+                queue=s.queue,
+                flavor=s.flavor,
+                in_use=s.in_use,
+                allowed=s.allowed,
+                over_quota=s.over_quota,
+                cohort=s.cohort,
+                reclaimable=s.reclaimable,
+                by=s.by,
+                message=str(s),
             )
             for s in change.drain
         ],
         message=change.message,
+        summary=change.summary,
     )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import Field
 
 from kiban.api.schemas import ApiModel
+from kiban.domain.rollout import RevisionState
+from kiban.domain.states import JobState
 from kiban.services.service_status import ServiceStatus
 from kiban.serving.autoscaler import ScaleDecision
 from kiban.serving.capacity import replica_concurrency
@@ -47,9 +50,9 @@ class ServiceRevisionOut(ApiModel):
 
     name: str
     number: int
-    state: str
+    state: RevisionState
     message: str
-    role: str
+    role: Literal["stable", "canary", ""]
     traffic_percent: int
     desired_replicas: int
     ready_replicas: int
@@ -69,7 +72,7 @@ class ServiceReplicaOut(ApiModel):
 
     job: str
     revision: str
-    state: str
+    state: JobState
     node: str | None
     ready: bool
     reason: str | None
@@ -92,7 +95,7 @@ class ServiceOut(ApiModel):
 
     name: str
     tenant: str
-    state: str
+    state: Literal["Ready", "Loading", "ScaledToZero", "Failed", "Deleting"]
     url: str | None
     queue: str
     priority_class: str | None

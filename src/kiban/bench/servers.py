@@ -39,7 +39,9 @@ class KibanServer:
         self._log_path = home.parent / f"{home.name}.log"
 
     def start(self) -> KibanServer:
-        self.home.mkdir(parents=True)
+        """Start ``kiban up`` on the home (a new one, or the store of an earlier start)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "url").unlink(missing_ok=True)  # an earlier start's, gone stale
         cluster = self.home.parent / f"{self.home.name}-cluster.yaml"
         cluster.write_text(self.cluster_file)
         command = [

@@ -17,11 +17,12 @@ on a fresh server with an empty store, so that no phase inherits the previous on
    ``clients / rate`` and says more about the queue in front of the server than about the
    server, so it is reported apart (``saturated_p50_ms``, ``saturated_p99_ms``).
 
-Phases 2 and 3 submit one-GPU jobs to a queue whose GPU quota is 0: they are stored, counted
-by the control loop and given a reason (``ExceedsQueueQuota``/``BlockedByQueueHead``), as real
-pending jobs are, but never start, so no process launch competes with the submissions. The
-server's single node has one GPU only so that such jobs pass submission's "some node could hold
-it" check. Phase 1 uses the ``default`` queue, which has no quota.
+Phases 2 and 3 submit one-GPU jobs to a queue of one GPU while the server's single node (of one
+GPU) is cordoned: they pass submission's "could this ever start" check, are stored, counted by
+the control loop and given a reason (``NoNodeFits``/``BlockedByQueueHead``), as real pending jobs
+are, but never start, so no process launch competes with the submissions. (A queue whose quota
+is 0 would not do: submission refuses a job that no quota could ever admit.) Phase 1 uses the
+``default`` queue, which has no quota, on a node that is not cordoned.
 
 The load generator speaks HTTP/1.1 over asyncio streams with prepared request bytes, from one
 process: client and server share the machine's cores, and with 32 connections httpx's
@@ -61,8 +62,9 @@ queues:
   - name: {HELD_QUEUE}
     tenant: default
     quota:
-      gpu: 0
+      gpu: 1
 """
+HELD_NODE = "node-0"  # cordoned for the load phases: the held jobs fit it, and never start
 
 Progress = Callable[[str], None]
 
@@ -96,7 +98,8 @@ class SubmitBenchOptions:
 
 
 def held_job() -> dict[str, Any]:
-    """A one-GPU job for the queue with GPU quota 0: stored and queued, never started."""
+    """A one-GPU job for the held queue, whose one node is cordoned: stored and queued, never
+    started."""
     return {
         "apiVersion": "kiban/v1",
         "kind": "Job",
@@ -218,10 +221,17 @@ async def open_loop(
 
 
 async def closed_loop(
-    url: str, token: str, *, clients: int, count: int | None, duration_s: float
+    url: str,
+    token: str,
+    *,
+    clients: int,
+    count: int | None,
+    duration_s: float,
+    document: dict[str, Any] | None = None,
 ) -> LoadResult:
-    """``clients`` connections submitting back to back, ``count`` jobs or for ``duration_s``."""
-    request = prepare_request("POST", url, "/api/v1/jobs", token, held_job())
+    """``clients`` connections submitting back to back, ``count`` jobs or for ``duration_s``;
+    each submits ``document`` (default ``held_job``)."""
+    request = prepare_request("POST", url, "/api/v1/jobs", token, document or held_job())
     connections = await _open_connections(url, clients, request)
     result = LoadResult(warmup=clients)
     loop = asyncio.get_running_loop()
@@ -294,6 +304,18 @@ async def submit_to_running(url: str, token: str, count: int) -> list[float]:
     return latencies
 
 
+async def cordon(url: str, token: str, node: str) -> None:
+    """Cordon a node (``POST /api/v1/nodes/NODE/cordon``): it takes no new work."""
+    conn = await HttpConnection.open(url)
+    try:
+        path = f"/api/v1/nodes/{node}/cordon"
+        status, body = await conn.send(prepare_request("POST", url, path, token))
+    finally:
+        await conn.close()
+    if status != 200:
+        raise BenchError(f"POST {path} failed with HTTP {status}: {body[:300]!r}")
+
+
 async def jobs_in_queue(url: str, token: str, queue: str) -> int:
     """Jobs of ``queue`` in the store, pending or running, from ``GET /api/v1/queues``."""
     conn = await HttpConnection.open(url)
@@ -340,6 +362,9 @@ class _Workspace:
 @contextlib.contextmanager
 def _workspace(timeout_s: float) -> Iterator[_Workspace]:
     root = Path(tempfile.mkdtemp(prefix="kiban-bench-"))
+    # Searchable by others (not listable): a server started as root runs each tenant's jobs as
+    # a user of its own, which must reach its working directory in the servers' homes below.
+    root.chmod(0o711)
     try:
         with contextlib.ExitStack() as stack:
             yield _Workspace(root, stack, timeout_s)
@@ -360,6 +385,7 @@ def _load_phase(
 ) -> tuple[LoadResult, _PhaseCost]:
     """Run a load phase on a fresh server; count the jobs stored and the CPU spent per job."""
     with space.server(store, phase) as server:
+        asyncio.run(cordon(server.url, server.token, HELD_NODE))
         client_before = time.process_time()
         server_before = server.cpu_seconds()
         db_before = space.dbcpu_seconds() if store == "postgresql" else None

@@ -16,9 +16,27 @@ bench_app = typer.Typer(
 )
 
 
+def client_counts(text: str) -> tuple[int, ...]:
+    """``--clients 4,16,64`` as (4, 16, 64); a clear error naming the option otherwise."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"--clients must be a number or numbers like 4,16,64; got {text!r}"
+        ) from None
+    if any(c < 1 for c in counts):
+        raise ValueError(f"--clients must be positive; got {text!r}")
+    return counts
+
+
 @bench_app.command("submit")
 def submit(
-    clients: Annotated[int, typer.Option(help="concurrent clients (keep-alive connections)")] = 32,
+    clients: Annotated[
+        str,
+        typer.Option(
+            help="concurrent clients (keep-alive connections); with --sustained, a list: 4,16,64"
+        ),
+    ] = "32",
     jobs: Annotated[
         int | None,
         typer.Option(help="submissions per load phase, instead of a duration"),
@@ -32,8 +50,24 @@ def submit(
     ] = 50,
     store: Annotated[
         list[str] | None,
-        typer.Option(help="sqlite and/or postgresql (repeatable; default both)"),
+        typer.Option(
+            help="sqlite and/or postgresql (repeatable; default both; --sustained: one, sqlite)"
+        ),
     ] = None,
+    sustained: Annotated[
+        float | None,
+        typer.Option(
+            help="instead: seconds of back-to-back submissions per client count, with --pending "
+            "jobs waiting and without, side by side"
+        ),
+    ] = None,
+    pending: Annotated[
+        int, typer.Option(help="with --sustained: jobs pending in the store before it starts")
+    ] = 50_000,
+    watch: Annotated[
+        float,
+        typer.Option(help="with --sustained: also GET /api/v1/queues every this many seconds"),
+    ] = 0.0,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
@@ -48,13 +82,24 @@ def submit(
     2. latency at --rate submissions/s offered (open loop, timed from when each was due);
 
     3. the most submissions/s that --clients clients submitting back to back get.
+
+    With `--sustained SECONDS`: for each of `--clients 4,16,64`, a server whose store holds
+    `--pending` waiting jobs (every node cordoned) and one with an empty store, each taking
+    back-to-back submissions for SECONDS: submissions/s and p99, side by side (`--watch 1`:
+    while someone reads the queues every second).
     """
     from kiban.bench.report import report_table
     from kiban.bench.submit import BenchError, SubmitBenchOptions, run_submit_bench
 
+    if sustained is not None:
+        _sustained(clients, sustained, pending, watch, store, as_json)
+        return
     try:
+        counts = client_counts(clients)
+        if len(counts) != 1:
+            raise ValueError("--clients takes one number unless --sustained is given")
         options = SubmitBenchOptions(
-            clients=clients,
+            clients=counts[0],
             duration_s=duration,
             jobs=jobs,
             rate=rate,
@@ -70,6 +115,41 @@ def submit(
         "interrupted; the benchmark's servers are stopped",
     )
     render.report_console(as_json).print(report_table(report))
+    if as_json:
+        render.json_line(report)
+
+
+def _sustained(
+    clients: str,
+    seconds: float,
+    pending: int,
+    watch: float,
+    store: list[str] | None,
+    as_json: bool,
+) -> None:
+    """``bench submit --sustained``: see ``kiban.bench.sustained``."""
+    from kiban.bench.loadgen import BenchError
+    from kiban.bench.sustained import SustainedOptions, run_sustained_bench, sustained_table
+
+    try:
+        if store and len(store) > 1:
+            raise ValueError("--sustained runs on one store: give --store once")
+        options = SustainedOptions(
+            duration_s=seconds,
+            clients=client_counts(clients),
+            pending=pending,
+            watch_s=watch,
+            store=store[0] if store else "sqlite",
+        )
+    except ValueError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    report = render.run_or_exit(
+        lambda: run_sustained_bench(options, say=render.say),
+        (BenchError,),
+        "interrupted; the benchmark's servers are stopped",
+    )
+    render.report_console(as_json).print(sustained_table(report))
     if as_json:
         render.json_line(report)
 
@@ -297,5 +377,47 @@ def cli(
         "interrupted; the benchmark's server is stopped",
     )
     render.report_console(as_json).print(cli_table(report))
+    if as_json:
+        render.json_line(report)
+
+
+@bench_app.command("api")
+def api(
+    burst: Annotated[
+        int, typer.Option(help="requests opened at once by one member: half lists, half follows")
+    ] = 1000,
+    give_up: Annotated[
+        float, typer.Option(help="seconds after which a request without an answer is unanswered")
+    ] = 30.0,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """A burst of simultaneous requests from one member against a fresh server: how many were
+    answered (2xx or 503), how fast, and /healthz meanwhile, beside /healthz idle.
+
+    1. a fresh `kiban up`, a member with 100 jobs held pending and one running job that prints;
+
+    2. /healthz timed one request after another on the idle server;
+
+    3. --burst requests opened at once (half `GET /jobs?limit=100`, half `logs?follow=true` of
+    the running job), each timed to its whole answer (a follow to its status line), while
+    /healthz is timed back to back and the admin's job is timed until it runs.
+    """
+    from kiban.bench.api_burst import ApiBenchOptions, api_table, run_api_bench
+    from kiban.bench.loadgen import BenchError
+
+    try:
+        options = ApiBenchOptions(burst=burst, give_up_s=give_up)
+    except ValueError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    report = render.run_or_exit(
+        lambda: run_api_bench(options, say=render.say),
+        (BenchError,),
+        "interrupted; the benchmark's server is stopped",
+    )
+    render.report_console(as_json).print(api_table(report))
     if as_json:
         render.json_line(report)

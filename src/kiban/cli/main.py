@@ -26,6 +26,7 @@ from typer.core import TyperCommand
 if "httpx" not in sys.modules:
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
+from kiban.api.limits import AdmissionLimits
 from kiban.cli import HELP_MARKUP, coercion, complete
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
@@ -179,12 +180,33 @@ def up(
             "with a token of their job's own); none: they get neither"
         ),
     ] = None,
+    max_requests_per_principal: Annotated[
+        int,
+        typer.Option(
+            help="API requests one caller (member, admin or job) may have in flight; more "
+            "wait briefly in line, then get 503",
+            min=1,
+        ),
+    ] = AdmissionLimits.max_requests_per_principal,
+    max_follows_per_principal: Annotated[
+        int,
+        typer.Option(help="logs one caller may follow at once; more get 503", min=1),
+    ] = AdmissionLimits.max_follows_per_principal,
+    multi_tenant: Annotated[
+        bool,
+        typer.Option(
+            "--multi-tenant",
+            help="several tenants share this machine: refuse to start unless root (local jobs "
+            "then run as a user per tenant), and keep the admin token out of the home",
+        ),
+    ] = False,
 ) -> None:
-    """Run the whole platform in the foreground: API, scheduler and an executor."""
+    """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
+    per home, and per PostgreSQL database: a second is refused, naming the first."""
+    from kiban.cli import render
     from kiban.domain.cluster import parse_cluster_config
     from kiban.domain.manifests import load_document
     from kiban.sdk.client import default_home
-    from kiban.server import ServerOptions, serve
 
     if backend not in ("local", "kubernetes"):
         fail(f"--backend must be local or kubernetes, not {backend!r}")
@@ -227,6 +249,17 @@ def up(
         except SpecError as exc:
             fail(f"{config}: {exc}")
     home = (home or default_home()).expanduser().resolve()
+    from kiban.control.ownership import Ownership, OwnershipError
+
+    try:  # the home first: a second control plane there is refused before the server loads
+        ownership = Ownership.claim_home(home)
+    except OwnershipError as exc:
+        fail(str(exc))
+    try:
+        from kiban.server import ServerOptions, serve
+    except KeyboardInterrupt:  # Ctrl-C while the server's modules load: nothing started yet
+        render.err.print("kiban up: interrupted while starting; stopped, nothing left running")
+        raise typer.Exit(130) from None
     options = ServerOptions(
         home=home,
         host=host,
@@ -239,9 +272,14 @@ def up(
         backend=backend,
         kubeconfig=kubeconfig.expanduser().resolve() if kubeconfig is not None else None,
         kube_options=kube_options,
+        limits=AdmissionLimits(
+            max_requests_per_principal=max_requests_per_principal,
+            max_follows_per_principal=max_follows_per_principal,
+        ),
+        multi_tenant=multi_tenant,
     )
     with contextlib.suppress(KeyboardInterrupt):
-        serve(options)
+        serve(options, ownership)
 
 
 @app.command(
@@ -519,12 +557,44 @@ def logs(
         bool, typer.Option("--follow", "-f", help="stream until the job ends")
     ] = False,
     rank: Annotated[int, typer.Option(help="which replica")] = 0,
+    all_ranks: Annotated[
+        bool, typer.Option("--all-ranks", help="every replica's lines, each after [rank R]")
+    ] = False,
+    tail: Annotated[int | None, typer.Option(help="only the last N lines", min=0)] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="only lines written since: a duration (10m, 2h, 1d) or a time "
+            "(2024-05-01T10:00, 10:00; local time unless it has an offset)"
+        ),
+    ] = None,
+    timestamps: Annotated[
+        bool, typer.Option("--timestamps", help="each line after its time (RFC 3339, UTC)")
+    ] = False,
 ) -> None:
-    """A replica's output (rank 0 unless told)."""
+    """A replica's output (rank 0 unless told) on stdout; where it ran on stderr.
+
+    A job that never started has none: that is said, and the exit code is 1.
+    """
+    from kiban.cli.logs import parse_since, show_logs
+
+    try:
+        since_at = None if since is None else parse_since(since)
+    except ValueError as exc:
+        fail(f"--since: {exc}")
     with client() as api:
-        for chunk in api.logs(job_id, rank=rank, follow=follow):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
+        code = show_logs(
+            api,
+            job_id,
+            rank=rank,
+            follow=follow,
+            all_ranks=all_ranks,
+            tail=tail,
+            since=since_at,
+            timestamps=timestamps,
+        )
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

@@ -55,7 +55,8 @@ def show(
 def apply(
     file: Annotated[str, typer.Argument(help="policy or cluster file (YAML or JSON); - for stdin")],
 ) -> None:
-    """Make a policy file the current policy (admin); prints the version and any drain plan."""
+    """Make a policy file the current policy (admin); prints what changed and the drain plan:
+    each queue left over its new quota, what it gives back, and when."""
     from kiban.domain.manifests import load_document
     from kiban.sdk.client import Client
 
@@ -73,7 +74,12 @@ def apply(
         render.err.print("(nodes are read by kiban up --config; applying the rest)")
     with Client() as api:
         change = api.apply_policy(document)
-    render.err.print(render.escape(change["message"]))
+    render.err.print(render.escape(change.get("summary") or change["message"]))
+    steps = change.get("drainPlan") or []
+    if steps and "summary" in change:
+        render.err.print("drain plan (this change preempts nothing itself):")
+        for step in steps:
+            render.err.print(render.escape(f"  {step['message']}"))
 
 
 @policy_app.command("history")

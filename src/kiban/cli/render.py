@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from kiban.cli import HELP_MARKUP
-from kiban.domain.quantity import format_duration, format_memory
+from kiban.domain.quantity import format_duration
+from kiban.scheduler import units
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -259,12 +260,17 @@ def flavor_name(flavor: str) -> str:
     return "-" if flavor == "default" else flavor
 
 
+def borrowed_text(borrowed: int, over_quota: int) -> str:
+    """``4``; with use that no one lends (after a quota was lowered), ``0 +3 over quota``."""
+    return f"{borrowed} +{over_quota} over quota" if over_quota else str(borrowed)
+
+
 def _flavor_cells(f: dict[str, Any]) -> list[object]:
     return [
         flavor_name(f["flavor"]),
         "-" if f.get("nominal") is None else f["nominal"],
         f["used"],
-        f["borrowed"],
+        borrowed_text(f["borrowed"], f.get("overQuota", 0)),
         f["lent"],
         pending_text(f["pendingJobs"], f["pendingGpus"]),
     ]
@@ -292,7 +298,7 @@ def queue_rows(q: dict[str, Any]) -> list[list[str]]:
         "all" if flavors else "-",
         "-" if nominal is None else nominal,
         q["gpusInUse"],
-        q.get("borrowed", 0),
+        borrowed_text(q.get("borrowed", 0), q.get("overQuota", 0)),
         q.get("lent", 0),
         pending_text(q["pending"], q.get("pendingGpus", 0)),
     ]
@@ -384,8 +390,8 @@ def nodes_table(nodes: list[dict[str, Any]], wide: bool = False) -> Table:
             n["name"],
             n["gpus"],
             n["gpusInUse"],
-            f"{n['cpuMillis'] / 1000:g}",
-            format_memory(int(n["memory"])),
+            units.cpus(n["cpuMillis"]),
+            units.size(int(n["memory"])),
             status,
             labels,
         ]

@@ -254,28 +254,70 @@ def services_command(output: OutputOpt = Output.TABLE) -> None:
         render.out.print(services_table(found, wide=output is Output.WIDE))
 
 
+def traffic_text(traffic: dict[str, int]) -> str:
+    """``chat-00001 90%, chat-00002 10%``; ``none`` while no revision serves."""
+    return ", ".join(f"{revision} {share}%" for revision, share in traffic.items()) or "none"
+
+
+def _with_role(service: dict[str, Any], role: str) -> str | None:
+    return next((r["name"] for r in service["revisions"] if r.get("role") == role), None)
+
+
+def traffic_line(before: dict[str, Any], after: dict[str, Any], until: str = "") -> str:
+    """``traffic: chat-00001 100% (was chat-00001 50%, chat-00002 50%)``."""
+    line = f"traffic: {traffic_text(after['traffic'])}"
+    if after["traffic"] != before["traffic"]:
+        return f"{line} (was {traffic_text(before['traffic'])})"
+    return f"{line} ({until or 'unchanged'})"
+
+
+def promote_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What ``kiban promote`` changed, as people read it."""
+    name, promoted = after["name"], _with_role(after, "stable")
+    old = _with_role(before, "stable")
+    retired = f"; {old} retired" if old is not None and old != promoted else ""
+    return [f"service {name}: {promoted} takes all traffic{retired}", traffic_line(before, after)]
+
+
+def rollback_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What ``kiban rollback`` changed, as people read it: the canary dropped, or the revision
+    before the stable one brought back, and the traffic then."""
+    name = after["name"]
+    canary_before, canary_after = _with_role(before, "canary"), _with_role(after, "canary")
+    lines = []
+    if canary_before is not None and canary_before != canary_after:
+        lines.append(f"service {name} rolled back: canary {canary_before} dropped and retired")
+    if canary_after is not None and canary_after != canary_before:
+        lines.append(
+            f"service {name} rolled back: revision {canary_after} comes back and takes all "
+            "traffic once it is ready"
+        )
+    until = "until it is ready" if canary_after is not None else ""
+    return [*lines, traffic_line(before, after, until)]
+
+
 def promote_command(service: ServiceArg) -> None:
     """Send all of a service's traffic to its canary revision."""
-    from rich.markup import escape
-
     from kiban.cli import render
     from kiban.sdk.client import Client
 
     with Client() as api:
-        found = api.promote(service)
-    render.err.print(escape(f"service {service}: traffic {found['traffic']}"))
+        before = api.service(service)
+        after = api.promote(service)
+    for line in promote_lines(before, after):
+        render.err.print(render.escape(line))
 
 
 def rollback_command(service: ServiceArg) -> None:
     """Drop a service's canary (or bring back the revision before the stable one)."""
-    from rich.markup import escape
-
     from kiban.cli import render
     from kiban.sdk.client import Client
 
     with Client() as api:
-        found = api.rollback(service)
-    render.err.print(escape(f"service {service}: traffic {found['traffic']}"))
+        before = api.service(service)
+        after = api.rollback(service)
+    for line in rollback_lines(before, after):
+        render.err.print(render.escape(line))
 
 
 def stream_chat(

@@ -2,7 +2,8 @@
 
 The placement is committed (its resources held) before the executor is called, so a crash in
 between leaves an Admitted job that recovery undoes; a launch that fails marks the job Failed
-with the executor's reason, and one cancelled meanwhile is left to settling to stop.
+with the executor's reason (any exception: whatever the executor started is abandoned first),
+and one cancelled meanwhile is left to settling to stop.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def describe_placements(placements: Sequence[ReplicaPlacement]) -> str:
         gpus = ",".join(map(str, p.gpu_ids)) or "no GPUs"
         parts.append(f"{p.task}[{p.index}] on {p.node} (GPUs {gpus})")
     return "; ".join(parts)
+
+
+def launch_failure_message(exc: Exception) -> str:
+    """What an unexpected exception in a launch says in the job's events."""
+    detail = str(exc) or "(no message)"
+    return f"the launch failed: {type(exc).__name__}: {detail}"
 
 
 class Launcher:
@@ -92,12 +99,8 @@ class Launcher:
             .execution_options(populate_existing=True)
         ).all()
         for (job, rows, _request), outcome in zip(recorded, outcomes, strict=True):
-            if isinstance(outcome, LaunchError):
+            if isinstance(outcome, Exception):
                 self._failed(session, job, rows, outcome)
-            elif isinstance(outcome, Exception):
-                # Not the executor's word on the job (a bug, an API gone mid-call): it stays
-                # Admitted, as a launch cut short by a crash does, for recovery to undo.
-                log.error("launching job %s failed", job.id, exc_info=outcome)
             else:
                 self._started(session, job, rows, outcome)
         session.commit()
@@ -169,22 +172,36 @@ class Launcher:
             return list(pool.map(self._start_one, requests))
 
     def _start_one(self, request: LaunchRequest) -> list[LaunchedReplica] | Exception:
-        """The replicas started, or what went wrong (one launch's error is not its batch's)."""
+        """The replicas started, or what went wrong (one launch's error is not its batch's).
+
+        A LaunchError is the executor's word that nothing of the attempt is left; after any
+        other exception (a bug, a value the OS refuses, an API gone mid-call) what it may have
+        started is abandoned here, before the attempt is recorded as ended.
+        """
         try:
             return self.executor.launch(request)
+        except LaunchError as exc:
+            return exc
         except Exception as exc:
+            log.error("launching job %s failed", request.job_id, exc_info=exc)
+            try:
+                self.executor.abandon(request.job_id, request.attempt)
+            except Exception:
+                log.exception("abandoning job %s after its failed launch failed", request.job_id)
             return exc
 
-    def _failed(self, session: Session, job: Job, rows: list[Replica], exc: LaunchError) -> None:
+    def _failed(self, session: Session, job: Job, rows: list[Replica], exc: Exception) -> None:
+        """End the attempt: its replicas hold nothing, and the job fails with the error."""
         for row in rows:
             row.active = False
             row.state = ReplicaState.LOST.value
+        message = str(exc) if isinstance(exc, LaunchError) else launch_failure_message(exc)
         transition(
             session,
             job,
             JobState.FAILED,
             reason="LaunchFailed",
-            message=str(exc),
+            message=message,
             at=self.clock.now(),
             warning=True,
         )

@@ -9,6 +9,11 @@ Each pass:
    simulated time for start-time forecasts.
 4. Apply its decisions: stop preempted jobs (they return to their queues), launch admitted
    gangs through the executor; record every waiting job's reason, positions and forecast.
+
+A pass reads each queue's first ``window`` pending jobs, so it costs the same with 300 or
+50,000 waiting; and a submission stored behind a full window asks for no pass at all
+(``kiban.control.window``), so that a long backlog taking submissions costs what the
+submissions cost.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -25,8 +31,15 @@ from kiban.clock import Clock, SystemClock
 from kiban.control.forecaster import Forecaster
 from kiban.control.launcher import Launcher
 from kiban.control.settling import JobSettler, replica_ref
-from kiban.control.snapshot_builder import NodeViews, RecordedWait, SpecCache, build_snapshot
-from kiban.control.waits import record_wait, wait_changed
+from kiban.control.snapshot_builder import (
+    NodeViews,
+    PendingViews,
+    RecordedWait,
+    SpecCache,
+    build_snapshot,
+)
+from kiban.control.waits import record_waits, wait_changed
+from kiban.control.window import WindowEnds
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState
 from kiban.executors.base import Capability, Executor, NodeInfo
@@ -45,6 +58,20 @@ from kiban.store.models import Job, Node, Replica
 log = logging.getLogger("kiban.control")
 
 ADMIT_BATCH = 256  # admitted jobs recorded and launched together (bounds a transaction's locks)
+
+
+@dataclass
+class PassCounts:
+    """What the scheduling passes have done since the loop started: the work a backlog would
+    multiply if passes read, judged or wrote every waiting job."""
+
+    scheduling_passes: int = 0
+    pending_read: int = 0  # pending jobs read from the store
+    views_made: int = 0  # of those, the core's views made anew (the others' were reused)
+    judged: int = 0  # jobs the core judged: admitted, or waiting with a reason
+    waits_written: int = 0  # waiting jobs whose reason, positions or forecast were written
+    stored_behind: int = 0  # submissions stored behind a full window, for which no pass ran
+    most_pending_read: int = 0  # the most one pass read
 
 
 class ControlLoop:
@@ -70,6 +97,9 @@ class ControlLoop:
         self.settler = JobSettler(sessions, executor, self.specs, self.launcher)
         self.capacity = CapacityCache()  # the core's capacity index, kept between passes
         self.node_views = NodeViews()
+        self.pending_views = PendingViews()
+        self.window_ends = WindowEnds()
+        self.counts = PassCounts()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,10 +119,22 @@ class ControlLoop:
         self.node_sync_s = node_sync_s
         self._last_node_sync = float("-inf")
         self._last_nodes: list[NodeInfo] | None = None
+        self.on_nodes_changed: Callable[[], None] | None = None  # after the new nodes are stored
 
     # -- thread --------------------------------------------------------------------------------
     def wake(self) -> None:
         self._wake.set()
+
+    def jobs_stored(self, jobs: Sequence[Job]) -> None:
+        """New submissions are in the store: ask for a pass unless each one stands behind its
+        queue's full window, where the pass would not look (see ``kiban.control.window``)."""
+        # Each one is looked at (not only up to the first in a window): during a pass, every
+        # job looked at is checked again against the pass's new window ends.
+        behind = [self.window_ends.behind(j.queue, j.priority, j.submitted_at) for j in jobs]
+        if all(behind):
+            self.counts.stored_behind += len(jobs)
+        else:
+            self.wake()
 
     def start(self) -> None:
         self.recover()
@@ -172,6 +214,8 @@ class ControlLoop:
             sync_nodes(session, nodes, now)
             session.commit()
         self._last_nodes = nodes
+        if self.on_nodes_changed is not None:
+            self.on_nodes_changed()
         return True
 
     def recover(self) -> None:
@@ -231,24 +275,38 @@ class ControlLoop:
         the placement budget, or it admitted jobs from a queue with more waiting than the
         window."""
         recorded: dict[str, RecordedWait] = {}
-        with self.sessions() as session:
-            policy = self.policies.get(session)
-            snapshot = build_snapshot(
-                session,
-                self.specs,
-                now,
-                recorded,
-                self.window,
-                policy,
-                self.node_views,
-                node_constraints=Capability.CONTAINERS in self.executor.capabilities,
-            )
+        self.window_ends.begin()
+        try:
+            with self.sessions() as session:
+                policy = self.policies.get(session)
+                snapshot = build_snapshot(
+                    session,
+                    self.specs,
+                    now,
+                    recorded,
+                    self.window,
+                    policy,
+                    self.node_views,
+                    node_constraints=Capability.CONTAINERS in self.executor.capabilities,
+                    pending_views=self.pending_views,
+                )
+        except BaseException:
+            self.window_ends.forget()
+            raise
+        if self.window_ends.update(snapshot.pending, self.window):
+            self.wake()  # a submission stored while the snapshot was read may be in a window
+        counts = self.counts
+        counts.scheduling_passes += 1
+        counts.pending_read += len(snapshot.pending)
+        counts.views_made += self.pending_views.made
+        counts.most_pending_read = max(counts.most_pending_read, len(snapshot.pending))
         self._last_schedule = now
         self._accrue_usage(snapshot.running, now, policy)
         self._requeue_from_unhealthy_nodes(snapshot.running, now)
         if not snapshot.pending:
             return False
         decisions = schedule(snapshot, self.policy, self.capacity)
+        counts.judged += len(decisions.admitted) + len(decisions.waiting)
         for preempt in decisions.preempted:
             self._preempt(preempt, now)
         self._admit(decisions.admitted, now)
@@ -261,12 +319,14 @@ class ControlLoop:
             if w.reason.code is not ReasonCode.QUEUE_BACKLOG  # unconsidered: the next cycle's
             and wait_changed(w, recorded.get(w.job_id), etas.get(w.job_id))
         ]
+        counts.waits_written += len(changed)
         if changed:
             with self.sessions() as session:
-                for wait in changed:
-                    record_wait(
-                        session, wait, recorded.get(wait.job_id), etas.get(wait.job_id), now
-                    )
+                record_waits(
+                    session,
+                    [(w, recorded.get(w.job_id), etas.get(w.job_id)) for w in changed],
+                    now,
+                )
                 session.commit()
         return more
 

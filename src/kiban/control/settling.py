@@ -17,6 +17,7 @@ from kiban.control.launcher import Launcher
 from kiban.control.snapshot_builder import SpecCache
 from kiban.domain.states import JobState, ReplicaState
 from kiban.executors.base import Executor, ReplicaRef, cannot_start
+from kiban.scheduler import units
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services import events
 from kiban.services.transitions import transition
@@ -236,7 +237,7 @@ class JobSettler:
                     running,
                     "deadline",
                     reason="DeadlineExceeded",
-                    message=f"ran longer than maxRuntime ({spec.max_runtime:g}s)",
+                    message=f"ran longer than maxRuntime ({units.duration(spec.max_runtime or 0)})",
                     now=now,
                 )
         if job.state == JobState.STOPPING.value:

@@ -11,7 +11,7 @@ from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
-from kiban.domain.jobspec import JobSpec
+from kiban.domain.jobspec import JobSpec, task_demands
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.scheduler.reasons import ReasonCode
@@ -27,7 +27,7 @@ from kiban.scheduler.snapshot import (
     TopologyRequest,
     node_view,
 )
-from kiban.services.queue_status import queue_view
+from kiban.services.quota_ledger import queue_view
 from kiban.services.usage import standings
 from kiban.store.models import Job, Node, Queue, Replica
 
@@ -78,21 +78,8 @@ class RecordedWait:
 
 
 def demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDemand, ...]:
-    """What each task needs; with ``node_constraints`` (a container executor, which puts them
-    on the pods) also the nodes its nodeSelector and required node affinity admit, and those
-    its preferred node affinity orders first."""
-    return tuple(
-        TaskDemand(
-            t.name,
-            t.replicas,
-            t.resources.gpu,
-            t.resources.cpu,
-            t.resources.memory,
-            t.node_constraint() if node_constraints else None,
-            t.node_preference() if node_constraints else None,
-        )
-        for t in spec.tasks
-    )
+    """What each task needs (``jobspec.task_demands``, also what submission checks)."""
+    return task_demands(spec, node_constraints)
 
 
 class NodeViews:
@@ -108,6 +95,40 @@ class NodeViews:
             return last
         self._last[view.name] = view
         return view
+
+
+class PendingViews:
+    """The core's view of each pending job of the last pass, made again only when its row or
+    the policy changed: a pass over a full window re-reads its rows, not its specs."""
+
+    def __init__(self) -> None:
+        self._made_for: tuple[ClusterPolicy, bool] | None = None
+        self._last: dict[str, tuple[tuple[Any, ...], PendingJob]] = {}
+        self._next: dict[str, tuple[tuple[Any, ...], PendingJob]] = {}
+        self.made = 0  # views made (not reused) by the last pass
+
+    def begin(self, policy: ClusterPolicy, node_constraints: bool) -> None:
+        """A new pass: the views of jobs it does not read again are dropped at its end."""
+        made_for = self._made_for
+        if made_for is None or made_for[0] is not policy or made_for[1] != node_constraints:
+            self._made_for, self._last = (policy, node_constraints), {}
+        self._next = {}
+        self.made = 0
+
+    def get(self, job_id: str, key: tuple[Any, ...]) -> PendingJob | None:
+        found = self._last.get(job_id)
+        if found is None or found[0] != key:
+            return None
+        self._next[job_id] = found
+        return found[1]
+
+    def put(self, job_id: str, key: tuple[Any, ...], view: PendingJob) -> PendingJob:
+        self._next[job_id] = (key, view)
+        self.made += 1
+        return view
+
+    def end(self) -> None:
+        self._last, self._next = self._next, {}
 
 
 def held_elsewhere(gpus: int, used: set[int], count: int) -> set[int]:
@@ -126,6 +147,7 @@ def build_snapshot(
     policy: ClusterPolicy | None = None,
     views: NodeViews | None = None,
     node_constraints: bool = False,
+    pending_views: PendingViews | None = None,
 ) -> Snapshot:
     """Nodes with what is free on them, queues with what they use, running and pending jobs.
 
@@ -188,7 +210,16 @@ def build_snapshot(
         )
     queue_rows = list(session.scalars(select(Queue).order_by(Queue.name)))
     queues = tuple(queue_view(q, policy, queue_used.get(q.name)) for q in queue_rows)
-    pending = _pending_jobs(session, specs, policy, queues, recorded, window, node_constraints)
+    pending = _pending_jobs(
+        session,
+        specs,
+        policy,
+        queues,
+        recorded,
+        window,
+        node_constraints,
+        pending_views or PendingViews(),
+    )
     return Snapshot(
         now=now,
         nodes=tuple(nodes),
@@ -281,6 +312,7 @@ def _pending_jobs(
     recorded: dict[str, RecordedWait] | None,
     window: int,
     node_constraints: bool,
+    views: PendingViews,
 ) -> tuple[PendingJob, ...]:
     # The first ``window`` pending jobs of each queue, in the core's order (priority, then
     # submit time), read through the partial index on pending jobs: a pass costs the same with
@@ -310,33 +342,22 @@ def _pending_jobs(
             ).all()
         )
     specs.load_missing(session, [r.id for r in rows])
+    views.begin(policy, node_constraints)
     pending = []
     for row in rows:
-        spec = specs.get_by_id(row.id, dict)
-        topology = None
-        if spec.topology is not None:
-            topology = TopologyRequest(spec.topology.level, spec.topology.required)
-        level = policy.priority(spec.priority_class)
-        pending.append(
-            PendingJob(
-                id=row.id,
-                queue=row.queue,
-                priority=row.priority,
-                submitted_at=row.submitted_at,
-                tasks=demands(spec, node_constraints),
-                gang_size=spec.gang_size,
-                tenant=row.tenant,
-                max_runtime=spec.max_runtime,
-                topology=topology,
-                preempts=level.preempts if level else False,
-                preempted_by=row.preempted_by,
-                nominated_nodes=(
-                    tuple(row.nominated_nodes or ())
-                    if row.reason_code == ReasonCode.WAITING_FOR_PREEMPTION.value
-                    else ()
-                ),
-            )
+        nominated = (
+            tuple(row.nominated_nodes or ())
+            if row.reason_code == ReasonCode.WAITING_FOR_PREEMPTION.value
+            else ()
         )
+        key = (row.queue, row.priority, row.submitted_at, row.tenant, row.preempted_by, nominated)
+        view = views.get(row.id, key)
+        if view is None:
+            spec = specs.get_by_id(row.id, dict)
+            view = views.put(
+                row.id, key, _pending_job(row, spec, policy, nominated, node_constraints)
+            )
+        pending.append(view)
         if recorded is not None:
             recorded[row.id] = RecordedWait(
                 row.tenant,
@@ -346,4 +367,33 @@ def _pending_jobs(
                 row.cluster_position,
                 row.eta,
             )
+    views.end()
     return tuple(pending)
+
+
+def _pending_job(
+    row: Row[Any],
+    spec: JobSpec,
+    policy: ClusterPolicy,
+    nominated: tuple[str, ...],
+    node_constraints: bool,
+) -> PendingJob:
+    """The core's view of a pending job from its row and spec."""
+    topology = None
+    if spec.topology is not None:
+        topology = TopologyRequest(spec.topology.level, spec.topology.required)
+    level = policy.priority(spec.priority_class)
+    return PendingJob(
+        id=row.id,
+        queue=row.queue,
+        priority=row.priority,
+        submitted_at=row.submitted_at,
+        tasks=demands(spec, node_constraints),
+        gang_size=spec.gang_size,
+        tenant=row.tenant,
+        max_runtime=spec.max_runtime,
+        topology=topology,
+        preempts=level.preempts if level else False,
+        preempted_by=row.preempted_by,
+        nominated_nodes=nominated,
+    )

@@ -302,8 +302,14 @@ def default_priority_classes() -> list[PriorityClassDecl]:
     ]
 
 
+DEFAULT_QUEUE_ENTRY: dict[str, Any] = {"name": DEFAULT_QUEUE, "strategy": "BestEffortFIFO"}
+"""The queue of a policy that declares none. BestEffortFIFO, so that a job that cannot start
+yet does not hold up the smaller ones behind it (as Kueue's default; the README gives the
+replay that chose it); a job given a maxRuntime keeps its place by a reservation."""
+
+
 def default_queues() -> list[QueueDecl]:
-    return [QueueDecl.model_validate({"name": DEFAULT_QUEUE})]
+    return [QueueDecl.model_validate(DEFAULT_QUEUE_ENTRY)]
 
 
 @dataclass(frozen=True)

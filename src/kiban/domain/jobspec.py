@@ -13,20 +13,27 @@ from pydantic import (
     ValidationInfo,
     field_serializer,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from kiban.domain.node_affinity import (
+    POD_TASK_LABEL,
+    PodAffinity,
     node_constraint,
     node_preference,
     preferred_terms,
+    read_pod_affinity,
     required_terms,
 )
 from kiban.domain.quantity import parse_cpu_millis, parse_duration, parse_memory
 from kiban.scheduler.node_match import NodeConstraint, NodePreference
+from kiban.scheduler.snapshot import TaskDemand
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NUL = "\x00"
+"""No string that reaches exec may hold it (the OS refuses it: the launch would fail)."""
 RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}
 RESERVED_ENV_PREFIX = "KIBAN_"
 
@@ -55,7 +62,7 @@ class SpecModel(BaseModel):
 
 
 def check_dns_label(value: str, what: str) -> str:
-    if not DNS_LABEL.match(value):
+    if not DNS_LABEL.fullmatch(value):  # match() would take "name\n": $ matches before a \n
         raise ValueError(
             f"{what} {value!r} must be lowercase letters, digits and '-', "
             "start and end with a letter or digit, at most 63 characters"
@@ -119,14 +126,17 @@ CONTAINER_FIELDS = ("image", "volumes", "nodeSelector", "affinity", "hostNetwork
 class TaskSpec(SpecModel):
     """A set of identical replicas of one command.
 
-    ``command`` (then ``args``) is what runs. ``image``, ``volumes``, ``nodeSelector``,
-    ``affinity``, ``hostNetwork`` and ``annotations`` (of the pods) shape the pods on Kubernetes
-    (``affinity`` is the Kubernetes Affinity object as written); the local executor ignores them
-    with a warning.
+    ``command`` (then ``args``) is what runs. ``maxReplicasPerNode`` limits how many of the
+    task's replicas one node may hold (1: one per node, as ``kiban run --nodes N`` asks; absent:
+    no limit), on every executor. ``image``, ``volumes``, ``nodeSelector``, ``affinity``,
+    ``hostNetwork`` and ``annotations`` (of the pods) shape the pods on Kubernetes (``affinity``
+    is the Kubernetes Affinity object as written); the local executor ignores them with a
+    warning.
     """
 
     name: str = "worker"
     replicas: int = Field(default=1, ge=1, le=10000)
+    max_replicas_per_node: int | None = Field(default=None, ge=1, le=10000)
     resources: Resources = Resources()
     command: list[str] = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
@@ -161,7 +171,7 @@ class TaskSpec(SpecModel):
     @field_validator("args")
     @classmethod
     def _args(cls, value: list[str]) -> list[str]:
-        if any("\x00" in part for part in value):
+        if any(NUL in part for part in value):
             raise ValueError("must not contain NUL characters")
         return value
 
@@ -221,7 +231,7 @@ class TaskSpec(SpecModel):
     def _command(cls, value: list[str]) -> list[str]:
         if not value[0].strip():
             raise ValueError("the program to run (the first word) must not be empty")
-        if any("\x00" in part for part in value):
+        if any(NUL in part for part in value):
             raise ValueError("must not contain NUL characters")
         return value
 
@@ -238,11 +248,13 @@ class TaskSpec(SpecModel):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
+        for key, item in value.items():
             if not ENV_NAME.match(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
             if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX):
                 raise ValueError(f"{key} is set by kiban and cannot be overridden")
+            if NUL in item:
+                raise ValueError(f"the value of {key} must not contain NUL characters")
         return value
 
 
@@ -293,6 +305,13 @@ class JobSpec(SpecModel):
                 raise ValueError(f"{key} is set by kiban and cannot be overridden")
         return value
 
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, value: str | None) -> str | None:
+        if value is not None and NUL in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
     @field_validator("queue")
     @classmethod
     def _queue(cls, value: str) -> str:
@@ -340,6 +359,26 @@ class JobSpec(SpecModel):
         return sum(t.replicas * t.resources.gpu for t in self.tasks)
 
 
+def task_demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDemand, ...]:
+    """What each task asks of the scheduler: its replicas' size and how many a node may hold;
+    with ``node_constraints`` (a container executor, which puts them on the pods) also the
+    nodes its nodeSelector and required node affinity admit, and those its preferred node
+    affinity orders first."""
+    return tuple(
+        TaskDemand(
+            t.name,
+            t.replicas,
+            t.resources.gpu,
+            t.resources.cpu,
+            t.resources.memory,
+            t.node_constraint() if node_constraints else None,
+            t.node_preference() if node_constraints else None,
+            t.max_replicas_per_node,
+        )
+        for t in spec.tasks
+    )
+
+
 class ObjectMeta(SpecModel):
     """The manifest's ``metadata``: a name, labels and annotations."""
 
@@ -354,9 +393,34 @@ class ObjectMeta(SpecModel):
 
 
 class JobManifest(SpecModel):
-    """A whole ``apiVersion: kiban/v1``, ``kind: Job`` document."""
+    """A whole ``apiVersion: kiban/v1``, ``kind: Job`` document.
+
+    A task whose pods' required anti-affinity keeps them on distinct hosts (see
+    ``node_affinity.read_pod_affinity``) gets ``maxReplicasPerNode: 1``: what it means is what
+    kiban does with it.
+    """
 
     api_version: Literal["kiban/v1"]
     kind: Literal["Job"]
     metadata: ObjectMeta
     spec: JobSpec
+
+    def pod_affinity(self, index: int) -> PodAffinity:
+        """What task ``index``'s pod (anti-)affinity means, its pods labelled as kiban labels
+        them (the job's labels and its task's name)."""
+        labels = [
+            {**self.metadata.labels, POD_TASK_LABEL: task.name} for task in self.spec.tasks
+        ]
+        others = labels[:index] + labels[index + 1 :]
+        return read_pod_affinity(self.spec.tasks[index].affinity, labels[index], others)
+
+    @model_validator(mode="after")
+    def _spread_by_anti_affinity(self) -> JobManifest:
+        tasks = list(self.spec.tasks)
+        for i, task in enumerate(tasks):
+            spread = task.affinity and task.max_replicas_per_node != 1
+            if spread and self.pod_affinity(i).one_per_node:
+                tasks[i] = task.model_copy(update={"max_replicas_per_node": 1})
+        if tasks == self.spec.tasks:
+            return self
+        return self.model_copy(update={"spec": self.spec.model_copy(update={"tasks": tasks})})

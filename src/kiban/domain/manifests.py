@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from kiban.domain.errors import FieldProblem, SpecError, format_location
 from kiban.domain.foreign import validation_message
 from kiban.domain.jobspec import JobManifest
+from kiban.domain.node_affinity import PodAffinity
 from kiban.domain.service import SERVICE_KINDS, is_service
 from kiban.domain.volcano import API_VERSION as VOLCANO_API
 from kiban.domain.volcano import KIND as VOLCANO_KIND
@@ -127,10 +128,18 @@ class JobSubmission:
     document: dict[str, Any]
     warnings: tuple[str, ...] = ()
     paths: tuple[tuple[str, str], ...] = ()
+    pod_affinities: tuple[PodAffinity, ...] | None = None  # a translation's reading
 
     def source_path(self, path: str) -> str:
         """Where a field of the kiban manifest was written in the submitted file."""
         return source_path(self.paths, path)
+
+    def pod_affinity(self, index: int) -> PodAffinity:
+        """What task ``index``'s pod (anti-)affinity means, read against the labels its pods
+        carry where the file was written for (a translated file's own, else kiban's)."""
+        if self.pod_affinities is not None:
+            return self.pod_affinities[index]
+        return self.manifest.pod_affinity(index)
 
 
 def parse_submission(doc: dict[str, Any]) -> JobSubmission:
@@ -142,7 +151,11 @@ def parse_submission(doc: dict[str, Any]) -> JobSubmission:
     if is_volcano_job(doc):
         translation = translate(doc)
         return JobSubmission(
-            translation.manifest, translation.document, translation.warnings, translation.paths
+            translation.manifest,
+            translation.document,
+            translation.warnings,
+            translation.paths,
+            translation.pod_affinities,
         )
     return JobSubmission(parse_job_manifest(doc), doc)
 

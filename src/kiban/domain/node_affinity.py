@@ -5,13 +5,20 @@ preference.
 ``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` limits where kiban places
 replicas, and its ``preferredDuringSchedulingIgnoredDuringExecution`` orders the nodes that fit.
 Both are checked here as the API server would check them, so a bad one is refused at
-submission, naming the field, rather than failing every pod. Pod (anti-)affinity does not steer
-kiban's placement.
+submission, naming the field, rather than failing every pod.
+
+Pod (anti-)affinity does not steer kiban's placement (kiban binds each pod to the node it
+chose), with one exception that says exactly what kiban can do: a required pod anti-affinity
+term on ``kubernetes.io/hostname`` whose label selector selects the task's own pods and none of
+its job's other tasks' keeps the task's replicas on distinct nodes, which is
+``maxReplicasPerNode: 1`` (``read_pod_affinity``). Whether it would also keep them from other
+jobs' pods is not kept: kiban never places by other jobs' pods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kiban.scheduler.node_match import (
@@ -38,13 +45,94 @@ def node_constraint(
     return NodeConstraint(tuple(sorted(selector.items())), terms)
 
 
-def without_effect(affinity: Mapping[str, Any] | None) -> list[str]:
-    """The parts of ``affinity`` that change nothing under kiban, as paths inside it: kiban
-    binds each pod to the node it chose, so neither a scheduler nor the kubelet reads pod
-    (anti-)affinity."""
+HOSTNAME = "kubernetes.io/hostname"
+POD_TASK_LABEL = "kiban.dev/task"
+"""The label of a replica's pod that names its task (the Kubernetes executor's TASK_LABEL)."""
+
+_TERM_FIELDS = {"labelSelector", "topologyKey", "namespaces"}
+_SELECTOR_OPERATORS = {Operator.IN, Operator.NOT_IN, Operator.EXISTS, Operator.DOES_NOT_EXIST}
+
+
+@dataclass(frozen=True)
+class PodAffinity:
+    """What a task's pod (anti-)affinity means under kiban: whether it keeps the task's replicas
+    one per node, and the parts that change nothing (paths inside ``affinity``)."""
+
+    one_per_node: bool = False
+    without_effect: tuple[str, ...] = ()
+
+
+def read_pod_affinity(
+    affinity: Mapping[str, Any] | None,
+    own: Mapping[str, str],
+    others: Sequence[Mapping[str, str]] = (),
+) -> PodAffinity:
+    """Read a task's pod (anti-)affinity: ``own`` are the labels of the task's pods, ``others``
+    those of each other task of its job. A required anti-affinity term on the node's hostname
+    whose selector matches ``own`` and none of ``others`` keeps the task's replicas one per
+    node; every other part (podAffinity, preferred terms, other topology keys, selectors of
+    other pods, namespaces) changes nothing, since kiban binds each pod to the node it chose."""
     if not isinstance(affinity, Mapping):
-        return []
-    return [name for name in ("podAffinity", "podAntiAffinity") if affinity.get(name)]
+        return PodAffinity()
+    unused: list[str] = []
+    if affinity.get("podAffinity"):
+        unused.append("podAffinity")
+    anti = affinity.get("podAntiAffinity")
+    one_per_node = False
+    if isinstance(anti, Mapping):
+        for key, value in anti.items():
+            if not value:
+                continue
+            if key == REQUIRED and isinstance(value, list):
+                for i, term in enumerate(value):
+                    if _keeps_own_apart(term, own, others):
+                        one_per_node = True
+                    else:
+                        unused.append(f"podAntiAffinity.{REQUIRED}[{i}]")
+            else:
+                unused.append(f"podAntiAffinity.{key}")
+    elif anti:
+        unused.append("podAntiAffinity")
+    return PodAffinity(one_per_node, tuple(unused))
+
+
+def _keeps_own_apart(
+    term: Any, own: Mapping[str, str], others: Sequence[Mapping[str, str]]
+) -> bool:
+    if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME:
+        return False
+    if set(term) - _TERM_FIELDS or term.get("namespaces"):
+        return False  # other namespaces' pods, or fields whose meaning kiban does not keep
+    selector = term.get("labelSelector")
+    if not isinstance(selector, Mapping) or not selector:
+        return False
+    return selects(selector, own) is True and not any(selects(selector, o) for o in others)
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool | None:
+    """Whether a Kubernetes label selector (``matchLabels``, ``matchExpressions``) selects pods
+    with these labels; None when it is malformed."""
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if set(selector) - {"matchLabels", "matchExpressions"}:
+        return None
+    if not isinstance(match_labels, Mapping) or not isinstance(expressions, list):
+        return None
+    found = all(labels.get(str(k)) == v for k, v in match_labels.items())
+    for item in expressions:
+        if not isinstance(item, Mapping):
+            return None
+        key, values = item.get("key"), item.get("values") or []
+        try:
+            operator = Operator(str(item.get("operator")))
+        except ValueError:
+            return None
+        if operator not in _SELECTOR_OPERATORS or not isinstance(key, str):
+            return None
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            return None
+        found = found and Requirement(key, operator, tuple(values)).matches("", labels)
+    return found
 
 
 def node_preference(affinity: Mapping[str, Any] | None) -> NodePreference | None:

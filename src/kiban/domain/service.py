@@ -9,10 +9,11 @@ with the path of the field as written in the submitted file.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
@@ -186,7 +187,7 @@ class ServiceSpec(SpecModel):
         if not (info.context or {}).get(_DEFER):
             problems = service_problems(self)
             if problems:
-                raise ValueError("; ".join(f"{field}: {message}" for field, message in problems))
+                raise ValueError("; ".join(f"{p.field}: {p.message}" for p in problems))
         return self
 
     def to_document(self) -> dict[str, Any]:
@@ -215,37 +216,59 @@ REVISION_FIELDS = frozenset(
 )
 
 
-def service_problems(spec: ServiceSpec) -> list[tuple[str, str]]:
-    """Rules across fields, as (ServiceSpec field, message); empty when the spec is sound."""
+@dataclass(frozen=True)
+class CrossFieldProblem:
+    """A rule across fields broken: the field to blame (a ServiceSpec field), the message, and
+    every field the rule reads (it is not judged when one of them is itself invalid)."""
+
+    field: str
+    message: str
+    reads: frozenset[str]
+
+
+def service_problems(spec: ServiceSpec) -> list[CrossFieldProblem]:
+    """Rules across fields, every one broken; empty when the spec is sound."""
     problems = []
+
+    def broken(field: str, message: str, *reads: str) -> None:
+        problems.append(CrossFieldProblem(field, message, frozenset({field, *reads})))
+
     if spec.runtime == "huggingface":
         if spec.storage_uri is None and spec.model_id is None:
-            problems.append(
-                ("storage_uri", "required for runtime huggingface: a storageUri or a modelId")
+            broken(
+                "storage_uri",
+                "required for runtime huggingface: a storageUri or a modelId",
+                "runtime",
+                "model_id",
             )
         if spec.command is not None:
-            problems.append(
-                ("command", "only for runtime custom (huggingface runs kiban's model server)")
+            broken(
+                "command",
+                "only for runtime custom (huggingface runs kiban's model server)",
+                "runtime",
             )
         if spec.port is not None:
-            problems.append(
-                ("port", "only for runtime custom (huggingface listens on the port kiban gives)")
+            broken(
+                "port",
+                "only for runtime custom (huggingface listens on the port kiban gives)",
+                "runtime",
             )
     elif spec.command is None:
-        problems.append(("command", "required for runtime custom: the command that serves HTTP"))
+        broken("command", "required for runtime custom: the command that serves HTTP", "runtime")
     if spec.max_replicas < spec.min_replicas:
-        problems.append(
-            (
-                "max_replicas",
-                f"maxReplicas ({spec.max_replicas}) is less than minReplicas ({spec.min_replicas})",
-            )
+        broken(
+            "max_replicas",
+            f"maxReplicas ({spec.max_replicas}) is less than minReplicas ({spec.min_replicas})",
+            "min_replicas",
         )
     if spec.scale_metric == "cpu" and spec.resources.cpu <= 0:
-        problems.append(
-            ("resources", "scaleMetric cpu needs a CPU request: its target is a percentage of it")
+        broken(
+            "resources",
+            "scaleMetric cpu needs a CPU request: its target is a percentage of it",
+            "scale_metric",
         )
     if spec.port is not None and "PORT" in spec.env:
-        problems.append(("env", f"PORT is set by kiban to the service's port ({spec.port})"))
+        broken("env", f"PORT is set by kiban to the service's port ({spec.port})", "port")
     return problems
 
 
@@ -293,6 +316,17 @@ class ServiceManifest(SpecModel):
 
     def service_spec(self) -> ServiceSpec:
         """The normalized spec; SpecError names manifest paths (``spec.model.storageUri``)."""
+        spec, problems = self.checked_spec()
+        if problems:
+            raise SpecError(problems)
+        return spec
+
+    def checked_spec(
+        self, invalid: frozenset[str] = frozenset()
+    ) -> tuple[ServiceSpec, list[FieldProblem]]:
+        """The normalized spec and every rule across fields it breaks, with manifest paths;
+        ``invalid``: manifest paths found invalid (left at their defaults), whose rules are not
+        judged."""
         spec, model = self.spec, self.spec.model
         shared = ServiceManifestSpec.model_fields.keys() - {"model", "timeout", "readiness_path"}
         data: dict[str, Any] = {name: getattr(spec, name) for name in shared}
@@ -307,20 +341,24 @@ class ServiceManifest(SpecModel):
         }
         service = ServiceSpec.model_validate(data, context={_DEFER: True})
         problems = [
-            (MANIFEST_PATHS.get(field, "spec." + to_camel(field)), message)
-            for field, message in service_problems(service)
+            FieldProblem(manifest_path(p.field), p.message)
+            for p in service_problems(service)
+            if not any(_within(manifest_path(field), invalid) for field in p.reads)
         ]
-        if spec.runtime == "custom" and spec.readiness_path is None:
+        if (
+            spec.runtime == "custom"
+            and spec.readiness_path is None
+            and not _within("spec.runtime", invalid)
+            and not _within("spec.readinessPath", invalid)
+        ):
             problems.append(
-                (
+                FieldProblem(
                     "spec.readinessPath",
                     "required for runtime custom: the path that answers 200 when the server "
                     "is ready, e.g. /healthz",
                 )
             )
-        if problems:
-            raise SpecError([FieldProblem(f, m) for f, m in problems])
-        return service
+        return service, problems
 
 
 # Where a ServiceSpec field is written in a kiban Service manifest (others: spec.<camelCase>).
@@ -332,6 +370,16 @@ MANIFEST_PATHS = {
     "args": "spec.model.args",
     "timeout_s": "spec.timeout",
 }
+
+
+def manifest_path(field: str) -> str:
+    """Where a ServiceSpec field is written in a kiban Service manifest."""
+    return MANIFEST_PATHS.get(field, "spec." + to_camel(field))
+
+
+def _within(path: str, invalid: frozenset[str]) -> bool:
+    """Whether ``path`` is one of ``invalid`` or inside one of them."""
+    return any(path == bad or path.startswith((bad + ".", bad + "[")) for bad in invalid)
 
 
 @dataclass(frozen=True)
@@ -360,14 +408,28 @@ def is_service(document: Mapping[str, Any]) -> bool:
     )
 
 
-def parse_service_submission(doc: dict[str, Any]) -> ServiceSubmission:
-    """Parse a kiban Service or a KServe InferenceService; SpecError names the file's fields."""
+@dataclass(frozen=True)
+class SpecCheck:
+    """A check of the normalized spec made outside the domain (the model server's args, the
+    model's path), returning problems with manifest paths (``spec.model.args[2]``); it is not
+    run when a field it ``reads`` (a manifest path) is itself invalid."""
+
+    reads: tuple[str, ...]
+    run: Callable[[ServiceSpec], list[FieldProblem]]
+
+
+def parse_service_submission(
+    doc: dict[str, Any], checks: Sequence[SpecCheck] = ()
+) -> ServiceSubmission:
+    """Parse a kiban Service or a KServe InferenceService; SpecError names the file's fields,
+    every problem at once: the fields', the rules' across fields (judged on the fields that are
+    valid), then those of ``checks``."""
     warnings: tuple[str, ...] = ()
     paths: tuple[tuple[str, str], ...] = ()
+    problems: list[FieldProblem] = []
     if kserve.is_inference_service(doc):
         translation = kserve.translate(doc)
-        if translation.problems:
-            raise SpecError(list(translation.problems))
+        problems = list(translation.problems)
         document, warnings, paths = translation.document, translation.warnings, translation.paths
     elif (doc.get("apiVersion"), doc.get("kind")) == (API_VERSION, KIND):
         document = doc
@@ -381,31 +443,67 @@ def parse_service_submission(doc: dict[str, Any]) -> ServiceSubmission:
             f"expected {API_VERSION} Service or {kserve.API_VERSION} {kserve.KIND}, got "
             f"{doc.get('apiVersion')!r} {doc.get('kind')!r}",
         )
-    manifest = validate_manifest(document, paths)
-    try:
-        spec = manifest.service_spec()
-    except SpecError as exc:
-        raise SpecError(
-            [FieldProblem(source_path(paths, p.field), p.message) for p in exc.problems]
-        ) from None
+    manifest, found = check_manifest(document, checks)
+    reported = frozenset(p.field for p in problems)
+    for problem in found:  # a field the translation found wrong is told once, as it said
+        field = source_path(paths, problem.field)
+        if not _within(field, reported):
+            problems.append(FieldProblem(field, problem.message))
+    if problems or manifest is None:
+        raise SpecError(problems)
+    spec = manifest.service_spec()
     return ServiceSubmission(manifest.metadata.name, spec, document, warnings, paths)
 
 
-def validate_manifest(
-    document: dict[str, Any], paths: tuple[tuple[str, str], ...] = ()
-) -> ServiceManifest:
-    """Validate a ``kiban/v1`` Service document; errors name ``paths``' source fields."""
+def check_manifest(
+    document: dict[str, Any], checks: Sequence[SpecCheck] = ()
+) -> tuple[ServiceManifest | None, list[FieldProblem]]:
+    """A ``kiban/v1`` Service document's manifest (None when it has problems) and every one of
+    its problems, with kiban paths: the fields', then the rules' across fields on the fields
+    that are valid (each invalid one left at its default), then the ``checks``'."""
+    invalid: frozenset[str] = frozenset()
     try:
-        return ServiceManifest.model_validate(document)
+        manifest = ServiceManifest.model_validate(document)
+        problems: list[FieldProblem] = []
     except ValidationError as exc:
-        raise SpecError(
-            [
-                FieldProblem(
-                    source_path(paths, format_location(tuple(e["loc"]))), validation_message(e)
-                )
-                for e in exc.errors()
-            ]
-        ) from None
+        errors = exc.errors()
+        problems = [
+            FieldProblem(format_location(tuple(e["loc"])), validation_message(e)) for e in errors
+        ]
+        pruned, invalid = _without_invalid(document, [tuple(e["loc"]) for e in errors])
+        try:
+            manifest = ServiceManifest.model_validate(pruned)
+        except ValidationError:
+            return None, problems  # a required field is among the invalid ones
+    spec, crossing = manifest.checked_spec(invalid)
+    problems += crossing
+    for check in checks:
+        if not any(_within(path, invalid) for path in check.reads):
+            problems += check.run(spec)
+    return (None if problems else manifest), problems
+
+
+def _without_invalid(
+    document: dict[str, Any], locations: list[tuple[int | str, ...]]
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """The document without the ``spec`` (and ``spec.model``) fields that hold an invalid value,
+    and their paths; an invalid name becomes a valid stand-in."""
+    pruned = copy.deepcopy(document)
+    removed: set[str] = set()
+    for loc in locations:
+        if loc[:1] == ("metadata",) and isinstance(pruned.get("metadata"), dict):
+            pruned["metadata"] = {"name": "invalid"}
+            removed.add("metadata")
+        if loc[:1] != ("spec",) or len(loc) < 2 or not isinstance(pruned.get("spec"), dict):
+            continue
+        spec, key = pruned["spec"], loc[1]
+        if key == "model" and len(loc) >= 3 and isinstance(spec.get("model"), dict):
+            spec["model"].pop(loc[2], None)
+            removed.add(f"spec.model.{loc[2]}")
+        else:
+            spec.pop(key, None)
+            removed.add(f"spec.{key}")
+    return pruned, frozenset(removed)
 
 
 def service_manifest(doc: dict[str, Any]) -> ServiceManifest:

@@ -21,11 +21,16 @@ from pydantic import ValidationError
 from kiban.domain.errors import FieldProblem, SpecError, format_location
 from kiban.domain.foreign import ManifestReader, validation_message
 from kiban.domain.jobspec import JobManifest
+from kiban.domain.node_affinity import PodAffinity, read_pod_affinity
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 KIND = "Job"
 TRANSLATED_ANNOTATION = "kiban.dev/translated-from"
 GPU = "nvidia.com/gpu"
+# The labels Volcano's job controller puts on every pod of a job (besides its template's).
+VOLCANO_JOB_LABEL = "volcano.sh/job-name"
+VOLCANO_TASK_LABEL = "volcano.sh/task-spec"
+VOLCANO_QUEUE_LABEL = "volcano.sh/queue-name"
 
 # The pytorch plugin's defaults (Volcano's documented ones).
 PYTORCH_MASTER, PYTORCH_WORKER, PYTORCH_PORT = "master", "worker", 23456
@@ -55,12 +60,16 @@ class Translation:
 
     ``paths`` maps kiban field paths to the Volcano fields they came from (longest prefix wins),
     so that a later check (cluster fit, priority class) names the field the user wrote.
+    ``pod_affinities`` says, per task of the translation, what its pod (anti-)affinity means,
+    read against the labels Volcano gives its pods (``volcano.sh/job-name``,
+    ``volcano.sh/task-spec``, ``volcano.sh/queue-name`` and the template's own).
     """
 
     document: dict[str, Any]
     manifest: JobManifest
     warnings: tuple[str, ...]
     paths: tuple[tuple[str, str], ...]
+    pod_affinities: tuple[PodAffinity, ...] = ()  # what each task's pod affinity means
 
     def source_path(self, path: str) -> str:
         """The Volcano field a kiban field path came from (the path itself when unknown)."""
@@ -86,6 +95,18 @@ def translate(document: Mapping[str, Any]) -> Translation:
     return _Translator().run(document)
 
 
+def _template(task: Any) -> tuple[dict[str, str], Any]:
+    """A task's pod template labels and affinity, as written (empty when malformed: the
+    translation reports malformed parts on its own)."""
+    template = task.get("template") if isinstance(task, dict) else None
+    if not isinstance(template, dict):
+        return {}, None
+    meta, pod = template.get("metadata"), template.get("spec")
+    written = meta.get("labels") if isinstance(meta, dict) else None
+    labels = {str(k): str(v) for k, v in written.items()} if isinstance(written, dict) else {}
+    return labels, pod.get("affinity") if isinstance(pod, dict) else None
+
+
 def _pretty(items: list[str]) -> str:
     return ", ".join(items)
 
@@ -95,6 +116,8 @@ class _Translator(ManifestReader):
 
     def __init__(self) -> None:
         super().__init__()
+        self.job_name: Any = None
+        self.pod_affinities: tuple[PodAffinity, ...] = ()
         self.ignored: list[str] = []
         self.notes: list[str] = []
         self.paths: list[tuple[str, str]] = [
@@ -144,7 +167,7 @@ class _Translator(ManifestReader):
         warnings = list(self.notes)
         if self.ignored:
             warnings.insert(0, f"ignored (kiban has no counterpart): {_pretty(self.ignored)}")
-        return Translation(kiban_doc, manifest, tuple(warnings), paths)
+        return Translation(kiban_doc, manifest, tuple(warnings), paths, self.pod_affinities)
 
     def metadata(self, meta: dict[str, Any]) -> dict[str, Any]:
         known = {"name", "labels", "annotations"}
@@ -158,6 +181,7 @@ class _Translator(ManifestReader):
                 "metadata.namespace is not used: kiban runs a tenant's jobs in its own namespace"
             )
         out: dict[str, Any] = {"name": meta.get("name")}
+        self.job_name = meta.get("name")
         annotations = dict(self.mapping(meta.get("annotations"), "metadata.annotations"))
         annotations[TRANSLATED_ANNOTATION] = API_VERSION
         out["annotations"] = annotations
@@ -199,11 +223,45 @@ class _Translator(ManifestReader):
             restart = restart or task_restart
             grace += [task_grace] if task_grace is not None else []
         out["tasks"] = kiban_tasks
+        self.pod_affinities = self.spread(tasks, order, kiban_tasks, str(spec.get("queue") or ""))
         if restart:
             out["restartPolicy"] = "OnFailure"
         if grace:
             out["terminationGracePeriod"] = max(grace)
         return out
+
+    def spread(
+        self, tasks: list[Any], order: list[int], kiban_tasks: list[dict[str, Any]], queue: str
+    ) -> tuple[PodAffinity, ...]:
+        """What each task's pod (anti-)affinity means, its pods labelled as Volcano labels them
+        (its template's labels, the job's and the task's names, the queue): a task kept one
+        replica per node gets ``maxReplicasPerNode: 1``. In the translation's task order."""
+        templates = [_template(raw) for raw in tasks]
+        labels = []
+        for raw, (template_labels, _affinity) in zip(tasks, templates, strict=True):
+            name = raw.get("name", "") if isinstance(raw, dict) else ""
+            labels.append(
+                {
+                    **template_labels,
+                    VOLCANO_JOB_LABEL: str(self.job_name),
+                    VOLCANO_TASK_LABEL: str(name),
+                    VOLCANO_QUEUE_LABEL: queue or "default",
+                }
+            )
+        readings = []
+        for new_index, old_index in enumerate(order):
+            others = labels[:old_index] + labels[old_index + 1 :]
+            reading = read_pod_affinity(templates[old_index][1], labels[old_index], others)
+            if reading.one_per_node:
+                kiban_tasks[new_index]["maxReplicasPerNode"] = 1
+                self.paths.append(
+                    (
+                        f"spec.tasks[{new_index}].maxReplicasPerNode",
+                        f"spec.tasks[{old_index}].template.spec.affinity.podAntiAffinity",
+                    )
+                )
+            readings.append(reading)
+        return tuple(readings)
 
     def job_volumes(self, volumes: list[Any]) -> list[dict[str, Any]]:
         """``spec.volumes``: claims mounted into every task's container."""

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from kiban.domain.jobspec import JobSpec
+from kiban.executors.log_streams import Mark
 from kiban.scheduler.decisions import ReplicaPlacement
 
 
@@ -160,6 +161,20 @@ class Executor(Protocol):
         """The replica's live log from ``offset`` on, as it is written, until its process ends
         (or the source goes quiet a while); None when this executor has no such stream for it
         (``kiban logs -f`` then polls ``read_log``). Blocking: iterate it off the event loop."""
+        ...
+
+    def log_start(
+        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
+    ) -> int | None:
+        """Where ``kiban logs`` begins in the replica's log: at its last ``tail_lines`` lines,
+        at its first line written since ``since`` (Unix time), at the later of the two when
+        both are asked, else at 0; None when ``since`` is asked of a log whose times this
+        executor does not know."""
+        ...
+
+    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
+        """When the bytes ``start`` to ``end`` of the replica's log were written: the marks
+        that time them (``kiban.executors.log_streams``), or None when not known."""
         ...
 
     def checkpoint_dir(self, job_id: str) -> str:

@@ -81,14 +81,33 @@ class CapacityOverlay:
     def schedulable_count(self) -> int:
         return len(self._gpu_ids)
 
-    def replica_slots(self, gpus: int) -> int:
-        """How many replicas of ``gpus`` GPUs the free GPUs could hold, CPU and memory aside:
-        a cheap upper bound that spares a gang placement doomed to fail."""
+    def replica_slots(self, gpus: int, per_node: int | None = None) -> int:
+        """How many replicas of ``gpus`` GPUs the free GPUs could hold, at most ``per_node`` on
+        a node (None: no limit), CPU and memory aside: a cheap upper bound that spares a gang
+        placement doomed to fail."""
+        cap = 1_000_000 if per_node is None else per_node
         if gpus <= 0:
-            return sum(len(bucket) for bucket in self._buckets.values()) * 1_000_000
+            return sum(len(bucket) for bucket in self._buckets.values()) * cap
         return sum(
-            len(bucket) * (free // gpus) for free, bucket in self._buckets.items() if free >= gpus
+            len(bucket) * min(free // gpus, cap)
+            for free, bucket in self._buckets.items()
+            if free >= gpus
         )
+
+    def nodes_with_room(
+        self, gpus: int, cpu_millis: int, memory: int, allow: NodeFilter | None = None
+    ) -> int:
+        """How many schedulable nodes (of those ``allow`` admits) could take one replica of this
+        size now: visits the nodes with enough free GPUs, so only for explaining a failure."""
+        count = 0
+        for free in range(max(gpus, 0), self._max_free + 1):
+            for name in self._buckets.get(free, ()):
+                if self._cpu[name] < cpu_millis or self._memory[name] < memory:
+                    continue
+                if allow is not None and not allow(self.nodes[name]):
+                    continue
+                count += 1
+        return count
 
     def domains(self, level: int) -> dict[tuple[str, ...], int]:
         """Free GPUs of each domain of a topology level (0 = outermost)."""

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from itertools import compress
 from operator import is_not
 
+from kiban.scheduler.feasibility import EmptyCluster
 from kiban.scheduler.snapshot import NodeView
 
 NodeShape = tuple[int, int, int, bool]
@@ -142,6 +143,18 @@ class CapacityIndex:
             self.domain_free[level][new.topology[: level + 1]] += delta
 
 
+def same_node(a: NodeView, b: NodeView) -> bool:
+    """Whether two views are of the same node as if idle: size, labels, flavor, topology."""
+    return (
+        a.gpus == b.gpus
+        and a.cpu_millis == b.cpu_millis
+        and a.memory == b.memory
+        and a.flavor == b.flavor
+        and a.topology == b.topology
+        and a.labels == b.labels
+    )
+
+
 class CapacityCache:
     """One ``CapacityIndex`` per flavor, kept across the cycles of one caller.
 
@@ -155,6 +168,25 @@ class CapacityCache:
         self._views: dict[str, NodeView] = {}
         self._indexes: dict[str | None, CapacityIndex] = {}
         self._last: tuple[NodeView, ...] | None = None  # the nodes of the last call, in order
+        self._empty: EmptyCluster | None = None  # the nodes as if idle, while they stay alike
+
+    def empty_cluster(self, levels: tuple[str, ...]) -> EmptyCluster:
+        """The nodes of the last ``indexes`` call as if idle (for "could this ever fit"), kept
+        while no node joins, leaves, or changes its size, labels, flavor or topology."""
+        empty = self._empty
+        if empty is None or empty.levels != levels:
+            flavors = {}
+            for flavor, index in self._indexes.items():
+                if flavor is None or not index.nodes:
+                    continue
+                sizes: Counter[tuple[int, int, int]] = Counter()
+                for (gpus, cpu_millis, memory, _schedulable), count in index.shapes.items():
+                    sizes[(gpus, cpu_millis, memory)] += count
+                # The index's own table: its views change only in what is free while this
+                # holds (any other change forgets it).
+                flavors[flavor] = (index.nodes.values(), sizes)
+            empty = self._empty = EmptyCluster(flavors, levels)
+        return empty
 
     def indexes(self, nodes: Sequence[NodeView]) -> dict[str | None, CapacityIndex]:
         """The index of each flavor's nodes (key None: nodes of no flavor), up to date."""
@@ -175,16 +207,20 @@ class CapacityCache:
             if old is None:
                 self._index(node.flavor).add(node)
                 views[node.name] = node
+                self._empty = None
             else:
                 self._reindex(old, node)
         if len(views) != len(nodes):
             present = {node.name for node in nodes}
             for name in [name for name in views if name not in present]:
                 self._indexes[views.pop(name).flavor].remove(name)
+            self._empty = None
         return self._indexes
 
     def _reindex(self, old: NodeView, node: NodeView) -> None:
         """A node indexed as ``old`` is now ``node``."""
+        if self._empty is not None and not same_node(old, node):
+            self._empty = None
         if old.flavor == node.flavor:
             self._indexes[old.flavor].update(old, node)
         else:

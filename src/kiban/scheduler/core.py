@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 
+from kiban.scheduler import units
 from kiban.scheduler.backfill import may_backfill, reserve
+from kiban.scheduler.capacity import CapacityOverlay
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.cycle import Cycle, Reservation
 from kiban.scheduler.decisions import Admit, Decisions, Preempt, Wait
@@ -15,11 +17,19 @@ from kiban.scheduler.placement import (
     GangAttempt,
     domain_could_hold,
     gang_gpus,
+    task_filter,
     task_fits_some_node,
 )
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.preemption import find_victims
-from kiban.scheduler.reasons import PendingReason, ReasonCode, counted, gpus
+from kiban.scheduler.reasons import (
+    PendingReason,
+    ReasonCode,
+    counted,
+    gpus,
+    replica_size,
+    spread_phrase,
+)
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, Snapshot
 
 _KEY = itemgetter(0)
@@ -46,12 +56,15 @@ def schedule(
     2. Order the jobs: within a queue by the policy's order (priority, then submit time);
        across queues, queue heads by their tenant's fair-share standing, lowest first, re-read
        after every admission.
-    3. A job of a StrictFIFO queue whose head could not start waits behind it.
+    3. A job of a StrictFIFO queue whose head could not start waits behind it, unless that head
+       could never start, even on idle nodes (``Unschedulable``): it holds up nobody.
     4. Try the queue's flavors in order: quota (nominal, then borrowing in the cohort), then
        placement of the whole gang (in one topology domain if asked, off other jobs'
        reservations unless it ends before them). The first flavor that fits admits the job.
-    5. Otherwise, if victims already stop for it, it waits for them; else look for victims
-       (priority, reclaim, fair share) after whose stop it would fit, and preempt them.
+    5. Otherwise, if it could never start on its queue's flavors, even with every node idle, it
+       waits as ``Unschedulable`` (see ``feasibility``). Else, if victims already stop for it,
+       it waits for them; else look for victims (priority, reclaim, fair share) after whose
+       stop it would fit, and preempt them.
     6. Otherwise, if free capacity (not quota) is what it lacks, reserve GPUs for it at the
        earliest time the running jobs' maxRuntime frees enough.
     7. Once the cycle has placed ``max_placements_per_cycle`` replicas, the jobs after wait
@@ -59,7 +72,7 @@ def schedule(
     8. Number the waiting jobs within their queues and within the cluster, in the order visited.
     """
     cycle = Cycle.start(snapshot, policy, cache)
-    blocked_by: dict[str, str] = {}
+    blocked: dict[str, PendingReason] = {}  # per StrictFIFO queue whose head waits: why the rest do
     admitted: list[Admit] = []
     preempted: list[Preempt] = []
     waits: list[Wait] = []
@@ -78,9 +91,9 @@ def schedule(
         if queue is None:
             _add_wait(waits, in_queue, job, _queue_not_found(job))
             continue
-        head = blocked_by.get(queue.name)
-        if head is not None:
-            _add_wait(waits, in_queue, job, _blocked_by_head(queue, head))
+        behind = blocked.get(queue.name)
+        if behind is not None:  # one reason, shared by every job behind the head
+            _add_wait(waits, in_queue, job, behind)
             continue
         outcome = _admit_or_explain(cycle, job, queue, preempted)
         if isinstance(outcome, Admit):
@@ -88,8 +101,11 @@ def schedule(
             placed += len(outcome.placements)
             continue
         _add_wait(waits, in_queue, job, outcome.reason, outcome.reserved_at)
-        if queue.strategy is QueueStrategy.STRICT_FIFO:
-            blocked_by[queue.name] = job.id
+        if (
+            queue.strategy is QueueStrategy.STRICT_FIFO
+            and outcome.reason.code is not ReasonCode.UNSCHEDULABLE
+        ):
+            blocked[queue.name] = _blocked_by_head(queue, job.id)
     if more:  # the rest wait for the next cycle, in the snapshot's order
         assert budget is not None
         reason = _over_budget(budget)
@@ -183,6 +199,9 @@ def _admit_or_explain(
         if reason.code in (ReasonCode.INSUFFICIENT_CAPACITY, ReasonCode.BLOCKED_BY_RESERVATION):
             capacity_short.append(flavor)
 
+    never = cycle.never_fits(job, queue)
+    if never is not None:  # no preemption or reservation could ever help it
+        return _Waiting(never)
     stopping = cycle.stopping_for(job.id)
     if stopping:
         held = sorted({f for victim in stopping for f in victim.flavor_gpus if f in flavors})
@@ -237,7 +256,8 @@ def _admit_or_explain(
                     PendingReason(
                         ReasonCode.WAITING_FOR_RESERVATION,
                         f"needs {gpus(gang_gpus(job), flavor)} together; reserved on "
-                        f"{len(reservation.nodes)} node(s) from t={reservation.at:.0f}, when "
+                        f"{counted(len(reservation.nodes), 'node')} starting "
+                        f"{units.relative(reservation.at, cycle.snapshot.now)}, when "
                         f"running jobs reach their maxRuntime",
                         {
                             "flavor": flavor,
@@ -274,8 +294,9 @@ def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, Pen
                 )
                 return _NO_FIT, PendingReason(
                     ReasonCode.BLOCKED_BY_RESERVATION,
-                    f"would fit now, but on GPUs reserved for job {first.job_id} from "
-                    f"t={first.at:.0f}, and its maxRuntime does not end before then",
+                    f"would fit now, but on GPUs reserved for job {first.job_id} starting "
+                    f"{units.relative(first.at, cycle.snapshot.now)}, and its maxRuntime does "
+                    f"not end before then",
                     {"flavor": flavor, "reservation_job": first.job_id, "reserved_at": first.at},
                 )
     cycle.remember_failure(job, flavor)
@@ -307,7 +328,7 @@ def _capacity_reason(
             return PendingReason(
                 ReasonCode.NO_NODE_FITS,
                 f"no schedulable {_kind(flavor)}node {matching}can hold a replica of task "
-                f"{task.name} ({task.gpu} GPUs, {task.cpu_millis / 1000:g} CPUs){extra}",
+                f"{task.name} ({replica_size(task)}){extra}",
                 unfit,
             )
     request = job.topology
@@ -321,6 +342,9 @@ def _capacity_reason(
                 f"{request.level} has that many schedulable GPUs",
                 {"flavor": flavor, "level": request.level, "needed_gpus": gang_gpus(job)},
             )
+    short = _spread_short(job, overlay, flavor)
+    if short is not None:
+        return short
     free = overlay.total_free_gpus()
     shape = ", ".join(f"{t.replicas}x{t.gpu} GPUs" for t in job.tasks)
     where = f" in one {request.level}" if request is not None and request.required else ""
@@ -344,6 +368,40 @@ def _capacity_reason(
         f"{constrained}",
         details,
     )
+
+
+def _spread_short(job: PendingJob, overlay: CapacityOverlay, flavor: str) -> PendingReason | None:
+    """Why a task that limits its replicas per node does not fit: too few nodes have room for
+    one of its replicas now (None: enough do, so something else is short)."""
+    left = job.gang_size
+    for task in job.tasks:
+        take = min(left, task.replicas)
+        left -= take
+        limit = task.max_per_node
+        if limit is None or not take:
+            continue
+        needed = -(-take // limit)
+        allow = task_filter(task, None)
+        with_room = overlay.nodes_with_room(task.gpu, task.cpu_millis, task.memory, allow)
+        if with_room >= needed:
+            continue
+        return PendingReason(
+            ReasonCode.INSUFFICIENT_CAPACITY,
+            f"needs {spread_phrase(needed, task, limit)}; {with_room} such "
+            f"{'node' if with_room == 1 else 'nodes'}{_of_flavor(flavor)} now",
+            {
+                "flavor": flavor,
+                "task": task.name,
+                "max_replicas_per_node": limit,
+                "nodes_needed": needed,
+                "nodes_with_room": with_room,
+            },
+        )
+    return None
+
+
+def _of_flavor(flavor: str) -> str:
+    return "" if flavor == "default" else f" of flavor {flavor}"
 
 
 def _kind(flavor: str) -> str:

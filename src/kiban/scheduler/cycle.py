@@ -13,9 +13,12 @@ from operator import attrgetter
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
 from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex
+from kiban.scheduler.feasibility import EmptyCluster, never_fits, usable_flavors
+from kiban.scheduler.node_match import NodeConstraint
 from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.quota import QuotaBook
+from kiban.scheduler.reasons import PendingReason
 from kiban.scheduler.snapshot import (
     FlavorView,
     PendingJob,
@@ -42,6 +45,9 @@ class Reservation:
     nodes: frozenset[str]
 
 
+_Shape = tuple[int, int, int, int, int]
+_NO_SPREAD = 2**31  # the max_per_node of a task that does not limit it, for shape comparisons
+
 _priority = attrgetter("priority")
 _preempted_by = attrgetter("preempted_by")
 
@@ -61,7 +67,9 @@ class Cycle:
     reserved_by: dict[str, str] = field(default_factory=dict)  # node -> the job it is kept for
     victims: set[str] = field(default_factory=set)
     preemption_searches: int = 0
-    failed_shapes: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+    failed_shapes: dict[tuple[str, NodeConstraint | None], list[_Shape]] = field(
+        default_factory=dict
+    )
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
     _running_by_queue: Mapping[str, Sequence[RunningJob]] | None = None
     _stopping_for: dict[str, list[RunningJob]] | None = None
@@ -69,13 +77,20 @@ class Cycle:
     _lowest_priority: dict[str, int | None] = field(default_factory=dict)
     _queue_flavors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _cohorts: dict[str, list[QueueView]] | None = None
+    cache: CapacityCache = field(default_factory=CapacityCache)
+    _empty: EmptyCluster | None = None
+    _queue_terms: dict[str, tuple[str, tuple[str, ...], tuple[int | None, ...]]] = field(
+        default_factory=dict
+    )
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
-        indexes = (cache or CapacityCache()).indexes(snapshot.nodes)
+        cache = cache or CapacityCache()
+        indexes = cache.indexes(snapshot.nodes)
         cycle = cls(
             snapshot=snapshot,
             policy=policy,
+            cache=cache,
             overlays={
                 f.name: CapacityOverlay(indexes.get(f.name) or CapacityIndex())
                 for f in snapshot.flavors
@@ -207,10 +222,26 @@ class Cycle:
         """The flavors the queue may use, in the order they are tried (found once a cycle)."""
         flavors = self._queue_flavors.get(queue.name)
         if flavors is None:
-            names = list(queue.nominal) if queue.nominal is not None else list(self.flavors)
-            flavors = tuple(n for n in names if n in self.flavors and self.allowed(n, queue.name))
-            self._queue_flavors[queue.name] = flavors
+            flavors = self._queue_flavors[queue.name] = usable_flavors(queue, self.flavors)
         return flavors
+
+    def never_fits(self, job: PendingJob, queue: QueueView) -> PendingReason | None:
+        """Why the job could never start on its queue's flavors, even on idle nodes (None: it
+        could). The nodes as if idle are kept in the capacity cache across cycles, and with
+        them the answer for each shape of job, queue, flavors and quota ceilings."""
+        empty = self._empty
+        if empty is None:
+            empty = self._empty = self.cache.empty_cluster(self.snapshot.topology_levels)
+        terms = self._queue_terms.get(queue.name)
+        if terms is None:
+            flavors = self.flavors_for(queue)
+            known = queue.name in self.quota.queues
+            ceilings = tuple(self.quota.ceiling(queue.name, f) if known else None for f in flavors)
+            terms = self._queue_terms[queue.name] = (queue.name, flavors, ceilings)
+        asked = (terms, job.tasks, job.gang_size, job.topology)
+        return empty.remembered(
+            job.id, asked, lambda: never_fits(job, queue, terms[1], empty, self.quota)
+        )
 
     def allowed(self, flavor: str, queue: str) -> bool:
         view = self.flavors.get(flavor)
@@ -240,32 +271,42 @@ class Cycle:
         times = [r.at for r in self.reservations if r.flavor == flavor and r.job_id != job_id]
         return min(times) if times else None
 
-    def shape(self, job: PendingJob) -> tuple[int, int, int, int] | None:
-        """The gang's shape when it has one task and no topology (for the failed-shape memo)."""
+    def shape(self, job: PendingJob) -> tuple[int, int, int, int, int] | None:
+        """The gang's shape when it has one task and no topology (for the failed-shape memo):
+        its size per replica, its gang, and how tightly it spreads (a lower ``max_per_node`` is
+        a larger last entry), so that a shape at least as large in every entry is as hard to
+        place."""
         if len(job.tasks) != 1 or job.topology is not None:
             return None
         task = job.tasks[0]
-        return (task.gpu, task.cpu_millis, task.memory, job.gang_size)
+        spread = -(task.max_per_node if task.max_per_node is not None else _NO_SPREAD)
+        return (task.gpu, task.cpu_millis, task.memory, job.gang_size, spread)
+
+    def _failed(self, job: PendingJob, flavor: str) -> list[_Shape]:
+        """The shapes that failed on the flavor among jobs limited to the same nodes."""
+        return self.failed_shapes.setdefault((flavor, job.tasks[0].nodes), [])
 
     def known_not_to_fit(self, job: PendingJob, flavor: str) -> bool:
         """A gang at least as large as one that already failed this cycle cannot fit either.
 
         Within a cycle capacity only shrinks and reservations only grow, so a failure stays a
-        failure; the memo spares the placement search for most of a long queue.
+        failure; the memo spares the placement search for most of a long queue. Failures are
+        kept apart by the nodes the task may use: one limited to some nodes says nothing of a
+        job that may use others.
         """
         shape = self.shape(job)
         if shape is None:
             return False
         return any(
             all(mine >= theirs for mine, theirs in zip(shape, failed, strict=True))
-            for failed in self.failed_shapes.get(flavor, ())
+            for failed in self._failed(job, flavor)
         )
 
     def remember_failure(self, job: PendingJob, flavor: str) -> None:
         shape = self.shape(job)
         if shape is None:
             return
-        shapes = self.failed_shapes.setdefault(flavor, [])
+        shapes = self._failed(job, flavor)
         if any(all(a >= b for a, b in zip(shape, s, strict=True)) for s in shapes):
             return
         shapes[:] = [s for s in shapes if not all(a >= b for a, b in zip(s, shape, strict=True))]

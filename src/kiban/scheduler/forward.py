@@ -121,12 +121,14 @@ def _as_running(job: PendingJob, admit: Admit, snapshot: Snapshot, protect_s: fl
         max_runtime=job.max_runtime,
         protected_until=snapshot.now + protect_s,
         attained_service=job.attained_service,
+        tasks=job.tasks,
     )
 
 
 def as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
-    """A preempted job back in its queue, keeping its submit time; its shape from its replicas."""
-    tasks = tuple(
+    """A preempted job back in its queue, keeping its submit time; its tasks as it asked when
+    admitted (node constraints and spread included), else its shape from its replicas."""
+    tasks = job.tasks or tuple(
         TaskDemand(f"r{i}", 1, len(r.gpu_ids), r.cpu_millis, r.memory)
         for i, r in enumerate(job.replicas)
     )
@@ -136,7 +138,7 @@ def as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
         priority=job.priority,
         submitted_at=job.submitted_at,
         tasks=tasks,
-        gang_size=len(tasks),
+        gang_size=min(len(job.replicas), sum(t.replicas for t in tasks)),
         tenant=job.tenant,
         max_runtime=job.max_runtime,
         preempted_by=preempted_by,

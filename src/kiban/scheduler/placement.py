@@ -42,12 +42,18 @@ def place_gang(
         rank = 0
         for task in job.tasks:
             task_allow = task_filter(task, allow)
+            held: dict[str, int] | None = None
+            if task.max_per_node is not None:
+                held = {}
+                task_allow = _spread_filter(task.max_per_node, held, task_allow)
             for index in range(task.replicas):
                 node = overlay.best_fit(
                     task.gpu, task.cpu_millis, task.memory, task_allow, within, task.prefers
                 )
                 if node is None:
                     break
+                if held is not None:
+                    held[node] = held.get(node, 0) + 1
                 gpu_ids = overlay.take(node, task.gpu, task.cpu_millis, task.memory)
                 placements.append(
                     ReplicaPlacement(
@@ -82,6 +88,16 @@ def task_filter(task: TaskDemand, allow: NodeFilter | None) -> NodeFilter | None
     return admits
 
 
+def _spread_filter(limit: int, held: dict[str, int], allow: NodeFilter | None) -> NodeFilter:
+    """``allow``, narrowed to the nodes that hold fewer than ``limit`` of the task's replicas
+    placed so far (``held``, kept up to date by the caller)."""
+
+    def admits(node: NodeView) -> bool:
+        return held.get(node.name, 0) < limit and (allow is None or allow(node))
+
+    return admits
+
+
 def place_in_topology(
     job: PendingJob,
     overlay: CapacityOverlay,
@@ -110,8 +126,11 @@ def _place_in_some_domain(
     if level >= overlay.levels:
         return NO_FIT
     needed = gang_gpus(job)
+    spread = nodes_needed(job)
     candidates = sorted(
-        (free, domain) for domain, free in overlay.domains(level).items() if free >= needed
+        (free, domain)
+        for domain, free in overlay.domains(level).items()
+        if free >= needed and (spread <= 1 or len(overlay.domain_nodes(level, domain)) >= spread)
     )
     for _free, domain in candidates[:MAX_DOMAIN_TRIES]:
         attempt = place_gang(job, overlay, allow, within=overlay.domain_nodes(level, domain))
@@ -122,13 +141,14 @@ def _place_in_some_domain(
 
 def could_fit(job: PendingJob, overlay: CapacityOverlay) -> bool:
     """A quick necessary condition for the gang to fit the overlay's free GPUs (no placement
-    search): enough GPUs in all, and enough room for the replicas of each task's size."""
+    search): enough GPUs in all, and enough room for the replicas of each task's size, at most
+    ``max_per_node`` of them on a node."""
     if overlay.total_free_gpus() < gang_gpus(job):
         return False
     left = job.gang_size
     for task in job.tasks:
         take = min(left, task.replicas)
-        if take and overlay.replica_slots(task.gpu) < take:
+        if take and overlay.replica_slots(task.gpu, task.max_per_node) < take:
             return False
         left -= take
         if left <= 0:
@@ -147,6 +167,21 @@ def gang_gpus(job: PendingJob) -> int:
         if left <= 0:
             break
     return total
+
+
+def nodes_needed(job: PendingJob) -> int:
+    """The fewest nodes the gang can use: its task that spreads widest, at most
+    ``max_per_node`` of that task's replicas on a node (1 when no task limits it)."""
+    left = job.gang_size
+    widest = 1
+    for task in job.tasks:
+        take = min(left, task.replicas)
+        if task.max_per_node is not None and take:
+            widest = max(widest, -(-take // task.max_per_node))
+        left -= take
+        if left <= 0:
+            break
+    return widest
 
 
 def domain_could_hold(job: PendingJob, overlay: CapacityOverlay, level: int) -> bool:

@@ -51,6 +51,7 @@ class QuotaBook:
         self._terms: dict[tuple[str, str], _Terms] = {}
         self._version = 0  # bumped by every change; refusals are remembered per version
         self._refusals: dict[tuple[str, str, int], tuple[int, QuotaVerdict]] = {}
+        self._ceilings: dict[tuple[str, str], int | None] = {}
         for q in self.queues.values():
             for flavor, gpus in q.used.items():
                 self._used[(q.name, flavor)] = gpus
@@ -116,7 +117,14 @@ class QuotaBook:
         return max(free - own_unused, 0)
 
     def ceiling(self, queue: str, flavor: str) -> int | None:
-        """The most GPUs of a flavor the queue could ever hold (None: no limit)."""
+        """The most GPUs of a flavor the queue could ever hold (None: no limit). It depends on
+        the queues' quotas and limits alone, never on their use, so it is worked out once."""
+        key = (queue, flavor)
+        if key not in self._ceilings:
+            self._ceilings[key] = self._ceiling(queue, flavor)
+        return self._ceilings[key]
+
+    def _ceiling(self, queue: str, flavor: str) -> int | None:
         q = self.queues[queue]
         nominal = self.nominal(queue, flavor)
         if nominal is None:

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kiban.scheduler import units
+from kiban.scheduler.snapshot import TaskDemand
+
 
 class ReasonCode(StrEnum):
     """Why a job waits. One code per decision path of the core."""
@@ -22,6 +25,7 @@ class ReasonCode(StrEnum):
     BLOCKED_BY_RESERVATION = "BlockedByReservation"  # starting now would delay a reservation
     WAITING_FOR_PREEMPTION = "WaitingForPreemption"  # victims are stopping to make room for it
     BLOCKED_BY_QUEUE_HEAD = "BlockedByQueueHead"  # StrictFIFO: an older job heads the queue
+    UNSCHEDULABLE = "Unschedulable"  # could never start, even on idle nodes: holds up nobody
     QUEUE_BACKLOG = "QueueBacklog"  # behind the jobs of its queue that each pass considers
 
 
@@ -33,6 +37,29 @@ def counted(count: int, noun: str) -> str:
 def gpus(count: int, flavor: str) -> str:
     """ "4 GPUs", or "4 h100 GPUs" when the cluster declares flavors."""
     return counted(count, "GPU" if flavor == "default" else f"{flavor} GPU")
+
+
+def cpus(millis: int) -> str:
+    """ "1 CPU", "2 CPUs", "0.5 CPUs"."""
+    count = units.cpus(millis)
+    return f"{count} CPU" if count == "1" else f"{count} CPUs"
+
+
+def replica_size(task: TaskDemand) -> str:
+    """What one replica of a task asks for: "1 GPU, 2 CPUs, 16 GiB of memory"."""
+    memory = units.size(task.memory)
+    return f"{counted(task.gpu, 'GPU')}, {cpus(task.cpu_millis)}, {memory} of memory"
+
+
+def spread_phrase(nodes: int, task: TaskDemand, limit: int) -> str:
+    """ "3 nodes with 1 free GPU each for one replica per node": what a task that limits its
+    replicas per node asks of the nodes."""
+    if task.gpu:
+        room = f"{counted(task.gpu, 'free GPU')} each"
+    else:
+        room = f"room for a replica ({replica_size(task)}) each"
+    per_node = "one replica per node" if limit == 1 else f"at most {limit} replicas per node"
+    return f"{counted(nodes, 'node')} with {room} for {per_node}"
 
 
 SCHEDULING_WINDOW = 256

@@ -100,8 +100,11 @@ class QueueView:
 
 @dataclass(frozen=True, slots=True)
 class TaskDemand:
-    """What each replica of one task needs, on which nodes it may run (None: any), and which
-    of those it would rather have (None: best fit alone)."""
+    """What each replica of one task needs, on which nodes it may run (None: any), which of
+    those it would rather have (None: best fit alone), and how many of its replicas one node
+    may hold (``max_per_node``, the manifest's ``maxReplicasPerNode``; None: no limit).
+
+    ``max_per_node`` holds within the task: replicas of the job's other tasks do not count."""
 
     name: str
     replicas: int
@@ -110,6 +113,7 @@ class TaskDemand:
     memory: int
     nodes: NodeConstraint | None = None
     prefers: NodePreference | None = None
+    max_per_node: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +193,7 @@ class RunningJob:
     preempted_by: str | None = None  # being stopped to make room for this pending job
     stopping: bool = False  # being stopped (cancel, failure, preemption): never a victim
     attained_service: float = 0.0  # GPU-seconds it ran before this attempt
+    tasks: tuple[TaskDemand, ...] = ()  # as it asked when admitted (empty: not known)
 
     @property
     def gpus(self) -> int:

@@ -16,6 +16,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -269,9 +270,35 @@ class Client:
     def events(self, job_id: str, after: int = 0) -> list[dict[str, Any]]:
         return list(self._request("GET", _job_path(job_id, "/events"), params={"after": after}))
 
-    def logs(self, job_id: str, *, rank: int = 0, follow: bool = False) -> Iterator[bytes]:
-        """A replica's output in chunks; with ``follow``, until the job finishes."""
-        params = {"rank": rank, "follow": follow}
+    def logs(
+        self,
+        job_id: str,
+        *,
+        rank: int = 0,
+        follow: bool = False,
+        all_ranks: bool = False,
+        tail: int | None = None,
+        since: timedelta | datetime | None = None,
+        timestamps: bool = False,
+    ) -> Iterator[bytes]:
+        """A replica's output in chunks; with ``follow``, until the job finishes.
+
+        ``all_ranks``: every replica's lines, each after ``[rank R]``; ``tail``: only the last
+        lines; ``since``: only lines written that recently (a ``timedelta``) or since then (a
+        ``datetime``; a naive one is local time); ``timestamps``: each line after its time
+        (RFC 3339, UTC), as ``kubectl logs --timestamps``.
+        """
+        params: dict[str, Any] = {"follow": follow, "timestamps": timestamps}
+        if all_ranks:
+            params["all_ranks"] = True
+        else:
+            params["rank"] = rank
+        if tail is not None:
+            params["tail"] = tail
+        if isinstance(since, timedelta):
+            params["since_seconds"] = max(since.total_seconds(), 0.0)
+        elif isinstance(since, datetime):
+            params["since_time"] = since.timestamp()
         try:
             with self._http.stream(
                 "GET",

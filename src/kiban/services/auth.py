@@ -59,14 +59,26 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def authenticate(session: Session, authorization: str | None) -> Principal:
-    """The principal behind an ``Authorization: Bearer ...`` header, or Unauthorized."""
+MAX_TOKEN_CHARS = 512
+"""Longer is no token of ours (``new_token`` makes 47 characters): refused unread."""
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer ...`` header, or Unauthorized (no store read)."""
     if not authorization:
         raise Unauthorized("missing token: send 'Authorization: Bearer <token>'")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
-    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token.strip())))
+    if len(token) > MAX_TOKEN_CHARS:
+        raise Unauthorized("invalid token")
+    return token.strip()
+
+
+def authenticate(session: Session, authorization: str | None) -> Principal:
+    """The principal behind an ``Authorization: Bearer ...`` header, or Unauthorized."""
+    token = bearer_token(authorization)
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
     if row is None:
         raise Unauthorized("invalid token")
     return Principal(
@@ -112,12 +124,17 @@ def revoke_job_tokens(session: Session, job_id: str) -> None:
     session.execute(delete(ApiToken).where(ApiToken.job_id == job_id))
 
 
-def ensure_admin_token(session: Session, token_file: Path, at: float) -> str | None:
-    """On first start, create an admin token and write it to ``token_file`` with mode 0600.
+def ensure_admin_token(session: Session, token_file: Path | None, at: float) -> str | None:
+    """On first start, create an admin token and write it to ``token_file`` with mode 0600
+    (with no file: only when the store has no admin token yet, for the caller to show once).
 
     Returns the new token, or None when an admin token already exists and the file is kept.
     """
     existing = session.scalar(select(ApiToken).where(ApiToken.role == "admin").limit(1))
+    if token_file is None:
+        if existing is not None:
+            return None
+        return create_token(session, name="admin", tenant=None, admin=True, at=at)
     if existing is not None and token_file.exists():
         return None
     token = create_token(session, name="admin", tenant=None, admin=True, at=at)

@@ -31,6 +31,17 @@ class Conflict(ServiceError):
     status = 409
 
 
+class Unavailable(ServiceError):
+    """No room for the call now (the API at capacity, a caller at its limit): try again after
+    ``retry_after_s`` seconds."""
+
+    status = 503
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class InvalidInput(SpecError):
     """A spec or request field that cannot be accepted (HTTP 422)."""
 

@@ -7,7 +7,7 @@ import re
 import secrets
 import string
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,14 +15,22 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
-from kiban.domain.declarations import DEFAULT_QUEUE
+from kiban.domain.declarations import DEFAULT_QUEUE, QueueDecl
 from kiban.domain.errors import FieldProblem, SpecError
-from kiban.domain.jobspec import JobManifest
+from kiban.domain.jobspec import JobManifest, task_demands
 from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manifest, parse_submission
-from kiban.domain.node_affinity import without_effect
 from kiban.domain.states import JobState
-from kiban.executors.base import Capability
+from kiban.executors.base import Capability, NodeInfo
+from kiban.scheduler.feasibility import (
+    EmptyCluster,
+    Limit,
+    empty_cluster,
+    never_fits,
+    usable_flavors,
+)
+from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import counted
+from kiban.scheduler.snapshot import FlavorView, NodeView, PendingJob, QueueView, TopologyRequest
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
@@ -37,14 +45,76 @@ _NAME_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")  # job, queue and tenan
 
 @dataclass(frozen=True)
 class ClusterFacts:
-    """What submission checks a job against: node sizes and the executor's capabilities."""
+    """What submission checks a job against: the nodes and the executor's capabilities.
 
-    node_shapes: tuple[tuple[int, int, int], ...] = ()  # (gpus, cpu_millis, memory) per node
+    What the nodes could ever hold under a policy (``feasibility.EmptyCluster``) is worked out
+    on the first submission after the nodes or the policy changed, and kept for the next ones.
+    """
+
+    nodes: tuple[NodeInfo, ...] = ()
     capabilities: frozenset[Capability] = field(default_factory=frozenset)
+    _under: dict[str, _PolicyFacts] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def max_gpus(self) -> int:
-        return max((s[0] for s in self.node_shapes), default=0)
+        return max((n.gpus for n in self.nodes), default=0)
+
+    def under(self, policy: ClusterPolicy) -> _PolicyFacts:
+        """The nodes as if idle and the queues' quotas, under ``policy`` (kept while the policy
+        is the same one, or an equal one read again from the store)."""
+        kept = self._under.get("last")
+        if kept is None or (kept.policy is not policy and kept.policy != policy):
+            kept = self._under["last"] = _PolicyFacts.of(self.nodes, policy)
+        return kept
+
+
+@dataclass(frozen=True)
+class _PolicyFacts:
+    """The nodes as the scheduler would see them idle, and the quotas, under one policy."""
+
+    policy: ClusterPolicy
+    cluster: EmptyCluster
+    quota: QuotaBook
+    queues: dict[str, QueueView]
+    flavors: dict[str, FlavorView]
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeInfo], policy: ClusterPolicy) -> _PolicyFacts:
+        views = [
+            NodeView(
+                name=n.name,
+                gpus=n.gpus,
+                cpu_millis=n.cpu_millis,
+                memory=n.memory,
+                free_gpu_ids=(),
+                free_cpu_millis=0,
+                free_memory=0,
+                labels=n.labels,
+                flavor=policy.flavor_of(n.labels),
+                topology=policy.topology_path(n.labels),
+            )
+            for n in nodes
+        ]
+        queues = {q.name: _queue_view(q, policy) for q in policy.queues}
+        return cls(
+            policy,
+            empty_cluster(views, policy.topology_levels),
+            QuotaBook(queues.values()),
+            queues,
+            {f.name: f for f in policy.flavor_views()},
+        )
+
+
+def _queue_view(queue: QueueDecl, policy: ClusterPolicy) -> QueueView:
+    """A declared queue's quota as the scheduler reads it (nothing in use)."""
+    return QueueView(
+        name=queue.name,
+        tenant=queue.tenant,
+        nominal=queue.nominal,
+        cohort=None if queue.cohort is None else policy.sharing_cohort(queue.cohort),
+        borrowing_limit=queue.borrowing,
+        lending_limit=queue.lending,
+    )
 
 
 # Job ids need to be unique, not secret: a generator seeded once from the OS is enough, and
@@ -73,26 +143,75 @@ def renew_job_id(job: Job, made: Iterable[Event]) -> None:
             event.object_name = job.id
 
 
-def check_against_cluster(manifest: JobManifest, facts: ClusterFacts) -> None:
-    """Refuse jobs no node could ever hold, or that need what the executor cannot do."""
-    for i, task in enumerate(manifest.spec.tasks):
-        where = f"spec.tasks[{i}].resources"
-        if task.resources.gpu > facts.max_gpus:
-            raise invalid(
-                f"{where}.gpu",
-                f"{task.resources.gpu} GPUs per replica, but the largest node has {facts.max_gpus}",
-            )
-        if not any(
-            g >= task.resources.gpu and c >= task.resources.cpu and m >= task.resources.memory
-            for g, c, m in facts.node_shapes
-        ):
-            raise invalid(
-                where,
-                f"no node is big enough for one replica ({task.resources.gpu} GPUs, "
-                f"{task.resources.cpu / 1000:g} CPUs, {task.resources.memory} bytes of memory)",
-            )
-    if manifest.spec.launcher == "torchrun" and Capability.TORCHRUN not in facts.capabilities:
+def check_against_cluster(
+    manifest: JobManifest,
+    facts: ClusterFacts,
+    policy: ClusterPolicy | None = None,
+    queue: str | None = None,
+) -> None:
+    """Refuse a job that could never start, or that needs what the executor cannot do.
+
+    "Never" is the scheduler's own test (``feasibility.never_fits``): on the nodes, all idle,
+    of the flavors its queue may use under ``policy``, within the most GPUs the queue could
+    ever hold. Without a policy (or a queue the policy lacks), every node counts and no quota.
+    """
+    spec = manifest.spec
+    policy = policy or _NO_POLICY
+    under = facts.under(policy)
+    view = under.queues.get(queue or spec.queue) or QueueView(name=queue or spec.queue, tenant="")
+    job = PendingJob(
+        id=manifest.metadata.name,
+        queue=view.name,
+        priority=0,
+        submitted_at=0.0,
+        tasks=task_demands(spec, Capability.CONTAINERS in facts.capabilities),
+        gang_size=spec.gang_size,
+        topology=(
+            None
+            if spec.topology is None
+            else TopologyRequest(spec.topology.level, spec.topology.required)
+        ),
+    )
+    flavors = usable_flavors(view, under.flavors)
+    reason = never_fits(job, view, flavors, under.cluster, under.quota)
+    if reason is not None:
+        raise invalid(_field_at_fault(manifest, reason.details), reason.message)
+    if spec.launcher == "torchrun" and Capability.TORCHRUN not in facts.capabilities:
         raise invalid("spec.launcher", "torchrun is not available here (is PyTorch installed?)")
+
+
+_NO_POLICY = ClusterPolicy()
+
+
+def _field_at_fault(manifest: JobManifest, details: Mapping[str, Any]) -> str:
+    """The manifest field to change for a job that could never start (the reason's details
+    say what limits it, and which task)."""
+    limit = Limit(details["limit"])
+    if limit in (Limit.FLAVOR, Limit.QUOTA):
+        return "spec.queue"
+    if limit is Limit.TOPOLOGY:
+        return "spec.topology.level"
+    names = [t.name for t in manifest.spec.tasks]
+    if details.get("task") not in names:
+        return "spec.tasks"
+    i = names.index(details["task"])
+    task = manifest.spec.tasks[i]
+    where = f"spec.tasks[{i}]"
+    if limit is Limit.SPREAD:
+        return f"{where}.maxReplicasPerNode"
+    if limit is Limit.NODE_CONSTRAINT:
+        return f"{where}.nodeSelector" if task.node_selector else f"{where}.affinity"
+    if limit is Limit.NODE_SIZE:
+        largest = details.get("largest") or {}
+        for name, asked, have in (
+            ("gpu", task.resources.gpu, largest.get("gpus")),
+            ("cpu", task.resources.cpu, largest.get("cpu_millis")),
+            ("memory", task.resources.memory, largest.get("memory")),
+        ):
+            if have is not None and asked > have:
+                return f"{where}.resources.{name}"
+        return f"{where}.resources"
+    return f"{where}.replicas"
 
 
 def submit(
@@ -128,7 +247,7 @@ def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[
     ignored = [
         submission.source_path(f"spec.tasks[{i}].{name}")
         for i, task in enumerate(spec.tasks)
-        for name in task.container_fields()
+        for name in _ignored_locally(submission, i, task.container_fields())
     ]
     if spec.master_port is not None:
         port = submission.source_path("spec.masterPort")
@@ -138,19 +257,36 @@ def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[
 
 def affinity_warnings(submission: JobSubmission) -> list[str]:
     """One warning per task whose pods would carry affinity that changes nothing (see
-    ``node_affinity.without_effect``): said, so that nobody counts on it to spread replicas."""
+    ``node_affinity.read_pod_affinity``): said, so that nobody counts on it. A required
+    anti-affinity that keeps the task's own replicas on distinct hosts is kept, as
+    ``maxReplicasPerNode: 1``, and not warned of."""
     found = []
-    for i, task in enumerate(submission.manifest.spec.tasks):
-        unused = without_effect(task.affinity)
+    for i in range(len(submission.manifest.spec.tasks)):
+        unused = submission.pod_affinity(i).without_effect
         if unused:
             paths = ", ".join(
                 submission.source_path(f"spec.tasks[{i}].affinity.{name}") for name in unused
             )
             found.append(
                 f"{paths}: no effect (kiban chooses each replica's node and binds its pod there, "
-                "by nodeSelector and node affinity, not by other pods)"
+                "by nodeSelector, node affinity and maxReplicasPerNode, not by other pods)"
             )
     return found
+
+
+def _ignored_locally(submission: JobSubmission, index: int, fields: list[str]) -> list[str]:
+    """The container-only fields of a task that a local executor ignores: all of them, but of
+    ``affinity`` only its parts other than a pod anti-affinity read as one replica per node
+    (which every executor keeps)."""
+    if "affinity" not in fields:
+        return fields
+    affinity = submission.manifest.spec.tasks[index].affinity or {}
+    reading = submission.pod_affinity(index)
+    if not reading.one_per_node:
+        return fields
+    parts = [*(["nodeAffinity"] if affinity.get("nodeAffinity") else []), *reading.without_effect]
+    others = [name for name in fields if name != "affinity"]
+    return others + [f"affinity.{part}" for part in parts]
 
 
 def local_executor_warning(ignored: Sequence[str]) -> list[str]:
@@ -238,7 +374,7 @@ def prepare_submission(
         if queue is None or not principal.can_see(queue.tenant):
             raise invalid("spec.queue", f"queue {queue_name} does not exist")
         priority = check_against_policy(manifest, policy)
-        check_against_cluster(manifest, facts)
+        check_against_cluster(manifest, facts, policy, queue.name)
     except SpecError as exc:
         raise InvalidInput(
             [FieldProblem(submission.source_path(p.field), p.message) for p in exc.problems]
@@ -255,6 +391,7 @@ def prepare_submission(
         submitted_at=at,
         submitted_by=principal.name,
         attempt=1,
+        gpus=spec.total_gpus,
     )
     made = [
         events.new_event(

@@ -41,6 +41,21 @@ class LookupCache:
             self._entries[key] = (now + self.ttl_s, value)
         return value
 
+    def peek(self, key: Hashable) -> object | None:
+        """The value of ``key`` while it is fresh, or None (nothing is loaded)."""
+        with self._lock:
+            found = self._entries.get(key)
+        if found is not None and found[0] > time.monotonic():
+            return found[1]
+        return None
+
+    def put(self, key: Hashable, value: object) -> None:
+        """Keep ``value`` for ``key`` for ``ttl_s`` seconds."""
+        with self._lock:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[key] = (time.monotonic() + self.ttl_s, value)
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

@@ -15,6 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kiban.executors.base import NodeInfo
+from kiban.scheduler import units
+from kiban.scheduler.reasons import counted, cpus
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import NotFound
@@ -79,7 +81,10 @@ def sync_nodes(session: Session, nodes: Sequence[NodeInfo], at: float) -> None:
                 kind="Node",
                 name=info.name,
                 reason="Registered",
-                message=f"{info.gpus} GPUs, {info.cpu_millis / 1000:g} CPUs",
+                message=(
+                    f"{counted(info.gpus, 'GPU')}, {cpus(info.cpu_millis)}, "
+                    f"{units.size(info.memory)} of memory"
+                ),
                 at=at,
             )
         row.gpus = info.gpus

@@ -8,8 +8,8 @@ Applying a policy (``apply_policy``), in one transaction that the caller commits
    or gives to another tenant, has no unfinished jobs.
 4. Write the next version, the document as written.
 5. Create, update and remove queues, and create the tenants they name.
-6. Work out the drain plan: queues left using more GPUs of a flavor than the new policy
-   lets them.
+6. Work out the drain plan: queues left holding more GPUs of a flavor than the new policy lets
+   them hold now (their over-quota use, ``kiban.services.quota_ledger``), and how it comes back.
 7. Record events: the policy's, each changed queue's, a warning for each queue to drain.
 
 A rejected policy raises before anything is committed, so it leaves nothing behind.
@@ -19,9 +19,12 @@ Two choices, and why:
 - **A quota below what a queue uses now is accepted, with a drain plan.** Refusing it would
   make admins cancel work before they may shrink a quota, at the busy times when that is most
   needed. Instead running jobs keep running (the policy change preempts nothing by itself);
-  the queue starts no new work of that flavor until its use is back under the new limit, as
-  its jobs finish or, when it borrows in a cohort, as lenders reclaim their quota. The plan
-  is in the answer, the policy's event and a warning event of each queue concerned.
+  the queue starts no new work of that flavor until its use is back within what it may hold:
+  its quota plus what its cohort can lend it now (a borrowing limit is not enough when no
+  queue lends). The GPUs come back as its jobs end (by the latest end their maxRuntimes
+  give, when they all have one) or, when another queue of its cohort has quota of the flavor,
+  by preemption when that queue needs it. The plan is in the answer, the policy's event and a
+  warning event of each queue concerned; ``kiban queues`` shows the same GPUs as over quota.
 - **A queue dropped from the policy is removed only when it has no unfinished jobs**
   (pending, admitted, running or stopping); otherwise the policy is refused (409) naming the
   queue and its jobs. Removing it anyway would strand those jobs in a queue no policy
@@ -31,6 +34,7 @@ Two choices, and why:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,12 +44,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import (
-    DEFAULT_QUEUE,
     ClusterConfig,
     ClusterPolicy,
     QueueDecl,
     parse_policy,
 )
+from kiban.domain.declarations import DEFAULT_QUEUE_ENTRY
 from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.jobspec import check_dns_label
 from kiban.domain.manifests import json_problem
@@ -53,7 +57,8 @@ from kiban.domain.states import TERMINAL
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, invalid
-from kiban.store.models import Job, Node, PolicyVersion, Queue, Replica, Tenant
+from kiban.services.quota_ledger import freed_by, ledger, quota_book
+from kiban.store.models import Job, Node, PolicyVersion, Queue, Tenant
 
 POLICY_OBJECT = "cluster"  # events of the policy: kind "Policy", name "cluster"
 MAX_ACTOR = 128  # the width of policy_versions.created_by
@@ -73,20 +78,47 @@ class PolicyRecord:
 
 @dataclass(frozen=True)
 class DrainStep:
-    """A queue using more GPUs of a flavor than the new policy lets it (``allowed``)."""
+    """A queue using more GPUs of a flavor than the new policy lets it hold now (``allowed``:
+    its quota, plus what its cohort can lend it now), and how the rest comes back: as its jobs
+    end (``by``: the latest time their maxRuntimes give; None when some have none), and by
+    preemption when ``reclaimable`` (another queue of its cohort has quota of the flavor and
+    takes it back when it needs it)."""
 
     queue: str
     flavor: str
     in_use: int
     allowed: int
+    cohort: str | None = None
+    reclaimable: bool = False
+    by: float | None = None
+
+    @property
+    def over_quota(self) -> int:
+        return self.in_use - self.allowed
 
     def __str__(self) -> str:
-        return (
-            f"queue {self.queue} uses {self.in_use} {self.flavor} GPUs, "
-            f"{self.in_use - self.allowed} more than the {self.allowed} the policy now lets it "
-            f"use: its running jobs keep running; new {self.flavor} work waits until its use is "
-            f"back within {self.allowed}"
+        flavor = self.flavor
+        text = (
+            f"queue {self.queue} uses {self.in_use} {flavor} GPUs, {self.over_quota} more than "
+            f"the {self.allowed} the policy now lets it use"
         )
+        if self.cohort is not None:
+            text += f" (its quota and what cohort {self.cohort} can lend it now)"
+        text += (
+            f": its running jobs keep running; new {flavor} work waits until its use is back "
+            f"within {self.allowed}"
+        )
+        if self.reclaimable:
+            text += (
+                f"; a queue of cohort {self.cohort} that needs its own {flavor} quota takes "
+                "them back by preemption"
+            )
+        if self.by is not None:
+            at = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.by))
+            text += f"; its jobs' maxRuntime gives them back by {at} at the latest"
+        else:
+            text += "; otherwise they come back as its jobs end (no maxRuntime says when)"
+        return text
 
 
 @dataclass(frozen=True)
@@ -101,7 +133,8 @@ class PolicyChange:
     drain: tuple[DrainStep, ...] = field(default_factory=tuple)
 
     @property
-    def message(self) -> str:
+    def summary(self) -> str:
+        """What changed, without the drain plan."""
         if not self.changed:
             return f"policy version {self.version} is already the current one; nothing changed"
         parts = [f"policy version {self.version} applied"]
@@ -112,9 +145,14 @@ class PolicyChange:
         ):
             if names:
                 parts.append(f"queues {what}: {', '.join(names)}")
-        if self.drain:
-            parts.append("drain plan: " + "; ".join(str(step) for step in self.drain))
         return "; ".join(parts)
+
+    @property
+    def message(self) -> str:
+        """What changed and the drain plan, in one line (the policy's event)."""
+        if not self.drain:
+            return self.summary
+        return f"{self.summary}; drain plan: " + "; ".join(str(step) for step in self.drain)
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -287,7 +325,7 @@ def add_queue(session: Session, principal: Principal, entry: dict[str, Any], at:
     record = current_record(session)
     if record.policy.queue(str(name)) is not None:
         raise Conflict(f"queue {name} already exists")
-    queues = list(record.document.get("queues", [{"name": DEFAULT_QUEUE}]))
+    queues = list(record.document.get("queues", [DEFAULT_QUEUE_ENTRY]))
     prefix = f"queues[{len(queues)}]"
     document = {**record.document, "queues": [*queues, entry]}
     try:
@@ -434,38 +472,32 @@ def _apply_queues(
     return tuple(created), tuple(updated), tuple(removed)
 
 
-def _drain_plan(session: Session, policy: ClusterPolicy) -> Iterable[DrainStep]:
-    """Queues that use more GPUs of a flavor than the policy lets them use now."""
-    labels: dict[str, dict[str, Any]] = {
-        name: node_labels or {}
-        for name, node_labels in session.execute(select(Node.name, Node.labels))
-    }
-    in_use: dict[tuple[str, str], int] = {}
-    active = session.execute(
-        select(Job.queue, Replica.node, Replica.gpu_ids)
-        .join(Replica, Replica.job_id == Job.id)
-        .where(Replica.active.is_(True))
-    ).all()
-    for queue, node, gpu_ids in active:
-        flavor = policy.flavor_of(labels[node]) if node in labels else None
-        if flavor is not None and gpu_ids:
-            key = (queue, flavor)
-            in_use[key] = in_use.get(key, 0) + len(gpu_ids)
-    for (queue_name, flavor), used in sorted(in_use.items()):
-        decl = policy.queue(queue_name)
-        allowed = None if decl is None else _allowed(decl, flavor)
-        if allowed is not None and used > allowed:
-            yield DrainStep(queue_name, flavor, used, allowed)
-
-
-def _allowed(queue: QueueDecl, flavor: str) -> int | None:
-    """The most GPUs of ``flavor`` the queue may hold (None: no limit of its own)."""
-    nominal = queue.nominal
-    if nominal is None:
-        return None
-    if flavor not in nominal:
-        return 0
-    if queue.cohort is None:
-        return nominal[flavor]
-    limit = queue.borrowing.get(flavor)
-    return None if limit is None else nominal[flavor] + limit
+def _drain_plan(session: Session, policy: ClusterPolicy) -> list[DrainStep]:
+    """Queues that hold more GPUs of a flavor than the policy lets them hold now: their use
+    that no one lends (``kiban.services.quota_ledger``'s over quota), with how it comes back."""
+    session.flush()  # the queues as the new policy has them
+    book = quota_book(session, policy)
+    steps = []
+    for flavor in sorted({flavor for q in book.queues.values() for flavor in q.used}):
+        for name, share in ledger(book, flavor).items():
+            if not share.over_quota:
+                continue
+            used = book.used(name, flavor)
+            cohort = book.queues[name].cohort
+            lenders = [
+                other
+                for other in book.queues.values()
+                if cohort is not None and other.cohort == cohort and other.name != name
+            ]
+            steps.append(
+                DrainStep(
+                    queue=name,
+                    flavor=flavor,
+                    in_use=used,
+                    allowed=used - share.over_quota,
+                    cohort=cohort,
+                    reclaimable=any((book.nominal(o.name, flavor) or 0) > 0 for o in lenders),
+                    by=freed_by(session, policy, name, flavor, share.over_quota),
+                )
+            )
+    return sorted(steps, key=lambda step: (step.queue, step.flavor))

@@ -5,15 +5,10 @@ Kueue's): of its nominal quota of a flavor a queue keeps ``nominal - lendingLimi
 and puts the rest into its cohort's shared pool; use beyond its own part draws on the pool.
 
 - **used**: GPUs of the flavor held by the queue's admitted, running and stopping jobs.
-- **borrowed**: GPUs the queue uses beyond its nominal quota (``QuotaBook.borrowed``). Within a
-  cohort they come from other queues' idle shared quota; a queue outside any cohort shows some
-  only while it drains after its quota was lowered below its use.
-- **lent**: the part of the queue's nominal quota, within its lending limit, that other queues
-  of its cohort use. The pool is shared, so a borrower's GPUs come from no lender in
-  particular: per cohort and flavor, what its queues borrow is attributed to the lenders in
-  proportion to their idle shared quota (``shared - draw``), rounded by largest remainder (ties
-  by queue name). So lent never exceeds a queue's idle shared quota, and the cohort's lent
-  equals its borrowed (less any excess left by a lowered quota, which no lender covers).
+- **borrowed**, **lent** and **over quota**: see ``kiban.services.quota_ledger``. Borrowed GPUs
+  are covered by the idle shared quota of other queues of the cohort, and per cohort and flavor
+  what is lent equals what is borrowed; use beyond what the policy lets a queue hold now (after
+  a quota was lowered under running jobs) is over quota, never "borrowed" from no one.
 - **pending**: waiting jobs and the GPUs they ask for. Per flavor, only the jobs whose
   current reason names that flavor (a waiting job has no flavor until it is admitted).
 
@@ -23,24 +18,29 @@ standing is usage per unit of fair-share weight, the number the scheduler orders
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.states import JobState
 from kiban.domain.usage import decay
 from kiban.scheduler.quota import QuotaBook
-from kiban.scheduler.snapshot import QueueStrategy, QueueView
 from kiban.services.auth import Principal
 from kiban.services.jobs import requested
-from kiban.services.tenants import queue_usage
+from kiban.services.quota_ledger import (
+    HOLDING,
+    NOTHING,
+    Share,
+    ledger,
+    queue_view,
+    used_per_flavor,
+)
 from kiban.services.usage import standings
-from kiban.store.models import Job, Node, Queue, Replica, TenantUsage
-
-HOLDING = tuple(s.value for s in JobState if s.holds_resources)
+from kiban.store.models import Job, Queue, Replica, TenantUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,7 @@ class FlavorStatus:
     lent: int = 0
     pending_jobs: int = 0
     pending_gpus: int = 0
+    over_quota: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,10 @@ class QueueStatus:
     def lent(self) -> int:
         return sum(f.lent for f in self.flavors)
 
+    @property
+    def over_quota(self) -> int:
+        return sum(f.over_quota for f in self.flavors)
+
 
 @dataclass(frozen=True, slots=True)
 class TenantShare:
@@ -86,22 +91,6 @@ class TenantShare:
 
     usage: float
     standing: float
-
-
-def queue_view(q: Queue, policy: ClusterPolicy, used: Mapping[str, int] | None = None) -> QueueView:
-    """The queue as the scheduler sees it; its cohort is the one whose pool it shares (the
-    root of a nested cohort's tree)."""
-    return QueueView(
-        name=q.name,
-        tenant=q.tenant,
-        nominal=q.nominal,
-        used=dict(used or {}),
-        strategy=QueueStrategy(q.strategy),
-        cohort=None if q.cohort is None else policy.sharing_cohort(q.cohort),
-        borrowing_limit=q.borrowing,
-        lending_limit=q.lending,
-        weight=q.fair_share_weight,
-    )
 
 
 def tenant_shares(
@@ -121,76 +110,65 @@ def tenant_shares(
     return shares
 
 
-def used_per_flavor(session: Session, policy: ClusterPolicy) -> dict[str, dict[str, int]]:
-    """GPUs held per queue and flavor, counted as the scheduler's snapshot counts them: active
-    replicas of admitted, running and stopping jobs, on nodes that match a flavor."""
-    flavor_of = {
-        name: policy.flavor_of(labels or {})
-        for name, labels in session.execute(select(Node.name, Node.labels)).all()
-    }
-    per_flavor: dict[str, dict[str, int]] = {}
-    for queue, node, gpu_ids in session.execute(
-        select(Job.queue, Replica.node, Replica.gpu_ids)
-        .join(Replica, Replica.job_id == Job.id)
-        .where(Replica.active.is_(True), Job.state.in_(HOLDING))
-    ).all():
-        flavor = flavor_of.get(node)
-        if flavor is not None and gpu_ids:
-            mine = per_flavor.setdefault(queue, {})
-            mine[flavor] = mine.get(flavor, 0) + len(gpu_ids)
-    return per_flavor
-
-
 def _pending(
-    session: Session,
+    session: Session, queues: Iterable[str]
 ) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, str], tuple[int, int]]]:
-    """Pending jobs and GPUs per queue, and per (queue, flavor) its current reason names."""
+    """Pending jobs and GPUs per queue, and per (queue, flavor) its current reason names.
+
+    Counted from the index of jobs per queue and state, whatever the backlog; only the jobs a
+    pass has judged (those with a reason: each queue's window) are read one by one, for the
+    flavors their reasons name.
+    """
+    pending = Job.state == JobState.PENDING.value
     per_queue: dict[str, tuple[int, int]] = {}
+    for queue in queues:
+        jobs, gpus, known = session.execute(
+            select(func.count(), func.sum(Job.gpus), func.count(Job.gpus)).where(
+                Job.queue == queue, pending
+            )
+        ).one()
+        total = int(gpus or 0)
+        if known < jobs:  # jobs stored before their GPUs were (see migration 0011_backlog_indexes)
+            query = select(Job.spec).where(Job.queue == queue, pending, Job.gpus.is_(None))
+            total += sum(requested(spec)[1] for spec in session.scalars(query))
+        if jobs:
+            per_queue[queue] = (jobs, total)
     per_flavor: dict[tuple[str, str], tuple[int, int]] = {}
-    for queue, spec, details in session.execute(
-        select(Job.queue, Job.spec, Job.reason_details).where(Job.state == JobState.PENDING.value)
-    ).all():
-        gpus = requested(spec)[1]
-        jobs, total = per_queue.get(queue, (0, 0))
-        per_queue[queue] = (jobs + 1, total + gpus)
+    judged = session.execute(
+        select(Job.id, Job.queue, Job.gpus, Job.reason_details).where(
+            pending, Job.reason_code.is_not(None)
+        )
+    ).all()
+    missing = [job_id for job_id, _queue, gpus, _details in judged if gpus is None]
+    specs: dict[str, dict[str, Any]] = {}
+    if missing:
+        query = select(Job.id, Job.spec).where(Job.id.in_(missing))
+        specs = {job_id: spec for job_id, spec in session.execute(query).all()}
+    for job_id, queue, gpus, details in judged:
         flavor = (details or {}).get("flavor")
         if isinstance(flavor, str):
+            count = requested(specs[job_id])[1] if gpus is None else gpus
             jobs, total = per_flavor.get((queue, flavor), (0, 0))
-            per_flavor[(queue, flavor)] = (jobs + 1, total + gpus)
+            per_flavor[(queue, flavor)] = (jobs + 1, total + count)
     return per_queue, per_flavor
 
 
-def lent_gpus(book: QuotaBook, flavor: str) -> dict[str, int]:
-    """Per queue, the GPUs of its shared quota of ``flavor`` that others of its cohort use.
-
-    Each cohort's borrowed GPUs are split among its lenders in proportion to their idle shared
-    quota, by largest remainder (ties by queue name), so the split adds up exactly.
-    """
-    cohorts: dict[str, list[str]] = {}
-    for name, q in sorted(book.queues.items()):
-        if q.cohort is not None:
-            cohorts.setdefault(q.cohort, []).append(name)
-    lent: dict[str, int] = {}
-    for members in cohorts.values():
-        borrowed = sum(book.borrowed(name, flavor) for name in members)
-        idle = {
-            name: max(book.shared(name, flavor) - book.draw(name, flavor), 0) for name in members
-        }
-        pool = sum(idle.values())
-        total = min(borrowed, pool)
-        if total == 0:
-            continue
-        # total * idle / pool for each lender, in whole GPUs: floors, then the largest remainders.
-        floors = {name: total * amount // pool for name, amount in idle.items() if amount}
-        remainders = {name: total * idle[name] % pool for name in floors}
-        left = total - sum(floors.values())
-        by_remainder = sorted(floors, key=lambda name: (-remainders[name], name))
-        for name in by_remainder[:left]:
-            floors[name] += 1
-        for name, amount in floors.items():
-            if amount:
-                lent[name] = amount
-    return lent
+def _held(session: Session) -> dict[str, tuple[int, int]]:
+    """Per queue: its admitted, running and stopping jobs, and the GPUs its active replicas
+    hold on any node. Read through the jobs holding resources, not every job ever stored."""
+    held: dict[str, tuple[int, int]] = {}
+    for queue, jobs in session.execute(
+        select(Job.queue, func.count()).where(Job.state.in_(HOLDING)).group_by(Job.queue)
+    ).all():
+        held[queue] = (jobs, 0)
+    for queue, gpu_ids in session.execute(
+        select(Job.queue, Replica.gpu_ids)
+        .join(Replica, Replica.job_id == Job.id)
+        .where(Replica.active.is_(True))
+    ).all():
+        jobs, gpus = held.get(queue, (0, 0))
+        held[queue] = (jobs, gpus + len(gpu_ids or []))
+    return held
 
 
 def queue_statuses(
@@ -204,9 +182,9 @@ def queue_statuses(
     rows = list(session.scalars(select(Queue).order_by(Queue.name)))
     used = used_per_flavor(session, policy)
     book = QuotaBook(queue_view(q, policy, used.get(q.name)) for q in rows)
-    counts = queue_usage(session)
-    pending, pending_by_flavor = _pending(session)
-    lent: dict[str, dict[str, int]] = {}
+    held = _held(session)
+    pending, pending_by_flavor = _pending(session, [q.name for q in rows])
+    books: dict[str, dict[str, Share]] = {}
     shares = tenant_shares(session, policy, now, rows)
     result = []
     for q in rows:
@@ -218,8 +196,9 @@ def queue_statuses(
         names += sorted(extra - set(names))
         flavors = []
         for flavor in names:
-            if flavor not in lent:
-                lent[flavor] = lent_gpus(book, flavor)
+            if flavor not in books:
+                books[flavor] = ledger(book, flavor)
+            share = books[flavor].get(q.name, NOTHING)
             jobs, gpus = pending_by_flavor.get((q.name, flavor), (0, 0))
             flavors.append(
                 FlavorStatus(
@@ -228,24 +207,25 @@ def queue_statuses(
                     borrowing_limit=q.borrowing.get(flavor),
                     lending_limit=q.lending.get(flavor),
                     used=book.used(q.name, flavor),
-                    borrowed=book.borrowed(q.name, flavor),
-                    lent=lent[flavor].get(q.name, 0),
+                    borrowed=share.borrowed,
+                    lent=share.lent,
                     pending_jobs=jobs,
                     pending_gpus=gpus,
+                    over_quota=share.over_quota,
                 )
             )
-        share = shares.get(q.tenant, TenantShare(0.0, 0.0))
+        standing = shares.get(q.tenant, TenantShare(0.0, 0.0))
         jobs, gpus = pending.get(q.name, (0, 0))
         result.append(
             QueueStatus(
                 queue=q,
                 flavors=tuple(flavors),
-                gpus_in_use=counts.get(q.name, {}).get("gpus_in_use", 0),
+                gpus_in_use=held.get(q.name, (0, 0))[1],
                 pending_jobs=jobs,
                 pending_gpus=gpus,
-                running_jobs=counts.get(q.name, {}).get("running", 0),
-                usage=share.usage,
-                standing=share.standing,
+                running_jobs=held.get(q.name, (0, 0))[0],
+                usage=standing.usage,
+                standing=standing.standing,
             )
         )
     return result

@@ -1,12 +1,14 @@
 """What a service asks for that will not happen as written, told when it is applied.
 
-Refused outright: runtime args with which kiban's model server could never serve
-(``runtime_arg_problems``). Warned of, three kinds: arguments kiban's huggingface runtime does
-not know (the runtime logs and drops them, where nobody looks), container-only fields an
+Warned of, three kinds: arguments kiban's huggingface runtime does not know (the runtime
+logs and drops them, where nobody looks), container-only fields an
 executor that runs replicas as local processes ignores (as for jobs), each naming the field as
 written in the submitted file (an InferenceService's own paths), and what ``scaleMetric: cpu``
-cannot do here. Nothing here imports the runtime's model code: the runtime's argument parser
-and its storage rules are cheap to import.
+cannot do here. (Runtime args with which kiban's model server could never serve, and a model
+path missing on this machine, are refused with the manifest's other problems:
+``kiban.services.model_checks``.)
+Nothing here imports the runtime's model code: the runtime's argument parser and its storage
+rules are cheap to import.
 """
 
 from __future__ import annotations
@@ -14,30 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from kiban.domain.errors import FieldProblem
 from kiban.domain.service import ServiceSpec, ServiceSubmission, pvc_claim
 from kiban.domain.service_replica import runtime_storage_uri
 from kiban.executors.base import Capability
 from kiban.services.jobs import ClusterFacts, local_executor_warning
-from kiban.serving.runtime.options import arg_problems, unknown_options
+from kiban.serving.runtime.options import unknown_options
 from kiban.serving.runtime.storage import PVC_ROOT_ENV, pvc_root
-
-
-def runtime_arg_problems(submission: ServiceSubmission) -> list[FieldProblem]:
-    """What in a huggingface service's args would keep every replica from serving (``--help``,
-    a port, a value the model server refuses), each naming the argument as written."""
-    spec = submission.spec
-    if spec.runtime != "huggingface":
-        return []
-    return [
-        FieldProblem(
-            submission.source_path(
-                "spec.model.args" if index is None else f"spec.model.args[{index}]"
-            ),
-            message,
-        )
-        for index, message in arg_problems(spec.args)
-    ]
 
 
 def runtime_arg_warnings(submission: ServiceSubmission) -> list[str]:

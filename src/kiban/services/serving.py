@@ -23,10 +23,10 @@ from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
 from kiban.services.jobs import ClusterFacts, check_against_cluster, check_against_policy
+from kiban.services.model_checks import RUNTIME_ARGS, model_path_check
 from kiban.services.policy import current_policy
 from kiban.services.service_warnings import (
     container_field_warnings,
-    runtime_arg_problems,
     runtime_arg_warnings,
     scaling_warnings,
 )
@@ -132,10 +132,11 @@ def apply(
     problem = json_problem(document)
     if problem is not None:
         raise invalid(*problem)
-    submission = parse_service_submission(document)
-    problems = runtime_arg_problems(submission)
-    if problems:
-        raise InvalidInput(problems)
+    checks = (RUNTIME_ARGS, model_path_check(facts))
+    try:  # every problem of the manifest in one answer, the args' and the model path's included
+        submission = parse_service_submission(document, checks)
+    except SpecError as exc:
+        raise InvalidInput(exc.problems) from None
     spec, name = submission.spec, submission.name
     policy = current_policy(session)
     queue = _check(session, principal, spec, name, facts=facts, policy=policy)

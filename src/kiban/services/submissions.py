@@ -3,7 +3,8 @@
 A submission's cost is dominated by its commit (and, on SQLite, by waiting for the write
 lock). One writer thread takes whatever submissions have queued up since its last commit and
 writes them together, so a burst of N submissions costs about one commit, not N. Each caller
-gets its answer only after its job is durably stored.
+gets its answer only after its job is durably stored, and after ``on_stored`` was told of it
+(the control loop, which asks for a pass only if a new job may enter a queue's window).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,9 +48,15 @@ class _Pending:
 class SubmissionWriter:
     """Writes submissions in batches of up to ``max_batch`` from one thread."""
 
-    def __init__(self, sessions: sessionmaker[Session], max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        max_batch: int = 256,
+        on_stored: Callable[[Sequence[Job]], None] | None = None,
+    ) -> None:
         self._sessions = sessions
         self._max_batch = max_batch
+        self._on_stored = on_stored
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -118,6 +126,11 @@ class SubmissionWriter:
             log.exception("could not store submission %s", pending.job.id)
             pending.done.set_exception(RuntimeError("the job could not be stored"))
             return
+        if self._on_stored is not None:
+            try:
+                self._on_stored([pending.job for pending in batch])
+            except Exception:  # the jobs are stored: the next pass (a resync at least) sees them
+                log.exception("could not tell of %d stored submissions", len(batch))
         for pending in batch:
             pending.done.set_result(None)
 

@@ -65,6 +65,7 @@ def default_running(
         replicas=replicas,
         flavor_gpus={admit.flavor: sum(len(r.gpu_ids) for r in replicas)},
         max_runtime=job.max_runtime,
+        tasks=job.tasks,
     )
 
 

@@ -2,11 +2,13 @@
 
 A job of ``g`` GPUs runs as ``g / p`` replicas of ``p`` GPUs, ``p`` the largest divisor of
 ``g`` that fits the cluster's largest node (16 GPUs on 8-GPU nodes: 2 x 8), all one gang,
-unless the trace gives its shape (``nodes`` x ``gpus_per_node``). Each replica asks what a job
-manifest asks by default besides its GPUs (1 CPU, 1 GiB), which never binds on the simulated
-nodes. On the synthetic cluster a multi-node gang prefers the smallest topology level that
-holds it, as in the scheduler benchmark. Jobs submitted in the same second are ordered by a
-shuffle seeded with ``--seed`` (the Philly file has one-second resolution and unsorted rows).
+unless the trace gives its shape (``nodes`` x ``gpus_per_node``): then one replica per node
+(``maxReplicasPerNode: 1``), as ``kiban run --nodes`` and Slurm's ``--nodes`` mean. Each
+replica asks what a job manifest asks by default besides its GPUs (1 CPU, 1 GiB), which never
+binds on the simulated nodes. On the synthetic cluster a multi-node gang prefers the smallest
+topology level that holds it, as in the scheduler benchmark. Jobs submitted in the same second
+are ordered by a shuffle seeded with ``--seed`` (the Philly file has one-second resolution and
+unsorted rows).
 """
 
 from __future__ import annotations
@@ -83,8 +85,10 @@ def make_jobs(
     per_node = cluster.gpus_per_node
     jobs = []
     for sequence, record in enumerate(keyed):
+        spread: int | None = None
         if record.nodes is not None and record.gpus_per_node is not None:
             replicas, per = record.nodes, record.gpus_per_node
+            spread = 1 if replicas > 1 else None
         else:
             replicas, per = split_gpus(record.gpus, max(per_node, 1))
         value, preempts, min_runtime = _priority(cluster.policy, record, source)
@@ -100,7 +104,14 @@ def make_jobs(
                 priority=value,
                 preempts=preempts,
                 min_runtime_s=min_runtime,
-                task=TaskDemand("worker", replicas, per, REPLICA_CPU_MILLIS, REPLICA_MEMORY),
+                task=TaskDemand(
+                    "worker",
+                    replicas,
+                    per,
+                    REPLICA_CPU_MILLIS,
+                    REPLICA_MEMORY,
+                    max_per_node=spread,
+                ),
                 topology=topology_request(replicas) if synthetic_topology else None,
                 time_limit_s=record.time_limit_s,
             )

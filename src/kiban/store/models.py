@@ -158,13 +158,19 @@ class Job(Base):
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     eta: Mapped[float | None] = mapped_column(Float, nullable=True)  # forecast start time
     cluster_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # The name of the token that submitted it (``kiban cancel --mine``); None before 0010.
+    # The name of the token that submitted it (``kiban cancel --mine``); None before 0012.
     submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    # GPUs it asks for, all replicas together, set at submission (None only in rows that had
+    # ended before migration 0011): a queue's pending GPUs add up without reading specs.
+    gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
-        Index("ix_jobs_state", "state"),
+        # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).
+        Index("ix_jobs_state_submitted", "state", text("submitted_at DESC"), "id"),
+        Index("ix_jobs_submitted", text("submitted_at DESC"), "id"),  # every job, newest first
         Index("ix_jobs_tenant_submitted", "tenant", "submitted_at"),
-        Index("ix_jobs_queue_state", "queue", "state"),
+        # Jobs per queue and state, and the GPUs of a queue's pending jobs, from the index alone.
+        Index("ix_jobs_queue_state", "queue", "state", "gpus"),
         # Each scheduling pass reads the head of every queue in order.
         Index(
             "ix_jobs_pending_order",
@@ -174,6 +180,14 @@ class Job(Base):
             "id",
             sqlite_where=text("state = 'Pending'"),
             postgresql_where=text("state = 'Pending'"),
+        ),
+        # The pending jobs a pass has judged (its window's, a few hundred per queue of any
+        # backlog): what queue status reads for the flavors their reasons name.
+        Index(
+            "ix_jobs_pending_judged",
+            "queue",
+            sqlite_where=text("state = 'Pending' AND reason_code IS NOT NULL"),
+            postgresql_where=text("state = 'Pending' AND reason_code IS NOT NULL"),
         ),
     )
 

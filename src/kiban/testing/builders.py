@@ -1,7 +1,8 @@
 """Small fluent builders of scheduler snapshots, for tables of test cases.
 
     nodes = cluster().nodes(3, gpus=2).node("big", gpus=8).cordoned("node-1")
-    jobs = [job("a").queue("q").replicas(3, gpu=2).gang(2).priority(10).submitted(5.0)]
+    jobs = [job("a").queue("q").replicas(3, gpu=2).gang(2).priority(10).submitted(5.0),
+            job("b").replicas(3, gpu=1, max_per_node=1)]  # one replica per node
     snap = snapshot(nodes=nodes, queues=[queue("q").quota(4).strict()], pending=jobs,
                     running_gpus={"node-0": 1})
 
@@ -321,9 +322,13 @@ class JobBuilder:
         memory: int = GIB,
         nodes: NodeConstraint | None = None,
         prefers: NodePreference | None = None,
+        max_per_node: int | None = None,
     ) -> Self:
-        """Make the job one task ``worker`` of ``count`` replicas, each needing this much."""
-        self._tasks = [TaskDemand("worker", count, gpu, cpu_millis, memory, nodes, prefers)]
+        """Make the job one task ``worker`` of ``count`` replicas, each needing this much, at
+        most ``max_per_node`` of them on a node (None: no limit)."""
+        self._tasks = [
+            TaskDemand("worker", count, gpu, cpu_millis, memory, nodes, prefers, max_per_node)
+        ]
         return self
 
     def task(
@@ -336,9 +341,12 @@ class JobBuilder:
         memory: int = GIB,
         nodes: NodeConstraint | None = None,
         prefers: NodePreference | None = None,
+        max_per_node: int | None = None,
     ) -> Self:
         """Add a task (ranks follow the order tasks were added)."""
-        self._tasks.append(TaskDemand(name, replicas, gpu, cpu_millis, memory, nodes, prefers))
+        self._tasks.append(
+            TaskDemand(name, replicas, gpu, cpu_millis, memory, nodes, prefers, max_per_node)
+        )
         return self
 
     def gang(self, size: int) -> Self:

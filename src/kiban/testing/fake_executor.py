@@ -15,7 +15,14 @@ from kiban.executors.base import (
     Observation,
     ReplicaRef,
 )
-from kiban.executors.log_streams import skip_bytes
+from kiban.executors.log_streams import (
+    Mark,
+    line_start_from,
+    marks_between,
+    offset_since,
+    skip_bytes,
+    tail_start,
+)
 
 
 @dataclass
@@ -32,6 +39,9 @@ class FakeReplica:
     """What it waits for while running, as tests say (as a pod waits for its image)."""
     stop_requests: list[bool] = field(default_factory=list)  # force flag of each stop call
     log: bytearray = field(default_factory=bytearray)
+    log_marks: list[Mark] | None = None
+    """When parts of ``log`` were written, as tests say (``FakeExecutor.write_log``); None: not
+    known, as for a log extended directly."""
     ignores_sigterm: bool = False
     cpu_seconds: float = 0.0
     """CPU it has used, as tests say (``FakeExecutor.burn``)."""
@@ -169,6 +179,42 @@ class FakeExecutor:
             return b"", offset
         data = bytes(self._get(job_id, max(attempts), rank).log[offset : offset + limit])
         return data, offset + len(data)
+
+    def write_log(self, job_id: str, rank: int, data: bytes, at: float) -> None:
+        """Append ``data`` to the newest replica of ``rank``'s log, written at ``at``."""
+        replica = self._newest(job_id, rank)
+        assert replica is not None, f"no replica of {job_id} rank {rank}"
+        if replica.log_marks is None:
+            replica.log_marks = []
+        replica.log_marks.append((len(replica.log), at))
+        replica.log.extend(data)
+
+    def _newest(self, job_id: str, rank: int) -> FakeReplica | None:
+        attempts = [a for (j, a, r) in self.replicas if j == job_id and r == rank]
+        return self._get(job_id, max(attempts), rank) if attempts else None
+
+    def log_start(
+        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
+    ) -> int | None:
+        replica = self._newest(job_id, rank)
+        log = bytes(replica.log) if replica is not None else b""
+
+        def read(offset: int, limit: int) -> bytes:
+            return log[offset : offset + limit]
+
+        start = 0 if tail_lines is None else tail_start(read, len(log), tail_lines)
+        if since is not None:
+            if replica is None or replica.log_marks is None:
+                return None
+            found = offset_since(replica.log_marks, since, len(log))
+            start = max(start, line_start_from(read, found))
+        return start
+
+    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
+        replica = self._newest(job_id, rank)
+        if replica is None or replica.log_marks is None:
+            return None
+        return marks_between(replica.log_marks, start, end)
 
     def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
         """The chunks a test put in ``streams`` for this replica, from ``offset``; else None."""

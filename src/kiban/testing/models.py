@@ -95,6 +95,10 @@ def build_tiny_causal_lm(directory: Path, *, chat_template: bool = True) -> Path
         torch.random.set_rng_state(rng_state)  # leave the caller's random stream alone
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
+    for written in directory.iterdir():
+        # transformers writes the weights 0600; kiban as root serves a tenant's model as that
+        # tenant's user, who must read every file (as of any model on a shared disk)
+        written.chmod(written.stat().st_mode | 0o444)
     return directory
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import socket
 import threading
@@ -24,13 +25,17 @@ class FakeReplica:
     ``/v2/echo``: JSON of its name, path, query, headers and body; ``?ms=N`` waits first.
     ``/openai/v1/stream``: two SSE events; the second only after ``release`` is set.
     ``first_chunk`` is set when the first chunk of a chunked request body has arrived.
-    ``/v2/big?mb=N``: N MiB of body.
+    ``/v2/big?mb=N``: N MiB of body. ``/v2/digest``: JSON of the body's size and SHA-256.
+    With ``close_after_answer`` it closes each connection after its answer (nothing pooled).
     ``/v2/die``: closes the connection without an answer. ``/v2/die-mid``: half an answer.
     With ``unix_path`` it listens on that Unix socket too (``unix_address``).
     """
 
-    def __init__(self, name: str, unix_path: str | None = None) -> None:
+    def __init__(
+        self, name: str, unix_path: str | None = None, *, close_after_answer: bool = False
+    ) -> None:
         self.name = name
+        self.close_after_answer = close_after_answer
         self.unix_path = unix_path
         self.requests = 0
         self.in_flight = 0
@@ -98,7 +103,7 @@ class FakeReplica:
                     keep = await self._answer(method, target, headers, body, writer)
                 finally:
                     self.in_flight -= 1
-                if not keep:
+                if not keep or self.close_after_answer:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -142,6 +147,15 @@ class FakeReplica:
             for _ in range(size >> 16):
                 writer.write(block)
                 await writer.drain()
+            return True
+        if parts.path == "/v2/digest":
+            digest = json.dumps({"size": len(body), "sha256": hashlib.sha256(body).hexdigest()})
+            closing = "connection: close\r\n" if self.close_after_answer else ""
+            writer.write(
+                f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{closing}"
+                f"content-length: {len(digest)}\r\n\r\n{digest}".encode()
+            )
+            await writer.drain()
             return True
         if "ms" in query:
             await asyncio.sleep(int(query["ms"][0]) / 1000)

@@ -219,6 +219,22 @@ def test_the_unix_socket_replaces_a_stale_one_and_nothing_else(tmp_path: Path) -
     assert other.read_text() == "mine"
 
 
+def test_every_problem_of_the_args_is_reported_at_once() -> None:
+    args = ["--port", "9000", "--max_batch_size", "0", "--dtype", "int3", "--uds=/x", "--task"]
+    assert arg_problems(args) == [
+        (0, "--port is set by kiban for each replica; remove it"),
+        (2, "--max_batch_size: must be at least 1, got 0"),
+        (4, "unknown dtype 'int3'; expected one of: auto, float32, float16, bfloat16"),
+        (6, "--uds is set by kiban for each replica; remove it"),
+        (7, "--task: expected one argument"),
+    ]
+    # a flag where a value should be is no value: both are read, as argparse reads them
+    assert arg_problems(["--max_length", "--max_batch_size", "0"]) == [
+        (0, "--max_length: expected one argument"),
+        (1, "--max_batch_size: must be at least 1, got 0"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "problems"),
     [
@@ -248,3 +264,17 @@ def test_args_that_keep_the_server_from_serving_are_found_before_it_runs(
     args: list[str], problems: list[tuple[int | None, str]]
 ) -> None:
     assert arg_problems(args) == problems
+
+
+def test_the_usage_names_the_command_people_type(capsys: pytest.CaptureFixture[str]) -> None:
+    from typer.testing import CliRunner
+
+    from kiban.cli.main import app
+
+    result = CliRunner().invoke(app, ["model-server", "--help"])
+    assert result.exit_code == 0
+    assert result.output.startswith("usage: kiban model-server [-h]")
+    assert "python -m" not in result.output
+    with pytest.raises(SystemExit):
+        parse_options(["--max_batch_size", "0"])
+    assert "usage: kiban model-server" in capsys.readouterr().err

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api import responses
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
+from kiban.api.params import TOKEN, NodeName, TenantName
 from kiban.api.schemas import (
     NodeOut,
     QueueIn,
@@ -20,10 +22,10 @@ from kiban.api.schemas import (
 )
 from kiban.services import nodes, policy, queue_status, tenants
 
-router = APIRouter(prefix="/api/v1", tags=["cluster"])
+router = APIRouter(prefix="/api/v1", tags=["cluster"], dependencies=TOKEN, route_class=SessionRoute)
 
 
-@router.get("/whoami", response_model=WhoAmI)
+@router.get("/whoami", response_model=WhoAmI, responses=responses.SIGNED_IN)
 def whoami(principal: PrincipalDep) -> WhoAmI:
     return WhoAmI(
         name=principal.name,
@@ -33,7 +35,7 @@ def whoami(principal: PrincipalDep) -> WhoAmI:
     )
 
 
-@router.get("/queues", response_model=list[QueueOut])
+@router.get("/queues", response_model=list[QueueOut], responses=responses.READ)
 def list_queues(
     platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> list[QueueOut]:
@@ -45,7 +47,9 @@ def list_queues(
     return [queue_out(s) for s in statuses]
 
 
-@router.post("/queues", status_code=201, response_model=QueueOut)
+@router.post(
+    "/queues", status_code=201, response_model=QueueOut, responses=responses.ADMIN_CHANGE_JSON
+)
 def create_queue(
     body: QueueIn, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> QueueOut:
@@ -59,15 +63,15 @@ def create_queue(
     return queue_out(next(s for s in statuses if s.queue.name == queue.name))
 
 
-@router.get("/nodes", response_model=list[NodeOut])
+@router.get("/nodes", response_model=list[NodeOut], responses=responses.READ)
 def list_nodes(principal: PrincipalDep, session: SessionDep) -> list[NodeOut]:
     used = nodes.gpus_in_use(session)
     return [node_out(n, used.get(n.name, 0)) for n in nodes.list_nodes(session)]
 
 
-@router.post("/nodes/{name}/cordon", response_model=NodeOut)
+@router.post("/nodes/{name}/cordon", response_model=NodeOut, responses=responses.ADMIN_CHANGE)
 def cordon_node(
-    name: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    name: NodeName, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> NodeOut:
     """Take a node out of scheduling: no new work; running jobs keep running."""
     node = nodes.cordon(session, principal, name, platform.clock.now())
@@ -75,9 +79,9 @@ def cordon_node(
     return node_out(node, nodes.gpus_in_use(session).get(node.name, 0))
 
 
-@router.post("/nodes/{name}/uncordon", response_model=NodeOut)
+@router.post("/nodes/{name}/uncordon", response_model=NodeOut, responses=responses.ADMIN_CHANGE)
 def uncordon_node(
-    name: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    name: NodeName, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> NodeOut:
     """Let a cordoned node take new work again."""
     node = nodes.uncordon(session, principal, name, platform.clock.now())
@@ -86,12 +90,14 @@ def uncordon_node(
     return node_out(node, nodes.gpus_in_use(session).get(node.name, 0))
 
 
-@router.get("/tenants", response_model=list[TenantOut])
+@router.get("/tenants", response_model=list[TenantOut], responses=responses.READ)
 def list_tenants(principal: PrincipalDep, session: SessionDep) -> list[TenantOut]:
     return [tenant_out(t) for t in tenants.list_tenants(session, principal)]
 
 
-@router.post("/tenants", status_code=201, response_model=TenantOut)
+@router.post(
+    "/tenants", status_code=201, response_model=TenantOut, responses=responses.ADMIN_CHANGE_JSON
+)
 def create_tenant(
     body: TenantIn, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> TenantOut:
@@ -100,9 +106,18 @@ def create_tenant(
     return tenant_out(tenant)
 
 
-@router.post("/tenants/{tenant}/tokens", status_code=201, response_model=TokenOut)
+@router.post(
+    "/tenants/{tenant}/tokens",
+    status_code=201,
+    response_model=TokenOut,
+    responses=responses.ADMIN_CHANGE_JSON,
+)
 def create_token(
-    tenant: str, body: TokenIn, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    tenant: TenantName,
+    body: TokenIn,
+    platform: PlatformDep,
+    principal: PrincipalDep,
+    session: SessionDep,
 ) -> TokenOut:
     token = tenants.create_member_token(session, principal, tenant, body.name, platform.clock.now())
     session.commit()

@@ -4,33 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from kiban.api import log_follow
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, allowed
+from kiban.api import request_bodies, responses
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
+from kiban.api.params import TOKEN, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.manifests import load_document
 from kiban.domain.states import JobState
 from kiban.platform import Platform
-from kiban.services import events, jobs, queue_status
-from kiban.services.auth import JOBS_PATH, Principal, authenticate
+from kiban.services import events, jobs, logs, queue_status
+from kiban.services.auth import JOBS_PATH
 from kiban.services.errors import invalid
 from kiban.store.models import Queue
 
-router = APIRouter(prefix=JOBS_PATH, tags=["jobs"])
+router = APIRouter(prefix=JOBS_PATH, tags=["jobs"], dependencies=TOKEN, route_class=SessionRoute)
 
-LOG_CHUNK = 64 * 1024
-FOLLOW_RETRY_S = 5.0
-"""After a followed log broke off (or went quiet too long), how long ``logs -f`` polls before
-it follows again."""
-log = logging.getLogger("kiban.api")
 INLINE_BODY_LIMIT = 64 * 1024  # larger manifests are parsed on a worker thread
 T = TypeVar("T")
 
@@ -41,18 +36,8 @@ class _NeedsStore(Exception):
 
 MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
 MAX_OFFSET = 2**63 - 1  # a file offset
-
-
-MANIFEST_BODY: dict[str, Any] = {
-    "requestBody": {
-        "content": {
-            "application/json": {"schema": {"type": "object"}},
-            "application/yaml": {"schema": {"type": "string"}},
-        },
-        "required": True,
-    }
-}
-"""A manifest in a request body, as OpenAPI describes it: JSON, or YAML text."""
+MAX_TAIL = 10_000_000
+MAX_SINCE_S = 1e11  # seconds: any time people mean
 
 
 def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
@@ -83,18 +68,16 @@ def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
     "",
     status_code=201,
     response_model=JobOut,
-    openapi_extra=MANIFEST_BODY,
+    responses=responses.SUBMIT,
+    openapi_extra=request_bodies.JOB_MANIFEST,
 )
-async def submit_job(
-    request: Request,
-    platform: PlatformDep,
-    authorization: Annotated[str | None, Header()] = None,
-) -> Response:
+async def submit_job(request: Request, platform: PlatformDep, principal: PrincipalDep) -> Response:
     """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
 
-    When the caller's token and queue are in the lookup cache and the body is a small JSON
-    document, the checks run right here; otherwise on a worker thread (they read the store).
-    The write joins the group commit of submissions.
+    The caller was authenticated before the body was read (``kiban.api.admission``). When the
+    caller's queue is in the lookup cache and the body is a small JSON document, the checks run
+    right here; otherwise on a worker thread (they read the store). The write joins the group
+    commit of submissions, which tells the control loop of the job.
     """
     raw = await request.body()
     content_type = request.headers.get("content-type", "")
@@ -110,10 +93,6 @@ async def submit_job(
 
                 return platform.lookups.get(key, guarded)
 
-            principal = lookup(
-                ("principal", authorization), lambda: authenticate(session, authorization)
-            )
-            allowed(principal, "POST", JOBS_PATH)
             document = parse_manifest_body(raw, content_type)
             return jobs.prepare_submission(
                 session,
@@ -132,7 +111,6 @@ async def submit_job(
     except _NeedsStore:
         prepared = await run_in_threadpool(prepare, True)
     await asyncio.wrap_future(platform.submissions.write(prepared.job, *prepared.events))
-    platform.loop.wake()
     out = job_out(prepared.job)
     out.warnings = list(prepared.warnings)
     body = out.model_dump_json(by_alias=True)
@@ -145,22 +123,33 @@ def _standings(platform: Platform, session: Session) -> dict[str, float]:
     return {tenant: share.standing for tenant, share in shares.items()}
 
 
-@router.get("", response_model=list[JobOut])
+@router.get("", response_model=list[JobOut], responses=responses.READ)
 def list_jobs(
     platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
-    state: Annotated[list[str] | None, Query(description="filter by state (repeatable)")] = None,
-    queue: str | None = None,
-    tenant: str | None = None,
-    name: str | None = None,
+    state: Annotated[
+        list[str] | None,
+        Query(
+            description="only jobs in these states (repeatable), in any case: "
+            + ", ".join(s.value for s in JobState)
+        ),
+    ] = None,
+    queue: NameFilter = None,
+    tenant: NameFilter = None,
+    name: NameFilter = None,
     submitted_by: Annotated[
         str | None,
-        Query(alias="submittedBy", description="the name of the token that submitted"),
+        Query(
+            alias="submittedBy",
+            max_length=63,
+            description="only jobs submitted with the token of this name",
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
-    """Jobs the caller may see, newest first; ``state`` in any case (``running``)."""
+    """Jobs the caller may see, newest first; a member's are its tenant's whatever ``tenant``
+    says; ``state`` in any case (``running``)."""
     rows = jobs.list_jobs(
         session,
         principal,
@@ -175,18 +164,18 @@ def list_jobs(
     return [job_out(j, standing=standing.get(j.tenant)) for j in rows]
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=responses.READ_ONE)
 def get_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     job = jobs.get_visible(session, principal, job_id)
     standing = _standings(platform, session).get(job.tenant)
     return job_out(job, jobs.replicas_of(session, job), with_spec=True, standing=standing)
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=responses.CHANGE_ONE)
 def cancel_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     job = jobs.cancel(session, principal, job_id, platform.clock.now())
     session.commit()
@@ -194,13 +183,9 @@ def cancel_job(
     return job_out(job)
 
 
-@router.post(
-    "/{job_id}/checkpoint",
-    response_model=JobOut,
-    responses={404: {"description": "no such job (or another tenant's)"}, 409: {}},
-)
+@router.post("/{job_id}/checkpoint", response_model=JobOut, responses=responses.CHANGE_ONE)
 def checkpoint_job(
-    job_id: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    job_id: JobId, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> JobOut:
     """A running job reports that it saved a checkpoint now (409 if it is not running)."""
     job = jobs.report_checkpoint(session, principal, job_id, platform.clock.now())
@@ -208,9 +193,9 @@ def checkpoint_job(
     return job_out(job)
 
 
-@router.get("/{job_id}/events", response_model=list[EventOut])
+@router.get("/{job_id}/events", response_model=list[EventOut], responses=responses.READ_ONE)
 def job_events(
-    job_id: str,
+    job_id: JobId,
     principal: PrincipalDep,
     session: SessionDep,
     after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
@@ -219,59 +204,83 @@ def job_events(
     return [event_out(e) for e in events.for_object(session, "Job", job.id, after_id=after)]
 
 
-def _job_state(platform: Platform, principal: Principal, job_id: str) -> tuple[JobState, int]:
-    """The job's state and how many replicas it has (NotFound if the caller may not see it)."""
-    with platform.sessions() as session:
-        job = jobs.get_visible(session, principal, job_id)
-        return JobState(job.state), jobs.requested(job.spec)[0]
-
-
 @router.get(
     "/{job_id}/logs",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={
+        **responses.READ_ONE,
+        200: {
+            "description": "the replica's output as it wrote it (bytes), from where the query "
+            "says on; with `all_ranks`, each line after `[rank R] `; with `timestamps`, each "
+            "line after its time and a space",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
 )
 async def job_logs(
-    job_id: str,
+    job_id: JobId,
+    request: Request,
     platform: PlatformDep,
     principal: PrincipalDep,
-    rank: Annotated[int, Query(ge=0, le=100000)] = 0,
-    follow: bool = False,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    rank: Annotated[
+        int, Query(ge=0, le=100000, description="the replica's rank (0 to its replicas - 1)")
+    ] = 0,
+    all_ranks: Annotated[
+        bool,
+        Query(
+            description="every rank's lines, each after `[rank R] ` (in rank order; with "
+            "`follow`, as they come); not with `offset`"
+        ),
+    ] = False,
+    follow: Annotated[
+        bool, Query(description="stream what is written until the job has ended")
+    ] = False,
+    offset: Annotated[
+        int, Query(ge=0, le=MAX_OFFSET, description="from this byte of the rank's log on")
+    ] = 0,
+    tail: Annotated[
+        int | None, Query(ge=0, le=MAX_TAIL, description="only its last lines, this many")
+    ] = None,
+    since_seconds: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_SINCE_S,
+            description="only the lines written in the last this many seconds (not with "
+            "`since_time`; 422 where the executor does not know when a log was written)",
+        ),
+    ] = None,
+    since_time: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_SINCE_S,
+            description="only the lines written since this time, in seconds since the Unix "
+            "epoch (not with `since_seconds`; 422 as for it)",
+        ),
+    ] = None,
+    timestamps: Annotated[
+        bool,
+        Query(
+            description="each line after the time it was written (RFC 3339, UTC), as "
+            "`kubectl logs --timestamps`"
+        ),
+    ] = False,
 ) -> StreamingResponse:
-    """A replica's output; with ``follow`` it streams until the job has finished."""
-    state, total = await run_in_threadpool(_job_state, platform, principal, job_id)
-    if rank >= max(total, 1):
-        raise invalid("rank", f"job {job_id} has ranks 0 to {max(total, 1) - 1}")
-
-    async def stream() -> AsyncIterator[bytes]:
-        position = offset
-        current = state
-        loop = asyncio.get_running_loop()
-        follow_from = 0.0  # after a follow broke off, poll a while before the next
-        while True:
-            # off the event loop: on Kubernetes a read may wait on the API server and a node
-            data, position = await run_in_threadpool(
-                platform.executor.read_log, job_id, rank, position, LOG_CHUNK
-            )
-            if data:
-                yield data
-                continue
-            if not follow or current.terminal:
-                return
-            live = None
-            if loop.time() >= follow_from:
-                live = await run_in_threadpool(platform.executor.follow_log, job_id, rank, position)
-            chunks = None if live is None else log_follow.follow(live)
-            if chunks is not None:
-                try:
-                    async for chunk in chunks:  # until the replica ends or its log goes quiet
-                        position += len(chunk)
-                        yield chunk
-                except Exception as exc:  # broke off, or quiet too long: poll, then again
-                    log.debug("following the log of %s rank %d stopped: %s", job_id, rank, exc)
-                    follow_from = loop.time() + FOLLOW_RETRY_S
-            await asyncio.sleep(0.2)
-            current, _ = await run_in_threadpool(_job_state, platform, principal, job_id)
-
-    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+    """A replica's output (or every replica's); with ``follow`` it streams until the job has
+    finished. ``tail`` and a ``since`` together: the last lines of those written since."""
+    if since_seconds is not None and since_time is not None:
+        raise invalid("since_time", "give since_seconds or since_time, not both")
+    query = logs.LogQuery(
+        rank=rank,
+        all_ranks=all_ranks,
+        follow=follow,
+        offset=offset,
+        tail_lines=tail,
+        since_seconds=since_seconds,
+        since_time=since_time,
+        timestamps=timestamps,
+    )
+    stopping: asyncio.Event = request.app.state.stopping
+    chunks = await logs.open_logs(platform, principal, job_id, query, stopping)
+    return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")

@@ -6,7 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
+from kiban.api import request_bodies, responses
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
+from kiban.api.params import TOKEN
 from kiban.api.schemas import (
     PolicyChangeOut,
     PolicyOut,
@@ -17,10 +19,12 @@ from kiban.api.schemas import (
 )
 from kiban.services import policy
 
-router = APIRouter(prefix="/api/v1/policy", tags=["policy"])
+router = APIRouter(
+    prefix="/api/v1/policy", tags=["policy"], dependencies=TOKEN, route_class=SessionRoute
+)
 
 
-@router.get("", response_model=PolicyOut)
+@router.get("", response_model=PolicyOut, responses=responses.READ)
 def get_policy(principal: PrincipalDep, session: SessionDep) -> PolicyOut:
     """The policy in force and its version (0: the built-in default); a member sees only its
     tenant's queues and their cohorts."""
@@ -29,7 +33,12 @@ def get_policy(principal: PrincipalDep, session: SessionDep) -> PolicyOut:
     )
 
 
-@router.put("", response_model=PolicyChangeOut)
+@router.put(
+    "",
+    response_model=PolicyChangeOut,
+    responses=responses.ADMIN_CHANGE_JSON,
+    openapi_extra=request_bodies.POLICY,
+)
 def put_policy(
     document: Annotated[dict[str, Any], Body(description="the policy document")],
     platform: PlatformDep,
@@ -44,7 +53,7 @@ def put_policy(
     return policy_change_out(change)
 
 
-@router.get("/versions", response_model=list[PolicyVersionOut])
+@router.get("/versions", response_model=list[PolicyVersionOut], responses=responses.ADMIN)
 def list_versions(
     principal: PrincipalDep,
     session: SessionDep,

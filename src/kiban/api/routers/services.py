@@ -9,8 +9,10 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep
-from kiban.api.routers.jobs import MANIFEST_BODY, MAX_EVENT_ID, parse_manifest_body
+from kiban.api import request_bodies, responses
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
+from kiban.api.params import TOKEN, NameFilter, ServiceName
+from kiban.api.routers.jobs import MAX_EVENT_ID, parse_manifest_body
 from kiban.api.schemas import EventOut, event_out
 from kiban.api.serving_schemas import ServiceOut, TrafficOut, service_out
 from kiban.platform import Platform
@@ -18,7 +20,9 @@ from kiban.services import events, serving
 from kiban.services.service_status import service_status
 from kiban.store.models import ServiceRow
 
-router = APIRouter(prefix="/api/v1/services", tags=["services"])
+router = APIRouter(
+    prefix="/api/v1/services", tags=["services"], dependencies=TOKEN, route_class=SessionRoute
+)
 
 
 def _stats(platform: Platform, row: ServiceRow) -> TrafficOut:
@@ -46,8 +50,12 @@ def _out(platform: Platform, session: Session, row: ServiceRow) -> ServiceOut:
 @router.post(
     "",
     response_model=ServiceOut,
-    responses={201: {"description": "created"}, 200: {"description": "changed"}},
-    openapi_extra=MANIFEST_BODY,
+    responses={
+        **responses.SUBMIT,
+        201: {"model": ServiceOut, "description": "created"},
+        200: {"description": "changed"},
+    },
+    openapi_extra=request_bodies.SERVICE_MANIFEST,
 )
 async def apply_service(
     request: Request, platform: PlatformDep, principal: PrincipalDep
@@ -78,21 +86,23 @@ async def apply_service(
     )
 
 
-@router.get("", response_model=list[ServiceOut])
+@router.get("", response_model=list[ServiceOut], responses=responses.READ)
 def list_services(
     platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> list[ServiceOut]:
     return [_out(platform, session, row) for row in serving.list_services(session, principal)]
 
 
-@router.get("/{name}", response_model=ServiceOut)
+@router.get("/{name}", response_model=ServiceOut, responses=responses.ONE_SERVICE)
 def get_service(
-    name: str,
+    name: ServiceName,
     platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
-    tenant: str | None = None,
+    tenant: NameFilter = None,
 ) -> ServiceOut:
+    """The service; an admin names the ``tenant`` when several tenants have one of that name
+    (409 otherwise)."""
     return _out(platform, session, serving.get_visible(session, principal, name, tenant))
 
 
@@ -102,36 +112,36 @@ def _change(platform: Platform, session: Session, row: ServiceRow) -> ServiceOut
     return _out(platform, session, row)
 
 
-@router.post("/{name}/promote", response_model=ServiceOut)
+@router.post("/{name}/promote", response_model=ServiceOut, responses=responses.CHANGE_ONE)
 def promote(
-    name: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    name: ServiceName, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> ServiceOut:
     """Send all traffic to the canary revision (409 unless it is Ready)."""
     row = serving.promote(session, principal, name, platform.clock.now())
     return _change(platform, session, row)
 
 
-@router.post("/{name}/rollback", response_model=ServiceOut)
+@router.post("/{name}/rollback", response_model=ServiceOut, responses=responses.CHANGE_ONE)
 def rollback(
-    name: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    name: ServiceName, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> ServiceOut:
     """Drop the canary; without one, bring back the revision before the stable one."""
     row = serving.rollback(session, principal, name, platform.clock.now())
     return _change(platform, session, row)
 
 
-@router.delete("/{name}", response_model=ServiceOut)
+@router.delete("/{name}", response_model=ServiceOut, responses=responses.CHANGE_ONE)
 def delete_service(
-    name: str, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    name: ServiceName, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> ServiceOut:
     """Stop every replica; the service is removed once they have stopped."""
     row = serving.delete(session, principal, name, platform.clock.now())
     return _change(platform, session, row)
 
 
-@router.get("/{name}/events", response_model=list[EventOut])
+@router.get("/{name}/events", response_model=list[EventOut], responses=responses.ONE_SERVICE)
 def service_events(
-    name: str,
+    name: ServiceName,
     principal: PrincipalDep,
     session: SessionDep,
     after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,

@@ -123,12 +123,20 @@ class CoreApi:
         self._core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
 
     def read_pod_log(
-        self, namespace: str, name: str, container: str, tail_lines: int | None = None
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        tail_lines: int | None = None,
+        *,
+        timestamps: bool = False,
     ) -> bytes:
-        """The container's log (its last ``tail_lines`` lines when given); the API server
-        fetches it from the node's kubelet, so a node that does not answer costs at most
-        ``LOG_TIMEOUT_S`` rather than a hung reader."""
-        return bytes(self._pod_log(namespace, name, container, tail_lines, LOG_TIMEOUT_S).data)
+        """The container's log (its last ``tail_lines`` lines when given; each line after its
+        time with ``timestamps``); the API server fetches it from the node's kubelet, so a node
+        that does not answer costs at most ``LOG_TIMEOUT_S`` rather than a hung reader."""
+        options = {"timestamps": True} if timestamps else {}
+        answer = self._pod_log(namespace, name, container, tail_lines, LOG_TIMEOUT_S, **options)
+        return bytes(answer.data)
 
     def follow_pod_log(
         self,

@@ -74,7 +74,15 @@ from kiban.executors.kubernetes.pods import (
     service_manifest,
 )
 from kiban.executors.kubernetes.stopping_logs import StoppingPodLogs, attempt_and_rank
-from kiban.executors.log_streams import skip_bytes
+from kiban.executors.kubernetes.timed_logs import TimedLogs
+from kiban.executors.log_streams import (
+    Mark,
+    line_start_from,
+    marks_between,
+    offset_since,
+    skip_bytes,
+    tail_start,
+)
 
 log = logging.getLogger("kiban.executors.kubernetes")
 
@@ -82,6 +90,8 @@ FORCE_GRACE_S = 1  # "now": the kubelet kills at once, and still confirms the co
 LOG_REFETCH_S = 1.0
 """How stale a live pod's log may be served at its end (``kiban logs -f`` polls it)."""
 LOG_CACHE_PODS = 8
+MAX_OFFSET = 2**62
+"""A reader past any log's end: the live log's copy is fetched again unless quite fresh."""
 LOG_CACHE_BYTES = 64 << 20
 """Live logs kept for the next chunk's read: the last read pods', at most this many bytes in
 all, but always the one read last, however big (the API serves a log only whole: without its
@@ -159,6 +169,7 @@ class KubernetesExecutor:
         self._keeper: ThreadPoolExecutor | None = None  # keeps logs, then deletes (one thread)
         self.stopping = StoppingPodLogs(self.api, self.kept) if self.kept is not None else None
         self._logs: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # see _live_log
+        self.timed = TimedLogs(self.api, CONTAINER, LOG_REFETCH_S)  # --since, --timestamps
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
 
@@ -497,21 +508,49 @@ class KubernetesExecutor:
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
         """The log of the replica's newest attempt: its pod's, or the one kept when the pod
         ended (empty where the node serves no logs)."""
+        data, _ = self._newest_log(job_id, rank, offset)
+        chunk = data[offset : offset + limit]
+        return chunk, offset + len(chunk)
+
+    def _newest_log(self, job_id: str, rank: int, offset: int) -> tuple[bytes, Obj | None]:
+        """The newest attempt's log (``offset``: where its reader is) and its pod while the
+        log is the live pod's (None: the one kept, or none)."""
         pods = self.pods.select({JOB_LABEL: job_key(job_id), RANK_LABEL: str(int(rank))})
         kept = self.kept.newest_attempt(job_id, rank) if self.kept is not None else None
-        data = b""
         newest = max(pods, key=_attempt_of) if pods else None
         if kept is not None and (newest is None or _attempt_of(newest) <= kept):
             assert self.kept is not None
-            data = self.kept.read(job_id, kept, rank)
-        elif newest is not None:
-            meta = newest["metadata"]
-            try:
-                data = self._live_log(newest, offset)
-            except Exception as exc:  # no such log yet, or the node serves none (a fake node)
-                log.debug("no log for %s/%s: %s", meta["namespace"], meta["name"], exc)
-        chunk = data[offset : offset + limit]
-        return chunk, offset + len(chunk)
+            return self.kept.read(job_id, kept, rank), None
+        if newest is None:
+            return b"", None
+        meta = newest["metadata"]
+        try:
+            return self._live_log(newest, offset), newest
+        except Exception as exc:  # no such log yet, or the node serves none (a fake node)
+            log.debug("no log for %s/%s: %s", meta["namespace"], meta["name"], exc)
+            return b"", None
+
+    def log_start(
+        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
+    ) -> int | None:
+        """From the live log's copy (fetched again if stale) and, for ``since``, its lines'
+        times (the API's ``timestamps``); a kept log's times are not known."""
+        data, live = self._newest_log(job_id, rank, MAX_OFFSET)
+
+        def read(offset: int, limit: int) -> bytes:
+            return data[offset : offset + limit]
+
+        start = 0 if tail_lines is None else tail_start(read, len(data), tail_lines)
+        if since is not None:
+            if live is None:
+                return None
+            found = offset_since(self.timed.marks(live, len(data)), since, len(data))
+            start = max(start, line_start_from(read, found))
+        return start
+
+    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
+        _, live = self._newest_log(job_id, rank, start)
+        return None if live is None else marks_between(self.timed.marks(live, end), start, end)
 
     def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
         """The newest attempt's live pod log from ``offset``, one stream of the API server's

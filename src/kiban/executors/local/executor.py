@@ -3,16 +3,21 @@
 Layout under the kiban home::
 
     jobs/<job>/rank-<R>.log                 the replica's output, appended across attempts
+    jobs/<job>/rank-<R>.times               when each part of it was written (log_index)
     jobs/<job>/attempt-<A>/rank-<R>.pid     "pid start-time", written right after the launch
     jobs/<job>/attempt-<A>/rank-<R>.exit    exit code, written by the shim when the command ends
     jobs/<job>/attempt-<A>/rank-<R>.sock    a Unix socket kiban's model server listens on too
     checkpoints/<job>/                      KIBAN_CHECKPOINT_DIR, kept across attempts
+
+With ``isolation`` (kiban runs as root) each replica's command runs as its tenant's user, and
+a few directories more are that user's (see ``isolation``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -40,12 +45,17 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.environment import replica_command, replica_environment
+from kiban.executors.local.isolation import JOB_UMASK, Isolation, TenantRun
+from kiban.executors.local.log_index import INDEX_FD_ENV, LogMarks, marks_path
+from kiban.executors.local.reaper import Reaper
+from kiban.executors.log_streams import Mark, line_start_from, tail_start
 from kiban.serving.runtime.options import HOST_ENV, SOCKET_ENV
 
 logger = logging.getLogger("kiban.executors.local")
 
 JOB_ID = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")
-SHIM = "kiban.executors.local.shim"
+SHIM = ("-P", "-m", "kiban.executors.local.shim")
+"""How the shim starts: ``-P``, not searching the working directory (the job's) for modules."""
 NOT_INHERITED = frozenset({"KIBAN_TOKEN", "KIBAN_URL", HOST_ENV, SOCKET_ENV})
 """Variables of the server's environment its replicas do not get: its own credentials, and
 where a replica listens, which kiban decides per replica (a model server on this machine binds
@@ -64,6 +74,13 @@ def safe_job_dir(root: Path, job_id: str) -> Path:
     return path
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` readable by its owner alone, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 def process_identity(pid: int) -> float | None:
     """The start time of a live, non-zombie process, or None."""
     try:
@@ -80,16 +97,27 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, home: Path, nodes: list[NodeInfo], clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        nodes: list[NodeInfo],
+        clock: Clock | None = None,
+        isolation: Isolation | None = None,
+    ) -> None:
         self.home = home
         self.jobs_root = home / "jobs"
         self.checkpoints_root = home / "checkpoints"
         self.jobs_root.mkdir(parents=True, exist_ok=True)
         self.checkpoints_root.mkdir(parents=True, exist_ok=True)
+        self.isolation = isolation
+        """Set (kiban runs as root): each replica runs as its tenant's user."""
+        if isolation is not None:
+            isolation.prepare()
         self._nodes = list(nodes)
         self._clock = clock or SystemClock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
+        self._reaper = Reaper(self._forget_child)
         caps = {Capability.ADOPT, Capability.CPU_USAGE}
         if importlib.util.find_spec("torch") is not None:
             caps.add(Capability.TORCHRUN)
@@ -114,10 +142,18 @@ class LocalExecutor:
         on the one offered at launch (``$KIBAN_REPLICA_SOCKET``), else loopback TCP."""
         path = self._socket_path(replica.job_id, replica.attempt, replica.rank)
         try:
-            if stat.S_ISSOCK(path.stat().st_mode):
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
                 return f"unix:{path}"
         except OSError:
             pass
+        # isolated, the replica's socket is in its user's run directory: kiban links to it
+        isolation = self.isolation
+        if (
+            isolation is not None
+            and path.parent.is_dir()
+            and isolation.link_socket(replica.job_id, replica.attempt, replica.rank, path)
+        ):
+            return f"unix:{path}"
         return f"127.0.0.1:{port}"
 
     def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
@@ -151,17 +187,27 @@ class LocalExecutor:
         Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
         spec = request.spec
         working_dir = Path(spec.working_dir) if spec.working_dir else job_dir
-        if not working_dir.is_dir():
-            raise LaunchError(f"working directory {working_dir} does not exist")
         tasks = {t.name: t for t in spec.tasks}
         world_size = len(request.placements)
         base_env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
         python_bin = str(Path(sys.executable).parent)
         base_env["PATH"] = python_bin + os.pathsep + base_env.get("PATH", "")
+        tenant = None if self.isolation is None else TenantRun.of(self.isolation, request)
+        if tenant is not None:
+            tenant.isolation.give(Path(checkpoint_dir), tenant.user)
+            if not spec.working_dir:
+                working_dir = tenant.own("work", request.job_id)
+            base_env.update(tenant.environment())
+        if not working_dir.is_dir():
+            raise LaunchError(f"working directory {working_dir} does not exist")
         if spec.launcher == "torchrun" and Capability.TORCHRUN not in self.capabilities:
             raise LaunchError("launcher torchrun needs PyTorch installed where kiban runs")
+        programs = []
         for i, task in enumerate(spec.tasks):
-            self._check_program(task.command[0], working_dir, {**base_env, **task.env})
+            env = {**base_env, **task.env}
+            programs.append(
+                (task.command[0], self._check_program(task.command[0], working_dir, env))
+            )
             ignored = task.container_fields()
             if ignored:
                 logger.warning(
@@ -171,6 +217,8 @@ class LocalExecutor:
                     task.name,
                     ", ".join(ignored),
                 )
+        if tenant is not None:
+            tenant.check_reach(working_dir, programs, torchrun=spec.launcher == "torchrun")
 
         launched: list[LaunchedReplica] = []
         refs: list[ReplicaRef] = []
@@ -197,6 +245,11 @@ class LocalExecutor:
                 # probes then use it, as it costs far less than loopback TCP (kiban's model
                 # server listens there; a custom one need not)
                 sock = self._socket_path(request.job_id, request.attempt, placement.rank)
+                if tenant is not None and SERVICE_LABEL in request.labels:
+                    tenant.own("run", request.job_id)  # the replica makes its socket there
+                    sock = tenant.isolation.socket_path(
+                        request.job_id, request.attempt, placement.rank
+                    )
                 if SERVICE_LABEL in request.labels and len(os.fsencode(sock)) <= MAX_SOCKET_PATH:
                     env[SOCKET_ENV] = str(sock)
                 command = replica_command(
@@ -211,23 +264,26 @@ class LocalExecutor:
                 exit_file = attempt_dir / f"rank-{placement.rank}.exit"
                 exit_file.unlink(missing_ok=True)
                 log_path = job_dir / f"rank-{placement.rank}.log"
-                gpus = ",".join(map(str, placement.gpu_ids)) or "none"
-                where = f"{placement.task}[{placement.index}] rank {placement.rank}"
-                with open(log_path, "ab") as log:
-                    log.write(
-                        f"=== kiban: attempt {request.attempt}, {where} on {placement.node}, "
-                        f"GPUs {gpus}\n".encode()
-                    )
-                    log.flush()
+                shim_env, run_as = env, []
+                if tenant is not None:  # the shim, root, in kiban's environment: not the job's
+                    env_file = attempt_dir / f"rank-{placement.rank}.env"
+                    write_private(env_file, json.dumps(env))
+                    shim_env = dict(os.environ)
+                    run_as = ["--user", tenant.ids, "--env-file", str(env_file)]
+                # the log holds the job's output only (kiban logs shows where each attempt ran),
+                # written by the shim, which notes when beside it (in a file the job never holds)
+                with open(log_path, "ab") as log, open(marks_path(log_path), "ab") as marks:
                     proc = subprocess.Popen(
-                        [sys.executable, "-m", SHIM, str(exit_file), "--", *command],
+                        [sys.executable, *SHIM, str(exit_file), *run_as, "--", *command],
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         cwd=working_dir,
-                        env=env,
+                        env={**shim_env, INDEX_FD_ENV: str(marks.fileno())},
                         start_new_session=True,
                         close_fds=True,
+                        pass_fds=(marks.fileno(),),
+                        umask=-1 if tenant is None else JOB_UMASK,
                     )
                 start_time = process_identity(proc.pid) or self._clock.now()
                 (attempt_dir / f"rank-{placement.rank}.pid").write_text(
@@ -235,6 +291,7 @@ class LocalExecutor:
                 )
                 with self._lock:
                     self._children[proc.pid] = proc
+                self._reaper.watch(proc)
                 launched.append(
                     LaunchedReplica(placement.rank, proc.pid, start_time, self._clock.now())
                 )
@@ -249,22 +306,26 @@ class LocalExecutor:
                         start_time,
                     )
                 )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a value exec refuses (a NUL)
             for ref in refs:
                 self.stop(ref, force=True)
             raise LaunchError(f"could not start a replica: {exc}") from exc
         return launched
 
-    def _check_program(self, program: str, working_dir: Path, env: dict[str, str]) -> None:
+    def _check_program(self, program: str, working_dir: Path, env: dict[str, str]) -> Path:
+        """The file ``program`` names (in ``working_dir``, or on the PATH), checked to be
+        there and executable."""
         if "/" in program:
             path = working_dir / program
             if not path.exists():
                 raise LaunchError(f"command not found: {program!r} (looked in {working_dir})")
             if not os.access(path, os.X_OK):
                 raise LaunchError(f"command {program!r} is not executable")
-            return
-        if shutil.which(program, path=env.get("PATH")) is None:
+            return path
+        found = shutil.which(program, path=env.get("PATH"))
+        if found is None:
             raise LaunchError(f"command not found: {program!r} is not on PATH")
+        return Path(found)
 
     # -- observe and stop --------------------------------------------------------------------
     def _exit_file(self, ref: ReplicaRef) -> Path:
@@ -302,7 +363,6 @@ class LocalExecutor:
     def observe(self, replica: ReplicaRef) -> Observation:
         found = self._read_exit(replica)
         if found is not None:
-            self._reap(replica)
             return found
         if self._alive(replica):
             return Observation(running=True)
@@ -315,14 +375,14 @@ class LocalExecutor:
             message="the replica's process ended without recording an exit code",
         )
 
-    def _reap(self, ref: ReplicaRef) -> None:
-        if ref.pid is None:
-            return
+    def _forget_child(self, pid: int) -> None:
+        """The reaper has waited for this child: its pid may name another process from now."""
         with self._lock:
-            child = self._children.get(ref.pid)
-        if child is not None and child.poll() is not None:
-            with self._lock:
-                self._children.pop(ref.pid, None)
+            self._children.pop(pid, None)
+
+    def close(self) -> None:
+        """Stop reaping (the server is stopping; its replicas run on, to be adopted)."""
+        self._reaper.close()
 
     def _pid_reused(self, ref: ReplicaRef) -> bool:
         """Whether the replica's pid now names another process (so its group is long gone).
@@ -393,3 +453,31 @@ class LocalExecutor:
     def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
         """None: a local log is a file, read at its end as cheaply as followed."""
         return None
+
+    def _log_path(self, job_id: str, rank: int) -> Path:
+        return safe_job_dir(self.jobs_root, job_id) / f"rank-{int(rank)}.log"
+
+    def log_start(
+        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
+    ) -> int | None:
+        path = self._log_path(job_id, rank)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return None if since is not None else 0
+        start = 0
+
+        def read(offset: int, limit: int) -> bytes:
+            return self.read_log(job_id, rank, offset, limit)[0]
+
+        if tail_lines is not None:
+            start = tail_start(read, size, tail_lines)
+        if since is not None:
+            found = LogMarks(marks_path(path)).offset_since(since, size)
+            if found is None:
+                return None
+            start = max(start, line_start_from(read, found))
+        return start
+
+    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
+        return LogMarks(marks_path(self._log_path(job_id, rank))).between(start, end)

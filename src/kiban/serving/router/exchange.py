@@ -31,7 +31,9 @@ CONNECT_TIMEOUT_S = 10.0
 MAX_HEAD = 64 * 1024
 """An answer's head longer than this is passed on before it is complete."""
 MAX_BUFFERED_BODY = 1 << 20
-"""Body bytes held for a waiting request before the client is paused."""
+"""Body bytes held for a request with nowhere to send them yet (waiting in the queue for a
+replica, or for a new connection to one) before the client is paused; reading resumes once
+they are sent."""
 
 
 class Exchange:
@@ -214,8 +216,8 @@ class Exchange:
         if self._held:
             return
         self._body_size += len(data)
-        if self._body_size > MAX_BUFFERED_BODY and self._body_size - len(data) <= MAX_BUFFERED_BODY:
-            self.client.pause_reading()
+        if self._body_size > MAX_BUFFERED_BODY:
+            self.client.body_full(self)
 
     def request_complete(self) -> None:
         self._request_complete = True
@@ -232,8 +234,6 @@ class Exchange:
         self._wait_until = math.inf
         self._counted().dequeued(dispatched=True)
         self.route = route
-        if self._body_size > MAX_BUFFERED_BODY:
-            self.client.resume_reading()
         self._attach(endpoint)
 
     def give_up(self, status: int, message: str, kind: str | None = None) -> None:
@@ -317,6 +317,11 @@ class Exchange:
         if self._body:
             head += b"".join(self._body)
             self._body = []
+        if self._body_size > MAX_BUFFERED_BODY:
+            # the client was paused while there was nowhere to send its body: now there is
+            # (resumed whether this request waited in the queue or for a new connection)
+            self.client.body_sent(self)
+        self._body_size = 0
         if self._has_body and self.client.feeding:
             # the body may follow in the same read: head and body go in one write (one
             # system call, one TCP segment), once the read is parsed

@@ -24,6 +24,7 @@ REASONS = {
     400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
+    408: "Request Timeout",
     502: "Bad Gateway",
     503: "Service Unavailable",
     504: "Gateway Timeout",

@@ -14,6 +14,7 @@ ends. A request is handled without a task when a pooled connection to the replic
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import cast
 
 import httptools
@@ -43,9 +44,17 @@ class ClientConnection:
         self._pending: list[Exchange] = []
         self._closed = False
         self._paused = 0
+        """Pauses asked by flow control: a replica not taking what is written to it."""
+        self._body_full: Exchange | None = None
+        """The exchange holding more of its request's body than it may buffer, if any."""
+        self._reading_paused = False
         self.feeding = False
         """In ``data_received``: a request sent now may have more bytes in the same read."""
         self._holding: Exchange | None = None
+        self.waiting_since = time.monotonic()
+        """Since when no request of it is in flight (``sweeper`` closes it after a while)."""
+        self.head_since: float | None = None
+        """When the first byte of a request not yet whole came (None: none is coming)."""
 
     # -- asyncio callbacks ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -53,6 +62,8 @@ class ClientConnection:
         self._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.active is None and self.head_since is None:
+            self.head_since = time.monotonic()
         self.feeding = True
         try:
             self._parser.feed_data(data)
@@ -103,6 +114,7 @@ class ClientConnection:
         )
         self._url = b""
         self._headers = []
+        self.head_since = None
         self._parsing = exchange
         if self.active is None:
             self.active = exchange
@@ -130,15 +142,37 @@ class ClientConnection:
             previous.release_held()
 
     def pause_reading(self) -> None:
+        """Flow control: stop reading the client until as many ``resume_reading``."""
         self._paused += 1
-        if self._paused == 1 and not self._closed and self.transport is not None:
-            self.transport.pause_reading()
+        self._set_reading()
 
     def resume_reading(self) -> None:
         if self._paused == 0:
             return
         self._paused -= 1
-        if self._paused == 0 and not self._closed and self.transport is not None:
+        self._set_reading()
+
+    def body_full(self, exchange: Exchange) -> None:
+        """``exchange`` buffers as much of its request's body as it may, having nowhere to
+        send it yet: read no more until it has (``body_sent``) or it ends."""
+        self._body_full = exchange
+        self._set_reading()
+
+    def body_sent(self, exchange: Exchange) -> None:
+        """``exchange`` has sent its buffered body on: read the rest."""
+        if self._body_full is exchange:
+            self._body_full = None
+            self._set_reading()
+
+    def _set_reading(self) -> None:
+        """Pause or resume the transport as the flow-control and body pauses say."""
+        paused = self._paused > 0 or self._body_full is not None
+        if paused == self._reading_paused or self._closed or self.transport is None:
+            return
+        self._reading_paused = paused
+        if paused:
+            self.transport.pause_reading()
+        else:
             self.transport.resume_reading()
 
     def exchange_done(self, exchange: Exchange, *, keep_alive: bool) -> None:
@@ -146,10 +180,11 @@ class ClientConnection:
         if self.active is not exchange:
             return
         self.active = None
-        if self._paused:
-            self._paused = 0
-            if not self._closed and self.transport is not None:
-                self.transport.resume_reading()
+        self.waiting_since = time.monotonic()
+        self._paused = 0  # its replica's flow control is over
+        if self._body_full is exchange:
+            self._body_full = None  # what is left of its body is read and dropped
+        self._set_reading()
         if not keep_alive:
             self.close()
             return

@@ -17,6 +17,7 @@ from urllib.parse import quote
 from kiban.serving.router.balancer import Balancer
 from kiban.serving.router.dispatcher import Authorize, Dispatcher
 from kiban.serving.router.proxy import ClientConnection
+from kiban.serving.router.sweeper import Sweeper
 from kiban.serving.router.table import RoutingTable
 from kiban.serving.router.traffic import TrafficMetrics
 
@@ -64,6 +65,7 @@ class RouterServer:
         self._server: asyncio.Server | None = None
         self._dispatcher: Dispatcher | None = None
         self._listener: Callable[[], None] | None = None
+        self._sweeper: Sweeper | None = None
 
     @property
     def port(self) -> int:
@@ -125,6 +127,8 @@ class RouterServer:
             backlog=2048,
         )
         self._port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = Sweeper(loop, dispatcher)  # half-sent requests and idle connections
+        self._sweeper.start()
 
         def changed() -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
@@ -143,6 +147,8 @@ class RouterServer:
         done = threading.Event()
 
         def shut() -> None:
+            if self._sweeper is not None:
+                self._sweeper.stop()
             if self._server is not None:
                 self._server.close()
             if self._dispatcher is not None:

@@ -1,4 +1,4 @@
-"""``python -m kiban.serving.runtime``: serve one model until stopped.
+"""``kiban model-server`` (``python -m kiban.serving.runtime``): serve one model until stopped.
 
 Exit codes: 0 after a clean stop, 2 for a bad command line, 3 when the model
 fails to load (after printing ``KIBAN_LOAD_FAILED: <message>`` on stderr,

@@ -127,7 +127,7 @@ def _non_negative_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; ``allow_abbrev`` is off so KServe's unknown flags never match ours."""
     p = argparse.ArgumentParser(
-        prog="python -m kiban.serving.runtime",
+        prog="kiban model-server",  # as people run it (replicas: python -m kiban.serving.runtime)
         description="Serve a local Hugging Face transformers model over HTTP (OpenAI API and "
         "Open Inference Protocol v2).",
         allow_abbrev=False,
@@ -302,42 +302,58 @@ def option_values(args: Sequence[str]) -> argparse.Namespace:
     return parser.parse_known_args(list(args))[0]
 
 
+def _looks_like_flag(arg: str) -> bool:
+    """Whether argparse reads ``arg`` as an option rather than as a value."""
+    return arg.startswith("-") and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
+
+
 def arg_problems(args: Sequence[str]) -> list[tuple[int | None, str]]:
-    """What in a service's ``args`` would keep the server from ever serving, as (index of the
-    argument, or None for the whole list; message), found before any replica starts: ``--help``
-    (it prints the usage and exits), a flag kiban sets itself (``SET_BY_KIBAN``), a value the
-    parser refuses (``--max_batch_size 0``, a flag missing its value), an unknown task or dtype.
-    """
-    takes_value = _takes_value()
+    """Everything in a service's ``args`` that would keep the server from ever serving, as
+    (index of the argument; message), in the order written, found before any replica starts:
+    ``--help`` (it prints the usage and exits), a flag kiban sets itself (``SET_BY_KIBAN``), a
+    flag missing its value, a value the parser refuses (``--max_batch_size 0``), an unknown
+    task or dtype. Every problem at once, not the first alone; as argparse, a repeated flag's
+    last task or dtype is the one that counts."""
+    actions = {
+        option: action for action in build_parser()._actions for option in action.option_strings
+    }
     problems: list[tuple[int | None, str]] = []
-    for i, flag in _flags(args, takes_value):
+    counted: dict[str, tuple[int, str]] = {}  # dest -> (index, value) that argparse keeps
+    i = 0
+    while i < len(args):
+        flag, has_value, inline = args[i].partition("=")
+        action = actions.get(flag)
+        if action is None:
+            i += 1
+            continue
+        index, i = i, i + 1
         if flag in ("-h", "--help"):
-            problems.append((i, f"{flag} makes the model server print its usage and exit"))
-        elif flag in SET_BY_KIBAN:
-            problems.append((i, f"{flag} is set by kiban for each replica; remove it"))
-    if problems:
-        return problems
-    try:
-        namespace = option_values(args)
-    except argparse.ArgumentError as exc:
-        index = _index_of(args, exc.argument_name)
-        if index is None:
-            return [(None, str(exc))]
-        return [(index, f"{args[index].partition('=')[0]}: {exc.message}")]
+            problems.append((index, f"{flag} makes the model server print its usage and exit"))
+            continue
+        value: str | None = inline if has_value else None
+        if not has_value and i < len(args) and not _looks_like_flag(args[i]):
+            value, i = args[i], i + 1
+        if flag in SET_BY_KIBAN:
+            problems.append((index, f"{flag} is set by kiban for each replica; remove it"))
+            continue
+        if value is None:
+            problems.append((index, f"{flag}: expected one argument"))
+            continue
+        if action.type is not None and callable(action.type):
+            try:
+                action.type(value)
+            except argparse.ArgumentTypeError as exc:
+                problems.append((index, f"{flag}: {exc}"))
+                continue
+            except (TypeError, ValueError):
+                problems.append((index, f"{flag}: invalid value {value!r}"))
+                continue
+        counted[action.dest] = (index, value)
     for name, check in (("task", parse_task), ("dtype", parse_dtype)):
-        try:
-            check(getattr(namespace, name))
-        except ValueError as exc:
-            problems.append((_index_of(args, f"--{name}"), str(exc)))
-    return problems
-
-
-def _index_of(args: Sequence[str], names: str | None) -> int | None:
-    """The last argument that is one of ``names`` (argparse's ``--a/--b``), with or without
-    ``=value``: the one whose value counts; None when none is."""
-    flags = set((names or "").split("/"))
-    found = None
-    for i, arg in enumerate(args):
-        if arg.partition("=")[0] in flags:
-            found = i
-    return found
+        if name in counted:
+            index, value = counted[name]
+            try:
+                check(value)
+            except ValueError as exc:
+                problems.append((index, str(exc)))
+    return sorted(problems, key=lambda problem: -1 if problem[0] is None else problem[0])

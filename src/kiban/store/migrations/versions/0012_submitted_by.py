@@ -3,8 +3,8 @@
 Jobs submitted before carry it only in their "Submitted" event's message ("submitted by NAME
 to queue ..."), from which it is filled in.
 
-Revision ID: 0010_cli_submitted_by
-Revises: 0009
+Revision ID: 0012_submitted_by
+Revises: 0011_backlog_indexes
 Create Date: 2026-12-02
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_cli_submitted_by"
-down_revision = "0009"
+revision = "0012_submitted_by"
+down_revision = "0011_backlog_indexes"
 branch_labels = None
 depends_on = None
 
@@ -22,8 +22,7 @@ PREFIX = "submitted by "  # kiban.services.jobs.prepare_submission's event messa
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("submitted_by", sa.String(length=63), nullable=True))
+    op.add_column("jobs", sa.Column("submitted_by", sa.String(length=63), nullable=True))
     bind = op.get_bind()
     events = sa.table(
         "events",
@@ -55,5 +54,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_column("submitted_by")
+    # ALTER TABLE in place (SQLite 3.35 and later, PostgreSQL): a batch copy of the table
+    # would drop the old one, and its replicas with it (ON DELETE CASCADE).
+    op.execute("ALTER TABLE jobs DROP COLUMN submitted_by")
