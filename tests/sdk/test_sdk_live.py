@@ -4,10 +4,11 @@ where it was submitted from), and ``wait``, ``describe``, ``cancel``, ``logs(fol
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import KibanServer
+from e2e_support import KibanServer, readable_dir, remove_fresh
 
 from kiban.sdk import Client
 
@@ -25,16 +26,24 @@ spec:
 """
 
 
+@pytest.fixture
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A working directory the job's user may enter (as root, a tenant's own user runs it)."""
+    path = readable_dir(tmp_path_factory, "sdk")
+    yield path
+    remove_fresh(path)
+
+
 def sdk(live: KibanServer) -> Client:
     return Client(url=live.url, token=live.token)
 
 
 def test_the_readme_example_runs_its_script_where_it_was_submitted(
-    live: KibanServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    live: KibanServer, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Client.submit set no working directory: train.py was looked for in the job's home.
-    project = tmp_path / "project"
-    project.mkdir()
+    project = workdir / "project"
+    project.mkdir(mode=0o755)
     (project / "train.py").write_text("print('trained in', __import__('os').getcwd())\n")
     (project / "job.yaml").write_text(JOB_FILE)
     monkeypatch.chdir(project)
@@ -47,7 +56,7 @@ def test_the_readme_example_runs_its_script_where_it_was_submitted(
         assert kiban.job(job["id"])["spec"]["spec"]["workingDir"] == str(project)
 
 
-def test_wait_times_out_then_cancel_and_describe(live: KibanServer, tmp_path: Path) -> None:
+def test_wait_times_out_then_cancel_and_describe(live: KibanServer, workdir: Path) -> None:
     with sdk(live) as kiban:
         job = kiban.submit(
             {
@@ -56,7 +65,7 @@ def test_wait_times_out_then_cancel_and_describe(live: KibanServer, tmp_path: Pa
                 "metadata": {"name": "sleeper"},
                 "spec": {"tasks": [{"command": ["sleep", "300"]}]},
             },
-            working_dir=tmp_path,
+            working_dir=workdir,
         )
         seen: list[str] = []
         started = time.monotonic()
@@ -71,12 +80,12 @@ def test_wait_times_out_then_cancel_and_describe(live: KibanServer, tmp_path: Pa
         assert ended["state"] == "Cancelled"
         described = kiban.describe(job["id"])
         assert described["state"] == "Cancelled"
-        assert described["spec"]["spec"]["workingDir"] == str(tmp_path)
+        assert described["spec"]["spec"]["workingDir"] == str(workdir)
         reasons = [e["reason"] for e in described["events"]]
         assert reasons[0] == "Submitted" and "Cancelled" in " ".join(reasons)
 
 
-def test_logs_follow_streams_until_the_job_ends(live: KibanServer, tmp_path: Path) -> None:
+def test_logs_follow_streams_until_the_job_ends(live: KibanServer, workdir: Path) -> None:
     script = "for i in 1 2 3 4; do echo line $i; sleep 0.3; done; echo done"
     with sdk(live) as kiban:
         job = kiban.submit(
@@ -86,7 +95,7 @@ def test_logs_follow_streams_until_the_job_ends(live: KibanServer, tmp_path: Pat
                 "metadata": {"name": "talker"},
                 "spec": {"tasks": [{"command": ["sh", "-c", script]}]},
             },
-            working_dir=tmp_path,
+            working_dir=workdir,
         )
         text = b"".join(kiban.logs(job["id"], follow=True)).decode()
         # The iterator ends with the job: by then its state is final.

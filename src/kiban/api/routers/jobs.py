@@ -129,11 +129,7 @@ def list_jobs(
     principal: PrincipalDep,
     session: SessionDep,
     state: Annotated[
-        list[str] | None,
-        Query(
-            description="only jobs in these states (repeatable), in any case: "
-            + ", ".join(s.value for s in JobState)
-        ),
+        list[JobState] | None, Query(description="only jobs in these states (repeatable)")
     ] = None,
     queue: NameFilter = None,
     tenant: NameFilter = None,
@@ -149,11 +145,11 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
     """Jobs the caller may see, newest first; a member's are its tenant's whatever ``tenant``
-    says; ``state`` in any case (``running``)."""
+    says."""
     rows = jobs.list_jobs(
         session,
         principal,
-        states=state or (),
+        states=[s.value for s in state or ()],
         queue=queue,
         tenant=tenant,
         name=name,
