@@ -102,9 +102,9 @@ class Platform:
         self.engine.dispose()
         if self.control_engine is not None:
             self.control_engine.dispose()
-        close = getattr(self.executor, "close", None)  # executors holding threads or connections
-        if close is not None:
-            close()
+        closing = self.executor.offers.closing  # executors holding threads or connections
+        if closing is not None:
+            closing.close()
 
     @property
     def token_file(self) -> Path:
