@@ -25,7 +25,7 @@ class Capability(StrEnum):
     TORCHRUN = "torchrun"  # can launch replicas under torchrun
     ADOPT = "adopt"  # can re-attach to replicas that outlived a control-plane restart
     CONTAINERS = "containers"  # runs replicas in containers: image, volumes, ports are honoured
-    CPU_USAGE = "cpu_usage"  # reports the CPU seconds a replica has used (autoscaling on cpu)
+    CPU_USAGE = "cpu_usage"  # offers a CpuMeter: CPU seconds a replica used (autoscaling on cpu)
 
 
 @dataclass(frozen=True)
