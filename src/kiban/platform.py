@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from kiban.clock import Clock, SystemClock
 from kiban.control.loop import ControlLoop
 from kiban.control.services import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
-from kiban.executors.base import Executor, NodeInfo
+from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
+from kiban.services import events
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
 from kiban.services.errors import ServiceError
 from kiban.services.jobs import ClusterFacts
@@ -24,7 +26,13 @@ from kiban.serving.router.server import RouterServer
 from kiban.serving.router.table import RoutingTable
 from kiban.serving.router.traffic import TrafficMetrics
 from kiban.store.db import make_engine, migrate, session_factory
-from kiban.store.models import Node
+from kiban.store.models import Event, Node
+
+log = logging.getLogger("kiban.platform")
+
+EXECUTOR_EVENTS = "Executor"
+"""The kind of the events about the executor itself (their name is the executor's)."""
+NO_CHECKPOINT_DETECTION = "CheckpointDetectionUnavailable"
 
 
 @dataclass
@@ -102,9 +110,9 @@ class Platform:
         self.engine.dispose()
         if self.control_engine is not None:
             self.control_engine.dispose()
-        close = getattr(self.executor, "close", None)  # executors holding threads or connections
-        if close is not None:
-            close()
+        closing = self.executor.offers.closing  # executors holding threads or connections
+        if closing is not None:
+            closing.close()
 
     @property
     def token_file(self) -> Path:
@@ -169,6 +177,7 @@ def build_platform(
             apply_startup_policy(session, config, now)
             token_file = home / "token" if admin_token_in_home else None
             admin_token = ensure_admin_token(session, token_file, now)
+            report_missing_capabilities(session, executor, now)
             session.commit()
     except BaseException:
         engine.dispose()
@@ -191,3 +200,30 @@ def build_platform(
     loop.on_nodes_changed = platform.refresh_facts  # submission checks against the nodes now
     platform.refresh_policy()
     return platform
+
+
+def report_missing_capabilities(session: Session, executor: Executor, now: float) -> None:
+    """Say what the executor cannot do that users may count on: checkpoints written in
+    ``$KIBAN_CHECKPOINT_DIR`` go unnoticed where it has no checkpoint probe (only reported
+    ones count). Logged at each start; a warning event of the executor, once per store."""
+    message = checkpoint_detection_unavailable(executor)
+    if message is None:
+        return
+    log.warning("%s: only checkpoints reported with kiban checkpoint count", message)
+    recorded = session.scalar(
+        select(Event.id).where(
+            Event.object_kind == EXECUTOR_EVENTS,
+            Event.object_name == executor.name,
+            Event.reason == NO_CHECKPOINT_DETECTION,
+        )
+    )
+    if recorded is None:
+        events.record(
+            session,
+            kind=EXECUTOR_EVENTS,
+            name=executor.name,
+            reason=NO_CHECKPOINT_DETECTION,
+            message=f"{message}: only checkpoints reported with kiban checkpoint count",
+            at=now,
+            warning=True,
+        )

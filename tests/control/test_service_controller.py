@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import socketserver
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -442,8 +443,7 @@ class RevisionServices:
 def cluster(executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch) -> RevisionServices:
     """The fake executor with revision Services, as the Kubernetes executor has them."""
     found = RevisionServices()
-    for call in ("publish_revision", "unpublish_revision", "published_revisions"):
-        monkeypatch.setattr(executor, call, getattr(found, call), raising=False)
+    monkeypatch.setattr(executor, "offers", replace(executor.offers, revisions=found))
     return found
 
 

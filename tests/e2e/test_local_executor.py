@@ -19,6 +19,7 @@ from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.service_replica import SERVICE_LABEL
 from kiban.executors.base import Capability, LaunchRequest, ReplicaRef
 from kiban.executors.local import LocalExecutor
+from kiban.executors.local.executor import process_handle
 from kiban.scheduler.decisions import ReplicaPlacement
 
 pytestmark = pytest.mark.e2e
@@ -380,13 +381,13 @@ def test_stop_never_signals_a_reused_pid(tmp_path: Path) -> None:
     try:
         started = psutil.Process(stranger.pid).create_time()
         executor = LocalExecutor(tmp_path / "home", [])
-        gone = ReplicaRef("old-job", 1, "worker", 0, 0, stranger.pid, started - 100.0)
+        gone = ReplicaRef("old-job", 1, "worker", 0, 0, process_handle(stranger.pid, started - 100))
         executor.stop(gone, force=True)
         executor.stop(gone, force=False)
         assert not executor.group_alive(gone)
         assert stranger.poll() is None, "the stranger's group was signalled"
         # the same pid with its real start time is the replica itself: stop it
-        own = ReplicaRef("old-job", 1, "worker", 0, 0, stranger.pid, started)
+        own = ReplicaRef("old-job", 1, "worker", 0, 0, process_handle(stranger.pid, started))
         assert executor.group_alive(own)
         executor.stop(own, force=True)
         assert stranger.wait(timeout=30) == -signal.SIGKILL
@@ -431,7 +432,7 @@ def launch_script(
     placement = ReplicaPlacement("server", 0, 0, "node-0", (), 1000, 2**30)
     request = LaunchRequest(job_id, "script", "t", 1, spec, (placement,), 29500, labels or {})
     (up,) = executor.launch(request)
-    return ReplicaRef(job_id, 1, "server", 0, 0, up.pid, up.pid_start_time)
+    return ReplicaRef(job_id, 1, "server", 0, 0, up.handle)
 
 
 def test_a_service_replica_that_listens_on_its_socket_is_reached_there(tmp_path: Path) -> None:

@@ -214,7 +214,6 @@ class Launcher:
         for row in rows:
             started = by_rank[row.rank]
             row.pid = started.pid
-            row.pid_start_time = started.pid_start_time
             row.handle = started.handle
             row.started_at = started.started_at
         if job.state != JobState.ADMITTED.value:

@@ -45,7 +45,7 @@ from kiban.domain.rollout import (
 from kiban.domain.service import ServiceSpec
 from kiban.domain.service_replica import replica_job_manifest, replica_port
 from kiban.domain.states import JobState
-from kiban.executors.base import Capability, Executor, cannot_start
+from kiban.executors.base import Executor, cannot_start, log_source
 from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import ServiceError
@@ -286,7 +286,7 @@ class ServiceController:
     def _load_failure(self, job: Job) -> str | None:
         """The model loader's message from a replica's log, if it wrote one."""
         try:
-            data, _ = self.executor.read_log(job.id, 0, 0, LOG_TAIL_BYTES)
+            data, _ = log_source(self.executor).read_log(job.id, 0, 0, LOG_TAIL_BYTES)
         except Exception:  # a log that cannot be read says nothing about the model
             return None
         for line in reversed(data.decode("utf-8", "replace").splitlines()):
@@ -436,7 +436,8 @@ class ServiceController:
         """Read the ready replicas' CPU use into the meter; the revision's samples, or None
         when the executor cannot tell."""
         requested = stored_spec(revision).resources.cpu / 1000
-        if Capability.CPU_USAGE not in self.executor.capabilities or requested <= 0:
+        meter = self.executor.offers.cpu_meter
+        if meter is None or requested <= 0:
             return None
         now = self.traffic.clock()
         if not self.cpu.due(key, now):
@@ -444,7 +445,7 @@ class ServiceController:
         readings: dict[str, float] = {}
         for view in views:
             if view.row.ready and view.launched is not None:
-                used = self.executor.replica_cpu_seconds(replica_ref(view.launched))
+                used = meter.replica_cpu_seconds(replica_ref(view.launched))
                 if used is not None:
                     readings[f"{view.job.id}/{view.job.attempt}"] = used
         self.cpu.observe(key, readings, requested_cores=requested, now=now)

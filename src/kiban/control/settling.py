@@ -8,15 +8,13 @@ recorded, checkpoints noted, and each job finished, failed, restarted, requeued 
 
 from __future__ import annotations
 
-import os
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.control.launcher import Launcher
 from kiban.control.snapshot_builder import SpecCache
 from kiban.domain.states import JobState, ReplicaState
-from kiban.executors.base import Executor, ReplicaRef, cannot_start
+from kiban.executors.base import Executor, ReplicaRef, cannot_start, checkpoint_probe
 from kiban.scheduler import units
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.services import events
@@ -33,8 +31,6 @@ def replica_ref(replica: Replica) -> ReplicaRef:
         task=replica.task,
         index=replica.index,
         rank=replica.rank,
-        pid=replica.pid,
-        pid_start_time=replica.pid_start_time,
         handle=replica.handle,
     )
 
@@ -122,7 +118,8 @@ class JobSettler:
     def _newer_checkpoint(self, job: Job) -> float | None:
         """When a file was last written in the job's checkpoint directory, if after the last
         checkpoint recorded (None: nothing newer)."""
-        newest = newest_mtime(self.executor.checkpoint_dir(job.id))
+        probe = checkpoint_probe(self.executor)
+        newest = None if probe is None else probe.newest_checkpoint(job.id)
         if newest is not None and (job.last_checkpoint_at or 0.0) < newest:
             return newest
         return None
@@ -388,17 +385,3 @@ class JobSettler:
             ]
             self._begin_stop(session, job, running, intent, reason=reason, message=message, now=now)
             session.commit()
-
-
-def newest_mtime(directory: str) -> float | None:
-    """The newest modification time of the files directly in ``directory`` (None: none)."""
-    newest: float | None = None
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.is_file(follow_symlinks=False):
-                    mtime = entry.stat(follow_symlinks=False).st_mtime
-                    newest = mtime if newest is None else max(newest, mtime)
-    except OSError:
-        return None
-    return newest

@@ -1,6 +1,10 @@
-"""The executor interface: report nodes, launch a placed job, observe it, stop it, read its logs.
+"""The executor interface: report nodes, launch a placed job, observe it, stop it.
 
-Each executor declares its capabilities; a job that needs one it lacks is refused at submission.
+The seam every executor fills is ``Executor``; what only some can do is a capability of its
+own Protocol (``LogSource``, ``RevisionAddresses``, ``CpuMeter``, ``CheckpointProbe``,
+``Closing``), declared by each executor in its ``offers`` (None: it has no such thing), never
+looked up by name. ``capabilities`` (the ``Capability`` flags) are what submission checks: a
+job that needs one the executor lacks is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ class Capability(StrEnum):
     TORCHRUN = "torchrun"  # can launch replicas under torchrun
     ADOPT = "adopt"  # can re-attach to replicas that outlived a control-plane restart
     CONTAINERS = "containers"  # runs replicas in containers: image, volumes, ports are honoured
-    CPU_USAGE = "cpu_usage"  # reports the CPU seconds a replica has used (autoscaling on cpu)
+    CPU_USAGE = "cpu_usage"  # offers a CpuMeter: CPU seconds a replica used (autoscaling on cpu)
 
 
 @dataclass(frozen=True)
@@ -62,31 +66,27 @@ class LaunchRequest:
 
 @dataclass(frozen=True)
 class ReplicaRef:
-    """Which replica, and the identity recorded when it was launched.
-
-    A process has a pid and its start time (so a reused pid is told apart); a replica elsewhere
-    (a pod) has an opaque ``handle`` its executor made (e.g. ``namespace/name/uid``).
-    """
+    """Which replica, and the identity its executor gave it at launch: an opaque ``handle``
+    only that executor reads (a pod's ``namespace/name/uid``, a process's pid and start
+    time); None where none was recorded (the executor then looks in its own records)."""
 
     job_id: str
     attempt: int
     task: str
     index: int
     rank: int
-    pid: int | None
-    pid_start_time: float | None
     handle: str | None = None
 
 
 @dataclass(frozen=True)
 class LaunchedReplica:
-    """A replica that was started: its rank and identity (a process's pid, or a handle)."""
+    """A replica that was started: its rank, its ``handle`` (see ``ReplicaRef``), and the
+    process id users are shown where it is a process on kiban's machine."""
 
     rank: int
-    pid: int | None
-    pid_start_time: float | None
     started_at: float
     handle: str | None = None
+    pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,108 @@ class LaunchError(Exception):
     """A job could not be started; the message says why (for its events)."""
 
 
+class LogSource(Protocol):
+    """Capability: the replicas' logs (``kiban logs``)."""
+
+    def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
+        """Log bytes of one replica from ``offset``; returns the bytes and the next offset."""
+        ...
+
+    def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
+        """The replica's live log from ``offset`` on, as it is written, until its process ends
+        (or the source goes quiet a while); None when this executor has no such stream for it
+        (``kiban logs -f`` then polls ``read_log``). Blocking: iterate it off the event loop."""
+        ...
+
+    def log_start(
+        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
+    ) -> int | None:
+        """Where ``kiban logs`` begins in the replica's log: at its last ``tail_lines`` lines,
+        at its first line written since ``since`` (Unix time), at the later of the two when
+        both are asked, else at 0; None when ``since`` is asked of a log whose times this
+        executor does not know."""
+        ...
+
+    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
+        """When the bytes ``start`` to ``end`` of the replica's log were written: the marks
+        that time them (``kiban.executors.log_streams``), or None when not known."""
+        ...
+
+
+class RevisionAddresses(Protocol):
+    """Capability: an address of its own for each revision of an inference service that takes
+    traffic (a Kubernetes Service, ``kbs-<revision>``)."""
+
+    def publish_revision(self, tenant: str, service: str, revision: str, port: int) -> str:
+        """Make (or keep) the address of one revision; the address."""
+        ...
+
+    def unpublish_revision(self, tenant: str, revision: str) -> None:
+        """Remove a revision's address (gone already is fine)."""
+        ...
+
+    def published_revisions(self) -> dict[tuple[str, str], str]:
+        """The revisions' addresses that exist now, by (tenant, revision)."""
+        ...
+
+
+class CpuMeter(Protocol):
+    """Capability: the CPU a replica has used (autoscaling on ``scaleMetric: cpu``)."""
+
+    def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
+        """CPU seconds a running replica has used since it started (all its processes), or
+        None when it is gone."""
+        ...
+
+
+class CheckpointProbe(Protocol):
+    """Capability: when a job last wrote a checkpoint (the newest checkpoint is what a
+    preemption loses least of, and what settling records)."""
+
+    def newest_checkpoint(self, job_id: str) -> float | None:
+        """The modification time (Unix) of the newest file in the job's checkpoint directory,
+        as its replicas see it; None while it has none."""
+        ...
+
+
+class Closing(Protocol):
+    """Capability: holds threads or connections, released by ``close`` when kiban stops."""
+
+    def close(self) -> None:
+        """Release them (the replicas run on, to be adopted by the next control plane)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Offers:
+    """The capabilities an executor declares: each the object that provides it (usually the
+    executor itself), or None where it has no such thing."""
+
+    logs: LogSource | None = None
+    revisions: RevisionAddresses | None = None
+    cpu_meter: CpuMeter | None = None
+    checkpoints: CheckpointProbe | None = None
+    closing: Closing | None = None
+
+
+class NoLogs:
+    """The logs of an executor that keeps none: every log is empty, its times unknown."""
+
+    def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
+        return b"", offset
+
+    def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
+        return None
+
+    def log_start(
+        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
+    ) -> int | None:
+        return None if since is not None else 0
+
+    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
+        return None
+
+
 class Executor(Protocol):
     """Runs admitted jobs. Implementations must be safe to call from the control loop thread."""
 
@@ -126,6 +228,8 @@ class Executor(Protocol):
     capabilities: frozenset[Capability]
     launch_concurrency: int
     """How many ``launch`` calls may run at once, from as many threads (1: one at a time)."""
+    offers: Offers
+    """What it can do beyond running jobs (see ``Offers``)."""
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes this executor offers."""
@@ -153,34 +257,6 @@ class Executor(Protocol):
         those the store does not hold active)."""
         ...
 
-    def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
-        """Log bytes of one replica from ``offset``; returns the bytes and the next offset."""
-        ...
-
-    def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
-        """The replica's live log from ``offset`` on, as it is written, until its process ends
-        (or the source goes quiet a while); None when this executor has no such stream for it
-        (``kiban logs -f`` then polls ``read_log``). Blocking: iterate it off the event loop."""
-        ...
-
-    def log_start(
-        self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
-    ) -> int | None:
-        """Where ``kiban logs`` begins in the replica's log: at its last ``tail_lines`` lines,
-        at its first line written since ``since`` (Unix time), at the later of the two when
-        both are asked, else at 0; None when ``since`` is asked of a log whose times this
-        executor does not know."""
-        ...
-
-    def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
-        """When the bytes ``start`` to ``end`` of the replica's log were written: the marks
-        that time them (``kiban.executors.log_streams``), or None when not known."""
-        ...
-
-    def checkpoint_dir(self, job_id: str) -> str:
-        """The per-job directory that survives restarts of the job."""
-        ...
-
     def pick_master_port(self) -> int:
         """The rendezvous port for a job's replica 0."""
         ...
@@ -190,7 +266,23 @@ class Executor(Protocol):
         service's model server), or None while it has no address yet."""
         ...
 
-    def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
-        """CPU seconds a running replica has used since it started (all its processes), or
-        None when it is gone or the executor cannot tell (no ``Capability.CPU_USAGE``)."""
-        ...
+
+NO_LOGS = NoLogs()
+
+
+def log_source(executor: Executor) -> LogSource:
+    """The executor's logs; empty ones (``NoLogs``) where it keeps none."""
+    return executor.offers.logs or NO_LOGS
+
+
+def checkpoint_probe(executor: Executor) -> CheckpointProbe | None:
+    """How the executor tells when a job last checkpointed; None where it cannot."""
+    return executor.offers.checkpoints
+
+
+def checkpoint_detection_unavailable(executor: Executor) -> str | None:
+    """What the control plane reports once where the executor has no ``CheckpointProbe``
+    (None where it has one)."""
+    if checkpoint_probe(executor) is not None:
+        return None
+    return f"checkpoint detection unavailable on {executor.name}"

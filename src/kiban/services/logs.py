@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 from anyio.to_thread import run_sync
 
 from kiban.domain.states import JobState
+from kiban.executors.base import log_source
 from kiban.executors.log_streams import Mark, timestamp
 from kiban.services import jobs, log_follow
 from kiban.services.auth import Principal
@@ -76,14 +77,13 @@ async def open_logs(
     if query.since_seconds is not None:
         since = platform.clock.now() - query.since_seconds
     executor = platform.executor
+    logs = log_source(executor)
     starts: list[int] = []
     for rank in ranks:
         start = 0
         if query.tail_lines is not None or since is not None:
             found = await _on_thread(
-                lambda r=rank: executor.log_start(
-                    job_id, r, tail_lines=query.tail_lines, since=since
-                )
+                lambda r=rank: logs.log_start(job_id, r, tail_lines=query.tail_lines, since=since)
             )
             if found is None:
                 field = "since_time" if query.since_time is not None else "since_seconds"
@@ -170,7 +170,7 @@ class _Rank:
         watch: JobWatch,
         stopping: asyncio.Event,
     ) -> None:
-        self.executor = platform.executor
+        self.logs = log_source(platform.executor)
         self.job_id = job_id
         self.rank = rank
         self.start = start
@@ -181,14 +181,14 @@ class _Rank:
     async def chunks(self) -> AsyncIterator[tuple[int, bytes]]:
         """(offset, bytes) of the log from ``start``; with ``follow``, until the job has
         ended and all its log was read (or the server stops)."""
-        executor, job_id, rank = self.executor, self.job_id, self.rank
+        logs, job_id, rank = self.logs, self.job_id, self.rank
         position = self.start
         pause = POLL_FIRST_S
         loop = asyncio.get_running_loop()
         follow_from = 0.0  # after a live stream broke off, poll a while before the next
         ended = False
         while True:
-            data, after = await _on_thread(executor.read_log, job_id, rank, position, CHUNK)
+            data, after = await _on_thread(logs.read_log, job_id, rank, position, CHUNK)
             if data:
                 yield position, data
                 position = after
@@ -197,7 +197,7 @@ class _Rank:
             if not self.query.follow or ended or self.stopping.is_set():
                 return
             if loop.time() >= follow_from:
-                live = await _on_thread(executor.follow_log, job_id, rank, position)
+                live = await _on_thread(logs.follow_log, job_id, rank, position)
                 streamed = None if live is None else log_follow.follow(live)
                 if streamed is not None:
                     try:
@@ -226,7 +226,7 @@ class _Rank:
             text = pending + data
             if self.query.timestamps:
                 for_times = await _on_thread(
-                    self.executor.log_times, self.job_id, self.rank, pending_at, offset + len(data)
+                    self.logs.log_times, self.job_id, self.rank, pending_at, offset + len(data)
                 )
             *lines, pending = text.split(b"\n")
             out = bytearray()

@@ -13,8 +13,10 @@ from kiban.executors.base import (
     LaunchRequest,
     NodeInfo,
     Observation,
+    Offers,
     ReplicaRef,
 )
+from kiban.executors.checkpoints import newest_file_mtime
 from kiban.executors.log_streams import (
     Mark,
     line_start_from,
@@ -51,7 +53,9 @@ class FakeExecutor:
     """Keeps replicas in memory. ``finish(job, rank, code)`` ends one; stops end them too.
 
     A SIGTERM-like stop ends a replica with code 143 unless it was told to ignore it;
-    a forced stop always ends it with 137.
+    a forced stop always ends it with 137. It offers logs (as tests write them), checkpoints
+    (files under ``checkpoints_root``) and, with ``Capability.CPU_USAGE``, a CPU meter; tests
+    give it more by replacing ``offers``.
     """
 
     name = "fake"
@@ -75,6 +79,11 @@ class FakeExecutor:
         self._next_pid = 1000
         self._next_port = 30000
         self.checkpoints_root = "/checkpoints"  # point it at a real directory to test checkpoints
+        self.offers = Offers(
+            logs=self,
+            cpu_meter=self if Capability.CPU_USAGE in self.capabilities else None,
+            checkpoints=self,
+        )
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
@@ -84,6 +93,9 @@ class FakeExecutor:
 
     def checkpoint_dir(self, job_id: str) -> str:
         return f"{self.checkpoints_root}/{job_id}"
+
+    def newest_checkpoint(self, job_id: str) -> float | None:
+        return newest_file_mtime(self.checkpoint_dir(job_id))
 
     def pick_master_port(self) -> int:
         self._next_port += 1
@@ -114,7 +126,11 @@ class FakeExecutor:
             self._next_pid += 1
             replica = FakeReplica(request, placement.rank, self._next_pid)
             self.replicas[(request.job_id, request.attempt, placement.rank)] = replica
-            launched.append(LaunchedReplica(placement.rank, self._next_pid, 0.0, self._clock.now()))
+            launched.append(
+                LaunchedReplica(
+                    placement.rank, self._clock.now(), f"fake/{self._next_pid}", self._next_pid
+                )
+            )
         return launched
 
     def _get(self, job_id: str, attempt: int, rank: int) -> FakeReplica:

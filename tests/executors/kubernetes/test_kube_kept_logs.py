@@ -41,9 +41,7 @@ def pod(rank: int, phase: str, attempt: int = 1) -> Obj:
 
 def ref(rank: int, attempt: int = 1) -> ReplicaRef:
     name = f"kb-{JOB}-{attempt}-{rank}"
-    return ReplicaRef(
-        JOB, attempt, "worker", rank, rank, None, None, f"{NAMESPACE}/{name}/u{attempt}-{rank}"
-    )
+    return ReplicaRef(JOB, attempt, "worker", rank, rank, f"{NAMESPACE}/{name}/u{attempt}-{rank}")
 
 
 class ScriptedCluster:

@@ -177,7 +177,7 @@ def test_observing_a_pod_counts_its_wait_for_the_image_on_the_executors_clock(
     monkeypatch.setattr(executor, "PodCache", NoCache)
     clock = ManualClock(datetime(2026, 11, 25, 12, 5, tzinfo=UTC).timestamp())
     kube = KubernetesExecutor(object(), KubernetesOptions(), clock=clock)  # type: ignore[arg-type]
-    replica = ReplicaRef("g-abc123", 1, "w", 0, 0, None, None, "kiban-t/kb-g-abc123-1-0/u1")
+    replica = ReplicaRef("g-abc123", 1, "w", 0, 0, "kiban-t/kb-g-abc123-1-0/u1")
     try:
         assert kube.observe(replica).running  # five minutes in: the kubelet keeps trying
         clock.advance(PULL_DEADLINE_S)

@@ -25,7 +25,7 @@ def launch(executor: LocalExecutor, workdir: Path, job_id: str, command: list[st
     spec = parse_job_manifest(document).spec
     placement = ReplicaPlacement("worker", 0, 0, "node-0", (), 1000, 2**30)
     (up,) = executor.launch(LaunchRequest(job_id, "short", "t", 1, spec, (placement,), 29500))
-    return ReplicaRef(job_id, 1, "worker", 0, 0, up.pid, up.pid_start_time)
+    return ReplicaRef(job_id, 1, "worker", 0, 0, up.handle)
 
 
 def zombies(pids: set[int]) -> list[int]:
@@ -54,7 +54,7 @@ def test_no_replica_is_left_a_zombie_after_many_short_jobs(tmp_path: Path) -> No
                 assert time.monotonic() < deadline, f"{ref.job_id} did not end"
                 time.sleep(0.005)  # polling, as the control loop does
             assert executor.observe(ref).exit_code == 0
-        pids = {ref.pid for ref in refs if ref.pid is not None}
+        pids = {int(ref.handle.split()[0]) for ref in refs if ref.handle is not None}
         deadline = time.monotonic() + 20
         while left := zombies(pids):
             assert time.monotonic() < deadline, f"{len(left)} of {JOBS} replicas left zombies"

@@ -13,6 +13,11 @@ Replicas are identified by a handle ``namespace/name/uid``; ``observe`` reads a 
 a watch keeps current (``podcache``), so a restarted kiban finds the pods it started before
 (Capability.ADOPT): running jobs keep their pods, and attempts cut short while launching are
 deleted by their labels (``abandon``), so that no pod is duplicated or left behind.
+
+It offers logs, an address per service revision (a Service) and closing; no CPU meter (pods'
+CPU use is the metrics server's) and no checkpoint probe: a job's checkpoints are in storage
+mounted in its containers, which kiban's control plane does not see (the control plane says
+so once: ``checkpoint_detection_unavailable``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from kiban.executors.base import (
     LaunchRequest,
     NodeInfo,
     Observation,
+    Offers,
     ReplicaRef,
 )
 from kiban.executors.kubernetes.api import CoreApi, Obj, connect
@@ -172,6 +178,7 @@ class KubernetesExecutor:
         self.timed = TimedLogs(self.api, CONTAINER, LOG_REFETCH_S)  # --since, --timestamps
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
+        self.offers = Offers(logs=self, revisions=self, closing=self)
 
     @classmethod
     def connect(
@@ -208,10 +215,6 @@ class KubernetesExecutor:
             self._node_names = {n.name for n in infos}
         return sorted(infos, key=lambda n: n.name)
 
-    def checkpoint_dir(self, job_id: str) -> str:
-        """The path inside the containers (shared storage mounted there keeps it across pods)."""
-        return f"{self.options.checkpoint_root}/{job_id}"
-
     def pick_master_port(self) -> int:
         """A port from a small range above ``options.master_port``.
 
@@ -244,9 +247,7 @@ class KubernetesExecutor:
                 self.pods.put(pod)
                 meta = pod["metadata"]
                 handle = make_handle(namespace, meta["name"], meta["uid"])
-                launched.append(
-                    LaunchedReplica(placement.rank, None, None, self._clock.now(), handle)
-                )
+                launched.append(LaunchedReplica(placement.rank, self._clock.now(), handle))
         except ApiException as exc:
             self.abandon(request.job_id, request.attempt)
             raise LaunchError(f"the Kubernetes API refused: {_api_message(exc)}") from None
@@ -342,11 +343,6 @@ class KubernetesExecutor:
         pod = None if found is None else found[3]
         ip = None if pod is None else (pod.get("status") or {}).get("podIP")
         return f"{ip}:{port}" if ip else None
-
-    def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
-        """None: pods' CPU use is the metrics server's, which kiban does not read yet (no
-        ``Capability.CPU_USAGE``; a service with scaleMetric cpu scales on concurrency)."""
-        return None
 
     def publish_revision(self, tenant: str, service: str, revision: str, port: int) -> str:
         """Make (or keep) the Service of one revision of an inference service; its address."""

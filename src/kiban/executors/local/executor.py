@@ -5,6 +5,7 @@ Layout under the kiban home::
     jobs/<job>/rank-<R>.log                 the replica's output, appended across attempts
     jobs/<job>/rank-<R>.times               when each part of it was written (log_index)
     jobs/<job>/attempt-<A>/rank-<R>.pid     "pid start-time", written right after the launch
+                                            (the replica's handle holds the same)
     jobs/<job>/attempt-<A>/rank-<R>.exit    exit code, written by the shim when the command ends
     jobs/<job>/attempt-<A>/rank-<R>.sock    a Unix socket kiban's model server listens on too
     checkpoints/<job>/                      KIBAN_CHECKPOINT_DIR, kept across attempts
@@ -42,8 +43,10 @@ from kiban.executors.base import (
     LaunchRequest,
     NodeInfo,
     Observation,
+    Offers,
     ReplicaRef,
 )
+from kiban.executors.checkpoints import newest_file_mtime
 from kiban.executors.environment import replica_command, replica_environment
 from kiban.executors.local.isolation import JOB_UMASK, Isolation, TenantRun
 from kiban.executors.local.log_index import INDEX_FD_ENV, LogMarks, marks_path
@@ -79,6 +82,21 @@ def write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
+
+
+def process_handle(pid: int, start_time: float) -> str:
+    """A replica's handle: its shim's pid and that process's start time (so that a reused pid
+    is told apart), as in its pid file."""
+    return f"{pid} {start_time!r}"
+
+
+def parse_process_handle(text: str) -> tuple[int, float] | None:
+    """(pid, start time) of a handle or a pid file's text; None when it is neither."""
+    try:
+        pid_text, start_text = text.split()
+        return int(pid_text), float(start_text)
+    except ValueError:
+        return None
 
 
 def process_identity(pid: int) -> float | None:
@@ -123,6 +141,7 @@ class LocalExecutor:
             caps.add(Capability.TORCHRUN)
         self.capabilities = frozenset(caps)
         self.launch_concurrency = 1  # spawning a process is quick and local: one at a time
+        self.offers = Offers(logs=self, cpu_meter=self, checkpoints=self, closing=self)
 
     # -- nodes -----------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
@@ -130,6 +149,11 @@ class LocalExecutor:
 
     def checkpoint_dir(self, job_id: str) -> str:
         return str(safe_job_dir(self.checkpoints_root, job_id))
+
+    def newest_checkpoint(self, job_id: str) -> float | None:
+        """The job's checkpoint directory is on this machine: its newest file's time, as the
+        tenant's replicas wrote it."""
+        return newest_file_mtime(self.checkpoint_dir(job_id))
 
     def pick_master_port(self) -> int:
         """A free TCP port on loopback for the job's rendezvous."""
@@ -159,10 +183,11 @@ class LocalExecutor:
     def replica_cpu_seconds(self, replica: ReplicaRef) -> float | None:
         """CPU seconds of the replica's shim and every process under it, with the children
         they have reaped; None once it is gone (or its pid names another process)."""
-        if replica.pid is None or not self._alive(replica):
+        identity = self._identity(replica)
+        if identity is None or not self._alive(replica):
             return None
         try:
-            root = psutil.Process(replica.pid)
+            root = psutil.Process(identity[0])
             processes = [root, *root.children(recursive=True)]
         except psutil.Error:
             return None
@@ -286,14 +311,13 @@ class LocalExecutor:
                         umask=-1 if tenant is None else JOB_UMASK,
                     )
                 start_time = process_identity(proc.pid) or self._clock.now()
-                (attempt_dir / f"rank-{placement.rank}.pid").write_text(
-                    f"{proc.pid} {start_time}\n"
-                )
+                handle = process_handle(proc.pid, start_time)
+                (attempt_dir / f"rank-{placement.rank}.pid").write_text(f"{handle}\n")
                 with self._lock:
                     self._children[proc.pid] = proc
                 self._reaper.watch(proc)
                 launched.append(
-                    LaunchedReplica(placement.rank, proc.pid, start_time, self._clock.now())
+                    LaunchedReplica(placement.rank, self._clock.now(), handle, pid=proc.pid)
                 )
                 refs.append(
                     ReplicaRef(
@@ -302,8 +326,7 @@ class LocalExecutor:
                         placement.task,
                         placement.index,
                         placement.rank,
-                        proc.pid,
-                        start_time,
+                        handle,
                     )
                 )
         except (OSError, ValueError) as exc:  # ValueError: a value exec refuses (a NUL)
@@ -344,21 +367,35 @@ class LocalExecutor:
             running=False, exit_code=int(lines[0]), message=lines[1] if len(lines) > 1 else ""
         )
 
+    def _pid_file(self, job_id: str, attempt: int, rank: int) -> Path:
+        return safe_job_dir(self.jobs_root, job_id) / f"attempt-{attempt}" / f"rank-{rank}.pid"
+
+    def _identity(self, ref: ReplicaRef) -> tuple[int, float] | None:
+        """(pid, start time) of the replica's shim: from its handle, or from its pid file when
+        it has none (replicas recorded before handles held them); None: never started."""
+        if ref.handle is not None:
+            return parse_process_handle(ref.handle)
+        try:
+            text = self._pid_file(ref.job_id, ref.attempt, ref.rank).read_text()
+        except OSError:
+            return None
+        return parse_process_handle(text)
+
     def _alive(self, ref: ReplicaRef) -> bool:
-        if ref.pid is None:
+        identity = self._identity(ref)
+        if identity is None:
             return False
+        pid, start_time = identity
         with self._lock:
-            child = self._children.get(ref.pid)
+            child = self._children.get(pid)
         if child is not None:
             if child.poll() is None:
                 return True
             with self._lock:
-                self._children.pop(ref.pid, None)
+                self._children.pop(pid, None)
             return False
-        started = process_identity(ref.pid)
-        return started is not None and (
-            ref.pid_start_time is None or abs(started - ref.pid_start_time) < 0.05
-        )
+        started = process_identity(pid)
+        return started is not None and abs(started - start_time) < 0.05
 
     def observe(self, replica: ReplicaRef) -> Observation:
         found = self._read_exit(replica)
@@ -391,13 +428,15 @@ class LocalExecutor:
         live process with the pid but another start time means nothing of the replica is left,
         and signalling the group would hit a stranger (perhaps another job's replica).
         """
-        if ref.pid is None or ref.pid_start_time is None:
+        identity = self._identity(ref)
+        if identity is None:
             return False
+        pid, start_time = identity
         with self._lock:
-            if ref.pid in self._children:
+            if pid in self._children:
                 return False
-        started = process_identity(ref.pid)
-        return started is not None and abs(started - ref.pid_start_time) >= 0.05
+        started = process_identity(pid)
+        return started is not None and abs(started - start_time) >= 0.05
 
     def stop(self, replica: ReplicaRef, *, force: bool) -> None:
         """Signal the replica's whole process group (SIGTERM, or SIGKILL with ``force``).
@@ -405,24 +444,23 @@ class LocalExecutor:
         With ``force`` the group is killed even when its leader (the shim) is gone, so that
         children it left behind die too; never when the pid has since been reused.
         """
-        if replica.pid is None or self._pid_reused(replica):
+        identity = self._identity(replica)
+        if identity is None or self._pid_reused(replica):
             return
         if not force and not self._alive(replica):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(replica.pid, signal.SIGKILL if force else signal.SIGTERM)
+            os.killpg(identity[0], signal.SIGKILL if force else signal.SIGTERM)
 
     def abandon(self, job_id: str, attempt: int) -> None:
         """Kill every replica of the attempt found in its pid files (written at each launch)."""
         attempt_dir = safe_job_dir(self.jobs_root, job_id) / f"attempt-{attempt}"
         for pid_file in sorted(attempt_dir.glob("rank-*.pid")):
             try:
-                pid_text, start_text = pid_file.read_text().split()
                 rank = int(pid_file.stem.removeprefix("rank-"))
-                ref = ReplicaRef(job_id, attempt, "", 0, rank, int(pid_text), float(start_text))
             except ValueError:
                 continue
-            self.stop(ref, force=True)
+            self.stop(ReplicaRef(job_id, attempt, "", 0, rank), force=True)
 
     def attempts(self) -> set[tuple[str, int]]:
         """None: a replica's process group ends with its stop (killed as a group), and a
@@ -431,10 +469,11 @@ class LocalExecutor:
 
     def group_alive(self, replica: ReplicaRef) -> bool:
         """Whether any process of the replica's group is left."""
-        if replica.pid is None or self._pid_reused(replica):
+        identity = self._identity(replica)
+        if identity is None or self._pid_reused(replica):
             return False
         try:
-            os.killpg(replica.pid, 0)
+            os.killpg(identity[0], 0)
         except (ProcessLookupError, PermissionError):
             return False
         return True
