@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
 from kiban.control.loop import ControlLoop
-from kiban.control.services import ServiceController
+from kiban.control.serving_controller import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
 from kiban.executors.base import Executor, NodeInfo
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
