@@ -60,6 +60,7 @@ class Platform:
             facts=lambda: self.facts,
             clock=self.clock,
             on_jobs_changed=self.loop.wake,
+            submissions=self.submissions,
         )
 
     def start_router(self, host: str, port: int) -> None:
