@@ -455,7 +455,8 @@ class ServiceController:
                 self.table.set(plan.route)
             session.commit()
         self._store(view, launches)
-        return plan.jobs_changed and (bool(launches) or not plan.launch)
+        # Replicas asked to stop, or new ones stored (a refused one changes no job).
+        return bool(launches) or any(s.change < 0 for s in plan.scaling)
 
     def _prepare(
         self,

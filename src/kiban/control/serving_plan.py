@@ -250,163 +250,165 @@ class ServicePlan:
     forget: tuple[int, ...] = ()
     """Revisions whose autoscaler state is dropped (they keep no replicas)."""
 
-    @property
-    def jobs_changed(self) -> bool:
-        """Whether the plan asks for replica jobs to be made or cancelled."""
-        return any(s.change != 0 for s in self.scaling)
-
 
 def plan_service(view: ServiceView, probes: Probes, traffic: Traffic, now: float) -> ServicePlan:
     """Decide one pass over ``view`` (see the module's steps); reads nothing else."""
-    flags = {r.job_id: [r.ready, r.ever_ready, r.ended] for r in view.replicas}
-    states = {r.number: r.state for r in view.revisions}
-    crashes = {r.number: r.crashes for r in view.revisions}
-    ready_at = {r.number: r.ready_at for r in view.revisions}
-    crashed: list[str] = []
-    failed: list[RevisionFailure] = []
-    became_ready: list[int] = []
+    work = _Pass(view)
     for revision in view.revisions:
-        number = revision.number
-        replicas = view.replicas_of(revision)
-        # 1. replicas that ended
-        for replica in replicas:
-            state = flags[replica.job_id]
-            if state[2] or not replica.job_state.terminal:
-                continue
-            state[0], state[2] = False, True
-            if replica.job_state is JobState.CANCELLED or state[1]:
-                continue
-            crashed.append(replica.job_id)
-            crashes[number] += 1
-            if not states[number].live or ready_at[number] is not None:
-                continue
-            failure = _failure(replica, probes, crashes[number])
-            if failure is not None:
-                states[number] = RevisionState.FAILED
-                failed.append(RevisionFailure(number, *failure))
-        # 2. readiness
-        for replica in replicas:
-            state = flags[replica.job_id]
-            state[0] = False
-            if replica.job_id in probes.addresses:
-                answered = probes.ready.get(replica.job_id, False)
-                state[0], state[1] = answered, state[1] or answered
-        if states[number] is RevisionState.LOADING and any(flags[r.job_id][0] for r in replicas):
-            states[number], ready_at[number] = RevisionState.READY, now
-            became_ready.append(number)
-
-    stable, canary, percent = view.stable_revision, view.canary_revision, view.canary_percent
-    promote = canary is not None and percent >= 100 and states[canary] is RevisionState.READY
-    if promote:
-        if stable is not None and stable != canary and states[stable] is not RevisionState.FAILED:
-            states[stable] = RevisionState.RETIRED  # as promoting retires it
-        stable, canary, percent = canary, None, 0
-    drop_canary = (
-        canary is not None and states[canary] is RevisionState.FAILED and stable is not None
-    )
-    if drop_canary:
-        canary, percent = None, 0
-    targets = TrafficTargets(stable, canary, percent)
+        work.account_ended(revision, probes)
+        work.observe_readiness(revision, probes, now)
+    promote, drop_canary, targets = work.rollout()
     serving = serving_revisions(
-        (
-            r.number,
-            states[r.number].value,
-            any(flags[x.job_id][0] for x in view.replicas_of(r)),
-        )
-        for r in view.revisions
+        (r.number, work.states[r.number].value, work.has_ready(r)) for r in view.revisions
     )
     split = traffic_split(targets, serving) if not view.deleted else {}
+    scaling = [work.scale(revision, targets, traffic) for revision in view.revisions]
+    plan = ServicePlan(
+        service_id=view.id,
+        replicas=tuple(
+            ReplicaUpdate(r.job_id, *work.flags[r.job_id])
+            for r in view.replicas
+            if tuple(work.flags[r.job_id]) != (r.ready, r.ever_ready, r.ended)
+        ),
+        revisions=tuple(
+            RevisionUpdate(r.id, r.number, work.crashes[r.number], s.desired)
+            for r, s in zip(view.revisions, scaling, strict=True)
+        ),
+        crashed=tuple(work.crashed),
+        failed=tuple(work.failed),
+        became_ready=tuple(work.became_ready),
+        promote=promote,
+        drop_canary=drop_canary,
+        scaling=tuple(scaling),
+        cancel=tuple(work.cancel),
+        launch=tuple(work.launch),
+        # A deleted service's split is empty: none of its revisions is routed, so their own
+        # addresses are removed (even when the service itself is removed).
+        routed=tuple(_revision_route(view, number) for number in sorted(split)),
+        forget=tuple(work.forget),
+    )
+    if view.deleted:
+        return replace(plan, remove=all(r.job_state.terminal for r in view.replicas))
+    return replace(plan, route=_route(view, split, probes, work.flags))
 
-    # 3 and 4: replica counts, and jobs to match
-    scaling: list[Scaling] = []
-    cancel: list[str] = []
-    launch: list[Launch] = []
-    forget: list[int] = []
-    for revision in view.revisions:
-        replicas = view.replicas_of(revision)
+
+class _Pass:
+    """What ``plan_service`` works out step by step: the flags, states and counters as the
+    pass changes them, and what it decided so far."""
+
+    def __init__(self, view: ServiceView) -> None:
+        self.view = view
+        self.flags = {r.job_id: [r.ready, r.ever_ready, r.ended] for r in view.replicas}
+        self.states = {r.number: r.state for r in view.revisions}
+        self.crashes = {r.number: r.crashes for r in view.revisions}
+        self.ready_at = {r.number: r.ready_at for r in view.revisions}
+        self.crashed: list[str] = []
+        self.failed: list[RevisionFailure] = []
+        self.became_ready: list[int] = []
+        self.cancel: list[str] = []
+        self.launch: list[Launch] = []
+        self.forget: list[int] = []
+
+    def has_ready(self, revision: RevisionView) -> bool:
+        return any(self.flags[r.job_id][0] for r in self.view.replicas_of(revision))
+
+    def account_ended(self, revision: RevisionView, probes: Probes) -> None:
+        """Step 1: replicas whose jobs ended; a crash may fail a revision that never served."""
+        number = revision.number
+        for replica in self.view.replicas_of(revision):
+            flags = self.flags[replica.job_id]
+            if flags[2] or not replica.job_state.terminal:
+                continue
+            flags[0], flags[2] = False, True
+            if replica.job_state is JobState.CANCELLED or flags[1]:
+                continue
+            self.crashed.append(replica.job_id)
+            self.crashes[number] += 1
+            if not self.states[number].live or self.ready_at[number] is not None:
+                continue
+            failure = _failure(replica, probes, self.crashes[number])
+            if failure is not None:
+                self.states[number] = RevisionState.FAILED
+                self.failed.append(RevisionFailure(number, *failure))
+
+    def observe_readiness(self, revision: RevisionView, probes: Probes, now: float) -> None:
+        """Step 2: the probes' answers; a loading revision with a ready replica is Ready."""
+        for replica in self.view.replicas_of(revision):
+            flags = self.flags[replica.job_id]
+            flags[0] = False
+            if replica.job_id in probes.addresses:
+                answered = probes.ready.get(replica.job_id, False)
+                flags[0], flags[1] = answered, flags[1] or answered
+        number = revision.number
+        if self.states[number] is RevisionState.LOADING and self.has_ready(revision):
+            self.states[number], self.ready_at[number] = RevisionState.READY, now
+            self.became_ready.append(number)
+
+    def rollout(self) -> tuple[bool, bool, TrafficTargets]:
+        """Step 2 still: whether the canary is promoted, whether a failed canary is dropped,
+        and the targets after both."""
+        stable, canary = self.view.stable_revision, self.view.canary_revision
+        percent = self.view.canary_percent
+        states = self.states
+        promote = canary is not None and percent >= 100 and states[canary] is RevisionState.READY
+        if promote:
+            if (
+                stable is not None
+                and stable != canary
+                and states[stable] is not RevisionState.FAILED
+            ):
+                states[stable] = RevisionState.RETIRED  # as promoting retires it
+            stable, canary, percent = canary, None, 0
+        drop = canary is not None and states[canary] is RevisionState.FAILED and stable is not None
+        if drop:
+            canary, percent = None, 0
+        return promote, drop, TrafficTargets(stable, canary, percent)
+
+    def scale(self, revision: RevisionView, targets: TrafficTargets, traffic: Traffic) -> Scaling:
+        """Steps 3 and 4: the revision's replica count, and the jobs to cancel or make."""
+        number = revision.number
+        replicas = self.view.replicas_of(revision)
         live = [r for r in replicas if not r.job_state.terminal]
         decision: ScaleDecision | None = None
         if (
-            view.deleted
-            or not states[revision.number].live
-            or revision.number
-            not in (
-                targets.stable,
-                targets.canary,
-            )
+            self.view.deleted
+            or not self.states[number].live
+            or number not in (targets.stable, targets.canary)
         ):
-            forget.append(revision.number)
+            self.forget.append(number)
             desired = 0
         else:
-            decision = _decide(view, revision, traffic, sum(flags[r.job_id][0] for r in replicas))
+            ready = sum(self.flags[r.job_id][0] for r in replicas)
+            decision = _decide(self.view, revision, traffic, ready)
             desired = decision.desired
-            if states[revision.number] is RevisionState.LOADING:
+            if self.states[number] is RevisionState.LOADING:
                 # Knative's initial scale of 1: a new revision shows that its model loads (and
                 # a canary gets a replica to be ready with) before it may scale to zero.
                 desired = max(desired, 1)
-        scaling.append(Scaling(revision.number, desired, len(live), decision))
         if len(live) > desired:
             # Pending ones first, then the newest: the ones that serve longest are kept.
             extra = sorted(live, key=lambda r: (r.job_state is not JobState.PENDING, -r.index))
             for replica in extra[: len(live) - desired]:
                 # Out of the router's choices in this pass's route, before its process may be
                 # stopped: a new request sent to it then would fail. Its in-flight ones finish.
-                flags[replica.job_id][0] = False
+                self.flags[replica.job_id][0] = False
                 if replica.job_state is not JobState.STOPPING:
-                    cancel.append(replica.job_id)
+                    self.cancel.append(replica.job_id)
         used = {r.index for r in replicas}
         index = 0
         for _ in range(desired - len(live)):
             while index in used:
                 index += 1
             used.add(index)
-            launch.append(Launch(revision.id, revision.number, index))
+            self.launch.append(Launch(revision.id, number, index))
+        return Scaling(number, desired, len(live), decision)
 
-    replica_updates = tuple(
-        ReplicaUpdate(r.job_id, *flags[r.job_id])
-        for r in view.replicas
-        if tuple(flags[r.job_id]) != (r.ready, r.ever_ready, r.ended)
-    )
-    revision_updates = tuple(
-        RevisionUpdate(r.id, r.number, crashes[r.number], s.desired)
-        for r, s in zip(view.revisions, scaling, strict=True)
-    )
-    # A deleted service's split is empty: none of its revisions is routed, so its revisions'
-    # own addresses are removed (even when the service itself is removed).
-    by_number = {r.number: r for r in view.revisions}
-    routed = tuple(
-        RevisionRoute(
-            revision_name(view.name, number),
-            next(
-                (
-                    r.master_port
-                    for r in view.replicas_of(by_number[number])
-                    if r.master_port is not None
-                ),
-                None,
-            ),
-        )
-        for number in sorted(split)
-    )
-    plan = ServicePlan(
-        service_id=view.id,
-        replicas=replica_updates,
-        revisions=revision_updates,
-        crashed=tuple(crashed),
-        failed=tuple(failed),
-        became_ready=tuple(became_ready),
-        promote=promote,
-        drop_canary=drop_canary,
-        scaling=tuple(scaling),
-        cancel=tuple(cancel),
-        launch=tuple(launch),
-        routed=routed,
-        forget=tuple(forget),
-    )
-    if view.deleted:
-        running = any(not r.job_state.terminal for r in view.replicas)
-        return replace(plan, remove=not running)
-    return replace(plan, route=_route(view, split, probes, flags))
+
+def _revision_route(view: ServiceView, number: int) -> RevisionRoute:
+    """A revision that takes traffic, with the first port one of its replicas was given."""
+    (revision,) = [r for r in view.revisions if r.number == number]
+    ports = (r.master_port for r in view.replicas_of(revision) if r.master_port is not None)
+    return RevisionRoute(revision_name(view.name, number), next(ports, None))
 
 
 def _failure(
