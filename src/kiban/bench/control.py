@@ -14,7 +14,8 @@ inference services of one replica each are made to run. Then:
 
 ``--against DIR`` runs the same measurement on the checkout in ``DIR`` (its ``src``), in a
 subprocess, and reports both side by side with their ratios: before and after a change, on the
-same machine in one run. This module runs there as a script, so it imports only what every
+same machine in one run. ``--rounds N`` alternates the two N times; each figure is the median
+of its rounds. This module runs there as a script, so it imports only what every
 kiban since the service controller has (``build_platform``, ``FakeExecutor``, the services).
 """
 
@@ -32,7 +33,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
+
+from sqlalchemy.orm import Session, sessionmaker
 
 GPUS_PER_NODE = 8
 
@@ -44,8 +47,11 @@ class ControlBenchOptions:
     passes: int = 10
     hang_s: float = 2.0
     against: Path | None = None
+    rounds: int = 1
 
     def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"--rounds must be at least 1; got {self.rounds}")
         if self.running < 0:
             raise ValueError(f"--running must be 0 or more; got {self.running}")
         if self.services < 2:
@@ -92,6 +98,32 @@ def _training(name: str) -> dict[str, Any]:
     }
 
 
+class _LockingSession(Session):
+    """A session that times itself, from entering to leaving its ``with``, when it locked a
+    job (``get(..., with_for_update=True)``, as settling each job does)."""
+
+    locked: ClassVar[list[float]] = []
+
+    def __enter__(self) -> Self:
+        self._began, self._locks = time.perf_counter(), False
+        return super().__enter__()
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self._locks = self._locks or bool(kwargs.get("with_for_update"))
+        return super().get(*args, **kwargs)
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        if getattr(self, "_locks", False):
+            _LockingSession.locked.append(time.perf_counter() - self._began)
+
+
+def _locking_timed(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
+    """``sessions`` whose transactions that lock a job are timed (``_LockingSession.locked``)."""
+    _LockingSession.locked.clear()
+    return sessionmaker(**{**sessions.kw, "class_": _LockingSession})
+
+
 def _timed(call: Callable[[], object]) -> float:
     started = time.perf_counter()
     call()
@@ -119,9 +151,8 @@ def measure(running: int, services: int, passes: int, hang_s: float) -> dict[str
     ]
     clock = ManualClock()
     with tempfile.TemporaryDirectory(prefix="kiban-bench-control-") as home:
-        platform = build_platform(
-            home=Path(home), db_url=None, executor=FakeExecutor(nodes, clock=clock), clock=clock
-        )
+        executor = FakeExecutor(nodes, clock=clock)
+        platform = build_platform(home=Path(home), db_url=None, executor=executor, clock=clock)
         try:
             probe = _Probe(hang_s)
             controller = platform.services
@@ -150,14 +181,19 @@ def measure(running: int, services: int, passes: int, hang_s: float) -> dict[str
             service_passes = [_timed(controller.run_once) for _ in range(passes)]
             loop_passes = [_timed(platform.loop.run_once) for _ in range(passes)]
 
-            # The first service deleted; the last one's probe hangs in the next pass.
+            # The first service deleted, and a training job ended: the next pass cancels the
+            # service's replica, while the last service's probe hangs; meanwhile the control
+            # loop settles the ended job and a user cancels that replica, side by side.
             first, last = names[0], names[-1]
             with platform.sessions() as session:
                 victim = session.scalars(
                     select(Job.id).where(Job.name == f"{first}-00001-0", Job.state == "Running")
                 ).one()
+                ended = session.scalars(select(Job.id).where(Job.name == "train0")).first()
                 serving.delete(session, admin, first, clock.now())
                 session.commit()
+            if ended is not None:
+                executor.finish_all(ended, exit_code=0)
 
             def cancel() -> None:
                 with platform.sessions() as session:
@@ -165,16 +201,19 @@ def measure(running: int, services: int, passes: int, hang_s: float) -> dict[str
                     session.commit()
 
             probe.hang = last
-            with ThreadPoolExecutor(1) as pool:
+            settler = platform.loop.settler
+            plain = settler.sessions
+            settler.sessions = _locking_timed(plain)
+            with ThreadPoolExecutor(3) as pool:
                 reconciling = pool.submit(controller.run_once)
                 if not probe.entered.wait(60):
                     raise RuntimeError("the pass never probed the hanging replica")
-                waits = {
-                    "cancel_s": _timed(cancel),
-                    "settle_s": _timed(lambda: platform.loop.settle(clock.now())),
-                }
+                cancelling = pool.submit(_timed, cancel)
+                settling = pool.submit(_timed, lambda: platform.loop.settle(clock.now()))
+                cancel_s, settle_s = cancelling.result(timeout=60), settling.result(timeout=60)
                 probe.release.set()
                 reconciling.result(timeout=60)
+            settler.sessions = plain
         finally:
             platform.close()
     return {
@@ -182,9 +221,9 @@ def measure(running: int, services: int, passes: int, hang_s: float) -> dict[str
         "service_pass_max_ms": max(service_passes) * 1000,
         "loop_pass_p50_ms": statistics.median(loop_passes) * 1000,
         "loop_pass_max_ms": max(loop_passes) * 1000,
-        "cancel_during_hang_ms": waits["cancel_s"] * 1000,
-        "settle_during_hang_ms": waits["settle_s"] * 1000,
-        "longest_lock_wait_ms": max(waits.values()) * 1000,
+        "cancel_during_hang_ms": cancel_s * 1000,
+        "settle_during_hang_ms": settle_s * 1000,
+        "longest_settling_lock_ms": max(_LockingSession.locked, default=0.0) * 1000,
     }
 
 
@@ -217,8 +256,15 @@ def run_control_bench(options: ControlBenchOptions, say: Callable[[str], None]) 
     from kiban.bench.machine import describe_machine
 
     machine = describe_machine()
-    say(f"{options.running} running jobs, {options.services} services: this checkout")
-    this = measure(options.running, options.services, options.passes, options.hang_s)
+    runs: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    for round_ in range(1, options.rounds + 1):  # alternating: the machine's load drifts
+        say(f"round {round_}: {options.running} running jobs, {options.services} services")
+        runs.append(measure(options.running, options.services, options.passes, options.hang_s))
+        if options.against is not None:
+            say(f"round {round_}: the same on {options.against}")
+            others.append(_measure_elsewhere(options.against, options))
+    this = _medians(runs)
     report: dict[str, Any] = {
         "bench": "control",
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
@@ -226,15 +272,18 @@ def run_control_bench(options: ControlBenchOptions, say: Callable[[str], None]) 
         "store": "sqlite",
         "this": this,
     }
-    if options.against is not None:
-        say(f"the same on {options.against}")
-        other = _measure_elsewhere(options.against, options)
-        report["against"] = other
+    if others:
+        other = report["against"] = _medians(others)
         report["ratio"] = {key: (other[key] / this[key] if this[key] > 0 else None) for key in this}
     report["machine"]["load_average_after"] = (
         round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     )
     return report
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the rounds."""
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
 ROWS = [
@@ -249,14 +298,18 @@ ROWS = [
     (
         "cancel while a probe hangs",
         "cancel_during_hang_ms",
-        "a user's cancel of a replica the pass cancels too",
+        "a user's cancel of a replica the pass cancels too, beside settle()",
     ),
     (
         "settling while a probe hangs",
         "settle_during_hang_ms",
-        "the loop's settle(): each job locked in turn",
+        "the loop's settle() pass: reads every active job, locks those that change",
     ),
-    ("longest lock wait", "longest_lock_wait_ms", "of the two above"),
+    (
+        "longest settling transaction",
+        "longest_settling_lock_ms",
+        "of settle() above: an ended job locked (FOR UPDATE), settled, committed",
+    ),
 ]
 
 

@@ -233,6 +233,9 @@ def control(
         Path | None,
         typer.Option(help="another kiban checkout to measure the same way, side by side"),
     ] = None,
+    rounds: Annotated[
+        int, typer.Option(help="with --against: runs of each, alternating (medians shown)")
+    ] = 1,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
@@ -247,7 +250,12 @@ def control(
 
     try:
         options = ControlBenchOptions(
-            running=running, services=services, passes=passes, hang_s=hang, against=against
+            running=running,
+            services=services,
+            passes=passes,
+            hang_s=hang,
+            against=against,
+            rounds=rounds,
         )
     except ValueError as exc:
         render.err.print(f"error: {exc}", markup=False)
