@@ -1,5 +1,7 @@
-"""A readiness probe that hangs holds no session and no row lock: while it hangs, the jobs of
-its service and of the services reconciled before it can be settled or cancelled at once."""
+"""The service controller probes with no session open and applies in short transactions: a
+readiness probe that hangs holds no session and no row lock (the jobs of its service and of the
+services reconciled before it can be settled or cancelled meanwhile), and a user's change made
+while the pass probes wins over the plan made before it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from sqlalchemy import select, update
 from kiban.platform import Platform
 from kiban.services import jobs, serving
 from kiban.services.auth import Principal
-from kiban.store.models import Job, ServiceReplica, ServiceRow
+from kiban.store.models import Event, Job, ServiceReplica, ServiceRevision, ServiceRow
 
 ALICE = Principal(name="alice", tenant="default", is_admin=False)
 PROMPTLY_S = 10.0  # far more than a cancel takes; far less than a store's lock wait (30 s)
@@ -100,3 +102,60 @@ def test_a_hanging_readiness_probe_holds_no_lock_on_the_jobs(platform: Platform)
         states = {j.id: (j.state, j.stop_intent) for j in session.scalars(select(Job))}
     assert states[chat] in (("Stopping", "cancel"), ("Cancelled", "cancel"))
     assert states[slow] in (("Stopping", "cancel"), ("Cancelled", "cancel"))
+
+
+class RollingBack:
+    """Replicas answer ready; the first probe of the canary's replica rolls the canary back
+    first, in a transaction of its own, as a user may while the pass probes."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+        self.canary: str | None = None
+
+    def __call__(self, address: str, path: str) -> bool:
+        if self.canary is not None and address.startswith(self.canary):
+            self.canary = None
+            with self.platform.sessions() as session:
+                serving.rollback(session, ALICE, "chat", self.platform.clock.now())
+                session.commit()
+        return True
+
+
+def test_a_rollback_during_the_probes_wins_over_the_promotion_the_pass_planned(
+    platform: Platform,
+) -> None:
+    probe = RollingBack(platform)
+    platform.services.probe = probe
+
+    def settle() -> None:
+        for _ in range(3):
+            platform.services.run_once()
+            platform.loop.run_once()
+
+    with platform.sessions() as session:
+        serving.apply(session, ALICE, service_doc("chat"), facts=platform.facts, at=0.0)
+        session.commit()
+    settle()
+    canary = service_doc("chat")
+    canary["spec"].update(
+        canaryTrafficPercent=100, model={**canary["spec"]["model"], "args": ["-v"]}
+    )
+    with platform.sessions() as session:
+        serving.apply(session, ALICE, canary, facts=platform.facts, at=0.0)
+        session.commit()
+    platform.services.run_once()  # the canary's replica is made...
+    platform.loop.run_once()  # ... and runs; the next pass would find it ready and promote it
+    probe.canary = "chat-00002-0"
+    platform.services.run_once()
+    assert probe.canary is None, "the canary's replica was not probed"
+    with platform.sessions() as session:
+        service = session.scalars(select(ServiceRow)).one()
+        assert (service.stable_revision, service.canary_revision) == (1, None)
+        revisions = session.scalars(select(ServiceRevision).order_by(ServiceRevision.number))
+        assert [r.state for r in revisions] == ["Ready", "Retired"]
+        promoted = session.scalars(select(Event.message).where(Event.reason == "Promoted"))
+        assert [m for m in promoted if "chat-00002" in m] == []
+    platform.services.run_once()  # the next pass sees the rollback: the canary's replica goes
+    with platform.sessions() as session:
+        replica = session.scalars(select(Job).where(Job.name == "chat-00002-0")).one()
+        assert replica.state in ("Stopping", "Cancelled")
