@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
 from kiban.control.loop import ControlLoop
-from kiban.control.services import ServiceController
+from kiban.control.serving_controller import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
 from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
 from kiban.services import events
@@ -68,6 +68,7 @@ class Platform:
             facts=lambda: self.facts,
             clock=self.clock,
             on_jobs_changed=self.loop.wake,
+            submissions=self.submissions,
         )
 
     def start_router(self, host: str, port: int) -> None:

@@ -15,7 +15,7 @@ from loop_support import manifest, submit
 from sqlalchemy import select
 
 from kiban.control.revision_services import RESYNC_S
-from kiban.control.services import ServiceController
+from kiban.control.serving_controller import ServiceController
 from kiban.executors.base import CANNOT_START, EXIT_CANNOT_START
 from kiban.platform import Platform
 from kiban.services import jobs, serving

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from kiban.platform import Platform
 from kiban.services import events, jobs
@@ -106,6 +107,36 @@ def test_an_id_taken_again_and_again_gives_up(
         writer.write(*job_and_event("x-aaaaaa")).result(timeout=30)
     writer.stop()
     assert count(platform, Job) == 1
+
+
+def test_rows_written_along_a_job_take_its_final_id_and_fail_with_it(
+    platform: Platform,
+) -> None:
+    """A service's replica row goes in its job's transaction, under the id the job is stored
+    with (a fresh one when its random one was taken); when the row cannot be written, neither
+    is the job."""
+    seen: list[str] = []
+
+    def along(session: Session, job: Job) -> None:
+        seen.append(job.id)
+        session.add(events.new_event(kind="Job", name=job.id, reason="Along", message="", at=1.0))
+        session.flush()
+
+    def refused(session: Session, job: Job) -> None:
+        raise sqlalchemy.exc.IntegrityError("INSERT", {}, Exception("its service is gone"))
+
+    writer = SubmissionWriter(platform.sessions)
+    writer.write(*job_and_event("x-aaaaaa")).result(timeout=30)
+    job, event = job_and_event("x-aaaaaa")
+    assert writer.write(job, event, along=along).result(timeout=30) is None
+    with pytest.raises(RuntimeError, match="could not be stored"):
+        writer.write(*job_and_event("y-bbbbbb"), along=refused).result(timeout=30)
+    writer.stop()
+    assert seen[-1] == job.id != "x-aaaaaa"
+    with platform.sessions() as session:
+        alongside = session.scalars(select(Event.object_name).where(Event.reason == "Along"))
+        assert list(alongside) == [job.id]
+        assert session.get(Job, "y-bbbbbb") is None
 
 
 def test_cache_keeps_found_values_for_its_ttl_only() -> None:

@@ -223,6 +223,49 @@ def scheduler(
         render.json_line(report)
 
 
+@bench_app.command("control")
+def control(
+    running: Annotated[int, typer.Option(help="training jobs running")] = 1_000,
+    services: Annotated[int, typer.Option(help="inference services, one replica each")] = 100,
+    passes: Annotated[int, typer.Option(help="passes timed of each kind")] = 10,
+    hang: Annotated[float, typer.Option(help="seconds one service's readiness probe hangs")] = 2.0,
+    against: Annotated[
+        Path | None,
+        typer.Option(help="another kiban checkout to measure the same way, side by side"),
+    ] = None,
+    rounds: Annotated[
+        int, typer.Option(help="with --against: runs of each, alternating (medians shown)")
+    ] = 1,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """The service controller's and the control loop's pass times with many running jobs and
+    services, and how long a cancel or settling transaction waits while a probe hangs.
+
+    With --against, the same run on another checkout (e.g. before a change), with ratios.
+    """
+    from kiban.bench.control import ControlBenchOptions, control_table, run_control_bench
+
+    try:
+        options = ControlBenchOptions(
+            running=running,
+            services=services,
+            passes=passes,
+            hang_s=hang,
+            against=against,
+            rounds=rounds,
+        )
+    except ValueError as exc:
+        render.err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    report = render.run_or_exit(lambda: run_control_bench(options, say=render.say), (RuntimeError,))
+    render.report_console(as_json).print(control_table(report))
+    if as_json:
+        render.json_line(report)
+
+
 @bench_app.command("kube")
 def kube(
     nodes: Annotated[int, typer.Option(help="fake 8-GPU nodes of the local control plane")] = 1_000,

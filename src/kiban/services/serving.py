@@ -1,6 +1,6 @@
 """Inference services: apply a manifest (making revisions), promote, roll back, delete, read.
 
-The replicas themselves are jobs that the service controller (``kiban.control.services``)
+The replicas themselves are jobs that the service controller (``kiban.control.serving_controller``)
 creates and cancels; this module only changes what the controller aims for.
 """
 

@@ -5,6 +5,9 @@ lock). One writer thread takes whatever submissions have queued up since its las
 writes them together, so a burst of N submissions costs about one commit, not N. Each caller
 gets its answer only after its job is durably stored, and after ``on_stored`` was told of it
 (the control loop, which asks for a pass only if a new job may enter a queue's window).
+
+Every new job is stored here: the API's submissions and the service controller's replicas
+alike (a replica's own row is written in the same transaction as its job, by ``along``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ def _values(row: Job | Event) -> dict[str, Any]:
 class _Pending:
     job: Job
     events: tuple[Event, ...]
+    along: Callable[[Session, Job], None] | None = None
     done: Future[None] = field(default_factory=Future)
     renewals: int = 0
 
@@ -61,9 +65,14 @@ class SubmissionWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def write(self, job: Job, *events: Event) -> Future[None]:
-        """Queue a job and its events; the future completes once all are committed."""
-        pending = _Pending(job, events)
+    def write(
+        self, job: Job, *events: Event, along: Callable[[Session, Job], None] | None = None
+    ) -> Future[None]:
+        """Queue a job and its events; the future completes once all are committed.
+
+        ``along`` adds rows that belong with the job (a service's replica) in the same
+        transaction, once the job is written under its final id."""
+        pending = _Pending(job, events, along)
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -104,6 +113,9 @@ class SubmissionWriter:
                 # Bulk INSERTs of the rows' values: no unit of work, no RETURNING of event ids.
                 session.execute(insert(Job), [_values(p.job) for p in batch])
                 session.execute(insert(Event), [_values(e) for p in batch for e in p.events])
+                for pending in batch:
+                    if pending.along is not None:
+                        pending.along(session, pending.job)
                 session.commit()
         except Exception as exc:
             if len(batch) > 1:
