@@ -159,8 +159,6 @@ class Job(Base):
         ),
         nullable=True,
     )
-    # Attempts ended by the job's own failure: what its backoffLimit counts.
-    failed_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
     reason_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
     reason_message: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -174,11 +172,13 @@ class Job(Base):
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     eta: Mapped[float | None] = mapped_column(Float, nullable=True)  # forecast start time
     cluster_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # The name of the token that submitted it (``kiban cancel --mine``); None before 0012.
-    submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
     # GPUs it asks for, all replicas together, set at submission (None only in rows that had
     # ended before migration 0011): a queue's pending GPUs add up without reading specs.
     gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The name of the token that submitted it (``kiban cancel --mine``); None before 0012.
+    submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    # Attempts ended by the job's own failure: what its backoffLimit counts.
+    failed_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).
