@@ -338,10 +338,10 @@ class ControlLoop:
         self.forecaster.submit(snapshot, self.settings.engine_policy)
 
     def _accrue_usage(
-        self, running: tuple[RunningJob, ...], now: float, policy: ClusterPolicy
+        self, running: tuple[RunningJob, ...], now: float, cluster_policy: ClusterPolicy
     ) -> None:
         with self.sessions() as session:
-            accrue_usage(session, running, now, policy)
+            accrue_usage(session, running, now, cluster_policy)
             session.commit()
 
     def _requeue_from_unhealthy_nodes(self, running: tuple[RunningJob, ...], now: float) -> None:
