@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kiban.api.app import create_app
+from kiban.control.loop_settings import LoopSettings
 from kiban.devtools.postgres import PostgresUnavailable, ThrowawayPostgres, find_postgres_bin
 from kiban.executors.base import NodeInfo
 from kiban.platform import Platform, build_platform
@@ -77,10 +78,27 @@ def executor(clock: ManualClock) -> FakeExecutor:
 
 
 @pytest.fixture
+def loop_settings() -> LoopSettings:
+    """The control loop's settings for ``platform`` (a test asks for others by parametrizing
+    ``loop_settings``)."""
+    return LoopSettings()
+
+
+@pytest.fixture
 def platform(
-    tmp_path: Path, db_url: str, executor: FakeExecutor, clock: ManualClock
+    tmp_path: Path,
+    db_url: str,
+    executor: FakeExecutor,
+    clock: ManualClock,
+    loop_settings: LoopSettings,
 ) -> Iterator[Platform]:
-    built = build_platform(home=tmp_path / "home", db_url=db_url, executor=executor, clock=clock)
+    built = build_platform(
+        home=tmp_path / "home",
+        db_url=db_url,
+        executor=executor,
+        clock=clock,
+        loop_settings=loop_settings,
+    )
     yield built
     built.close()
 

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
 from kiban.control.loop import ControlLoop
+from kiban.control.loop_settings import LoopSettings
 from kiban.control.serving_controller import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
 from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
@@ -150,8 +151,7 @@ def build_platform(
     executor: Executor,
     config: ClusterConfig | None = None,
     clock: Clock | None = None,
-    tick_s: float = 0.2,
-    node_sync_s: float | None = None,
+    loop_settings: LoopSettings | None = None,
     admin_token_in_home: bool = True,
 ) -> Platform:
     """Open (and migrate) the store, register nodes, apply the policy, make the admin token
@@ -159,8 +159,9 @@ def build_platform(
 
     The cluster file's policy, when it has one, becomes the current policy (see
     ``apply_startup_policy``); a policy the store's nodes or jobs refuse raises (SpecError or
-    ServiceError) and nothing is committed. ``node_sync_s``: how often the control loop asks
-    the executor for its nodes again (for a cluster whose nodes change; None: only now).
+    ServiceError) and nothing is committed. ``loop_settings``: the control loop's pace (its
+    ``node_sync_s``: how often it asks the executor for its nodes again, for a cluster whose
+    nodes change).
     """
     from kiban.store.db import CONTROL_POOL, default_url
 
@@ -185,7 +186,7 @@ def build_platform(
         raise
     control_engine = make_engine(url, CONTROL_POOL)
     control = session_factory(control_engine)
-    loop = ControlLoop(control, executor, clock=clock, tick_s=tick_s, node_sync_s=node_sync_s)
+    loop = ControlLoop(control, executor, clock=clock, settings=loop_settings)
     platform = Platform(
         submissions=SubmissionWriter(control, on_stored=loop.jobs_stored),
         home=home,

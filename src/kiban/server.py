@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from kiban.api.app import create_app
 from kiban.api.http_protocol import GuardedHttpProtocol
 from kiban.api.limits import AdmissionLimits
+from kiban.control.loop_settings import LoopSettings
 from kiban.control.ownership import Ownership, OwnershipError
 from kiban.domain.cluster import ClusterConfig
 from kiban.domain.errors import SpecError
@@ -137,8 +138,7 @@ def start_platform(options: ServerOptions) -> Platform:
                 db_url=options.db_url,
                 executor=kube,
                 config=options.config,
-                tick_s=options.tick_s,
-                node_sync_s=kube.node_sync_s,
+                loop_settings=LoopSettings(tick_s=options.tick_s, node_sync_s=kube.node_sync_s),
             )
         except BaseException:
             kube.close()
@@ -150,7 +150,7 @@ def start_platform(options: ServerOptions) -> Platform:
         db_url=options.db_url,
         executor=executor,
         config=options.config,
-        tick_s=options.tick_s,
+        loop_settings=LoopSettings(tick_s=options.tick_s),
         admin_token_in_home=not options.multi_tenant,
     )
 

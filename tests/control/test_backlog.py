@@ -15,6 +15,7 @@ from sqlalchemy import select
 from kiban.api.app import create_app
 from kiban.bench.loadgen import percentile
 from kiban.bench.sustained import backlog_job, prefill_backlog
+from kiban.control.loop_settings import LoopSettings
 from kiban.platform import Platform
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.services import nodes
@@ -34,13 +35,18 @@ def cordon_every_node(platform: Platform) -> None:
 
 
 @pytest.fixture
+def loop_settings() -> LoopSettings:
+    """No resync during a test: every pass counted was asked for."""
+    return LoopSettings(resync_s=3600)
+
+
+@pytest.fixture
 def backlogged(platform: Platform, clock: ManualClock) -> Iterator[TestClient]:
     """Every node cordoned, ``BACKLOG`` jobs pending in the default queue, one pass run, the
     loop on its thread (no resync during a test: every pass counted was asked for)."""
     cordon_every_node(platform)
     prefill_backlog(platform.engine.url.render_as_string(hide_password=False), BACKLOG, clock.now())
     clock.advance(1)
-    platform.loop.resync_s = 3600
     platform.loop.run_once()
     token = (platform.home / "token").read_text().strip()
     with TestClient(create_app(platform), headers={"Authorization": f"Bearer {token}"}) as api:

@@ -20,6 +20,7 @@ from loop_support import (
 from sqlalchemy import select
 
 from kiban.api.schemas import job_out
+from kiban.control.loop_settings import LoopSettings
 from kiban.domain.manifests import parse_job_manifest
 from kiban.executors.base import (
     CANNOT_START,
@@ -647,12 +648,12 @@ def test_relaunch_after_recover_lists_each_replica_once(
     assert listed == [(0, "Running"), (1, "Running")]
 
 
+@pytest.mark.parametrize("loop_settings", [LoopSettings(window=2)])
 def test_a_pass_admitting_from_a_full_window_asks_for_the_next_at_once(
     platform: Platform, clock: ManualClock
 ) -> None:
     """Jobs behind a full window are considered by the very next pass once admissions made
     room, not at the next resync: ``schedule`` says a pass should follow at once."""
-    platform.loop.window = 2
     ids = [submit(platform, manifest(f"job-{i}", gpu=1)) for i in range(3)]
     assert platform.loop.schedule(clock.now()) is True  # job-0 and job-1; job-2 is behind
     assert [state(platform, job_id) for job_id in ids] == ["Running", "Running", "Pending"]
@@ -660,11 +661,11 @@ def test_a_pass_admitting_from_a_full_window_asks_for_the_next_at_once(
     assert state(platform, ids[2]) == "Running"
 
 
+@pytest.mark.parametrize("loop_settings", [LoopSettings(window=3)])
 def test_jobs_beyond_the_window_wait_in_the_backlog_until_they_reach_it(
     platform: Platform, executor: FakeExecutor, clock: ManualClock
 ) -> None:
     strict_default_queue(platform, clock)
-    platform.loop.window = 3
     ids = []
     for i in range(5):
         ids.append(submit(platform, manifest(f"job-{i}", gpu=2, replicas=3)))

@@ -11,6 +11,7 @@ import pytest
 from loop_support import events, get, manifest, state, submit
 from sqlalchemy import select
 
+from kiban.control.loop_settings import LoopSettings
 from kiban.platform import Platform
 from kiban.scheduler.policy import Policy
 from kiban.services.errors import InvalidInput
@@ -125,12 +126,14 @@ def test_a_waiting_job_gets_a_start_time_forecast(platform: Platform, clock: Man
     assert waiting.cluster_position == 1
 
 
+@pytest.mark.parametrize(
+    "loop_settings", [LoopSettings(engine_policy=Policy(max_placements_per_cycle=1))]
+)
 def test_a_pass_stopped_at_its_placement_budget_is_followed_by_another_at_once(
     platform: Platform, clock: ManualClock
 ) -> None:
     """The clock stands still, so only the budget's follow-up passes can start the later jobs
     (a burst of asked-for passes is otherwise spaced by min_interval_s)."""
-    platform.loop.policy = Policy(max_placements_per_cycle=1)
     ids = [submit(platform, manifest(f"j{i}", replicas=1, gpu=1)) for i in range(3)]
     platform.loop.start()
     try:

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from kiban.control.loop_settings import LoopSettings
 from kiban.devtools.kube import ControlPlane
 from kiban.executors.kubernetes import KubernetesExecutor, KubernetesOptions, connect
 from kiban.executors.kubernetes.naming import MANAGED_SELECTOR, job_key
@@ -28,9 +29,8 @@ NAMESPACE = "kiban-default"  # the admin's jobs run for tenant "default"
 def kube_platform(plane: ControlPlane, home: Path) -> Iterator[Platform]:
     """build_platform with a Kubernetes executor; the loop runs until the block ends."""
     executor = KubernetesExecutor(connect(plane.kubeconfig), OPTIONS, log_dir=home / "pod-logs")
-    platform = build_platform(
-        home=home, db_url=None, executor=executor, tick_s=0.05, node_sync_s=OPTIONS.node_sync_s
-    )
+    settings = LoopSettings(tick_s=0.05, node_sync_s=OPTIONS.node_sync_s)
+    platform = build_platform(home=home, db_url=None, executor=executor, loop_settings=settings)
     platform.loop.start()
     try:
         yield platform

@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from kiban.control.loop_settings import LoopSettings
 from kiban.devtools.kube import ControlPlane
 from kiban.executors.kubernetes import KubernetesExecutor, KubernetesOptions
 from kiban.platform import build_platform
@@ -165,7 +166,10 @@ def test_the_executor_runs_a_job_under_the_service_accounts_token(
     )
     executor = KubernetesExecutor(token_client, options)
     platform = build_platform(
-        home=tmp_path / "home", db_url=None, executor=executor, tick_s=0.05, node_sync_s=0.2
+        home=tmp_path / "home",
+        db_url=None,
+        executor=executor,
+        loop_settings=LoopSettings(tick_s=0.05, node_sync_s=0.2),
     )
     platform.loop.start()
     try:

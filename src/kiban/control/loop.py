@@ -30,7 +30,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from kiban.clock import Clock, SystemClock
 from kiban.control.forecaster import Forecaster
 from kiban.control.launcher import Launcher
-from kiban.control.settling import JobSettler, replica_ref
+from kiban.control.loop_settings import LoopSettings
+from kiban.control.settling import JobSettler, StopCause, replica_ref
 from kiban.control.snapshot_builder import (
     NodeViews,
     PendingViews,
@@ -41,13 +42,13 @@ from kiban.control.snapshot_builder import (
 from kiban.control.waits import record_waits, wait_changed
 from kiban.control.window import WindowEnds
 from kiban.domain.cluster import ClusterPolicy
+from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.states import JobState
 from kiban.executors.base import Capability, Executor, NodeInfo
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt
-from kiban.scheduler.policy import DEFAULT_POLICY, Policy
-from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
+from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import RunningJob, Snapshot
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
@@ -75,23 +76,20 @@ class PassCounts:
 
 
 class ControlLoop:
-    """Runs passes on its own thread, every ``tick_s`` seconds or at once when woken."""
+    """Runs passes on its own thread, every ``settings.tick_s`` seconds or at once when woken."""
 
     def __init__(
         self,
         sessions: sessionmaker[Session],
         executor: Executor,
         clock: Clock | None = None,
-        policy: Policy = DEFAULT_POLICY,
-        tick_s: float = 0.2,
+        settings: LoopSettings | None = None,
         on_pass: Callable[[], None] | None = None,
-        node_sync_s: float | None = None,
     ) -> None:
         self.sessions = sessions
         self.executor = executor
         self.clock = clock or SystemClock()
-        self.policy = policy
-        self.tick_s = tick_s
+        self.settings = settings or LoopSettings()
         self.specs = SpecCache()
         self.launcher = Launcher(executor, self.specs, self.clock)
         self.settler = JobSettler(sessions, executor, self.specs, self.launcher)
@@ -105,18 +103,12 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._on_pass = on_pass
         self.passes = 0
-        self.resync_s = 5.0
-        self.min_interval_s = 0.1
         self._last_pass_wanted = False
         self._more = False  # the last cycle stopped at its placement budget: run the next now
-        self.window = SCHEDULING_WINDOW  # pending jobs per queue that a pass considers
         self._last_schedule = float("-inf")
         self.policies = PolicyCache()
-        self.forecast_every_s = 5.0
         self._last_forecast = float("-inf")
         self.forecaster = Forecaster()
-        # Executors whose nodes change under them (a cluster) are asked again this often.
-        self.node_sync_s = node_sync_s
         self._last_node_sync = float("-inf")
         self._last_nodes: list[NodeInfo] | None = None
         self.on_nodes_changed: Callable[[], None] | None = None  # after the new nodes are stored
@@ -152,12 +144,12 @@ class ControlLoop:
     def _run(self) -> None:
         wanted = False  # a scheduling pass was asked for and has not run yet
         while not self._stopping.is_set():
-            timeout = self.tick_s
+            timeout = self.settings.tick_s
             if self._more:
                 timeout = 0.0
             elif wanted:
                 since = self.clock.now() - self._last_schedule
-                timeout = min(timeout, max(self.min_interval_s - since, 0.0))
+                timeout = min(timeout, max(self.settings.min_interval_s - since, 0.0))
             wanted = self._wake.wait(timeout) or wanted
             self._wake.clear()
             if self._stopping.is_set():
@@ -185,11 +177,11 @@ class ControlLoop:
         nodes_changed = self._sync_nodes_if_due(now)
         changed = self.settle(now) or nodes_changed
         now = self.clock.now()
-        gap = self.min_interval_s if min_interval_s is None else min_interval_s
+        gap = self.settings.min_interval_s if min_interval_s is None else min_interval_s
         since = now - self._last_schedule
         in_burst = wanted and self._last_pass_wanted and since < gap
         scheduled = False
-        if self._more or ((wanted or changed) and not in_burst) or since >= self.resync_s:
+        if self._more or ((wanted or changed) and not in_burst) or since >= self.settings.resync_s:
             self._more = self.schedule(now)
             self._last_pass_wanted = wanted
             scheduled = True
@@ -200,7 +192,8 @@ class ControlLoop:
 
     def _sync_nodes_if_due(self, now: float) -> bool:
         """Every ``node_sync_s``: store the executor's nodes; True when they changed."""
-        if self.node_sync_s is None or now - self._last_node_sync < self.node_sync_s:
+        every = self.settings.node_sync_s
+        if every is None or now - self._last_node_sync < every:
             return False
         self._last_node_sync = now
         try:
@@ -239,7 +232,7 @@ class ControlLoop:
                     session,
                     job,
                     JobState.PENDING,
-                    reason="Requeued",
+                    reason=JobEventReason.REQUEUED,
                     message="the control plane restarted while launching; requeued",
                     at=now,
                 )
@@ -278,14 +271,14 @@ class ControlLoop:
         self.window_ends.begin()
         try:
             with self.sessions() as session:
-                policy = self.policies.get(session)
+                cluster_policy = self.policies.get(session)
                 snapshot = build_snapshot(
                     session,
                     self.specs,
                     now,
                     recorded,
-                    self.window,
-                    policy,
+                    self.settings.window,
+                    cluster_policy,
                     self.node_views,
                     node_constraints=Capability.CONTAINERS in self.executor.capabilities,
                     pending_views=self.pending_views,
@@ -293,7 +286,7 @@ class ControlLoop:
         except BaseException:
             self.window_ends.forget()
             raise
-        if self.window_ends.update(snapshot.pending, self.window):
+        if self.window_ends.update(snapshot.pending, self.settings.window):
             self.wake()  # a submission stored while the snapshot was read may be in a window
         counts = self.counts
         counts.scheduling_passes += 1
@@ -301,11 +294,11 @@ class ControlLoop:
         counts.views_made += self.pending_views.made
         counts.most_pending_read = max(counts.most_pending_read, len(snapshot.pending))
         self._last_schedule = now
-        self._accrue_usage(snapshot.running, now, policy)
+        self._accrue_usage(snapshot.running, now, cluster_policy)
         self._requeue_from_unhealthy_nodes(snapshot.running, now)
         if not snapshot.pending:
             return False
-        decisions = schedule(snapshot, self.policy, self.capacity)
+        decisions = schedule(snapshot, self.settings.engine_policy, self.capacity)
         counts.judged += len(decisions.admitted) + len(decisions.waiting)
         for preempt in decisions.preempted:
             self._preempt(preempt, now)
@@ -334,21 +327,21 @@ class ControlLoop:
         """Whether some queue had more pending jobs than the snapshot's window holds: once
         admissions made room, the next pass (at once) considers the jobs behind them."""
         per_queue = Counter(job.queue for job in snapshot.pending)
-        return any(count >= self.window for count in per_queue.values())
+        return any(count >= self.settings.window for count in per_queue.values())
 
     def _refresh_forecast(self, snapshot: Snapshot, now: float) -> None:
         """Ask for start-time estimates from this pass's snapshot, at most every few seconds
         (computed beside the loop once it runs; the newest ones are recorded)."""
-        if now - self._last_forecast < self.forecast_every_s:
+        if now - self._last_forecast < self.settings.forecast_every_s:
             return
         self._last_forecast = now
-        self.forecaster.submit(snapshot, self.policy)
+        self.forecaster.submit(snapshot, self.settings.engine_policy)
 
     def _accrue_usage(
-        self, running: tuple[RunningJob, ...], now: float, policy: ClusterPolicy
+        self, running: tuple[RunningJob, ...], now: float, cluster_policy: ClusterPolicy
     ) -> None:
         with self.sessions() as session:
-            accrue_usage(session, running, now, policy)
+            accrue_usage(session, running, now, cluster_policy)
             session.commit()
 
     def _requeue_from_unhealthy_nodes(self, running: tuple[RunningJob, ...], now: float) -> None:
@@ -361,8 +354,7 @@ class ControlLoop:
             if job.stopping or not any(r.node in bad for r in job.replicas):
                 continue
             nodes = sorted({r.node for r in job.replicas if r.node in bad})
-            message = f"node(s) unhealthy: {nodes}"
-            self.settler.stop_for(job.id, "requeue", "NodeUnhealthy", message, now)
+            self.settler.stop_for(job.id, StopCause.node_unhealthy(nodes), now)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
         with self.sessions() as session:
@@ -371,14 +363,7 @@ class ControlLoop:
                 nodes = set(preemptor.nominated_nodes or ()) | set(preempt.nodes)
                 preemptor.nominated_nodes = sorted(nodes)
                 session.commit()
-        self.settler.stop_for(
-            preempt.victim_id,
-            "preempt",
-            "Preempted",
-            preempt.reason.message,
-            now,
-            preemptor=preempt.preemptor_id,
-        )
+        self.settler.stop_for(preempt.victim_id, StopCause.preempted(preempt), now)
 
     def _admit(self, admits: Sequence[Admit], now: float) -> None:
         """Launch the admitted jobs still pending (one may have been cancelled since the

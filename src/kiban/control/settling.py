@@ -1,25 +1,47 @@
 """Settling: the running and stopping jobs brought in line with what the executor observes.
 
-Each pass of the control loop settles before it schedules: replicas' exits and losses are
-recorded, checkpoints noted, and each job finished, failed, restarted, requeued or stopped
-(a grace period, then force). The scheduling half of the loop stops jobs through here too
-(``stop_for``), so every stop goes through the same steps.
+Each pass of the control loop settles before it schedules, in three steps per job: observe
+(the replicas' states from the executor, the newest checkpoint), decide (the pure
+``settle_rules.settle``), apply (a short transaction: replicas' exits recorded, the job
+finished, failed, restarted, requeued or stopped: a grace period, then force). The
+scheduling half of the loop stops jobs through here too (``stop_for``), so every stop goes
+through the same steps.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, defer, sessionmaker
 
 from kiban.control.launcher import Launcher
+from kiban.control.settle_rules import (
+    AskToStop,
+    BeginStop,
+    FinishStop,
+    JobView,
+    Kill,
+    Observations,
+    Relaunch,
+    ReplicaView,
+    Settlement,
+    SettleRefused,
+    Succeed,
+    settle,
+)
 from kiban.control.snapshot_builder import SpecCache
+from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.states import JobState, ReplicaState
-from kiban.executors.base import Executor, ReplicaRef, cannot_start, checkpoint_probe
-from kiban.scheduler import units
-from kiban.scheduler.decisions import ReplicaPlacement
+from kiban.domain.stop_intents import StopIntent, rule_for
+from kiban.executors.base import Executor, Observation, ReplicaRef, checkpoint_probe
+from kiban.scheduler.decisions import Preempt, ReplicaPlacement
 from kiban.services import events
 from kiban.services.transitions import transition
 from kiban.store.models import Job, Replica
+
+log = logging.getLogger("kiban.control")
 
 ACTIVE_STATES = (JobState.RUNNING.value, JobState.STOPPING.value)
 
@@ -33,6 +55,30 @@ def replica_ref(replica: Replica) -> ReplicaRef:
         rank=replica.rank,
         handle=replica.handle,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StopCause:
+    """Why the loop stops a job from outside its replicas' fate, typed up to its event."""
+
+    intent: StopIntent
+    reason: JobEventReason
+    message: str
+    preemptor: str | None = None
+
+    @classmethod
+    def preempted(cls, preempt: Preempt) -> StopCause:
+        """The scheduler's preemption: its reason's sentence is the event's message."""
+        return cls(
+            StopIntent.PREEMPT,
+            JobEventReason.PREEMPTED,
+            preempt.reason.message,
+            preemptor=preempt.preemptor_id,
+        )
+
+    @classmethod
+    def node_unhealthy(cls, nodes: list[str]) -> StopCause:
+        return cls(StopIntent.REQUEUE, JobEventReason.NODE_UNHEALTHY, f"node(s) unhealthy: {nodes}")
 
 
 class JobSettler:
@@ -55,74 +101,176 @@ class JobSettler:
     def settle(self, now: float) -> bool:
         """Observe running and stopping jobs; True if any of them changed state.
 
-        1. Read every active job and its active replicas at once, without locks, and observe
-           them: most jobs still run as they did, and need nothing written.
-        2. Each job that may change (a replica ended, it is stopping, its maxRuntime passed,
-           it wrote a checkpoint) is settled in its own transaction, locked and read again.
+        1. Read every active job and its active replicas at once, without locks; observe them
+           and decide: most jobs still run as they did, and need nothing written.
+        2. Each job with something to do is settled in its own transaction, locked and read
+           again, decided again on the same observations, and the settlement applied.
         """
         changed = False
         with self.sessions() as session:
-            ids = [
-                job.id
-                for job, replicas in self._active_jobs(session)
-                if self._may_change(job, replicas, now)
-            ]
-        for job_id in ids:
+            active = self._active_jobs(session)  # read, then observed with no session open
+        due: list[tuple[str, Observations]] = []
+        for job, replicas in active:
+            seen = self._observe(job, replicas)
+            if self._decide(job, replicas, seen, now) is not None:
+                due.append((job.id, seen))
+        for job_id, seen in due:
             with self.sessions() as session:
-                job = session.get(Job, job_id, with_for_update=True)
-                if job is None or job.state not in ACTIVE_STATES:
+                locked = session.get(Job, job_id, with_for_update=True)
+                if locked is None or locked.state not in ACTIVE_STATES:
                     continue
-                before = job.state
-                self._settle_job(session, job, now)
-                changed = changed or job.state != before
+                before = locked.state
+                replicas = self.active_replicas(session, locked)
+                more = self._observe_more(replicas, seen)
+                settlement = self._decide(locked, replicas, more, now)
+                if settlement is None:
+                    continue
+                self._apply(session, locked, replicas, settlement, now)
+                changed = changed or locked.state != before
                 session.commit()
         return changed
 
-    def _active_jobs(self, session: Session) -> list[tuple[Job, list[Replica]]]:
-        """The running and stopping jobs, each with its active replicas (two queries)."""
-        jobs = list(session.scalars(select(Job).where(Job.state.in_(ACTIVE_STATES))))
-        by_job: dict[str, list[Replica]] = {job.id: [] for job in jobs}
-        query = (
-            select(Replica)
-            .join(Job, Job.id == Replica.job_id)
-            .where(Replica.active.is_(True), Job.state.in_(ACTIVE_STATES))
-            .order_by(Replica.job_id, Replica.rank)
+    # -- observe -------------------------------------------------------------------------------
+    def _observe(self, job: Job, replicas: list[Replica]) -> Observations:
+        """What the executor sees of the job's running replicas, and its newest checkpoint."""
+        seen = {
+            r.id: self.executor.observe(replica_ref(r))
+            for r in replicas
+            if r.state == ReplicaState.RUNNING.value
+        }
+        checkpoint = None
+        if job.state == JobState.RUNNING.value:
+            checkpoint = newest_checkpoint_at(self.executor, job.id)
+        return Observations(seen, checkpoint)
+
+    def _observe_more(self, replicas: list[Replica], seen: Observations) -> Observations:
+        """``seen``, and the replicas running now that were not observed then (none, unless
+        the job changed between the two reads)."""
+        missing = [
+            r
+            for r in replicas
+            if r.state == ReplicaState.RUNNING.value and r.id not in seen.replicas
+        ]
+        if not missing:
+            return seen
+        more: dict[int, Observation] = dict(seen.replicas)
+        more.update({r.id: self.executor.observe(replica_ref(r)) for r in missing})
+        return Observations(more, seen.newest_checkpoint_at)
+
+    # -- decide --------------------------------------------------------------------------------
+    def _decide(
+        self, job: Job, replicas: list[Replica], seen: Observations, now: float
+    ) -> Settlement | None:
+        """The settlement of one job (None: nothing to do, or refused: logged loudly)."""
+        try:
+            settlement = settle(self.view(job, replicas), seen, now)
+        except SettleRefused:
+            log.exception("job %s cannot be settled; left as it is", job.id)
+            return None
+        return None if settlement.empty else settlement
+
+    def view(self, job: Job, replicas: list[Replica]) -> JobView:
+        spec = self.specs.get(job)
+        return JobView(
+            id=job.id,
+            state=JobState(job.state),
+            replicas=tuple(
+                ReplicaView(
+                    id=r.id,
+                    task=r.task,
+                    index=r.index,
+                    rank=r.rank,
+                    state=ReplicaState(r.state),
+                    exit_code=r.exit_code,
+                    waiting=r.waiting,
+                )
+                for r in replicas
+            ),
+            stop_intent=job.stop_intent,
+            stop_deadline=job.stop_deadline,
+            started_at=job.started_at,
+            last_checkpoint_at=job.last_checkpoint_at,
+            message=job.message,
+            failed_attempts=job.failed_attempts,
+            restart_policy=spec.restart_policy,
+            backoff_limit=spec.backoff_limit,
+            max_runtime=spec.max_runtime,
+            grace_period=spec.termination_grace_period or 0.0,
+            signalled=(job.id, job.attempt) in self._signalled,
         )
-        for replica in session.scalars(query):
-            if replica.job_id in by_job:
-                by_job[replica.job_id].append(replica)
-        return [(job, by_job[job.id]) for job in jobs]
 
-    def _may_change(self, job: Job, replicas: list[Replica], now: float) -> bool:
-        """Whether settling could change the job: anything but a job whose replicas all run
-        on (waiting for what they waited for before), before its maxRuntime, with no newer
-        checkpoint."""
-        if job.state != JobState.RUNNING.value or not replicas:
-            return True
-        for replica in replicas:
-            if replica.state != ReplicaState.RUNNING.value:
-                return True
-            seen = self.executor.observe(replica_ref(replica))
-            if not seen.running or (seen.message or None) != replica.waiting:
-                return True
-        return self._past_max_runtime(job, now) or self._newer_checkpoint(job) is not None
+    # -- apply ---------------------------------------------------------------------------------
+    def _apply(
+        self,
+        session: Session,
+        job: Job,
+        replicas: list[Replica],
+        settlement: Settlement,
+        now: float,
+    ) -> None:
+        by_id = {r.id: r for r in replicas}
+        for change in settlement.waiting:
+            replica = by_id[change.replica_id]
+            if change.event is not None:
+                self._event(session, job, JobEventReason.REPLICA_WAITING, change.event, now)
+            replica.waiting = change.waiting
+        for end in settlement.ended:
+            replica = by_id[end.replica_id]
+            replica.state = end.state.value
+            replica.exit_code = end.exit_code
+            replica.finished_at = now
+            self._event(session, job, JobEventReason.REPLICA_EXITED, end.message, now, end.warning)
+        if settlement.checkpoint_at is not None:
+            job.last_checkpoint_at = settlement.checkpoint_at
+        for action in settlement.actions:
+            running = [r for r in replicas if r.state == ReplicaState.RUNNING.value]
+            if isinstance(action, Succeed):
+                self._release(job, replicas)
+                transition(
+                    session,
+                    job,
+                    JobState.SUCCEEDED,
+                    reason=JobEventReason.SUCCEEDED,
+                    message=action.message,
+                    at=now,
+                )
+                self.specs.forget(job.id)
+            elif isinstance(action, BeginStop):
+                self._begin_stop(session, job, running, action, now)
+            elif isinstance(action, AskToStop):
+                # Stopped from outside the loop (a cancel): ask politely first.
+                for replica in running:
+                    self.executor.stop(replica_ref(replica), force=False)
+                self._signalled.add((job.id, job.attempt))
+            elif isinstance(action, Kill):
+                for replica in running:
+                    self.executor.stop(replica_ref(replica), force=True)
+                job.stop_deadline = None  # killed once; their exits are seen in later passes
+                self._event(session, job, JobEventReason.KILLED, action.message, now, True)
+            elif isinstance(action, FinishStop):
+                self._finish_stop(session, job, replicas, action.intent, now)
+            elif isinstance(action, Relaunch):
+                self._relaunch(session, job, replicas, now)
 
-    def _past_max_runtime(self, job: Job, now: float) -> bool:
-        max_runtime = self.specs.get(job).max_runtime
-        return (
-            max_runtime is not None
-            and job.started_at is not None
-            and (now - job.started_at > max_runtime)
+    def _event(
+        self,
+        session: Session,
+        job: Job,
+        reason: JobEventReason,
+        message: str,
+        now: float,
+        warning: bool = False,
+    ) -> None:
+        events.record(
+            session,
+            kind="Job",
+            name=job.id,
+            tenant=job.tenant,
+            reason=reason,
+            message=message,
+            at=now,
+            warning=warning,
         )
-
-    def _newer_checkpoint(self, job: Job) -> float | None:
-        """When a file was last written in the job's checkpoint directory, if after the last
-        checkpoint recorded (None: nothing newer)."""
-        probe = checkpoint_probe(self.executor)
-        newest = None if probe is None else probe.newest_checkpoint(job.id)
-        if newest is not None and (job.last_checkpoint_at or 0.0) < newest:
-            return newest
-        return None
 
     def active_replicas(self, session: Session, job: Job) -> list[Replica]:
         query = (
@@ -132,169 +280,44 @@ class JobSettler:
         )
         return list(session.scalars(query))
 
-    def _note_waiting(
-        self, session: Session, job: Job, replica: Replica, waiting: str | None, now: float
-    ) -> None:
-        """Keep what a running replica waits for (its image being pulled), written only when
-        it changes; its start is an event on the job."""
-        if replica.waiting == waiting:
-            return
-        if replica.waiting is None and waiting is not None:
-            events.record(
-                session,
-                kind="Job",
-                name=job.id,
-                tenant=job.tenant,
-                reason="ReplicaWaiting",
-                message=f"replica {replica.task}[{replica.index}] (rank {replica.rank}) is "
-                f"{waiting}",
-                at=now,
-                warning=True,
-            )
-        replica.waiting = waiting
-
-    def _settle_job(self, session: Session, job: Job, now: float) -> None:
-        replicas = self.active_replicas(session, job)
-        running: list[Replica] = []
-        failed: list[tuple[Replica, str]] = []
-        for replica in replicas:
-            if replica.state == ReplicaState.RUNNING.value:
-                seen = self.executor.observe(replica_ref(replica))
-                if seen.running:
-                    running.append(replica)
-                    self._note_waiting(session, job, replica, seen.message or None, now)
-                    continue
-                replica.state = (ReplicaState.LOST if seen.lost else ReplicaState.EXITED).value
-                replica.exit_code = seen.exit_code
-                replica.finished_at = now
-                what = f"{replica.task}[{replica.index}] (rank {replica.rank})"
-                # stopping, its end was asked for: no warning (the job's own event says why),
-                # and a pod deleted with its grace period (a cancel on Kubernetes) stopped
-                stopping = job.state == JobState.STOPPING.value
-                if seen.lost and stopping:
-                    message = f"replica {what} stopped: {seen.message}"
-                elif seen.lost:
-                    message = f"replica {what} was lost: {seen.message}"
-                else:
-                    message = f"replica {what} exited with code {seen.exit_code}"
-                    if seen.message:
-                        message += f": {seen.message}"
-                events.record(
-                    session,
-                    kind="Job",
-                    name=job.id,
-                    tenant=job.tenant,
-                    reason="ReplicaExited",
-                    message=message,
-                    at=now,
-                    warning=not stopping and (seen.lost or seen.exit_code != 0),
-                )
-                if seen.lost or seen.exit_code != 0:
-                    failed.append((replica, message))
-            elif replica.exit_code not in (0, None) or replica.state == ReplicaState.LOST.value:
-                failed.append((replica, job.message or "replica failed"))
-
-        spec = self.specs.get(job)
-        if job.state == JobState.RUNNING.value:
-            self._note_checkpoint(job)
-            if failed:
-                message = failed[0][1]
-                retry = spec.restart_policy == "OnFailure" and job.attempt <= spec.backoff_limit
-                if retry and any(cannot_start(why) for _, why in failed):
-                    # its image or configuration is at fault: another attempt would fail alike
-                    retry = False
-                    message += "; not retried, as every attempt starts the same container"
-                # Replicas lost (vanished with their pod or node) are no fault of the job's own.
-                lost = all(r.state == ReplicaState.LOST.value for r, _ in failed)
-                self._begin_stop(
-                    session,
-                    job,
-                    running,
-                    "lost" if lost else "restart" if retry else "fail",
-                    reason="ReplicaFailed",
-                    message=message,
-                    now=now,
-                )
-            elif not running:
-                self._release(job, replicas)
-                transition(
-                    session,
-                    job,
-                    JobState.SUCCEEDED,
-                    reason="Succeeded",
-                    message="all replicas exited with code 0",
-                    at=now,
-                )
-                self.specs.forget(job.id)
-                return
-            elif self._past_max_runtime(job, now):
-                self._begin_stop(
-                    session,
-                    job,
-                    running,
-                    "deadline",
-                    reason="DeadlineExceeded",
-                    message=f"ran longer than maxRuntime ({units.duration(spec.max_runtime or 0)})",
-                    now=now,
-                )
-        if job.state == JobState.STOPPING.value:
-            if running and (job.id, job.attempt) not in self._signalled:
-                # Stopped from outside the loop (a cancel): ask politely first.
-                for replica in running:
-                    self.executor.stop(replica_ref(replica), force=False)
-                self._signalled.add((job.id, job.attempt))
-            if running and job.stop_deadline is not None and now >= job.stop_deadline:
-                for replica in running:
-                    self.executor.stop(replica_ref(replica), force=True)
-                job.stop_deadline = None  # killed once; their exits are seen in later passes
-                events.record(
-                    session,
-                    kind="Job",
-                    name=job.id,
-                    tenant=job.tenant,
-                    reason="Killed",
-                    warning=True,
-                    at=now,
-                    message=f"grace period over; killed {len(running)} replica(s)",
-                )
-            if not running:
-                self._finish_stop(session, job, replicas, now)
-
-    def _note_checkpoint(self, job: Job) -> None:
-        """A file written in the job's checkpoint directory counts as a checkpoint."""
-        newest = self._newer_checkpoint(job)
-        if newest is not None:
-            job.last_checkpoint_at = newest
+    def _active_jobs(self, session: Session) -> list[tuple[Job, list[Replica]]]:
+        """The running and stopping jobs, each with its active replicas (two queries), and
+        their specs parsed: what ``view`` reads, and no document decoded again each pass."""
+        query_jobs = (
+            select(Job)
+            .where(Job.state.in_(ACTIVE_STATES))
+            .options(defer(Job.spec), defer(Job.reason_details), defer(Job.nominated_nodes))
+        )
+        jobs = list(session.scalars(query_jobs))
+        self.specs.load_missing(session, [job.id for job in jobs])
+        by_job: dict[str, list[Replica]] = {job.id: [] for job in jobs}
+        query = (
+            select(Replica)
+            .options(defer(Replica.gpu_ids))
+            .join(Job, Job.id == Replica.job_id)
+            .where(Replica.active.is_(True), Job.state.in_(ACTIVE_STATES))
+            .order_by(Replica.job_id, Replica.rank)
+        )
+        for replica in session.scalars(query):
+            if replica.job_id in by_job:
+                by_job[replica.job_id].append(replica)
+        return [(job, by_job[job.id]) for job in jobs]
 
     def _begin_stop(
-        self,
-        session: Session,
-        job: Job,
-        running: list[Replica],
-        intent: str,
-        *,
-        reason: str,
-        message: str,
-        now: float,
+        self, session: Session, job: Job, running: list[Replica], stop: BeginStop, now: float
     ) -> None:
         spec = self.specs.get(job)
-        job.stop_intent = intent
+        job.stop_intent = stop.intent
         job.stop_deadline = now + (spec.termination_grace_period or 0.0)
         for replica in running:
             self.executor.stop(replica_ref(replica), force=False)
         self._signalled.add((job.id, job.attempt))
-        suffix = {
-            "restart": "; restarting",
-            "preempt": "; it returns to its queue",
-            "requeue": "; it returns to its queue",
-            "lost": "; it returns to its queue",
-        }.get(intent, "")
         transition(
             session,
             job,
             JobState.STOPPING,
-            reason=reason,
-            message=message + suffix,
+            reason=stop.reason,
+            message=stop.event_message,
             at=now,
             warning=True,
         )
@@ -305,83 +328,74 @@ class JobSettler:
             self.executor.stop(replica_ref(replica), force=True)
             replica.active = False
 
-    def _finish_stop(self, session: Session, job: Job, replicas: list[Replica], now: float) -> None:
-        intent = job.stop_intent or "fail"
+    def _end_stop(self, job: Job, replicas: list[Replica], intent: StopIntent) -> None:
+        """The stop is over: its replicas released, its intent cleared, the attempt counted."""
         self._release(job, replicas)
         self._signalled.discard((job.id, job.attempt))
         job.stop_intent = None
         job.stop_deadline = None
-        if intent == "cancel":
-            transition(
-                session,
-                job,
-                JobState.CANCELLED,
-                reason="Cancelled",
-                message="all replicas stopped",
-                at=now,
-            )
-        elif intent in ("preempt", "requeue", "lost"):
-            # Back in its queue with its original submit time; the next attempt starts anew.
-            job.attempt += 1
-            transition(
-                session,
-                job,
-                JobState.PENDING,
-                reason="Requeued",
-                message=(
-                    f"preempted by job {job.preempted_by}; waits in queue {job.queue} again"
-                    if intent == "preempt"
-                    else f"its node became unhealthy; waits in queue {job.queue} again"
-                    if intent == "requeue"
-                    else f"a replica was lost; waits in queue {job.queue} again"
-                ),
-                at=now,
-            )
-            return
-        elif intent == "restart":
-            placements = tuple(
-                ReplicaPlacement(
-                    r.task, r.index, r.rank, r.node, tuple(r.gpu_ids), r.cpu_millis, r.memory
-                )
-                for r in replicas
-            )
-            job.attempt += 1
-            self.launcher.launch(session, job, placements, now, restart=True)
-            return
-        else:
-            message = job.message or "failed"
-            transition(
-                session,
-                job,
-                JobState.FAILED,
-                reason="Failed",
-                message=message,
-                at=now,
-                warning=True,
-            )
-        self.specs.forget(job.id)
+        if rule_for(intent).counts_attempt:
+            job.failed_attempts += 1
 
-    def stop_for(
-        self,
-        job_id: str,
-        intent: str,
-        reason: str,
-        message: str,
-        now: float,
-        preemptor: str | None = None,
+    def _finish_stop(
+        self, session: Session, job: Job, replicas: list[Replica], intent: StopIntent, now: float
     ) -> None:
+        """The job ends, or returns to its queue, as its intent's rule says."""
+        rule = rule_for(intent)
+        self._end_stop(job, replicas, intent)
+        if rule.next_attempt:
+            job.attempt += 1  # its next start is a new attempt, with the submit time it had
+        message = (
+            (job.message or "failed")
+            if rule.finish_message is None
+            else (rule.finish_message.format(preempted_by=job.preempted_by, queue=job.queue))
+        )
+        transition(
+            session,
+            job,
+            rule.final_state,
+            reason=rule.finish_reason,
+            message=message,
+            at=now,
+            warning=rule.finish_warning,
+        )
+        if not rule.requeues:
+            self.specs.forget(job.id)
+
+    def _relaunch(self, session: Session, job: Job, replicas: list[Replica], now: float) -> None:
+        """Start the next attempt on the nodes and devices the last one held."""
+        self._end_stop(job, replicas, StopIntent.RESTART)
+        placements = tuple(
+            ReplicaPlacement(
+                r.task, r.index, r.rank, r.node, tuple(r.gpu_ids), r.cpu_millis, r.memory
+            )
+            for r in replicas
+        )
+        job.attempt += 1
+        self.launcher.launch(session, job, placements, now, restart=True)
+
+    def stop_for(self, job_id: str, cause: StopCause, now: float) -> None:
         """Stop a running (or just admitted) job from outside its own replicas' fate: preempted,
         or on a node found unhealthy. Its own transaction; a job already gone is left alone."""
         with self.sessions() as session:
             job = session.get(Job, job_id, with_for_update=True)
             if job is None or job.state not in (JobState.RUNNING.value, JobState.ADMITTED.value):
                 return
-            if preemptor is not None:
-                job.preempted_by = preemptor
+            if cause.preemptor is not None:
+                job.preempted_by = cause.preemptor
             running = [
                 r
                 for r in self.active_replicas(session, job)
                 if r.state == ReplicaState.RUNNING.value
             ]
-            self._begin_stop(session, job, running, intent, reason=reason, message=message, now=now)
+            stop = BeginStop(cause.intent, cause.reason, cause.message)
+            self._begin_stop(session, job, running, stop, now)
             session.commit()
+
+
+def newest_checkpoint_at(executor: Executor, job_id: str) -> float | None:
+    """When the job last wrote a checkpoint, as its executor tells (``CheckpointProbe``: the
+    local executor reads the job's checkpoint directory); None: none, or the executor cannot
+    tell (reported once at start-up)."""
+    probe = checkpoint_probe(executor)
+    return None if probe is None else probe.newest_checkpoint(job_id)

@@ -17,9 +17,11 @@ from sqlalchemy.orm import Session
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.declarations import DEFAULT_QUEUE, QueueDecl
 from kiban.domain.errors import FieldProblem, SpecError
+from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.jobspec import JobManifest, task_demands
 from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manifest, parse_submission
 from kiban.domain.states import JobState
+from kiban.domain.stop_intents import StopIntent
 from kiban.executors.base import Capability, NodeInfo
 from kiban.scheduler.feasibility import (
     EmptyCluster,
@@ -512,22 +514,22 @@ def cancel(session: Session, principal: Principal, job_id: str, at: float) -> Jo
             session,
             job,
             JobState.CANCELLED,
-            reason="Cancelled",
+            reason=JobEventReason.CANCELLED,
             message=f"cancelled by {principal.name} while pending",
             at=at,
         )
         return job
     if state is JobState.STOPPING:
-        job.stop_intent = "cancel"
+        job.stop_intent = StopIntent.CANCEL
         return job
     grace = parse_grace(job)
-    job.stop_intent = "cancel"
+    job.stop_intent = StopIntent.CANCEL
     job.stop_deadline = at + grace
     transition(
         session,
         job,
         JobState.STOPPING,
-        reason="Cancelling",
+        reason=JobEventReason.CANCELLING,
         message=f"cancelled by {principal.name}; stopping replicas (grace {grace:g}s)",
         at=at,
     )

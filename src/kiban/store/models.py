@@ -8,6 +8,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Enum,
     Float,
     ForeignKey,
     Index,
@@ -17,6 +18,8 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from kiban.domain.stop_intents import StopIntent
 
 
 class Base(DeclarativeBase):
@@ -144,7 +147,18 @@ class Job(Base):
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    stop_intent: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # Checked by the store too (0013_stop_intents); a value no member has fails to load.
+    stop_intent: Mapped[StopIntent | None] = mapped_column(
+        Enum(
+            StopIntent,
+            native_enum=False,
+            create_constraint=False,
+            length=16,
+            values_callable=lambda members: [m.value for m in members],
+            validate_strings=True,
+        ),
+        nullable=True,
+    )
     stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
     reason_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
     reason_message: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -163,6 +177,8 @@ class Job(Base):
     gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The name of the token that submitted it (``kiban cancel --mine``); None before 0012.
     submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    # Attempts ended by the job's own failure: what its backoffLimit counts.
+    failed_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).

@@ -1,0 +1,28 @@
+"""Why a job's event was recorded: the reasons the control loop and its stops give.
+
+The values are the text stored in ``events.reason`` (and shown by ``kiban describe``), so they
+never change; a new reason is a new member.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobEventReason(StrEnum):
+    """The reason of an event recorded on a job while it runs, stops or ends."""
+
+    REPLICA_WAITING = "ReplicaWaiting"  # a running replica waits (its image being pulled)
+    REPLICA_EXITED = "ReplicaExited"  # a replica exited, or was lost
+    REPLICA_FAILED = "ReplicaFailed"  # the job stops because a replica failed or was lost
+    SUCCEEDED = "Succeeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"  # it ran longer than its maxRuntime
+    PREEMPTED = "Preempted"  # stopped to make room for another job
+    NODE_UNHEALTHY = "NodeUnhealthy"  # stopped because a node of its replicas is unhealthy
+    CANCELLING = "Cancelling"  # a user cancelled it; its replicas are stopping
+    KILLED = "Killed"  # its grace period ran out; its replicas were killed
+    CANCELLED = "Cancelled"
+    REQUEUED = "Requeued"  # back in its queue after its replicas stopped
+    RESTARTING = "Restarting"  # launched again after a failure (restartPolicy OnFailure)
+    FAILED = "Failed"
+    STOP_INTENT_UNKNOWN = "StopIntentUnknown"  # written by migration 0013 for a stored intent

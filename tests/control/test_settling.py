@@ -1,0 +1,108 @@
+"""Settling applied through the loop: what the pure rules decide reaches the store."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from loop_support import events, get, manifest, state, submit
+from sqlalchemy import text
+
+from kiban.control.loop_settings import LoopSettings, LoopSettingsError
+from kiban.platform import Platform
+from kiban.testing import FakeExecutor, ManualClock
+
+
+def lose_replicas(executor: FakeExecutor, job_id: str) -> None:
+    """Its replicas vanish (their pod or node gone): the executor no longer knows them."""
+    for key in [k for k in executor.replicas if k[0] == job_id]:
+        del executor.replicas[key]
+
+
+def test_a_job_requeued_after_a_lost_replica_keeps_its_retries(
+    platform: Platform, executor: FakeExecutor
+) -> None:
+    """A lost replica is no fault of the job's: its next failure is still retried (the
+    attempt number alone counted it against backoffLimit before)."""
+    job_id = submit(platform, manifest(restartPolicy="OnFailure", backoffLimit=1))
+    platform.loop.run_once()
+    lose_replicas(executor, job_id)
+    platform.loop.run_once()
+    job = get(platform, job_id)  # requeued and started again in the same pass
+    assert (job.state, job.attempt, job.failed_attempts) == ("Running", 2, 0)
+    assert ("Requeued", "a replica was lost; waits in queue default again") in events(
+        platform, job_id
+    )
+
+    executor.finish(job_id, 0, 1)
+    platform.loop.run_once()
+    job = get(platform, job_id)
+    assert (job.state, job.attempt, job.failed_attempts) == ("Running", 3, 1)  # restarted
+    executor.finish(job_id, 0, 1)
+    platform.loop.run_once()
+    job = get(platform, job_id)
+    assert (job.state, job.failed_attempts) == ("Failed", 2)  # its one retry used
+
+
+def test_a_stopping_job_with_no_intent_is_left_and_logged_not_failed(
+    platform: Platform, executor: FakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = submit(platform, manifest())
+    platform.loop.run_once()
+    other = submit(platform, manifest("other"))
+    platform.loop.run_once()
+    with platform.engine.begin() as connection:  # a store changed by hand
+        connection.execute(
+            text("UPDATE jobs SET state = 'Stopping', stop_intent = NULL WHERE id = :id"),
+            {"id": job_id},
+        )
+    executor.finish_all(job_id)
+    executor.finish_all(other)
+    with caplog.at_level(logging.ERROR, logger="kiban.control"):
+        platform.loop.run_once()
+    assert state(platform, job_id) == "Stopping"
+    assert f"job {job_id} cannot be settled" in caplog.text
+    assert "is stopping with no stop intent" in caplog.text
+    assert state(platform, other) == "Succeeded"  # the others are settled all the same
+
+
+def test_a_preemption_says_why_in_its_event(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock
+) -> None:
+    """The scheduler's reason for the preemption is the message of the event."""
+    low = submit(platform, manifest("low", replicas=3, gpu=2))
+    platform.loop.run_once()
+    high = submit(platform, manifest("high", replicas=3, gpu=2, priorityClass="high"))
+    platform.loop.run_once()
+    preempted = [(r, m) for r, m in events(platform, low) if r == "Preempted"]
+    assert preempted == [
+        ("Preempted", f"preempted (priority) to make room for job {high}; it returns to its queue")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"tick_s": 0}, "tick_s: must be more than 0 seconds, not 0"),
+        ({"resync_s": -1.0}, "resync_s: must be more than 0 seconds, not -1.0"),
+        ({"node_sync_s": 0.0}, "node_sync_s: must be more than 0 seconds, not 0.0"),
+        ({"min_interval_s": -0.5}, "min_interval_s: must be 0 seconds or more, not -0.5"),
+        ({"forecast_every_s": "5"}, "forecast_every_s: must be a number of seconds, not '5'"),
+        ({"tick_s": float("nan")}, "tick_s: must be a number of seconds, not nan"),
+        ({"window": 0}, "window: must be a whole number of at least 1, not 0"),
+        ({"window": 2.5}, "window: must be a whole number of at least 1, not 2.5"),
+        ({"engine_policy": None}, "engine_policy: must be a Policy, not None"),
+    ],
+)
+def test_loop_settings_out_of_range_are_refused_by_name(
+    fields: dict[str, object], error: str
+) -> None:
+    with pytest.raises(LoopSettingsError) as refused:
+        LoopSettings(**fields)  # type: ignore[arg-type]
+    assert str(refused.value) == error
+
+
+def test_loop_settings_cannot_change_once_given() -> None:
+    settings = LoopSettings(window=8, node_sync_s=None)
+    with pytest.raises(AttributeError):
+        settings.window = 9  # type: ignore[misc]
