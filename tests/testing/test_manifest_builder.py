@@ -42,3 +42,12 @@ def test_keywords_reach_the_task_and_the_spec() -> None:
 def test_spec_keywords_replace_the_tasks() -> None:
     tasks = [{"name": "a", "command": ["x"]}, {"name": "b", "command": ["y"]}]
     assert manifest(tasks=tasks)["spec"]["tasks"] == tasks
+
+
+def test_resources_and_task_keys_are_set_when_given() -> None:
+    parsed = parse_job_manifest(
+        manifest("small", gpu=0, cpu=1, memory="256Mi", task={"name": "worker"})
+    )
+    (task,) = parsed.spec.tasks
+    assert task.name == "worker"
+    assert (task.resources.gpu, task.resources.cpu, task.resources.memory) == (0, 1000, 256 << 20)

@@ -23,22 +23,28 @@ def manifest(
     gpu: int = 1,
     command: Sequence[str] = ("python", "train.py"),
     queue: str | None = None,
+    cpu: int | str | None = None,
+    memory: int | str | None = None,
     env: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    task: Mapping[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    """A ``kiban/v1`` Job named ``name`` of one task (``replicas`` x ``gpu`` GPUs running
-    ``command``), in ``queue`` when given; ``spec`` keywords replace keys of its spec."""
-    task: dict[str, Any] = {
-        "replicas": replicas,
-        "resources": {"gpu": gpu},
-        "command": list(command),
-    }
+    """A ``kiban/v1`` Job named ``name`` of one task (``replicas`` x ``gpu`` GPUs, and ``cpu``
+    and ``memory`` when given, running ``command``), in ``queue`` when given. ``task`` adds or
+    replaces keys of the task (its ``name``, say); ``spec`` keywords replace keys of the spec."""
+    resources: dict[str, Any] = {"gpu": gpu}
+    if cpu is not None:
+        resources["cpu"] = cpu
+    if memory is not None:
+        resources["memory"] = memory
+    one: dict[str, Any] = {"replicas": replicas, "resources": resources, "command": list(command)}
     if env:
-        task["env"] = dict(env)
+        one["env"] = dict(env)
     if annotations is not None:
-        task["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"tasks": [task]}
+        one["annotations"] = dict(annotations)
+    one.update(task or {})
+    body: dict[str, Any] = {"tasks": [one]}
     if queue is not None:
         body["queue"] = queue
     body.update(spec)
