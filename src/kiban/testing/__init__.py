@@ -16,7 +16,7 @@ from kiban.testing.builders import (
 from kiban.testing.clock import ManualClock
 from kiban.testing.fake_executor import FakeExecutor, FakeReplica
 from kiban.testing.manifests import manifest, submit
-from kiban.testing.waiting import TimedOut, eventually
+from kiban.testing.waiting import TimedOut, eventually, eventually_async
 
 __all__ = [
     "ClusterBuilder",
@@ -29,6 +29,7 @@ __all__ = [
     "TimedOut",
     "cluster",
     "eventually",
+    "eventually_async",
     "job",
     "manifest",
     "queue",
