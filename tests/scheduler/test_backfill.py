@@ -114,3 +114,18 @@ def test_blocked_job_is_told_the_reservation_of_its_own_flavor() -> None:
     assert small.details["reservation_job"] == "big-h"
     assert small.details["reserved_at"] == 200
     assert "reserved for job big-h" in small.message
+
+
+def test_the_probe_of_a_blocked_job_gives_its_capacity_back() -> None:
+    """A job told it would fit but for a reservation took nothing: a later job that ends before
+    the reservation backfills onto the same GPUs."""
+    decisions = schedule(
+        base(
+            job("big").queue("q").replicas(2, gpu=8).submitted(0),
+            job("unbounded").queue("q").replicas(1, gpu=8).submitted(1),
+            job("short").queue("q").replicas(1, gpu=8).max_runtime(50).submitted(2),
+        )
+    )
+    codes = {w.job_id: w.reason.code for w in decisions.waiting}
+    assert codes["unbounded"] is ReasonCode.BLOCKED_BY_RESERVATION
+    assert [(a.job_id, a.placements[0].node) for a in decisions.admitted] == [("short", "node-1")]
