@@ -50,7 +50,6 @@ _Shape = tuple[int, int, int, int, int]
 _NO_SPREAD = 2**31  # the max_per_node of a task that does not limit it, for shape comparisons
 
 _priority = attrgetter("priority")
-_at = attrgetter("at")
 _preempted_by = attrgetter("preempted_by")
 
 
@@ -229,11 +228,11 @@ class Cycle:
     def first_reservation(self, flavor: str, job_id: str) -> Reservation | None:
         """The earliest reservation of another job on the flavor (None: there is none): the
         one a job must end before to backfill, and the one named when it may not."""
-        return min(
-            (r for r in self._reservations if r.flavor == flavor and r.job_id != job_id),
-            key=_at,
-            default=None,
-        )
+        first: Reservation | None = None
+        for r in self._reservations:  # few: backfill adds at most the max_reservations
+            if r.flavor == flavor and r.job_id != job_id and (first is None or r.at < first.at):
+                first = r
+        return first
 
     # -- preemption ------------------------------------------------------------------------------
     @property
