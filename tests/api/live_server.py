@@ -10,13 +10,14 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import uvicorn
 from fastapi import FastAPI
+
+from kiban.testing import eventually
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,13 @@ def serve_in_thread(app: FastAPI) -> Iterator[LiveServer]:
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
+
+    def started() -> bool:
+        if not thread.is_alive():
+            raise RuntimeError("uvicorn ended before it started")
+        return server.started
+
+    eventually(started, what="uvicorn to start", timeout=30, interval=0.02)
     try:
         yield LiveServer(host, port)
     finally:

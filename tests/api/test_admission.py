@@ -20,6 +20,7 @@ from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import cluster, jobs, policy, services
 from kiban.api.slots import Slots
 from kiban.platform import Platform
+from kiban.testing import eventually_async
 
 Message = dict[str, Any]
 
@@ -245,7 +246,8 @@ def test_past_its_follows_a_caller_gets_503_with_retry_after_at_once(
     platform: Platform, admin_token: str
 ) -> None:
     limits = AdmissionLimits(max_follows_per_principal=2)
-    stack = Admission(_never_answers, platform, limits)
+    app = NeverAnswers()
+    stack = Admission(app, platform, limits)
     query = b"follow=true"
 
     async def scenario() -> list[int]:
@@ -255,7 +257,7 @@ def test_past_its_follows_a_caller_gets_503_with_retry_after_at_once(
             )
             for _ in range(2)
         ]
-        await asyncio.sleep(0.5)  # both are admitted and hang in the app
+        await eventually_async(lambda: app.reached == 2, what="both to hang in the app")
         third = await asyncio.wait_for(
             Exchange("GET", "/api/v1/jobs/x/logs", token=admin_token, query=query).run(stack), 5
         )
@@ -278,17 +280,21 @@ def test_a_caller_waits_its_turn_then_gets_503_when_it_does_not_come(
     limits = AdmissionLimits(
         max_requests_per_principal=1, max_waiting_per_principal=1, queue_wait_s=0.3
     )
-    stack = Admission(_never_answers, platform, limits)
+    app = NeverAnswers()
+    stack = Admission(app, platform, limits)
+
+    def in_line() -> int:
+        return sum(slots.waiting for slots in stack._requests_of.values())
 
     async def scenario() -> tuple[int, int]:
         first = asyncio.ensure_future(
             Exchange("GET", "/api/v1/whoami", token=admin_token).run(stack)
         )
-        await asyncio.sleep(0.3)
+        await eventually_async(lambda: app.reached == 1, what="the first to hang in the app")
         waiting = asyncio.ensure_future(
             Exchange("GET", "/api/v1/whoami", token=admin_token).run(stack)
         )
-        await asyncio.sleep(0.05)
+        await eventually_async(lambda: in_line() == 1, what="the second to wait in line")
         # the line is full: refused at once
         full = await asyncio.wait_for(
             Exchange("GET", "/api/v1/whoami", token=admin_token).run(stack), 0.2
@@ -313,7 +319,7 @@ def test_slots_are_handed_over_in_order() -> None:
                 slots.give_back()
 
         waiters = [asyncio.ensure_future(wait(n)) for n in ("a", "b")]
-        await asyncio.sleep(0.01)
+        await eventually_async(lambda: slots.waiting == 2, what="both to wait in line")
         assert not await slots.take()  # the line is full
         slots.give_back()
         await asyncio.gather(*waiters)
@@ -323,5 +329,12 @@ def test_slots_are_handed_over_in_order() -> None:
     assert asyncio.run(scenario()) == ["a", "b"]
 
 
-async def _never_answers(scope: Any, receive: Any, send: Any) -> None:
-    await asyncio.Event().wait()
+class NeverAnswers:
+    """An app that never answers; counts the requests that reached it."""
+
+    def __init__(self) -> None:
+        self.reached = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.reached += 1
+        await asyncio.Event().wait()

@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from kiban import testing
 from kiban.api.app import create_app
 from kiban.platform import Platform
 from kiban.sdk.client import Client
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, submit
 
-
-def manifest(name: str, gpu: int = 2, replicas: int = 1, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "tasks": [{"replicas": replicas, "resources": {"gpu": gpu}, "command": ["t"]}],
-            **spec,
-        },
-    }
-
-
-def submit(api: TestClient, document: dict[str, Any]) -> str:
-    response = api.post("/api/v1/jobs", json=document)
-    assert response.status_code == 201, response.text
-    return str(response.json()["id"])
+# These tests' jobs take 2 GPUs unless they say otherwise.
+manifest = partial(testing.manifest, gpu=2)
 
 
 def error(response: Any, status: int) -> str:
@@ -39,7 +26,7 @@ def error(response: Any, status: int) -> str:
 def test_a_running_job_reports_a_checkpoint(
     api: TestClient, platform: Platform, clock: ManualClock
 ) -> None:
-    job = submit(api, manifest("train"))
+    job = submit(api, manifest("train"))["id"]
     platform.loop.run_once()
     clock.advance(120)
     answer = api.post(f"/api/v1/jobs/{job}/checkpoint")
@@ -54,8 +41,8 @@ def test_a_running_job_reports_a_checkpoint(
 def test_only_a_running_job_can_report_one(
     api: TestClient, platform: Platform, executor: FakeExecutor
 ) -> None:
-    running = submit(api, manifest("big", replicas=3))  # all 6 GPUs
-    waiting = submit(api, manifest("waiting"))
+    running = submit(api, manifest("big", replicas=3))["id"]  # all 6 GPUs
+    waiting = submit(api, manifest("waiting"))["id"]
     platform.loop.run_once()
     message = error(api.post(f"/api/v1/jobs/{waiting}/checkpoint"), 409)
     assert message == f"job {waiting} is Pending; only a running job can report a checkpoint"
@@ -71,7 +58,7 @@ def test_an_unknown_job_is_404(api: TestClient, job_id: str) -> None:
 
 
 def test_another_tenants_job_is_404_and_unchanged(api: TestClient, platform: Platform) -> None:
-    job = submit(api, manifest("train"))
+    job = submit(api, manifest("train"))["id"]
     platform.loop.run_once()
     assert api.post("/api/v1/tenants", json={"name": "speech"}).status_code == 201
     token = api.post("/api/v1/tenants/speech/tokens", json={"name": "bob"}).json()["token"]
@@ -87,14 +74,14 @@ def test_preemption_spares_the_jobs_that_would_lose_more_work(
     api: TestClient, platform: Platform, clock: ManualClock, freshest: int
 ) -> None:
     """Three equal low jobs; the one that reported a checkpoint most recently is the victim."""
-    low = [submit(api, manifest(f"low-{i}", priorityClass="low")) for i in range(3)]
+    low = [submit(api, manifest(f"low-{i}", priorityClass="low"))["id"] for i in range(3)]
     platform.loop.run_once()
     others = [job for i, job in enumerate(low) if i != freshest]
     for job, after in ((others[0], 100), (others[1], 200), (low[freshest], 290)):
         clock.advance(after)
         assert api.post(f"/api/v1/jobs/{job}/checkpoint").status_code == 200
     clock.advance(10)  # work since the last checkpoint: 500s, 300s and 10s
-    urgent = submit(api, manifest("urgent", priorityClass="high"))
+    urgent = submit(api, manifest("urgent", priorityClass="high"))["id"]
     platform.loop.run_once()
     states = {job: api.get(f"/api/v1/jobs/{job}").json() for job in low}
     assert [states[job]["state"] == "Stopping" for job in low] == [i == freshest for i in range(3)]
@@ -104,7 +91,7 @@ def test_preemption_spares_the_jobs_that_would_lose_more_work(
 def test_the_sdk_reports_for_the_job_it_runs_in(
     api: TestClient, platform: Platform, admin_token: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = submit(api, manifest("train"))
+    job = submit(api, manifest("train"))["id"]
     platform.loop.run_once()
     client = Client(url="http://testserver", token=admin_token)
     client._http.close()

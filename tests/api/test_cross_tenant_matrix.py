@@ -23,19 +23,7 @@ from fastapi.testclient import TestClient
 from kiban.api.app import create_app
 from kiban.executors.base import NodeInfo
 from kiban.platform import build_platform
-from kiban.testing import FakeExecutor, ManualClock
-
-
-def job(name: str, queue: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "queue": queue,
-            "tasks": [{"replicas": 1, "resources": {"gpu": 1}, "command": ["python", "t.py"]}],
-        },
-    }
+from kiban.testing import FakeExecutor, ManualClock, manifest
 
 
 def service(name: str, queue: str) -> dict[str, Any]:
@@ -111,7 +99,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
             ("B_RUN", "speech-train", "speech-q"),
             ("B_DONE", "speech-eval", "speech-q"),
         ):
-            answer = admin.post("/api/v1/jobs", json=job(name, queue))
+            answer = admin.post("/api/v1/jobs", json=manifest(name, queue=queue))
             assert answer.status_code == 201, answer.text
             ids[key] = answer.json()["id"]
         for name, queue in (("vision-svc", "vision-q"), ("speech-svc", "speech-q")):
@@ -196,10 +184,14 @@ ATTEMPTS: dict[str, Attempt] = {
     ),
     # submitting
     "submit to B's queue": Attempt(
-        "POST", "/api/v1/jobs", 422, body=job("sneaky", "speech-q"), like=("speech-q", "nosuch-q")
+        "POST",
+        "/api/v1/jobs",
+        422,
+        body=manifest("sneaky", queue="speech-q"),
+        like=("speech-q", "nosuch-q"),
     ),
     "submit under B's job's name": Attempt(
-        "POST", "/api/v1/jobs", 201, body=job("speech-train", "vision-q")
+        "POST", "/api/v1/jobs", 201, body=manifest("speech-train", queue="vision-q")
     ),
     # queues and the policy
     "list queues": Attempt("GET", "/api/v1/queues", 200),

@@ -19,6 +19,7 @@ import uvicorn
 from kiban.api.app import create_app
 from kiban.api.http_protocol import GuardedHttpProtocol
 from kiban.platform import Platform
+from kiban.testing import eventually
 
 HEAD_TIMEOUT_S = 0.5
 BODY_TIMEOUT_S = 0.5
@@ -40,10 +41,7 @@ def server(platform: Platform) -> Iterator[tuple[str, int]]:
     served = uvicorn.Server(config)
     thread = threading.Thread(target=served.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not served.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
+    eventually(lambda: served.started, what="the server to start", timeout=30, interval=0.01)
     yield sock.getsockname()
     served.should_exit = True
     thread.join(10)

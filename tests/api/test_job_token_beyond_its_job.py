@@ -23,19 +23,12 @@ from live_server import LiveServer, RawAnswer, serve_in_thread
 from kiban.api.app import create_app
 from kiban.executors.base import NodeInfo
 from kiban.platform import build_platform
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, manifest
 
 
-def manifest(name: str, queue: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "queue": queue,
-            "tasks": [{"replicas": 1, "resources": {"gpu": 0}, "command": ["python", "t.py"]}],
-        },
-    }
+def job_of(name: str, queue: str = "default") -> dict[str, Any]:
+    """A job that needs no GPU, so that every one starts."""
+    return manifest(name, queue=queue, gpu=0)
 
 
 @dataclass
@@ -90,9 +83,9 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
         assert admin.post("/api/v1/queues", json=queue).status_code == 201
         ids = {}
         for letter, name, queue_name in (("J", "train", "default"), ("K", "eval", "default")):
-            ids[letter] = admin.post("/api/v1/jobs", json=manifest(name, queue_name)).json()["id"]
-        ids["P"] = admin.post("/api/v1/jobs", json=manifest(ids["J"])).json()["id"]
-        ids["L"] = admin.post("/api/v1/jobs", json=manifest("asr", "speech-q")).json()["id"]
+            ids[letter] = admin.post("/api/v1/jobs", json=job_of(name, queue_name)).json()["id"]
+        ids["P"] = admin.post("/api/v1/jobs", json=job_of(ids["J"])).json()["id"]
+        ids["L"] = admin.post("/api/v1/jobs", json=job_of("asr", "speech-q")).json()["id"]
         assert ids["P"].startswith(ids["J"] + "-")
         platform.loop.run_once()
         for job_id in ids.values():
@@ -126,7 +119,7 @@ SERVICE = {
 # Every other operation: (method, target, body), each answered 403.
 OPERATIONS: list[tuple[str, str, Any]] = [
     ("GET", "/api/v1/jobs", None),
-    ("POST", "/api/v1/jobs", manifest("sneaky")),
+    ("POST", "/api/v1/jobs", job_of("sneaky")),
     ("POST", "/api/v1/jobs/{J}/cancel", None),
     ("GET", "/api/v1/jobs/{K}", None),
     ("GET", "/api/v1/jobs/{K}/events", None),

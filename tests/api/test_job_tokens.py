@@ -12,16 +12,14 @@ from test_auth import ENDPOINTS, JOB
 
 from kiban.api.app import create_app
 from kiban.platform import Platform
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, submit
 
 URL = "http://kiban.example:8470"
 
 
-def submit(api: TestClient, **spec: Any) -> str:
-    document = {**JOB, "spec": {**JOB["spec"], **spec}}
-    answer = api.post("/api/v1/jobs", json=document)
-    assert answer.status_code == 201, answer.text
-    return str(answer.json()["id"])
+def submit_job(api: TestClient, **spec: Any) -> str:
+    """Submit test_auth's JOB, ``spec`` replacing keys of its spec; its id."""
+    return str(submit(api, {**JOB, "spec": {**JOB["spec"], **spec}})["id"])
 
 
 def replica_env(executor: FakeExecutor, job_id: str) -> dict[str, str]:
@@ -47,7 +45,7 @@ def test_replicas_get_the_url_and_a_token_that_reads_their_job_and_reports_check
     api: TestClient, platform: Platform, executor: FakeExecutor, clock: ManualClock, as_job: Any
 ) -> None:
     platform.loop.launcher.api_url = URL
-    job_id = submit(api)
+    job_id = submit_job(api)
     platform.loop.run_once()
     env = replica_env(executor, job_id)
     assert env["KIBAN_URL"] == URL
@@ -84,7 +82,7 @@ def test_beyond_its_job_a_job_token_is_refused(
     body: dict[str, Any] | None,
 ) -> None:
     platform.loop.launcher.api_url = URL
-    job_id = submit(api)
+    job_id = submit_job(api)
     platform.loop.run_once()
     token = replica_env(executor, job_id)["KIBAN_TOKEN"]
     answer = as_job(token).request(method, path, json=body)
@@ -100,7 +98,7 @@ def test_the_token_ends_with_its_attempt_and_its_job(
     api: TestClient, platform: Platform, executor: FakeExecutor, as_job: Any
 ) -> None:
     platform.loop.launcher.api_url = URL
-    job_id = submit(api, restartPolicy="OnFailure")
+    job_id = submit_job(api, restartPolicy="OnFailure")
     platform.loop.run_once()
     first = replica_env(executor, job_id)["KIBAN_TOKEN"]
     executor.finish(job_id, 0, 1)
@@ -125,11 +123,11 @@ def test_the_token_ends_when_its_job_returns_to_its_queue(
     def gang(replicas: int) -> list[dict[str, Any]]:
         return [{**JOB["spec"]["tasks"][0], "replicas": replicas, "resources": {"gpu": 2}}]
 
-    low = submit(api, tasks=gang(3), priorityClass="low")
+    low = submit_job(api, tasks=gang(3), priorityClass="low")
     platform.loop.run_once()
     token = replica_env(executor, low)["KIBAN_TOKEN"]
     assert as_job(token).get(f"/api/v1/jobs/{low}").status_code == 200
-    high = submit(api, tasks=gang(1), priorityClass="high")
+    high = submit_job(api, tasks=gang(1), priorityClass="high")
     for _ in range(3):
         clock.advance(1)
         platform.loop.run_once()
@@ -141,6 +139,6 @@ def test_the_token_ends_when_its_job_returns_to_its_queue(
 def test_without_a_url_replicas_get_neither(
     api: TestClient, platform: Platform, executor: FakeExecutor
 ) -> None:
-    job_id = submit(api)
+    job_id = submit_job(api)
     platform.loop.run_once()
     assert replica_env(executor, job_id) == {}

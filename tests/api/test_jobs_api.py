@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import MutableMapping
 from typing import Any
 from urllib.parse import unquote
@@ -17,28 +16,7 @@ from fastapi.testclient import TestClient
 from kiban.api.app import create_app
 from kiban.executors.base import Capability
 from kiban.platform import Platform
-from kiban.testing import FakeExecutor, ManualClock
-
-
-def manifest(
-    name: str = "train", *, replicas: int = 1, gpu: int = 1, queue: str | None = None, **spec: Any
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "tasks": [
-            {"replicas": replicas, "resources": {"gpu": gpu}, "command": ["python", "train.py"]}
-        ],
-        **spec,
-    }
-    if queue is not None:
-        body["queue"] = queue
-    return {"apiVersion": "kiban/v1", "kind": "Job", "metadata": {"name": name}, "spec": body}
-
-
-def submit(api: TestClient, document: dict[str, Any]) -> dict[str, Any]:
-    response = api.post("/api/v1/jobs", json=document)
-    assert response.status_code == 201, response.text
-    out: dict[str, Any] = response.json()
-    return out
+from kiban.testing import FakeExecutor, ManualClock, manifest, submit
 
 
 def state_of(api: TestClient, job_id: str) -> str:
@@ -505,22 +483,23 @@ def test_follow_streams_until_the_job_ends(
     log = executor.replicas[(job_id, 1, 0)].log
     log.extend(b"epoch 1\n")
 
-    def later() -> None:
-        time.sleep(0.5)
-        log.extend(b"epoch 2\n")
-        time.sleep(0.5)
-        log.extend(b"done\n")
-        executor.finish_all(job_id, 0)
-        platform.loop.run_once()
+    def job_goes_on(got: bytes) -> None:
+        """What the job writes next, once the reader has what it wrote so far."""
+        if got == b"epoch 1\n":
+            log.extend(b"epoch 2\n")
+        elif got == b"epoch 1\nepoch 2\n":
+            log.extend(b"done\n")
+            executor.finish_all(job_id, 0)
+            platform.loop.run_once()
 
-    worker = threading.Thread(target=later)
-    worker.start()
-    try:
-        response = api.get(f"/api/v1/jobs/{job_id}/logs", params={"follow": "true"})
-    finally:
-        worker.join()
-    assert response.status_code == 200
-    assert response.text == "epoch 1\nepoch 2\ndone\n"
+    got = b""
+    url = f"/api/v1/jobs/{job_id}/logs"
+    with api.stream("GET", url, params={"follow": "true"}) as response:
+        assert response.status_code == 200
+        for chunk in response.iter_bytes():
+            got += chunk
+            job_goes_on(got)
+    assert got.decode() == "epoch 1\nepoch 2\ndone\n"
     assert state_of(api, job_id) == "Succeeded"
 
 

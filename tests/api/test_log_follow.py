@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from test_jobs_api import manifest, submit
 
 from kiban.executors.log_streams import skip_bytes
 from kiban.platform import Platform
 from kiban.services import log_follow
-from kiban.testing import FakeExecutor
+from kiban.testing import FakeExecutor, eventually, manifest, submit
 
 
 def wait_for_no_followers() -> None:
-    deadline = time.monotonic() + 5
-    while log_follow.followers() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert log_follow.followers() == 0
+    eventually(
+        lambda: log_follow.followers() == 0,
+        what="every log follower's reader thread to end",
+        timeout=5,
+        interval=0.01,
+    )
 
 
 def follow_until(
@@ -103,12 +103,14 @@ class Source:
     def __init__(self, *chunks: bytes, hold: threading.Event | None = None) -> None:
         self.chunks = list(chunks)
         self.hold = hold
+        self.reading = threading.Event()  # a reader is in next()
         self.closed = False
 
     def __iter__(self) -> Iterator[bytes]:
         return self
 
     def __next__(self) -> bytes:
+        self.reading.set()
         if self.hold is not None:
             self.hold.wait(5)
         if not self.chunks:
@@ -186,7 +188,7 @@ def test_a_client_gone_while_a_read_waits_leaves_no_error_behind() -> None:
         chunks = log_follow.follow(source)
         assert chunks is not None
         waiting = asyncio.ensure_future(chunks.__anext__())
-        await asyncio.sleep(0.1)  # the reader is in next(), held
+        assert await asyncio.to_thread(source.reading.wait, 5)  # the reader is in next(), held
         waiting.cancel()  # the client went away
         with pytest.raises(asyncio.CancelledError):
             await waiting

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from test_jobs_api import manifest, submit
 
 from kiban.platform import Platform
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, manifest, submit
 
 T0 = 1714557600.0  # 2024-05-01T10:00:00Z
 STAMP = "2024-05-01T10:00:{:02d}.000000Z"

@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from kiban.api.app import create_app
 from kiban.platform import Platform
 from kiban.store.models import Event, Node, PolicyVersion, Queue, Tenant
+from kiban.testing import manifest
 
 HOST = "kubernetes.io/hostname"
 POLICY: dict[str, Any] = {
@@ -38,15 +39,6 @@ POLICY: dict[str, Any] = {
     "fairShare": {"halfLife": "1d"},
     "topology": {"levels": [{"name": "host", "label": HOST}]},
 }
-
-
-def job(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": "train"},
-        "spec": {"tasks": [{"resources": {"gpu": 1}, "command": ["t"]}], **spec},
-    }
 
 
 @pytest.fixture
@@ -162,17 +154,18 @@ def test_an_admin_replaces_the_policy(api: TestClient, platform: Platform) -> No
 
 
 def test_a_new_policy_applies_to_the_next_submission_at_once(api: TestClient) -> None:
-    assert api.post("/api/v1/jobs", json=job(priorityClass="high")).status_code == 201
+    assert api.post("/api/v1/jobs", json=manifest(priorityClass="high")).status_code == 201
     assert api.put("/api/v1/policy", json=POLICY).status_code == 200
-    refused = api.post("/api/v1/jobs", json=job(priorityClass="high"))
+    refused = api.post("/api/v1/jobs", json=manifest(priorityClass="high"))
     assert refused.status_code == 422
     assert problems(refused) == ["spec.priorityClass"]
     assert "known: batch, prod" in refused.json()["error"]["message"]
-    accepted = api.post("/api/v1/jobs", json=job(priorityClass="batch", topology={"level": "host"}))
+    batch_on_one_host = manifest(priorityClass="batch", topology={"level": "host"})
+    accepted = api.post("/api/v1/jobs", json=batch_on_one_host)
     assert accepted.status_code == 201, accepted.text
     assert accepted.json()["priority"] == 5
-    assert api.post("/api/v1/jobs", json=job()).json()["priority"] == 50
-    unknown_level = api.post("/api/v1/jobs", json=job(topology={"level": "rack"}))
+    assert api.post("/api/v1/jobs", json=manifest()).json()["priority"] == 50
+    unknown_level = api.post("/api/v1/jobs", json=manifest(topology={"level": "rack"}))
     assert unknown_level.status_code == 422
     assert problems(unknown_level) == ["spec.topology.level"]
 
@@ -223,7 +216,7 @@ def test_a_bad_policy_is_a_422_naming_its_fields(
 
 def test_a_policy_the_store_refuses_is_a_409(api: TestClient, platform: Platform) -> None:
     assert api.put("/api/v1/policy", json=POLICY).status_code == 200
-    assert api.post("/api/v1/jobs", json=job(queue="vision")).status_code == 201
+    assert api.post("/api/v1/jobs", json=manifest(queue="vision")).status_code == 201
     before = stored(platform)
     no_node = {
         **POLICY,

@@ -11,19 +11,7 @@ from fastapi.testclient import TestClient
 
 from kiban.api.app import create_app
 from kiban.platform import Platform
-from kiban.testing import FakeExecutor
-
-
-def manifest(name: str, queue: str, gpu: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "queue": queue,
-            "tasks": [{"replicas": 1, "resources": {"gpu": gpu}, "command": ["python", "t.py"]}],
-        },
-    }
+from kiban.testing import FakeExecutor, manifest
 
 
 @dataclass
@@ -48,7 +36,8 @@ def world(api: TestClient, platform: Platform, executor: FakeExecutor) -> Iterat
     with clients["vision"] as vision, clients["speech"] as speech:
         submitted = {}
         for tenant, client in (("vision", vision), ("speech", speech)):
-            response = client.post("/api/v1/jobs", json=manifest(f"{tenant}-train", f"{tenant}-q"))
+            document = manifest(f"{tenant}-train", queue=f"{tenant}-q")
+            response = client.post("/api/v1/jobs", json=document)
             assert response.status_code == 201, response.text
             submitted[tenant] = response.json()
             assert submitted[tenant]["tenant"] == tenant
@@ -108,7 +97,7 @@ def test_member_cannot_submit_to_another_tenants_queue(world: World, api: TestCl
     before = api.get("/api/v1/jobs").json()
     messages = {}
     for queue in ("speech-q", "default", "no-such-q"):
-        response = world.vision.post("/api/v1/jobs", json=manifest("sneaky", queue))
+        response = world.vision.post("/api/v1/jobs", json=manifest("sneaky", queue=queue))
         assert response.status_code == 422, response.text
         error = response.json()["error"]
         assert [p["field"] for p in error["problems"]] == ["spec.queue"]
@@ -152,7 +141,7 @@ def test_admin_sees_everything(world: World, api: TestClient) -> None:
 
 
 def test_admin_may_submit_to_any_tenants_queue(world: World, api: TestClient) -> None:
-    response = api.post("/api/v1/jobs", json=manifest("on-behalf", "speech-q"))
+    response = api.post("/api/v1/jobs", json=manifest("on-behalf", queue="speech-q"))
     assert response.status_code == 201
     assert response.json()["tenant"] == "speech"
     assert response.json()["id"] in ids(world.speech.get("/api/v1/jobs"))

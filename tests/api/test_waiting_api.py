@@ -7,37 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from kiban import testing
 from kiban.api.app import create_app
 from kiban.platform import Platform
-from kiban.testing import ManualClock
+from kiban.testing import ManualClock, submit
 
 HOUR = 3600.0
 
 
-def manifest(
-    name: str, queue: str = "default", gpu: int = 2, replicas: int = 1, **spec: Any
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "queue": queue,
-            "tasks": [{"replicas": replicas, "resources": {"gpu": gpu}, "command": ["t"]}],
-            **spec,
-        },
-    }
-
-
-def submit(client: TestClient, document: dict[str, Any]) -> str:
-    response = client.post("/api/v1/jobs", json=document)
-    assert response.status_code == 201, response.text
-    return str(response.json()["id"])
+# These tests' jobs take 2 GPUs unless they say otherwise.
+manifest = partial(testing.manifest, gpu=2)
 
 
 def get(client: TestClient, path: str) -> Any:
@@ -49,13 +34,14 @@ def get(client: TestClient, path: str) -> Any:
 def test_a_waiting_job_shows_positions_forecast_and_standing(
     api: TestClient, platform: Platform, clock: ManualClock
 ) -> None:
-    big = submit(api, manifest("big", replicas=3, maxRuntime="1h"))  # all 6 GPUs, for an hour
+    # all 6 GPUs, for an hour
+    big = submit(api, manifest("big", replicas=3, maxRuntime="1h"))["id"]
     platform.loop.run_once()
     platform.loop.run_once()  # usage counts from the first pass that sees it running
     clock.advance(HOUR / 2)
-    first = submit(api, manifest("first"))
+    first = submit(api, manifest("first"))["id"]
     clock.advance(1)
-    second = submit(api, manifest("second", gpu=1))
+    second = submit(api, manifest("second", gpu=1))["id"]
     platform.loop.run_once()
 
     jobs = {j["name"]: j for j in get(api, "/api/v1/jobs")}
@@ -84,9 +70,9 @@ def test_a_waiting_job_shows_positions_forecast_and_standing(
 
 
 def test_a_preempted_job_names_its_preemptor(api: TestClient, platform: Platform) -> None:
-    low = submit(api, manifest("low", replicas=3, priorityClass="low"))
+    low = submit(api, manifest("low", replicas=3, priorityClass="low"))["id"]
     platform.loop.run_once()
-    high = submit(api, manifest("urgent", priorityClass="high"))
+    high = submit(api, manifest("urgent", priorityClass="high"))["id"]
     platform.loop.run_once()  # preempts low
     platform.loop.run_once()  # low's replicas stopped: back in its queue
     victim = get(api, f"/api/v1/jobs/{low}")
@@ -139,8 +125,8 @@ def test_a_tenant_sees_its_own_standing_and_queue_but_not_anothers(
     platform.loop.run_once()
     clock.advance(HOUR)
     platform.loop.run_once()  # an hour of usage accrues
-    hidden = submit(tenants.speech, manifest("later", queue="speech"))
-    mine = submit(tenants.vision, manifest("mine", queue="vision", gpu=1))
+    hidden = submit(tenants.speech, manifest("later", queue="speech"))["id"]
+    mine = submit(tenants.vision, manifest("mine", queue="vision", gpu=1))["id"]
     platform.loop.run_once()
 
     seen = get(tenants.vision, "/api/v1/jobs")

@@ -14,17 +14,18 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import psutil
 import pytest
 import yaml
 
+from kiban import testing
 from kiban.executors.local.isolation import blocking_directories
 from kiban.sdk.client import Client
 
@@ -37,7 +38,6 @@ START_TIMEOUT = 90.0
 STATE_TIMEOUT = 60.0
 CLI_TIMEOUT = 120.0
 
-T = TypeVar("T")
 
 AS_ROOT = os.geteuid() == 0
 """kiban up as root runs each tenant's local jobs as a user of its own (isolation): what the
@@ -81,23 +81,9 @@ def open_to_tenant_users(*paths: Path) -> list[Path]:
     return changed
 
 
-def eventually(
-    probe: Callable[[], T | None],
-    *,
-    timeout: float = STATE_TIMEOUT,
-    interval: float = 0.2,
-    what: str = "the condition",
-) -> T:
-    """Call ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
+# The one poll-until-deadline of kiban.testing, with this tier's generous deadline and a
+# slower pace (each probe may be an HTTP call or a file read of a busy machine).
+eventually = partial(testing.eventually, timeout=STATE_TIMEOUT, interval=0.2)
 
 
 def cli_env(home: Path) -> dict[str, str]:
@@ -207,18 +193,20 @@ class KibanServer:
                 start_new_session=True,
             )
         self.starts += 1
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
                 raise AssertionError(
-                    f"kiban up exited with code {self.proc.returncode}:\n{self.log_tail()}"
+                    f"kiban up exited with code {proc.returncode}:\n{self.log_tail()}"
                 )
-            if self._healthy():
-                return
-            if time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError(f"kiban up not healthy after {timeout:g}s:\n{self.log_tail()}")
-            time.sleep(0.2)
+            return self._healthy()
+
+        try:
+            eventually(healthy, timeout=timeout, what="kiban up to be healthy")
+        except testing.TimedOut as timed_out:
+            self.kill()
+            raise AssertionError(f"{timed_out}:\n{self.log_tail()}") from None
 
     def _healthy(self) -> bool:
         url_file = self.home / "url"
@@ -390,27 +378,14 @@ StartKiban = Callable[..., KibanServer]
 
 
 def job_manifest(
-    name: str,
-    command: list[str],
-    *,
-    replicas: int = 1,
-    gpu: int = 0,
-    **spec: Any,
+    name: str, command: list[str], *, replicas: int = 1, gpu: int = 0, **spec: Any
 ) -> dict[str, Any]:
-    """A ``kiban/v1`` Job with one task ``worker``; extra keyword arguments go into ``spec``."""
-    task: dict[str, Any] = {
-        "name": "worker",
-        "replicas": replicas,
-        "resources": {"gpu": gpu, "cpu": 1, "memory": "256Mi"},
-        "command": command,
-    }
-    task.update(spec.pop("task", {}))
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {**spec, "tasks": [task]},
-    }
+    """kiban.testing's manifest sized for the local executor: one task ``worker`` of 1 CPU and
+    256 MiB per replica; ``task`` adds keys to the task, other keywords go into ``spec``."""
+    task = {"name": "worker", **spec.pop("task", {})}
+    return testing.manifest(
+        name, replicas=replicas, gpu=gpu, command=command, cpu=1, memory="256Mi", task=task, **spec
+    )
 
 
 @contextlib.contextmanager

@@ -446,7 +446,10 @@ def test_a_service_replica_that_listens_on_its_socket_is_reached_there(tmp_path:
             refs.append(launch_script(executor, tmp_path, job_id, LISTEN_ON_SOCKET, labels))
         plain, service = refs
         socket_path = home / "jobs" / "svc-abc123" / "attempt-1" / "rank-0.sock"
-        eventually(lambda: executor.replica_address(service, 8080) == f"unix:{socket_path}")
+        eventually(
+            lambda: executor.replica_address(service, 8080) == f"unix:{socket_path}",
+            what="the service replica to listen on its socket",
+        )
         assert executor.replica_address(plain, 8080) == "127.0.0.1:8080"
         assert "SOCKET None" in (home / "jobs" / "plain-abc123" / "rank-0.log").read_text()
     finally:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from sqlalchemy import select
 
@@ -13,7 +11,8 @@ from kiban.services import jobs, nodes
 from kiban.services.auth import Principal
 from kiban.services.errors import Forbidden, NotFound
 from kiban.store.models import Event, Node
-from kiban.testing import FakeExecutor
+from kiban.testing import FakeExecutor, manifest
+from kiban.testing.platform_jobs import submit_to_platform
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)
 ALICE = Principal(name="alice", tenant="default", is_admin=False)
@@ -32,16 +31,7 @@ def node(platform: Platform, name: str) -> Node:
 
 def run_one_replica_job(platform: Platform, name: str = "train") -> tuple[str, str]:
     """Submit a one-GPU job and run a pass; its id and the node it landed on ("" if none)."""
-    document: dict[str, Any] = {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {"tasks": [{"resources": {"gpu": 1}, "command": ["t"]}]},
-    }
-    with platform.sessions() as session:
-        job = jobs.submit(session, ADMIN, document, facts=platform.facts, at=platform.clock.now())
-        session.commit()
-        job_id = job.id
+    job_id = submit_to_platform(platform, manifest(name, gpu=1, command=["t"]))
     platform.loop.run_once()
     with platform.sessions() as session:
         replicas = jobs.replicas_of(session, jobs.get_visible(session, ADMIN, job_id))

@@ -19,7 +19,8 @@ from kiban.services.errors import Conflict, Forbidden, InvalidInput
 from kiban.services.policy import DrainStep, apply_policy
 from kiban.services.queue_status import queue_statuses
 from kiban.store.models import Event, Job, PolicyVersion, Queue, Tenant
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, manifest
+from kiban.testing.platform_jobs import submit_to_platform
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)
 ALICE = Principal(name="alice", tenant="vision", is_admin=False)
@@ -112,21 +113,9 @@ def events_of(platform: Platform, kind: str, name: str) -> list[tuple[str, str, 
         return [(e.type, e.reason, e.message) for e in session.scalars(query.order_by(Event.id))]
 
 
-def submit(platform: Platform, queue: str, gpu: int = 4, **spec: Any) -> str:
-    document = {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": "train"},
-        "spec": {
-            "queue": queue,
-            "tasks": [{"replicas": 1, "resources": {"gpu": gpu}, "command": ["t"]}],
-            **spec,
-        },
-    }
-    with platform.sessions() as session:
-        job = jobs.submit(session, ADMIN, document, facts=platform.facts, at=platform.clock.now())
-        session.commit()
-        return job.id
+def submit_to_queue(platform: Platform, queue: str, gpu: int = 4, **spec: Any) -> str:
+    """Submit a job of one replica of ``gpu`` GPUs to ``queue`` as the admin; its id."""
+    return submit_to_platform(platform, manifest(queue=queue, gpu=gpu, command=["t"], **spec))
 
 
 def job_state(platform: Platform, job_id: str) -> str:
@@ -289,7 +278,7 @@ def test_a_flavor_is_checked_against_nodes_only_when_they_are_known(gpus: Platfo
 
 def test_a_queue_with_unfinished_jobs_is_not_removed(gpus: Platform) -> None:
     apply(gpus, policy_doc())
-    job_id = submit(gpus, "speech")
+    job_id = submit_to_queue(gpus, "speech")
     without_speech = policy_doc()
     without_speech["queues"] = without_speech["queues"][:2]
     before = stored(gpus)
@@ -309,7 +298,7 @@ def test_a_queue_with_unfinished_jobs_is_not_removed(gpus: Platform) -> None:
 
 def test_a_queue_with_unfinished_jobs_keeps_its_tenant(gpus: Platform) -> None:
     apply(gpus, policy_doc())
-    submit(gpus, "vision")
+    submit_to_queue(gpus, "vision")
     with pytest.raises(Conflict, match=r"queues\[1\].tenant: queue vision has 1 unfinished"):
         apply(gpus, policy_doc(tenant="speech"))
     assert apply(gpus, policy_doc(strategy="StrictFIFO")).updated == ("vision",)
@@ -349,7 +338,7 @@ def test_only_admins_change_the_policy(gpus: Platform) -> None:
 
 def running_h100_job(platform: Platform, queue: str, gpu: int) -> str:
     """A job running on an H100 node (the A100 node is cordoned while it is placed)."""
-    job_id = submit(platform, queue, gpu=gpu)
+    job_id = submit_to_queue(platform, queue, gpu=gpu)
     with platform.sessions() as session:
         nodes.cordon(session, ADMIN, "a100-0", at=platform.clock.now())
         session.commit()
@@ -446,8 +435,8 @@ def test_what_a_lender_of_the_cohort_covers_is_borrowed_and_the_rest_reclaimable
 def test_the_drain_plan_says_when_by_the_jobs_max_runtime(gpus: Platform) -> None:
     apply(gpus, policy_doc(cohort=None, quota={"h100": {"gpu": 8}}))
     started = gpus.clock.now()
-    short = submit(gpus, "vision", gpu=2, maxRuntime="1h")
-    long = submit(gpus, "vision", gpu=2, maxRuntime="3h")
+    short = submit_to_queue(gpus, "vision", gpu=2, maxRuntime="1h")
+    long = submit_to_queue(gpus, "vision", gpu=2, maxRuntime="3h")
     gpus.loop.run_once()
     assert {job_state(gpus, short), job_state(gpus, long)} == {"Running"}
     # 1 over quota: the first job to end gives it back, within the hour
@@ -609,7 +598,7 @@ def test_a_cluster_file_the_store_refuses_stops_the_start_and_writes_nothing(
 def test_submission_takes_the_priority_of_the_policys_classes(gpus: Platform) -> None:
     apply(gpus, policy_doc())
     for spec, value in (({}, 100), ({"priorityClass": "batch"}, 10)):
-        job_id = submit(gpus, "vision", **spec)
+        job_id = submit_to_queue(gpus, "vision", **spec)
         with gpus.sessions() as session:
             job = session.get(Job, job_id)
             assert job is not None and job.priority == value
@@ -635,19 +624,19 @@ def test_submission_refuses_what_the_policy_does_not_declare(
 ) -> None:
     apply(gpus, policy_doc())
     with pytest.raises(InvalidInput) as caught:
-        submit(gpus, "vision", **spec)
+        submit_to_queue(gpus, "vision", **spec)
     (problem,) = caught.value.problems
     assert (problem.field, problem.message) == (field, message)
 
 
 def test_a_topology_level_the_policy_declares_is_accepted(gpus: Platform) -> None:
     apply(gpus, policy_doc())
-    submit(gpus, "vision", topology={"level": "local_block", "mode": "preferred"})
+    submit_to_queue(gpus, "vision", topology={"level": "local_block", "mode": "preferred"})
 
 
 def test_without_topology_levels_no_level_is_known(platform: Platform) -> None:
     with pytest.raises(InvalidInput) as caught:
-        submit(platform, "default", gpu=1, topology={"level": "host"})
+        submit_to_queue(platform, "default", gpu=1, topology={"level": "host"})
     assert "the cluster declares no topology" in str(caught.value)
 
 

@@ -21,6 +21,7 @@ from kiban.services.policy import apply_policy, current_policy
 from kiban.services.queue_status import QueueStatus, queue_statuses, tenant_shares
 from kiban.store.db import make_engine, migrate, session_factory
 from kiban.store.models import Job, Replica, TenantUsage
+from kiban.testing import manifest
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)
 HOUR = 3600.0
@@ -129,15 +130,7 @@ class Store:
 
     def _job(self, queue: str, state: str, gpus: int) -> Job:
         tenant = next(q["tenant"] for q in POLICY["queues"] if q["name"] == queue)
-        spec = {
-            "apiVersion": "kiban/v1",
-            "kind": "Job",
-            "metadata": {"name": "j"},
-            "spec": {
-                "queue": queue,
-                "tasks": [{"replicas": 1, "resources": {"gpu": gpus}, "command": ["t"]}],
-            },
-        }
+        spec = manifest("j", queue=queue, gpu=gpus, command=["t"])
         return Job(
             id=f"j-{self.jobs:06d}",
             name="j",

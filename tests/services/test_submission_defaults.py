@@ -11,15 +11,14 @@ from fastapi.testclient import TestClient
 
 from kiban.api.app import create_app
 from kiban.platform import Platform
+from kiban.testing import manifest, submit
 
 Member = Callable[[str, str], TestClient]
 
 
 def job(name: str = "train", queue: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"tasks": [{"command": ["true"]}]}
-    if queue is not None:
-        spec["queue"] = queue
-    return {"apiVersion": "kiban/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
+    """A job that needs no GPU, in ``queue`` or (None) in the one kiban picks."""
+    return manifest(name, queue=queue, gpu=0, command=["true"])
 
 
 @pytest.fixture
@@ -41,17 +40,10 @@ def add_queue(api: TestClient, name: str, tenant: str) -> None:
     assert answer.status_code in (200, 201), answer.text
 
 
-def submitted(client: TestClient, manifest: dict[str, Any]) -> dict[str, Any]:
-    answer = client.post("/api/v1/jobs", json=manifest)
-    assert answer.status_code == 201, answer.text
-    found: dict[str, Any] = answer.json()
-    return found
-
-
 def test_a_member_with_one_queue_needs_not_name_it(api: TestClient, member: Member) -> None:
     alice = member("vision", "alice")
     add_queue(api, "vision-gpu", "vision")
-    made = submitted(alice, job())
+    made = submit(alice, job())
     assert made["queue"] == "vision-gpu"  # was: "queue default does not exist"
     stored = api.get(f"/api/v1/jobs/{made['id']}").json()
     assert stored["queue"] == "vision-gpu" and stored["spec"] == job()  # stored as submitted
@@ -61,8 +53,8 @@ def test_of_several_queues_the_one_named_after_the_tenant(api: TestClient, membe
     alice = member("vision", "alice")
     for name in ("vision-low", "vision"):
         add_queue(api, name, "vision")
-    assert submitted(alice, job())["queue"] == "vision"
-    assert submitted(alice, job(queue="vision-low"))["queue"] == "vision-low"
+    assert submit(alice, job())["queue"] == "vision"
+    assert submit(alice, job(queue="vision-low"))["queue"] == "vision-low"
 
 
 @pytest.mark.parametrize(
@@ -86,16 +78,16 @@ def test_otherwise_the_member_must_name_one(
 
 def test_the_admin_and_the_default_tenant_keep_default(api: TestClient, member: Member) -> None:
     add_queue(api, "batch", "default")
-    assert submitted(api, job())["queue"] == "default"
+    assert submit(api, job())["queue"] == "default"
     carol = member("default", "carol")
-    assert submitted(carol, job())["queue"] == "default"
+    assert submit(carol, job())["queue"] == "default"
 
 
 def test_who_submitted_is_kept_and_listed(api: TestClient, member: Member) -> None:
     alice, bob = member("vision", "alice"), member("vision", "bob")
     add_queue(api, "vision", "vision")
-    hers = submitted(alice, job("a"))["id"]
-    his = submitted(bob, job("b"))["id"]
+    hers = submit(alice, job("a"))["id"]
+    his = submit(bob, job("b"))["id"]
     assert api.get(f"/api/v1/jobs/{hers}").json()["submittedBy"] == "alice"
     listed = bob.get("/api/v1/jobs", params={"submittedBy": "bob"}).json()
     assert [j["id"] for j in listed] == [his]
@@ -103,7 +95,7 @@ def test_who_submitted_is_kept_and_listed(api: TestClient, member: Member) -> No
 
 
 def test_states_in_any_case(api: TestClient) -> None:
-    made = submitted(api, job())["id"]
+    made = submit(api, job())["id"]
     for word in ("pending", "PENDING", "Pending"):
         listed = api.get("/api/v1/jobs", params={"state": word}).json()
         assert [j["id"] for j in listed] == [made], word

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import pytest
 import sqlalchemy
@@ -17,6 +16,7 @@ from kiban.services import events, jobs
 from kiban.services.lookup_cache import LookupCache
 from kiban.services.submissions import SubmissionWriter
 from kiban.store.models import Event, Job
+from kiban.testing import ManualClock
 
 
 def job_and_event(job_id: str) -> tuple[Job, Event]:
@@ -55,16 +55,18 @@ def test_many_submissions_are_stored_and_each_caller_is_answered(platform: Platf
 def test_one_bad_submission_does_not_fail_the_others_in_its_batch(platform: Platform) -> None:
     writer = SubmissionWriter(platform.sessions, max_batch=64)
     gate = threading.Event()
+    holding = threading.Event()
     # Hold the writer on a first batch so that the next writes queue up into one batch.
     original = writer._commit
 
     def slow_commit(batch: list) -> None:  # type: ignore[type-arg]
+        holding.set()
         gate.wait(5)
         original(batch)
 
     writer._commit = slow_commit  # type: ignore[method-assign]
     first = writer.write(*job_and_event("first"))
-    time.sleep(0.1)
+    assert holding.wait(5), "the writer never took the first batch"
     good = [writer.write(*job_and_event(f"good-{i}")) for i in range(5)]
     bad_job, bad_event = job_and_event("bad")
     bad_job.state = None  # type: ignore[assignment]  # NOT NULL: cannot be stored
@@ -140,7 +142,8 @@ def test_rows_written_along_a_job_take_its_final_id_and_fail_with_it(
 
 
 def test_cache_keeps_found_values_for_its_ttl_only() -> None:
-    cache = LookupCache(ttl_s=0.2)
+    clock = ManualClock()
+    cache = LookupCache(ttl_s=0.2, clock=clock)
     loads: list[str] = []
 
     def load() -> str:
@@ -148,9 +151,12 @@ def test_cache_keeps_found_values_for_its_ttl_only() -> None:
         return "value"
 
     assert cache.get("k", load) == "value"
+    clock.advance(0.19)
     assert cache.get("k", load) == "value"
+    assert cache.peek("k") == "value"
     assert loads == ["x"]
-    time.sleep(0.25)
+    clock.advance(0.06)
+    assert cache.peek("k") is None
     cache.get("k", load)
     assert loads == ["x", "x"]
 

@@ -53,13 +53,3 @@ def live_job(platform: Platform, job_id: str) -> Job:
         job = session.get(Job, job_id)
         assert job is not None
         return job
-
-
-def job_manifest(name: str, *, replicas: int, gpu: int, **spec: Any) -> dict[str, Any]:
-    task = {"replicas": replicas, "resources": {"gpu": gpu}, "command": ["python", "train.py"]}
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {"tasks": [task], **spec},
-    }

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim_support import job_manifest, live_job, live_submit, write_csv
+from sim_support import live_job, live_submit, write_csv
 
 from kiban.platform import Platform
 from kiban.scheduler.decisions import Decisions
@@ -19,7 +19,7 @@ from kiban.scheduler.snapshot import Snapshot
 from kiban.sim.engine import Simulator
 from kiban.sim.policies import policy_named
 from kiban.sim.run import SimOptions, prepare
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, manifest
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def drive_live(platform: Platform, executor: FakeExecutor, clock: ManualClock) -
                 spec["priorityClass"] = s.priority
             if s.limit:
                 spec["maxRuntime"] = f"{s.limit:g}s"
-            document = job_manifest(s.name, replicas=s.replicas, gpu=s.gpu, **spec)
+            document = manifest(s.name, replicas=s.replicas, gpu=s.gpu, **spec)
             names[live_submit(platform, document)] = s.name
         for _ in range(4):  # a preemption takes a second pass: the victim stops, then the start
             platform.loop.run_once()

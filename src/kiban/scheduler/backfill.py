@@ -17,14 +17,15 @@ from kiban.scheduler.snapshot import PendingJob
 
 def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     """Find and record the job's reservation on ``flavor``; None if no known end frees enough."""
-    if len(cycle.reservations) >= cycle.policy.max_reservations:
+    if cycle.reservation_count >= cycle.policy.max_reservations:
         return None
     now = cycle.snapshot.now
+    victims = cycle.victims
     ending = sorted(
         (
-            (now if r.id in cycle.victims else r.expected_end, r.id, r)
+            (now if r.id in victims else r.expected_end, r.id, r)
             for r in cycle.running_on(flavor)
-            if r.expected_end is not None or r.id in cycle.victims
+            if r.expected_end is not None or r.id in victims
         ),
         key=lambda item: (item[0], item[1]),
     )
@@ -52,7 +53,7 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
 
 def may_backfill(cycle: Cycle, job: PendingJob, flavor: str) -> bool:
     """Whether the job ends before every reservation on the flavor starts."""
-    earliest = cycle.earliest_reservation(flavor, job.id)
-    if earliest is None:
+    first = cycle.first_reservation(flavor, job.id)
+    if first is None:
         return True
-    return job.max_runtime is not None and cycle.snapshot.now + job.max_runtime <= earliest
+    return job.max_runtime is not None and cycle.snapshot.now + job.max_runtime <= first.at

@@ -11,7 +11,7 @@ from kiban.scheduler import units
 from kiban.scheduler.backfill import may_backfill, reserve
 from kiban.scheduler.capacity import CapacityOverlay
 from kiban.scheduler.capacity_index import CapacityCache
-from kiban.scheduler.cycle import Cycle, Reservation
+from kiban.scheduler.cycle import Cycle
 from kiban.scheduler.decisions import Admit, Decisions, Preempt, Wait
 from kiban.scheduler.placement import (
     GangAttempt,
@@ -191,8 +191,7 @@ def _admit_or_explain(
             continue
         attempt, reason = _place(cycle, job, flavor)
         if attempt.fits:
-            cycle.quota.take(queue.name, flavor, job.total_gpus)
-            cycle.charged[job.tenant] = cycle.charged.get(job.tenant, 0.0) + cycle.charge(job)
+            cycle.admit(job, flavor)
             return Admit(job.id, attempt.placements, flavor=flavor)
         assert reason is not None
         reasons.append((flavor, reason))
@@ -215,9 +214,9 @@ def _admit_or_explain(
                 {"victims": names},
             ),
         )
-    if cycle.policy.preemption and cycle.preemption_searches < cycle.policy.max_preemption_searches:
+    if cycle.may_search_victims():
         for flavor in flavors:
-            cycle.preemption_searches += 1
+            cycle.note_victim_search()
             choice = find_victims(cycle, job, flavor)
             if choice is None:
                 continue
@@ -225,10 +224,8 @@ def _admit_or_explain(
             # The nodes it will start on (its victims' and the free GPUs it counted on) are
             # kept for it from now on, in this cycle and, nominated, in the next ones.
             nodes = tuple(sorted(choice.nodes))
-            cycle.add_reservation(Reservation(job.id, flavor, cycle.snapshot.now, choice.nodes))
-            cycle.hold_quota_for(job, flavor, [victim for victim, _ in choice.victims])
+            cycle.preempt_for(job, flavor, [victim for victim, _ in choice.victims], choice.nodes)
             for victim, ground in choice.victims:
-                cycle.victims.add(victim.id)
                 preempted.append(
                     Preempt(
                         victim.id,
@@ -272,7 +269,6 @@ def _admit_or_explain(
 
 def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, PendingReason | None]:
     """Place on the flavor, off other jobs' reservations unless the job ends before them."""
-    overlay = cycle.overlays[flavor]
     if cycle.known_not_to_fit(job, flavor):
         return _NO_FIT, _capacity_reason(cycle, job, flavor, None)
     allow = cycle.reservation_filter(job.id)
@@ -285,13 +281,10 @@ def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, Pen
             if attempt.fits:
                 return attempt, None
         else:
-            probe = cycle.try_place(job, flavor)
-            if probe.fits:
-                for p in probe.placements:
-                    overlay.give(p.node, p.gpu_ids, p.cpu_millis, p.memory)
-                first = min(
-                    (r for r in cycle.reservations if r.job_id != job.id), key=lambda r: r.at
-                )
+            with cycle.overlays[flavor].transaction():  # a what-if: undone on exit
+                probe = cycle.try_place(job, flavor)
+            first = cycle.first_reservation(flavor, job.id)
+            if probe.fits and first is not None:
                 return _NO_FIT, PendingReason(
                     ReasonCode.BLOCKED_BY_RESERVATION,
                     f"would fit now, but on GPUs reserved for job {first.job_id} starting "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -54,7 +55,13 @@ _preempted_by = attrgetter("preempted_by")
 
 @dataclass(slots=True)
 class Cycle:
-    """What one cycle has decided so far, on top of the snapshot."""
+    """What one cycle has decided so far, on top of the snapshot.
+
+    The decisions made so far (admissions charged to tenants, reservations, victims, searches,
+    failed shapes) are private: they change only through ``admit``, ``add_reservation``,
+    ``preempt_for``, ``note_victim_search`` and ``remember_failure``, and are read through
+    methods and read-only views.
+    """
 
     snapshot: Snapshot
     policy: Policy
@@ -62,13 +69,14 @@ class Cycle:
     quota: QuotaBook
     queues: dict[str, QueueView]
     flavors: dict[str, FlavorView]
-    charged: dict[str, float] = field(default_factory=dict)
-    reservations: list[Reservation] = field(default_factory=list)
-    reserved_by: dict[str, str] = field(default_factory=dict)  # node -> the job it is kept for
-    victims: set[str] = field(default_factory=set)
-    preemption_searches: int = 0
-    failed_shapes: dict[tuple[str, NodeConstraint | None], list[_Shape]] = field(
-        default_factory=dict
+    _charged: dict[str, float] = field(default_factory=dict, init=False)
+    _reservations: list[Reservation] = field(default_factory=list, init=False)
+    # node -> the job it is kept for
+    _reserved_by: dict[str, str] = field(default_factory=dict, init=False)
+    _victims: set[str] = field(default_factory=set, init=False)
+    _preemption_searches: int = field(default=0, init=False)
+    _failed_shapes: dict[tuple[str, NodeConstraint | None], list[_Shape]] = field(
+        default_factory=dict, init=False
     )
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
     _running_by_queue: Mapping[str, Sequence[RunningJob]] | None = None
@@ -194,22 +202,66 @@ class Cycle:
             self._running_by_flavor = by_flavor
         return self._running_by_flavor.get(flavor, [])
 
-    def hold_quota_for(self, job: PendingJob, flavor: str, victims: list[RunningJob]) -> None:
+    def hold_quota_for(self, job: PendingJob, flavor: str, victims: Sequence[RunningJob]) -> None:
         """Count the quota as it will be once the victims stopped for ``job`` have stopped and
         it has started, so that no other job of this cycle borrows what was freed for it."""
         for victim in victims:
             self.quota.give(victim.queue, flavor, victim.flavor_gpus.get(flavor, 0))
         self.quota.take(job.queue, flavor, job.total_gpus)
 
+    def admit(self, job: PendingJob, flavor: str) -> None:
+        """Count an admitted job: its quota on the flavor and its charge to its tenant's
+        standing (its placement has already taken the capacity)."""
+        self.quota.take(job.queue, flavor, job.total_gpus)
+        self._charged[job.tenant] = self._charged.get(job.tenant, 0.0) + self.charge(job)
+
     def add_reservation(self, reservation: Reservation) -> None:
-        self.reservations.append(reservation)
+        self._reservations.append(reservation)
         for node in reservation.nodes:
-            self.reserved_by.setdefault(node, reservation.job_id)
+            self._reserved_by.setdefault(node, reservation.job_id)
+
+    @property
+    def reservation_count(self) -> int:
+        """How many reservations the cycle holds so far (nominated ones included)."""
+        return len(self._reservations)
+
+    def first_reservation(self, flavor: str, job_id: str) -> Reservation | None:
+        """The earliest reservation of another job on the flavor (None: there is none): the
+        one a job must end before to backfill, and the one named when it may not."""
+        first: Reservation | None = None
+        for r in self._reservations:  # few: backfill adds at most the max_reservations
+            if r.flavor == flavor and r.job_id != job_id and (first is None or r.at < first.at):
+                first = r
+        return first
+
+    # -- preemption ------------------------------------------------------------------------------
+    @property
+    def victims(self) -> AbstractSet[str]:
+        """The running jobs this cycle preempts (read-only: see ``preempt_for``)."""
+        return self._victims
+
+    def may_search_victims(self) -> bool:
+        """Whether the policy allows victim searches and this cycle has searches left."""
+        policy = self.policy
+        return policy.preemption and self._preemption_searches < policy.max_preemption_searches
+
+    def note_victim_search(self) -> None:
+        """Count one victim search against the policy's limit per cycle."""
+        self._preemption_searches += 1
+
+    def preempt_for(
+        self, job: PendingJob, flavor: str, victims: Sequence[RunningJob], nodes: frozenset[str]
+    ) -> None:
+        """Record that ``victims`` are stopped for ``job``: the nodes it will start on are kept
+        for it from now on, its quota is held as it will be, and the victims are taken."""
+        self.add_reservation(Reservation(job.id, flavor, self.snapshot.now, nodes))
+        self.hold_quota_for(job, flavor, victims)
+        self._victims.update(victim.id for victim in victims)
 
     # -- fair share ------------------------------------------------------------------------------
     def standing(self, tenant: str) -> float:
         """The tenant's standing: its decayed usage per weight, plus this cycle's admissions."""
-        return self.snapshot.standings.get(tenant, 0.0) + self.charged.get(tenant, 0.0)
+        return self.snapshot.standings.get(tenant, 0.0) + self._charged.get(tenant, 0.0)
 
     def charge(self, job: PendingJob) -> float:
         """What admitting the job adds to its tenant's standing within this cycle."""
@@ -261,15 +313,10 @@ class Cycle:
 
     def reservation_filter(self, job_id: str) -> NodeFilter | None:
         """Keeps a job off nodes reserved for other jobs (None: nothing is reserved)."""
-        reserved = self.reserved_by
+        reserved = self._reserved_by
         if not reserved:
             return None
         return lambda node: reserved.get(node.name, job_id) == job_id
-
-    def earliest_reservation(self, flavor: str, job_id: str) -> float | None:
-        """When the first reservation of another job on the flavor starts."""
-        times = [r.at for r in self.reservations if r.flavor == flavor and r.job_id != job_id]
-        return min(times) if times else None
 
     def shape(self, job: PendingJob) -> tuple[int, int, int, int, int] | None:
         """The gang's shape when it has one task and no topology (for the failed-shape memo):
@@ -284,7 +331,7 @@ class Cycle:
 
     def _failed(self, job: PendingJob, flavor: str) -> list[_Shape]:
         """The shapes that failed on the flavor among jobs limited to the same nodes."""
-        return self.failed_shapes.setdefault((flavor, job.tasks[0].nodes), [])
+        return self._failed_shapes.setdefault((flavor, job.tasks[0].nodes), [])
 
     def known_not_to_fit(self, job: PendingJob, flavor: str) -> bool:
         """A gang at least as large as one that already failed this cycle cannot fit either.

@@ -89,8 +89,9 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
             borrows = cycle.quota.borrowed(name, flavor) > 0
             groups.append(_group(cycle, name, flavor, "order", borrows, now, 0))
     seen: set[str] = set()
+    taken = cycle.victims
     for _key, (victim, ground) in heapq.merge(*groups, key=lambda item: item[0]):
-        if victim.id in seen or victim.id in cycle.victims or victim.stopping:
+        if victim.id in seen or victim.id in taken or victim.stopping:
             continue
         if victim.preempted_by is not None:
             continue

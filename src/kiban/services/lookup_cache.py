@@ -3,7 +3,8 @@
 Submissions are the API's hot path; reading the same token and queue rows for each of
 hundreds per second costs more than the submission itself. Entries live ``ttl_s`` seconds;
 only lookups that found something are kept, so a new token or queue is seen at once, and a
-change to an existing one within ``ttl_s``.
+change to an existing one within ``ttl_s``. Time comes from an injected clock (the monotonic
+one by default), so that tests expire entries by moving a ``ManualClock``, not by sleeping.
 """
 
 from __future__ import annotations
@@ -13,21 +14,33 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
+from kiban.clock import Clock
+
 T = TypeVar("T")
+
+
+class _MonotonicClock:
+    """Seconds that never go back (expiry must not follow changes to the wall clock)."""
+
+    def now(self) -> float:
+        return time.monotonic()
 
 
 class LookupCache:
     """Values by key for ``ttl_s`` seconds; thread-safe; bounded to ``max_entries``."""
 
-    def __init__(self, ttl_s: float = 2.0, max_entries: int = 10_000) -> None:
+    def __init__(
+        self, ttl_s: float = 2.0, max_entries: int = 10_000, clock: Clock | None = None
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self._clock = clock or _MonotonicClock()
         self._entries: dict[Hashable, tuple[float, object]] = {}
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, load: Callable[[], T]) -> T:
         """The cached value of ``key``, or ``load()`` (kept unless it raised or gave None)."""
-        now = time.monotonic()
+        now = self._clock.now()
         with self._lock:
             found = self._entries.get(key)
         if found is not None and found[0] > now:
@@ -45,7 +58,7 @@ class LookupCache:
         """The value of ``key`` while it is fresh, or None (nothing is loaded)."""
         with self._lock:
             found = self._entries.get(key)
-        if found is not None and found[0] > time.monotonic():
+        if found is not None and found[0] > self._clock.now():
             return found[1]
         return None
 
@@ -54,7 +67,7 @@ class LookupCache:
         with self._lock:
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()
-            self._entries[key] = (time.monotonic() + self.ttl_s, value)
+            self._entries[key] = (self._clock.now() + self.ttl_s, value)
 
     def clear(self) -> None:
         with self._lock:

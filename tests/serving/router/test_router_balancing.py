@@ -5,20 +5,18 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import httpx
 import pytest
 
 from conftest import FakeReplica, in_background, raw_connection, ready, route
 from kiban.serving.router import Endpoint, RouterServer, RoutingTable
+from kiban.testing import eventually
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
+def waiting_requests(router: RouterServer) -> int:
+    """Requests of the test's route waiting for a free replica."""
+    return router.metrics.waiting("team", "svc", "v1")
 
 
 def test_canary_split_follows_the_percents_and_names_each_revision(
@@ -52,7 +50,7 @@ def test_least_outstanding_avoids_the_busy_replica(
     table.set(route(ready(a), ready(b)))
     url = f"{router.url_for('team', 'svc')}/v2/echo"
     slow, _ = in_background(lambda: httpx.get(f"{url}?ms=1000", timeout=10))
-    _wait_for(lambda: a.in_flight + b.in_flight == 1)
+    eventually(lambda: a.in_flight + b.in_flight == 1, what="one request in flight", interval=0.005)
     busy = "r0" if a.in_flight else "r1"
     with httpx.Client() as client:
         names = [client.get(url).json()["replica"] for _ in range(6)]
@@ -87,9 +85,9 @@ def test_a_full_replica_queues_and_a_full_queue_answers_503(
     table.set(route(ready(replica), max_concurrency_per_endpoint=1, queue_limit=1))
     url = f"{router.url_for('team', 'svc')}/v2/echo"
     first, first_out = in_background(lambda: httpx.get(f"{url}?ms=2000", timeout=10))
-    _wait_for(lambda: replica.in_flight == 1)
+    eventually(lambda: replica.in_flight == 1, what="the request at its replica", interval=0.005)
     second, second_out = in_background(lambda: httpx.get(url, timeout=10))
-    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
+    eventually(lambda: waiting_requests(router) == 1, what="one request waiting", interval=0.005)
     third = httpx.get(url, timeout=10)
     assert third.status_code == 503 and third.json()["error"]["type"] == "full"
     first.join()
@@ -108,11 +106,13 @@ def test_a_client_that_leaves_while_waiting_gives_up_its_place(
     table.set(route(ready(replica), max_concurrency_per_endpoint=1, queue_limit=1))
     url = f"{router.url_for('team', 'svc')}/v2/echo"
     busy, busy_out = in_background(lambda: httpx.get(f"{url}?ms=1500", timeout=10))
-    _wait_for(lambda: replica.in_flight == 1)
+    eventually(lambda: replica.in_flight == 1, what="the request at its replica", interval=0.005)
     with raw_connection(router.port) as sock:
         sock.sendall(b"GET /s/team/svc/v2/echo HTTP/1.1\r\nhost: x\r\n\r\n")
-        _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
-    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 0)
+        eventually(
+            lambda: waiting_requests(router) == 1, what="one request waiting", interval=0.005
+        )
+    eventually(lambda: waiting_requests(router) == 0, what="no request waiting", interval=0.005)
     assert router.metrics.snapshot("team", "svc").queued == 0
     assert httpx.get(url, timeout=10).status_code == 200  # waited its turn: not "full"
     busy.join()
@@ -128,7 +128,7 @@ def test_requests_waiting_for_a_revision_that_leaves_the_route_get_404(
     table.set(route(Endpoint("v1", replicas[0].address, False)))  # not ready: requests wait
     url = f"{router.url_for('team', 'svc')}/v2/echo"
     waiting, out = in_background(lambda: httpx.get(url, timeout=10))
-    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
+    eventually(lambda: waiting_requests(router) == 1, what="one request waiting", interval=0.005)
     table.set(route(ready(replicas[1], "v2")))  # v1 rolled back: it left the split
     waiting.join()
     assert out[0].status_code == 404 and "revision v1 is gone" in out[0].json()["error"]["message"]
@@ -145,7 +145,7 @@ def test_a_large_body_sent_while_waiting_is_held_and_then_forwarded_whole(
     body = b"".join(b"%015d\n" % n for n in range(3 << 16))  # 3 MiB, every line different
     url = f"{router.url_for('team', 'svc')}/v2/echo"
     sending, out = in_background(lambda: httpx.post(url, content=body, timeout=20))
-    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
+    eventually(lambda: waiting_requests(router) == 1, what="one request waiting", interval=0.005)
     time.sleep(0.3)  # the client sends what it can meanwhile
     table.set(route(ready(replica)))
     sending.join()
@@ -190,10 +190,13 @@ def test_a_request_waits_for_a_replica_to_become_ready(
     waiting, out = in_background(
         lambda: httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10)
     )
-    _wait_for(lambda: router.metrics.waiting("team", "svc", "v1") == 1)
-    time.sleep(0.05)
-    samples = router.metrics.concurrency_samples("team", "svc", "v1")
-    assert samples and samples[-1].concurrency > 0  # the autoscaler sees it
+    eventually(lambda: waiting_requests(router) == 1, what="one request waiting", interval=0.005)
+
+    def seen() -> bool:  # the autoscaler sees it
+        samples = router.metrics.concurrency_samples("team", "svc", "v1")
+        return bool(samples) and samples[-1].concurrency > 0
+
+    eventually(seen, what="the current second's concurrency to count the request", interval=0.005)
     assert replica.requests == 0
     table.set(route(ready(replica)))  # the control plane: the replica is ready
     waiting.join()
@@ -214,7 +217,11 @@ def test_waiting_requests_are_served_in_arrival_order(
         thread, out = in_background(lambda n=n: httpx.post(url, content=str(n), timeout=10))
         threads.append(thread)
         outs.append(out)
-        _wait_for(lambda n=n: router.metrics.waiting("team", "svc", "v1") == n + 1)
+        eventually(
+            lambda n=n: waiting_requests(router) == n + 1,
+            what=f"{n + 1} requests waiting",
+            interval=0.005,
+        )
     table.set(route(ready(replica), max_concurrency_per_endpoint=1))
     for thread in threads:
         thread.join()

@@ -19,6 +19,7 @@ from conftest import (
 )
 from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
 from kiban.serving.router.messages import content_length as _content_length
+from kiban.testing import eventually
 
 
 def test_forwards_below_the_prefix_with_the_query_and_names_the_revision(
@@ -167,10 +168,9 @@ def test_a_shorter_timeout_begun_later_is_kept_on_time(
     slow, slow_out = in_background(
         lambda: httpx.get(f"{router.url_for('team', 'svc')}/v2/echo?ms=1500", timeout=10)
     )
-    deadline = time.perf_counter() + 5
-    while replicas[0].in_flight == 0 and time.perf_counter() < deadline:
-        time.sleep(0.005)  # until the slow request is at its replica: its 30 s is the timer's
-    assert replicas[0].in_flight == 1
+    eventually(  # its 30 s is then the timer's
+        lambda: replicas[0].in_flight == 1, what="the slow request at its replica", interval=0.005
+    )
     started = time.perf_counter()
     answer = httpx.get(f"{router.url_for('team', 'quick')}/v2/echo?ms=3000", timeout=10)
     assert answer.status_code == 504
@@ -288,10 +288,7 @@ def test_a_client_that_leaves_mid_request_frees_its_replica(
     table.set(route(ready(replica), max_concurrency_per_endpoint=1))
     with raw_connection(router.port) as sock:
         sock.sendall(b"GET /s/team/svc/v2/echo?ms=3000 HTTP/1.1\r\nhost: x\r\n\r\n")
-        deadline = time.monotonic() + 5
-        while replica.in_flight == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        eventually(lambda: replica.in_flight > 0, what="the request at its replica")
     # the replica's slot is free again: the next request is not queued behind the dead one
     started = time.perf_counter()
     assert httpx.get(f"{router.url_for('team', 'svc')}/v2/echo", timeout=10).status_code == 200

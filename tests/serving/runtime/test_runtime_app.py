@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,6 +16,7 @@ from kiban.serving.runtime.app import create_app
 from kiban.serving.runtime.loading import LoadedModel
 from kiban.serving.runtime.options import ServerOptions
 from kiban.serving.runtime.service import ModelService
+from kiban.testing import eventually
 
 
 def _chat(client: TestClient, content: str = "Hello", **extra: Any) -> Any:
@@ -315,10 +315,11 @@ def test_not_ready_while_loading_then_ready(tiny_lm: LoadedModel) -> None:
         error = _error(_chat(client), 503)
         assert "loading" in error["message"]
         release.set()
-        deadline = time.monotonic() + 10
-        while client.get("/v2/health/ready").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        eventually(
+            lambda: client.get("/v2/health/ready").status_code == 200,
+            what="the model to be ready once its load is released",
+            interval=0.02,
+        )
         assert _chat(client, max_tokens=2).status_code == 200
 
 
@@ -329,10 +330,7 @@ def test_a_failed_load_is_reported_and_not_ready() -> None:
         on_load_failure=failures.append,
     )
     with TestClient(app) as client:
-        deadline = time.monotonic() + 10
-        while not failures:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        eventually(lambda: failures, what="the load failure to be reported", interval=0.02)
         assert "/nonexistent/model" in failures[0]
         assert client.get("/v2/health/ready").status_code == 503
         error = _error(client.post("/openai/v1/embeddings", json={"model": "m", "input": "x"}), 503)

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 import kiban
+from kiban.testing import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -63,17 +63,17 @@ def server(tiny_lm_dir: Path, unix_path: Path) -> Iterator[str]:
         str(unix_path),
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180  # a loaded 2-core machine (as the e2e tests allow)
+
+    def ready() -> bool:
+        assert process.poll() is None, process.communicate()[1]
+        try:
+            return httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
     try:
-        while True:
-            assert process.poll() is None, process.communicate()[1]
-            assert time.monotonic() < deadline, "server not ready within 180 s"
-            try:
-                if httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+        # 180 s: a loaded 2-core machine (as the e2e tests allow)
+        eventually(ready, what="the runtime server to be ready", timeout=180, interval=0.1)
         yield base
     finally:
         process.send_signal(signal.SIGTERM)
