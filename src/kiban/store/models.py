@@ -163,6 +163,9 @@ class Job(Base):
     # GPUs it asks for, all replicas together, set at submission (None only in rows that had
     # ended before migration 0011): a queue's pending GPUs add up without reading specs.
     gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Replicas it asks for, all tasks together, set at submission (None in rows stored before
+    # migration 0013, whose manifest is parsed instead): jobs are listed without parsing specs.
+    replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).
