@@ -27,7 +27,8 @@ from kiban.serving.router.server import new_event_loop
 
 def autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, Any]:
     from kiban.serving.autoscaler import ScalerState, ScalingPolicy, decide
-    from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
+    from kiban.serving.router.server import RouterServer
+    from kiban.serving.router.table import Endpoint, Route, RoutingTable
 
     policy = ScalingPolicy(target=options.step_target, min_replicas=1, max_replicas=16)
     table = RoutingTable()

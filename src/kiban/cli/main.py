@@ -242,6 +242,9 @@ def up(
         ownership = Ownership.claim_home(home)
     except OwnershipError as exc:
         fail(str(exc))
+    from kiban.serving.router import native
+
+    native.activate()  # the router's request path compiled, where a build exists
     try:
         from kiban.server import ServerOptions, serve
     except KeyboardInterrupt:  # Ctrl-C while the server's modules load: nothing started yet

@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from conftest import FakeReplica, in_background, raw_connection, ready, route
-from kiban.serving.router import Endpoint, RouterServer, RoutingTable
+from kiban.serving.router.server import RouterServer
+from kiban.serving.router.table import Endpoint, RoutingTable
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
