@@ -158,11 +158,11 @@ class Job(Base):
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     eta: Mapped[float | None] = mapped_column(Float, nullable=True)  # forecast start time
     cluster_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # The name of the token that submitted it (``kiban cancel --mine``); None before 0012.
-    submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
     # GPUs it asks for, all replicas together, set at submission (None only in rows that had
     # ended before migration 0011): a queue's pending GPUs add up without reading specs.
     gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The name of the token that submitted it (``kiban cancel --mine``); None before 0012.
+    submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
     # Replicas it asks for, all tasks together, set at submission (None in rows stored before
     # migration 0013, whose manifest is parsed instead): jobs are listed without parsing specs.
     replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)
