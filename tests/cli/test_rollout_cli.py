@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from cli_support import Run
 from sqlalchemy import select
 
-from kiban.cli import main
-from kiban.cli import serving as cli_serving
 from kiban.cli.serving import promote_lines, rollback_lines
 from kiban.platform import Platform
 from kiban.services import serving
@@ -80,11 +77,7 @@ def chat(model: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def test_kiban_rollback_prints_lines_not_a_dict(
-    kiban: Run, platform: Platform, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # the serving commands' client is the one ``kiban`` gives the main module (the app's)
-    monkeypatch.setattr(cli_serving, "Client", lambda: main.Client())
+def test_kiban_rollback_prints_lines_not_a_dict(kiban: Run, platform: Platform) -> None:
     with platform.sessions() as session:
         serving.apply(session, ADMIN, chat("v1"), facts=platform.facts, at=0.0)
         row = session.scalars(select(ServiceRow)).one()
