@@ -20,6 +20,7 @@ demo: setup
 
 lint: setup
 	$(BIN)/ruff check src tests examples
+	$(BIN)/lint-imports --no-logo
 
 typecheck: setup
 	$(BIN)/mypy
@@ -28,6 +29,7 @@ test: setup
 	bash scripts/ensure-postgres.sh
 	bash scripts/ensure-kube.sh
 	$(BIN)/ruff check src tests examples
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
 	KIBAN_ROUTER_NATIVE=0 $(BIN)/pytest -q tests/serving/router

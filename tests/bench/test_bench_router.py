@@ -11,13 +11,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kiban.bench.router import (
-    CpuTally,
-    RouterBenchOptions,
-    goals_met,
-    over_rounds,
-    router_table,
-)
+from kiban.bench.router import CpuTally, goals_met, over_rounds, router_table
+from kiban.bench.router_options import RouterBenchOptions
 
 PHASE_KEYS = {
     "p50_ms",

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kiban.bench.loadgen import percentile
 from kiban.bench.report import report_table
 from kiban.bench.submit import STORES
+from kiban.stats import percentile
 
 ENTRY_KEYS = {
     "submissions_per_s",

@@ -172,3 +172,18 @@ def test_only_the_invoked_command_is_built(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("_KIBAN_COMPLETE", "complete_bash")
     assert invoked_app(["ls"]) is app  # completion offers every command
     assert len(app.registered_commands) == every  # the app itself is left whole
+
+
+def test_importing_the_cli_changes_nothing_but_what_it_imports() -> None:
+    """Importing ``kiban.cli.main`` only imports: httpx's command line is kept out by the
+    entry point (``main``), not as a side effect of the import (issue 22)."""
+    probe = (
+        "import sys, json; import kiban.cli.main; "
+        "print(json.dumps(sorted(k for k, v in sys.modules.items() if v is None)))"
+    )
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "httpx._main" not in json.loads(done.stdout)

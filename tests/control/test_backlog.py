@@ -13,12 +13,12 @@ from loop_support import ADMIN, get, manifest
 from sqlalchemy import select
 
 from kiban.api.app import create_app
-from kiban.bench.loadgen import percentile
 from kiban.bench.sustained import backlog_job, prefill_backlog
 from kiban.control.loop_settings import LoopSettings
 from kiban.platform import Platform
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.services import nodes
+from kiban.stats import percentile
 from kiban.store.models import Job, Node
 from kiban.testing import ManualClock
 

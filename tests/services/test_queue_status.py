@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from kiban.executors.base import NodeInfo
 from kiban.services import queue_status
 from kiban.services.auth import Principal
+from kiban.services.jobs import Demand
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import apply_policy, current_policy
 from kiban.services.queue_status import QueueStatus, queue_statuses, tenant_shares
@@ -351,13 +352,13 @@ def test_a_long_backlog_is_counted_not_read(store: Store, monkeypatch: pytest.Mo
     store.session.commit()
     store.wait("speech", 8, flavor="h100")  # judged by a pass: its reason names a flavor
     specs_read: list[object] = []
-    requested = queue_status.requested
+    demand = queue_status.manifest_demand
 
-    def counting(spec: dict[str, Any]) -> tuple[int, int]:
+    def counting(spec: dict[str, Any]) -> Demand:
         specs_read.append(spec)
-        return requested(spec)
+        return demand(spec)
 
-    monkeypatch.setattr(queue_status, "requested", counting)
+    monkeypatch.setattr(queue_status, "manifest_demand", counting)
     speech = store.statuses()["speech"]
     assert (speech.pending_jobs, speech.pending_gpus) == (2_001, 2_008)
     assert [(f.flavor, f.pending_jobs, f.pending_gpus) for f in speech.flavors] == [("h100", 1, 8)]

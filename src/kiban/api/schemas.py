@@ -11,7 +11,7 @@ from kiban.domain.declarations import DEFAULT_TENANT
 from kiban.domain.jobspec import DNS_LABEL
 from kiban.domain.states import JobState, ReplicaState
 from kiban.scheduler.reasons import awaiting_pass
-from kiban.services.jobs import requested
+from kiban.services.jobs import job_demand
 from kiban.services.policy import PolicyChange, PolicyRecord
 from kiban.services.queue_status import FlavorStatus, QueueStatus
 from kiban.store.models import Event, Job, Node, PolicyVersion, Replica, Tenant
@@ -282,7 +282,7 @@ def job_out(
 ) -> JobOut:
     """The job as the API shows it; forecasts and positions only while it is pending (the
     store keeps the last ones after it starts)."""
-    count, gpus = requested(job.spec)
+    demand = job_demand(job)
     waiting = job.state == JobState.PENDING.value
     reason = None
     if job.reason_code:
@@ -316,8 +316,8 @@ def job_out(
         last_checkpoint_at=job.last_checkpoint_at,
         message=job.message,
         master_port=job.master_port,
-        gpus=gpus,
-        replica_count=count,
+        gpus=demand.gpus,
+        replica_count=demand.replicas,
         spec=job.spec if with_spec else None,
         replicas=None if replicas is None else [replica_out(r) for r in replicas],
     )

@@ -35,9 +35,10 @@ from urllib.parse import urlsplit
 
 from rich.table import Table
 
-from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, percentile, prepare_request
+from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, prepare_request
 from kiban.bench.machine import describe_machine, machine_line
 from kiban.bench.servers import KibanServer
+from kiban.stats import percentile
 
 TENANT = "bench"
 QUEUE = "bench"

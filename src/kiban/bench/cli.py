@@ -31,14 +31,15 @@ from typing import Any
 
 from rich.table import Table
 
-from kiban.bench.loadgen import BenchError, percentile
+from kiban.bench.loadgen import BenchError
 from kiban.bench.machine import describe_machine, machine_line
+from kiban.stats import percentile
 
 GOAL_LS_P50_S = 0.2
 GOAL_LS_ABOVE_FLOOR_S = 0.15
 CASES = ("version", "ls", "describe", "floor", "typer", "libraries")
 LIBRARIES = (
-    "import sys; sys.modules['httpx._main'] = None; "  # as kiban.cli.main has it
+    "import sys; sys.modules['httpx._main'] = None; "  # as kiban.cli.main.main does
     "import typer, httpx, httpcore, rich.console, rich.text"
 )
 CLUSTER_FILE = "queues:\n  - {name: default, tenant: default}\n"

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 load generator and the percentile arithmetic of the benchmarks.
+"""A lean HTTP/1.1 load generator for the benchmarks (their percentiles: ``kiban.stats``).
 
 Why not httpx here: client and server share the machine's cores, and with 32 connections
 httpx's AsyncClient spent 3.5 to 4.4 ms of CPU per submission where prepared requests over
@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,15 +20,6 @@ class BenchError(RuntimeError):
 
 
 # -- numbers ---------------------------------------------------------------------------------
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by the nearest-rank method; NaN when there are none."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
 def as_ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
 

@@ -10,7 +10,7 @@ import asyncio
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kiban.bench.router_load import (
     REVISION,
@@ -21,15 +21,14 @@ from kiban.bench.router_load import (
     helper_processes,
     open_clients,
 )
+from kiban.bench.router_options import Progress, RouterBenchOptions
 from kiban.serving.router.server import new_event_loop
-
-if TYPE_CHECKING:
-    from kiban.bench.router import Progress, RouterBenchOptions
 
 
 def autoscaler_step(options: RouterBenchOptions, say: Progress) -> dict[str, Any]:
     from kiban.serving.autoscaler import ScalerState, ScalingPolicy, decide
-    from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
+    from kiban.serving.router.server import RouterServer
+    from kiban.serving.router.table import Endpoint, Route, RoutingTable
 
     policy = ScalingPolicy(target=options.step_target, min_replicas=1, max_replicas=16)
     table = RoutingTable()

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kiban.bench.loadgen import BenchError
-from kiban.serving.router.server import new_event_loop
 
 TENANT, SERVICE, REVISION = "bench", "echo", "v1"
 """The one service the bench routes to."""
@@ -56,6 +55,8 @@ class InstantReplica(asyncio.Protocol):
 def serve_replica(port_file: Path, delay_ms: float) -> None:
     """Listen on a loopback port and, as kiban's model server under the local executor, on a
     Unix socket beside the port file (``replica_socket``)."""
+    from kiban.serving.router.server import new_event_loop
+
     loop = new_event_loop()
     answer = [b""]
 
@@ -83,7 +84,9 @@ def serve_replica(port_file: Path, delay_ms: float) -> None:
 
 
 def serve_router(port_file: Path, upstream: str) -> None:
-    from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable, native
+    from kiban.serving.router import native
+    from kiban.serving.router.server import RouterServer
+    from kiban.serving.router.table import Endpoint, Route, RoutingTable
 
     table = RoutingTable()
     table.set(
@@ -256,7 +259,11 @@ async def open_clients(port: int, path: str, count: int, phase: Phase) -> list[C
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The helper processes: ``replica PORT_FILE DELAY_MS`` and ``router PORT_FILE UPSTREAM``."""
+    """The helper processes: ``replica PORT_FILE DELAY_MS`` and ``router PORT_FILE UPSTREAM``
+    (compiled where a build exists, as under ``kiban up``)."""
+    from kiban.serving.router import native
+
+    native.activate()
     parser = argparse.ArgumentParser(prog="python -m kiban.bench.router_load")
     parser.add_argument("role", choices=("replica", "router"))
     parser.add_argument("port_file", type=Path)

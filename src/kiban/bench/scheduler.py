@@ -43,7 +43,7 @@ from typing import Any
 
 import psutil
 
-from kiban.bench.loadgen import BenchError, as_ms, percentile
+from kiban.bench.loadgen import BenchError, as_ms
 from kiban.bench.machine import describe_machine
 from kiban.bench.synthetic import (
     Scenario,
@@ -59,6 +59,7 @@ from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.scheduler.snapshot import RunningJob, Snapshot
 from kiban.sim.state import ClusterState, InvalidDecision
+from kiban.stats import percentile
 
 GOAL_PLACEMENTS_PER_S = 10_000.0
 GOAL_P99_CYCLE_MS = 100.0

@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, percentile, prepare_request
+from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, prepare_request
 from kiban.bench.machine import describe_machine
 from kiban.bench.servers import KibanServer, cpu_seconds, postgres_processes
 from kiban.devtools.postgres import PostgresUnavailable, ThrowawayPostgres, find_postgres_bin
+from kiban.stats import percentile
 
 STORES = ("sqlite", "postgresql")
 HELD_QUEUE = "bench-held"

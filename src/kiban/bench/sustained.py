@@ -35,7 +35,7 @@ from rich.table import Table
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, percentile, prepare_request
+from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, prepare_request
 from kiban.bench.machine import describe_machine, machine_line
 from kiban.bench.servers import KibanServer
 from kiban.bench.submit import (
@@ -51,6 +51,7 @@ from kiban.executors.base import NodeInfo
 from kiban.services.auth import Principal
 from kiban.services.jobs import ClusterFacts, new_job_id, prepare_submission
 from kiban.services.policy import current_policy
+from kiban.stats import percentile
 from kiban.store.db import default_url, make_engine, session_factory
 from kiban.store.models import Event, Job, Node
 

@@ -14,23 +14,19 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer._click.core import Context as ClickContext
 from typer.core import TyperCommand
-
-# httpx imports its own command line (click, Rich's progress bars and Pygments) when those are
-# installed, and a missing one is allowed for (``httpx[cli]`` is optional): kiban's CLI never
-# runs it, and not importing it takes about a third off the HTTP client's import.
-if "httpx" not in sys.modules:
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 from kiban.api.limits import AdmissionLimits
 from kiban.cli import HELP_MARKUP, coercion, complete
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
+from kiban.cli.failure import fail
+from kiban.cli.manifest_files import read_text
 from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.cli.policy import policy_app
 from kiban.cli.serving import (
@@ -102,15 +98,6 @@ class RunCommand(TyperCommand):
             raise UsageError(
                 f"no such option {exc.option_name}; {hint} (nothing was submitted)", ctx
             ) from None
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    from rich.markup import escape
-
-    from kiban.cli import render
-
-    render.err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
-    raise typer.Exit(code)
 
 
 def print_json(data: Any) -> None:
@@ -255,6 +242,9 @@ def up(
         ownership = Ownership.claim_home(home)
     except OwnershipError as exc:
         fail(str(exc))
+    from kiban.serving.router import native
+
+    native.activate()  # the router's request path compiled, where a build exists
     try:
         from kiban.server import ServerOptions, serve
     except KeyboardInterrupt:  # Ctrl-C while the server's modules load: nothing started yet
@@ -296,23 +286,6 @@ def model_server(ctx: typer.Context) -> None:
 
 
 # -- submitting --------------------------------------------------------------------------------
-def read_text(file: str) -> str:
-    """A manifest's text, from a file or from stdin (``-``)."""
-    if file == "-":
-        return sys.stdin.read()
-    try:
-        return Path(file).read_text()
-    except OSError as exc:
-        fail(f"cannot read {file}: {exc.strerror}")
-
-
-def read_manifest(file: str) -> dict[str, Any]:
-    """A manifest (a service's, for ``kiban serve``), read as YAML or JSON."""
-    from kiban.domain.manifests import load_document
-
-    return load_document(read_text(file))
-
-
 def submitted(job: dict[str, Any]) -> None:
     """The job id alone on stdout; where it went, and any warnings, on stderr."""
     from kiban.cli import render
@@ -816,8 +789,18 @@ def invoked_app(argv: list[str]) -> typer.Typer:
     return trimmed
 
 
+def skip_httpx_command_line() -> None:
+    """Keep httpx from importing its own command line (click, Rich's progress bars and
+    Pygments), which it does when those are installed and skips when it is missing
+    (``httpx[cli]`` is optional): kiban's CLI never runs it, and not importing it takes about a
+    third off the HTTP client's import. Done by the entry point, before httpx is imported."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 def main() -> None:
     """Entry point: turn API and spec errors into one readable line and a non-zero exit."""
+    skip_httpx_command_line()
     try:
         invoked_app(sys.argv[1:])(prog_name="kiban")
     except ApiError as exc:

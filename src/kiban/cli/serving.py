@@ -195,7 +195,7 @@ def serve_command(
     from rich.markup import escape
 
     from kiban.cli import render
-    from kiban.cli.main import read_manifest
+    from kiban.cli.manifest_files import read_manifest
     from kiban.sdk.client import Client
 
     document = read_manifest(file)

@@ -11,8 +11,8 @@ import hashlib
 from typing import Any
 
 from kiban.domain.jobspec import DNS_LABEL, JobManifest, check_dns_label
+from kiban.domain.model_storage import DEFAULT_PVC_ROOT as PVC_ROOT
 from kiban.domain.service import ServiceSpec, pvc_claim
-from kiban.serving.runtime.storage import DEFAULT_PVC_ROOT as PVC_ROOT
 
 SERVICE_LABEL = "kiban.dev/service"
 REVISION_LABEL = "kiban.dev/revision"

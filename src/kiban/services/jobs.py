@@ -7,7 +7,8 @@ import re
 import secrets
 import string
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,26 +362,62 @@ def prepare_submission(
     in ``session``); ``policy`` is the current cluster policy (default: read from ``session``).
     Errors name the field as the submitted file wrote it (a Volcano Job's own paths).
     """
+    submission = parse_checked(document)
+    policy = current_policy(session) if policy is None else policy
+    queue_name = queue_of(submission, principal, policy)
+    queue = session.get(Queue, queue_name) if find_queue is None else find_queue(queue_name)
+    return prepare_parsed(
+        submission, principal, queue_name, queue, facts=facts, at=at, policy=policy
+    )
+
+
+def parse_checked(document: dict[str, Any]) -> JobSubmission:
+    """The submitted document parsed as a job manifest (InvalidInput naming the field)."""
     problem = json_problem(document)
     if problem is not None:
         raise invalid(*problem)
-    submission = parse_submission(document)
-    manifest = submission.manifest
-    spec = manifest.spec
+    return parse_submission(document)
+
+
+@contextmanager
+def _as_submitted(submission: JobSubmission) -> Iterator[None]:
+    """Spec errors raised inside name the field as the submitted file wrote it."""
     try:
-        policy = current_policy(session) if policy is None else policy
-        queue_name = spec.queue
-        if "queue" not in spec.model_fields_set:
-            queue_name = default_queue(principal, policy)
-        queue = session.get(Queue, queue_name) if find_queue is None else find_queue(queue_name)
-        if queue is None or not principal.can_see(queue.tenant):
-            raise invalid("spec.queue", f"queue {queue_name} does not exist")
-        priority = check_against_policy(manifest, policy)
-        check_against_cluster(manifest, facts, policy, queue.name)
+        yield
     except SpecError as exc:
         raise InvalidInput(
             [FieldProblem(submission.source_path(p.field), p.message) for p in exc.problems]
         ) from None
+
+
+def queue_of(submission: JobSubmission, principal: Principal, policy: ClusterPolicy) -> str:
+    """The name of the queue the job goes to: its own, or the caller's default one."""
+    spec = submission.manifest.spec
+    if "queue" in spec.model_fields_set:
+        return spec.queue
+    with _as_submitted(submission):
+        return default_queue(principal, policy)
+
+
+def prepare_parsed(
+    submission: JobSubmission,
+    principal: Principal,
+    queue_name: str,
+    queue: Queue | None,
+    *,
+    facts: ClusterFacts,
+    at: float,
+    policy: ClusterPolicy,
+) -> Prepared:
+    """``prepare_submission`` once the manifest is parsed and its queue (``queue_name``, None
+    when there is no such queue) found."""
+    manifest = submission.manifest
+    spec = manifest.spec
+    with _as_submitted(submission):
+        if queue is None or not principal.can_see(queue.tenant):
+            raise invalid("spec.queue", f"queue {queue_name} does not exist")
+        priority = check_against_policy(manifest, policy)
+        check_against_cluster(manifest, facts, policy, queue.name)
     warnings = submission_warnings(submission, facts)
     job = Job(
         id=new_job_id(manifest.metadata.name),
@@ -394,6 +431,7 @@ def prepare_submission(
         submitted_by=principal.name,
         attempt=1,
         gpus=spec.total_gpus,
+        replicas=spec.total_replicas,
     )
     made = [
         events.new_event(
@@ -485,12 +523,26 @@ def job_state(text: str) -> JobState | None:
 _STATES_BY_WORD = {s.value.lower(): s for s in JobState}
 
 
-def requested(spec: dict[str, Any]) -> tuple[int, int]:
-    """Replicas and GPUs a stored (already validated) manifest asks for, without parsing it."""
-    tasks = spec.get("spec", {}).get("tasks", [])
-    count = sum(int(t.get("replicas", 1)) for t in tasks)
-    gpus = sum(int(t.get("replicas", 1)) * int(t.get("resources", {}).get("gpu", 0)) for t in tasks)
-    return count, gpus
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What a job asks for, all its tasks together."""
+
+    replicas: int
+    gpus: int
+
+
+def manifest_demand(document: dict[str, Any]) -> Demand:
+    """What a stored (already validated) manifest asks for, read by the manifest parser."""
+    spec = parse_job_manifest(document).spec
+    return Demand(spec.total_replicas, spec.total_gpus)
+
+
+def job_demand(job: Job) -> Demand:
+    """What the job asks for: from its columns, set at submission; from its manifest in rows
+    stored before they were (migrations 0011 and 0013)."""
+    if job.replicas is not None and job.gpus is not None:
+        return Demand(job.replicas, job.gpus)
+    return manifest_demand(job.spec)
 
 
 def replicas_of(session: Session, job: Job) -> list[Replica]:

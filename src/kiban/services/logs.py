@@ -13,31 +13,55 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from anyio.to_thread import run_sync
+from sqlalchemy.orm import Session, sessionmaker
 
+from kiban.clock import Clock
 from kiban.domain.states import JobState
-from kiban.executors.base import log_source
+from kiban.executors.base import Executor, log_source
 from kiban.executors.log_streams import Mark, timestamp
 from kiban.services import jobs, log_follow
 from kiban.services.auth import Principal
 from kiban.services.errors import invalid
 
-if TYPE_CHECKING:
-    from kiban.platform import Platform
+
+class LogPlatform(Protocol):
+    """What reading a job's logs takes of the platform: its store, executor and clock."""
+
+    @property
+    def sessions(self) -> sessionmaker[Session]: ...
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
 
 CHUNK = 64 * 1024
-FOLLOW_RETRY_S = 5.0
-"""After a followed log broke off (or went quiet too long), how long it is polled before it is
-followed again."""
-POLL_FIRST_S = 0.2
-POLL_MAX_S = 1.0
-"""A quiet log is polled after ``POLL_FIRST_S``, then half as often again each time, up to this."""
-STATE_EVERY_S = 1.0
-"""How often a follow reads its job's state (for all its ranks)."""
+
+
+@dataclass(frozen=True)
+class FollowPacing:
+    """How often a followed log is read while nothing comes, and its job's state."""
+
+    poll_first_s: float = 0.2
+    """A quiet log is polled after this, then ``growth`` times later each time..."""
+    poll_max_s: float = 1.0
+    """...up to this."""
+    growth: float = 1.5
+    retry_live_s: float = 5.0
+    """After a live stream broke off (or went quiet too long), how long the log is polled
+    before it is followed live again."""
+    state_every_s: float = 1.0
+    """How often a follow reads its job's state (for all its ranks)."""
+
+
+PACING = FollowPacing()
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -63,7 +87,7 @@ class LogQuery:
 
 
 async def open_logs(
-    platform: Platform,
+    platform: LogPlatform,
     principal: Principal,
     job_id: str,
     query: LogQuery,
@@ -83,7 +107,9 @@ async def open_logs(
         start = 0
         if query.tail_lines is not None or since is not None:
             found = await _on_thread(
-                lambda r=rank: logs.log_start(job_id, r, tail_lines=query.tail_lines, since=since)
+                lambda r=rank: logs.log_start(
+                    job_id, r, tail_lines=query.tail_lines, since=since
+                )
             )
             if found is None:
                 field = "since_time" if query.since_time is not None else "since_seconds"
@@ -92,9 +118,15 @@ async def open_logs(
                 )
             start = found
         starts.append(max(start, query.offset))
-    watch = JobWatch(platform, principal, job_id, state)
+    clock = FollowClock(stopping)
+
+    async def read_ended() -> bool:
+        state, _ = await _on_thread(_job_state, platform, principal, job_id)
+        return state.terminal
+
+    watch = JobWatch(state.terminal, read_ended, clock.now)
     follows = [
-        _Rank(platform, job_id, rank, start, query, watch, stopping)
+        _Rank(platform, job_id, rank, start, query, watch, clock)
         for rank, start in zip(ranks, starts, strict=True)
     ]
     if len(follows) == 1:
@@ -115,46 +147,122 @@ def _ranks(query: LogQuery, total: int, job_id: str) -> list[int]:
     return [query.rank]
 
 
-def _job_state(platform: Platform, principal: Principal, job_id: str) -> tuple[JobState, int]:
+def _job_state(platform: LogPlatform, principal: Principal, job_id: str) -> tuple[JobState, int]:
     """The job's state and how many replicas it has (NotFound if the caller may not see it)."""
     with platform.sessions() as session:
         job = jobs.get_visible(session, principal, job_id)
-        return JobState(job.state), jobs.requested(job.spec)[0]
+        return JobState(job.state), jobs.job_demand(job).replicas
 
 
 class JobWatch:
-    """Whether a followed job has ended, read at most every ``STATE_EVERY_S`` for all ranks."""
+    """Whether a followed job has ended, read at most every ``state_every_s`` (of ``now``) for
+    all its ranks; ``read_ended`` reads it."""
 
     def __init__(
-        self, platform: Platform, principal: Principal, job_id: str, state: JobState
+        self,
+        ended: bool,
+        read_ended: Callable[[], Awaitable[bool]],
+        now: Callable[[], float],
+        every_s: float = PACING.state_every_s,
     ) -> None:
-        self.platform = platform
-        self.principal = principal
-        self.job_id = job_id
-        self._ended = state.terminal
-        self._read_at = asyncio.get_running_loop().time()
+        self._ended = ended
+        self._read_ended = read_ended
+        self._now = now
+        self._every_s = every_s
+        self._read_at = now()
         self._reading: asyncio.Future[bool] | None = None
 
     async def ended(self) -> bool:
         if self._ended:
             return True
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._read_at < STATE_EVERY_S:
+        if self._now() - self._read_at < self._every_s:
             return False
         if self._reading is None:
-            self._reading = asyncio.ensure_future(self._read())
+            self._reading = asyncio.ensure_future(self._read_ended())
         reading = self._reading
         try:
             self._ended = await asyncio.shield(reading)
         finally:
             if self._reading is reading and reading.done():
                 self._reading = None
-                self._read_at = loop.time()
+                self._read_at = self._now()
         return self._ended
 
-    async def _read(self) -> bool:
-        state, _ = await _on_thread(_job_state, self.platform, self.principal, self.job_id)
-        return state.terminal
+
+class FollowClock:
+    """Time as a follow sees it: ``now`` (the event loop's clock), and ``wait``, which ends
+    early when the server stops. Tests give one whose time they move."""
+
+    def __init__(self, stopping: asyncio.Event) -> None:
+        self.stopping = stopping
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less if the server stops meanwhile; whether it is stopping."""
+        try:
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+
+class RankLog(Protocol):
+    """One rank's log as a follow reads it."""
+
+    async def read(self, position: int) -> tuple[bytes, int]:
+        """The bytes from ``position`` (up to a chunk) and the position after them."""
+        ...
+
+    async def live(self, position: int) -> AsyncIterator[bytes] | None:
+        """Its bytes from ``position`` as they are written, or None when there is no stream."""
+        ...
+
+
+async def follow_log(
+    log: RankLog,
+    start: int,
+    *,
+    follow: bool,
+    watch: JobWatch,
+    clock: FollowClock,
+    pacing: FollowPacing = PACING,
+) -> AsyncIterator[tuple[int, bytes]]:
+    """(offset, bytes) of the log from ``start``; with ``follow``, until the job has ended and
+    all its log was read, or the server stops.
+
+    While nothing comes, the log is followed live where it has a stream, else polled ever less
+    often (``pacing``); a live stream that breaks off is polled ``retry_live_s`` before it is
+    followed again. After the job has ended its log is read once more: its last output.
+    """
+    position = start
+    pause = pacing.poll_first_s
+    follow_from = clock.now()
+    ended = False
+    while True:
+        data, after = await log.read(position)
+        if data:
+            yield position, data
+            position = after
+            pause = pacing.poll_first_s
+            continue
+        if not follow or ended or clock.stopping.is_set():
+            return
+        if clock.now() >= follow_from:
+            streamed = await log.live(position)
+            if streamed is not None:
+                try:
+                    async for chunk in _until(clock.stopping, streamed):
+                        yield position, chunk
+                        position += len(chunk)
+                    pause = pacing.poll_first_s
+                except Exception:  # the stream broke off, or went quiet too long
+                    follow_from = clock.now() + pacing.retry_live_s
+        if await clock.wait(pause):
+            return
+        pause = min(pause * pacing.growth, pacing.poll_max_s)
+        ended = await watch.ended()
 
 
 class _Rank:
@@ -162,13 +270,13 @@ class _Rank:
 
     def __init__(
         self,
-        platform: Platform,
+        platform: LogPlatform,
         job_id: str,
         rank: int,
         start: int,
         query: LogQuery,
         watch: JobWatch,
-        stopping: asyncio.Event,
+        clock: FollowClock,
     ) -> None:
         self.logs = log_source(platform.executor)
         self.job_id = job_id
@@ -176,41 +284,21 @@ class _Rank:
         self.start = start
         self.query = query
         self.watch = watch
-        self.stopping = stopping
+        self.clock = clock
 
-    async def chunks(self) -> AsyncIterator[tuple[int, bytes]]:
+    async def read(self, position: int) -> tuple[bytes, int]:
+        return await _on_thread(self.logs.read_log, self.job_id, self.rank, position, CHUNK)
+
+    async def live(self, position: int) -> AsyncIterator[bytes] | None:
+        stream = await _on_thread(self.logs.follow_log, self.job_id, self.rank, position)
+        return None if stream is None else log_follow.follow(stream)
+
+    def chunks(self) -> AsyncIterator[tuple[int, bytes]]:
         """(offset, bytes) of the log from ``start``; with ``follow``, until the job has
         ended and all its log was read (or the server stops)."""
-        logs, job_id, rank = self.logs, self.job_id, self.rank
-        position = self.start
-        pause = POLL_FIRST_S
-        loop = asyncio.get_running_loop()
-        follow_from = 0.0  # after a live stream broke off, poll a while before the next
-        ended = False
-        while True:
-            data, after = await _on_thread(logs.read_log, job_id, rank, position, CHUNK)
-            if data:
-                yield position, data
-                position = after
-                pause = POLL_FIRST_S
-                continue
-            if not self.query.follow or ended or self.stopping.is_set():
-                return
-            if loop.time() >= follow_from:
-                live = await _on_thread(logs.follow_log, job_id, rank, position)
-                streamed = None if live is None else log_follow.follow(live)
-                if streamed is not None:
-                    try:
-                        async for chunk in _until(self.stopping, streamed):
-                            yield position, chunk
-                            position += len(chunk)
-                        pause = POLL_FIRST_S
-                    except Exception:  # broke off, or quiet too long: poll, then again
-                        follow_from = loop.time() + FOLLOW_RETRY_S
-            if await _stopped_within(self.stopping, pause):
-                return
-            pause = min(pause * 1.5, POLL_MAX_S)
-            ended = await self.watch.ended()  # then read once more: its last output
+        return follow_log(
+            self, self.start, follow=self.query.follow, watch=self.watch, clock=self.clock
+        )
 
     async def shaped(self) -> AsyncIterator[bytes]:
         """The bytes as asked: as they are, or line by line after the rank and the time."""
@@ -291,15 +379,6 @@ async def _merged(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
-    """Wait ``seconds``, or less if the server stops meanwhile; whether it is stopping."""
-    try:
-        await asyncio.wait_for(stopping.wait(), seconds)
-    except TimeoutError:
-        return False
-    return True
 
 
 async def _until(stopping: asyncio.Event, items: AsyncIterator[T]) -> AsyncIterator[T]:

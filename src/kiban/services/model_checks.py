@@ -23,12 +23,13 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from kiban.domain.errors import FieldProblem
+from kiban.domain.model_storage import PVC_ROOT_ENV
 from kiban.domain.service import ServiceSpec, SpecCheck, pvc_claim
 from kiban.domain.service_replica import runtime_storage_uri
 from kiban.executors.base import Capability
 from kiban.services.jobs import ClusterFacts
 from kiban.serving.runtime.options import arg_problems
-from kiban.serving.runtime.storage import PVC_ROOT_ENV, pvc_root
+from kiban.serving.runtime.storage import pvc_root
 
 
 def _runtime_args(spec: ServiceSpec) -> list[FieldProblem]:

@@ -30,7 +30,7 @@ from kiban.domain.states import JobState
 from kiban.domain.usage import decay
 from kiban.scheduler.quota import QuotaBook
 from kiban.services.auth import Principal
-from kiban.services.jobs import requested
+from kiban.services.jobs import manifest_demand
 from kiban.services.quota_ledger import (
     HOLDING,
     NOTHING,
@@ -130,7 +130,7 @@ def _pending(
         total = int(gpus or 0)
         if known < jobs:  # jobs stored before their GPUs were (see migration 0011_backlog_indexes)
             query = select(Job.spec).where(Job.queue == queue, pending, Job.gpus.is_(None))
-            total += sum(requested(spec)[1] for spec in session.scalars(query))
+            total += sum(manifest_demand(spec).gpus for spec in session.scalars(query))
         if jobs:
             per_queue[queue] = (jobs, total)
     per_flavor: dict[tuple[str, str], tuple[int, int]] = {}
@@ -147,7 +147,7 @@ def _pending(
     for job_id, queue, gpus, details in judged:
         flavor = (details or {}).get("flavor")
         if isinstance(flavor, str):
-            count = requested(specs[job_id])[1] if gpus is None else gpus
+            count = manifest_demand(specs[job_id]).gpus if gpus is None else gpus
             jobs, total = per_flavor.get((queue, flavor), (0, 0))
             per_flavor[(queue, flavor)] = (jobs + 1, total + count)
     return per_queue, per_flavor

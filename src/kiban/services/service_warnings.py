@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from kiban.domain.model_storage import PVC_ROOT_ENV
 from kiban.domain.service import ServiceSpec, ServiceSubmission, pvc_claim
 from kiban.domain.service_replica import runtime_storage_uri
 from kiban.executors.base import Capability
 from kiban.services.jobs import ClusterFacts, local_executor_warning
 from kiban.serving.runtime.options import unknown_options
-from kiban.serving.runtime.storage import PVC_ROOT_ENV, pvc_root
+from kiban.serving.runtime.storage import pvc_root
 
 
 def runtime_arg_warnings(submission: ServiceSubmission) -> list[str]:

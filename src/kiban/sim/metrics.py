@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kiban.bench.loadgen import percentile
 from kiban.sim.engine import JobRun, SimOutcome
+from kiban.stats import percentile
 
 JSON_KEYS = (
     "jobs",

@@ -179,6 +179,9 @@ class Job(Base):
     submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
     # Attempts ended by the job's own failure: what its backoffLimit counts.
     failed_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Replicas it asks for, all tasks together, set at submission (None in rows stored before
+    # migration 0014, whose manifest is parsed instead): jobs are listed without parsing specs.
+    replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).

@@ -14,7 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
+from kiban.serving.router.server import RouterServer
+from kiban.serving.router.table import Endpoint, Route, RoutingTable
 
 TOKEN = "secret-token"
 

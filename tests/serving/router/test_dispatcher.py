@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from kiban.serving.router import Endpoint, Route, RoutingTable, TrafficMetrics
 from kiban.serving.router import dispatcher as dispatching
 from kiban.serving.router.balancer import Balancer
 from kiban.serving.router.dispatcher import Dispatcher
+from kiban.serving.router.table import Endpoint, Route, RoutingTable
+from kiban.serving.router.traffic import TrafficMetrics
 
 
 def _dispatcher(max_known_names: int = dispatching.MAX_KNOWN_NAMES) -> Dispatcher:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,24 @@ def test_this_run_uses_the_build_when_one_was_made() -> None:
     for module in (exchange, proxy, upstream):
         assert module.__file__ is not None
         assert module.__file__.startswith(str(native.cache_root())), module.__name__
+
+
+def test_importing_the_router_changes_nothing_until_activated(tmp_path: Path) -> None:
+    """Importing the package, even its server, neither moves its path nor decides compiled or
+    plain; ``activate()`` after its modules were imported leaves them plain, never mixed."""
+    probe = (
+        "import json; import kiban.serving.router as r; from kiban.serving.router import native; "
+        "before = list(r.__path__); import kiban.serving.router.server; "
+        "after_import = (list(r.__path__), native.state.detail); native.activate(); "
+        "print(json.dumps([before, after_import, list(r.__path__), native.state.detail]))"
+    )
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop(native.SWITCH, None)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    before, (path_after_import, detail), path_after, activated = json.loads(done.stdout)
+    assert path_after_import == before and detail == "not activated"
+    assert path_after == before
+    assert "imported before activate()" in activated and "exchange" in activated

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from kiban.serving.router import Endpoint, Route, RoutingTable, TrafficMetrics
 from kiban.serving.router.balancer import Balancer
 from kiban.serving.router.dispatcher import Dispatcher
 from kiban.serving.router.proxy import ClientConnection
+from kiban.serving.router.table import Endpoint, Route, RoutingTable
+from kiban.serving.router.traffic import TrafficMetrics
 from kiban.serving.router.upstream import UpstreamConnection
 
 ADDRESS = "127.0.0.1:9"

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from conftest import FakeReplica, in_background, raw_connection, ready, route
-from kiban.serving.router import Endpoint, RouterServer, RoutingTable
+from kiban.serving.router.server import RouterServer
+from kiban.serving.router.table import Endpoint, RoutingTable
 from kiban.testing import eventually
 
 

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from conftest import FakeReplica, in_background, ready, route
-from kiban.serving.router import Endpoint, RouterServer, RoutingTable
+from kiban.serving.router.server import RouterServer
+from kiban.serving.router.table import Endpoint, RoutingTable
 
 TWO_MB = 2_000_000
 TRIES = 20

@@ -17,8 +17,9 @@ from conftest import (
     ready,
     route,
 )
-from kiban.serving.router import Endpoint, Route, RouterServer, RoutingTable
 from kiban.serving.router.messages import content_length as _content_length
+from kiban.serving.router.server import RouterServer
+from kiban.serving.router.table import Endpoint, Route, RoutingTable
 from kiban.testing import eventually
 
 

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from conftest import FakeReplica, ready, route
-from kiban.serving.router import RouterServer, RoutingTable
+from kiban.serving.router.server import RouterServer
+from kiban.serving.router.table import RoutingTable
 
 
 @pytest.fixture

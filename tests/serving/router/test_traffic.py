@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kiban.serving.router import TrafficMetrics
+from kiban.serving.router.traffic import TrafficMetrics
 
 KEY = ("team", "svc")
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
@@ -16,52 +14,19 @@ from kiban.api import request_bodies, responses
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
-from kiban.domain.manifests import load_document
 from kiban.domain.states import JobState
 from kiban.platform import Platform
-from kiban.services import events, jobs, logs, queue_status
+from kiban.services import events, job_intake, jobs, logs, queue_status
 from kiban.services.auth import JOBS_PATH
 from kiban.services.errors import invalid
-from kiban.store.models import Queue
+from kiban.services.job_intake import SubmissionBody, SubmissionContext
 
 router = APIRouter(prefix=JOBS_PATH, tags=["jobs"], dependencies=TOKEN, route_class=SessionRoute)
-
-INLINE_BODY_LIMIT = 64 * 1024  # larger manifests are parsed on a worker thread
-T = TypeVar("T")
-
-
-class _NeedsStore(Exception):
-    """A submission's check needs the store (a cache miss, or a body too big to parse here)."""
-
 
 MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
 MAX_OFFSET = 2**63 - 1  # a file offset
 MAX_TAIL = 10_000_000
 MAX_SINCE_S = 1e11  # seconds: any time people mean
-
-
-def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
-    """The manifest in a request body: JSON, or YAML (which also reads JSON)."""
-    if len(raw) > 1024 * 1024:
-        raise invalid("", "manifest larger than 1 MiB")
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError:
-        raise invalid("", "the manifest is not UTF-8 text") from None
-    try:
-        if "json" in content_type:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise invalid(
-                    "", f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-                ) from None
-            if not isinstance(data, dict):
-                raise invalid("", "a manifest must be a JSON object")
-            return data
-        return load_document(text)
-    except RecursionError:
-        raise invalid("", "the manifest is nested too deeply") from None
 
 
 @router.post(
@@ -79,42 +44,23 @@ async def submit_job(request: Request, platform: PlatformDep, principal: Princip
     right here; otherwise on a worker thread (they read the store). The write joins the group
     commit of submissions, which tells the control loop of the job.
     """
-    raw = await request.body()
-    content_type = request.headers.get("content-type", "")
-
-    def prepare(use_store: bool) -> jobs.Prepared:
-        with platform.sessions() as session:  # connects only when a lookup reads the store
-
-            def lookup(key: tuple[str, str | None], load: Callable[[], T]) -> T:
-                def guarded() -> T:
-                    if not use_store:
-                        raise _NeedsStore
-                    return load()
-
-                return platform.lookups.get(key, guarded)
-
-            document = parse_manifest_body(raw, content_type)
-            return jobs.prepare_submission(
-                session,
-                principal,
-                document,
-                facts=platform.facts,
-                at=platform.clock.now(),
-                find_queue=lambda name: lookup(("queue", name), lambda: session.get(Queue, name)),
-                policy=platform.policy,
-            )
-
-    try:
-        if "json" not in content_type or len(raw) > INLINE_BODY_LIMIT:
-            raise _NeedsStore
-        prepared = prepare(use_store=False)
-    except _NeedsStore:
-        prepared = await run_in_threadpool(prepare, True)
+    body = SubmissionBody(await request.body(), request.headers.get("content-type", ""))
+    context = SubmissionContext(
+        facts=platform.facts,
+        policy=platform.policy,
+        at=platform.clock.now(),
+        lookups=platform.lookups,
+    )
+    prepared = job_intake.prepare_cached(body, principal, context)
+    if prepared is None:
+        prepared = await run_in_threadpool(
+            job_intake.prepare_with_store, body, principal, context, platform.sessions
+        )
     await asyncio.wrap_future(platform.submissions.write(prepared.job, *prepared.events))
     out = job_out(prepared.job)
     out.warnings = list(prepared.warnings)
-    body = out.model_dump_json(by_alias=True)
-    return Response(body, status_code=201, media_type="application/json")
+    answer = out.model_dump_json(by_alias=True)
+    return Response(answer, status_code=201, media_type="application/json")
 
 
 def _standings(platform: Platform, session: Session) -> dict[str, float]:

@@ -12,11 +12,12 @@ from starlette.concurrency import run_in_threadpool
 from kiban.api import request_bodies, responses
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN, NameFilter, ServiceName
-from kiban.api.routers.jobs import MAX_EVENT_ID, parse_manifest_body
+from kiban.api.routers.jobs import MAX_EVENT_ID
 from kiban.api.schemas import EventOut, event_out
 from kiban.api.serving_schemas import ServiceOut, TrafficOut, service_out
 from kiban.platform import Platform
 from kiban.services import events, serving
+from kiban.services.job_intake import parse_manifest_body
 from kiban.services.service_status import service_status
 from kiban.store.models import ServiceRow
 

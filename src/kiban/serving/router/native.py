@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import MutableSequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,8 @@ COMPILED_MODULES = (
     "upstream",
 )
 """Modules of this package on the path of every request (not the server's thread and setup)."""
+PACKAGE = __name__.rpartition(".")[0]
+"""``kiban.serving.router``."""
 GROUP = "kiban_router"
 """mypyc's name for the shared library of the compiled modules (``kiban_router__mypyc``)."""
 SWITCH = "KIBAN_ROUTER_NATIVE"
@@ -50,10 +53,12 @@ class NativeState:
 
     compiled: bool
     detail: str
+    activated: bool = False
+    """Whether ``activate`` ran (the state is then final for this process)."""
 
 
 state = NativeState(False, "not activated")
-"""Set once, when the router package is imported."""
+"""Set once, by the entry point's ``activate``."""
 
 
 def source_key(router_dir: Path = ROUTER_DIR) -> str:
@@ -77,18 +82,41 @@ def _shared_library(build: Path) -> Path:
     return build / f"{GROUP}__mypyc{_EXT_SUFFIX}"
 
 
-def activate(package_path: list[str], router_dir: Path = ROUTER_DIR) -> NativeState:
-    """Put the build of these sources first on the package's path, if there is one.
+def activate(
+    package_path: MutableSequence[str] | None = None, router_dir: Path = ROUTER_DIR
+) -> NativeState:
+    """Put the build of these sources first on the router package's path, if there is one.
 
-    Called by the package's ``__init__`` before it imports a compiled module. A build that
-    cannot be loaded leaves the path alone: the router then runs as plain Python.
+    Called by a process's entry point (``kiban up``, ``kiban bench router`` and its helpers,
+    the test run's root ``conftest.py``) before any module of the router is imported: importing
+    the package changes nothing. Once one of the compiled modules was imported as plain Python
+    the path is left alone (the two are never mixed), and so is a path already activated. A
+    build that cannot be loaded leaves the path alone too: the router then runs as plain Python.
     """
     global state
-    state = use_build(package_path, router_dir)
+    if state.activated:
+        return state
+    package = sys.modules[PACKAGE]
+    path = package.__path__ if package_path is None else package_path
+    loaded = sorted(set(COMPILED_MODULES) & {m.rpartition(".")[2] for m in _router_modules()})
+    if loaded:
+        state = NativeState(
+            False,
+            f"plain Python (imported before activate(): {', '.join(loaded)})",
+            activated=True,
+        )
+        return state
+    found = use_build(path, router_dir)
+    state = NativeState(found.compiled, found.detail, activated=True)
     return state
 
 
-def use_build(package_path: list[str], router_dir: Path = ROUTER_DIR) -> NativeState:
+def _router_modules() -> list[str]:
+    """The router's modules this process has imported."""
+    return [name for name in list(sys.modules) if name.startswith(PACKAGE + ".")]
+
+
+def use_build(package_path: MutableSequence[str], router_dir: Path = ROUTER_DIR) -> NativeState:
     """What ``activate`` does, but without recording it as this process's state."""
     if os.environ.get(SWITCH, "1") == "0":
         return NativeState(False, f"plain Python ({SWITCH}=0)")

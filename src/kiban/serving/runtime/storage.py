@@ -14,12 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from kiban.domain.model_storage import DEFAULT_PVC_ROOT, PVC_ROOT_ENV
 from kiban.serving.runtime.errors import LoadError
 from kiban.serving.runtime.options import ServerOptions
 
-DEFAULT_PVC_ROOT = "/mnt/pvc"
-"""Where kiban mounts a ``pvc://`` model's claim in a replica, as ``/mnt/pvc/<claim>``."""
-PVC_ROOT_ENV = "KIBAN_PVC_ROOT"
 HF_ID_FORMS = "org/name, org/name@revision or org/name:revision"
 
 
