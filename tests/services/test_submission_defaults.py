@@ -101,4 +101,6 @@ def test_states_in_any_case(api: TestClient) -> None:
         assert [j["id"] for j in listed] == [made], word
     assert api.get("/api/v1/jobs", params={"state": "running"}).json() == []
     answer = api.get("/api/v1/jobs", params={"state": "pendin"})
-    assert answer.status_code == 422 and "unknown state 'pendin'" in answer.text
+    problems = answer.json()["error"]["problems"]
+    assert answer.status_code == 422 and problems[0]["field"] == "state[0]"
+    assert "'Pending'" in problems[0]["message"] and "'Cancelled'" in problems[0]["message"]

@@ -16,6 +16,13 @@ class JobState(StrEnum):
     FAILED = "Failed"
     CANCELLED = "Cancelled"
 
+    @classmethod
+    def _missing_(cls, value: object) -> JobState | None:
+        """A state named in any case (``running``, ``RUNNING``): people type them so."""
+        if isinstance(value, str):
+            return _BY_WORD.get(value.strip().lower())
+        return None
+
     @property
     def terminal(self) -> bool:
         return self in TERMINAL
@@ -25,6 +32,8 @@ class JobState(StrEnum):
         """Whether a job in this state has GPUs, CPUs and memory allocated to it."""
         return self in (JobState.ADMITTED, JobState.RUNNING, JobState.STOPPING)
 
+
+_BY_WORD = {state.value.lower(): state for state in JobState}
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 

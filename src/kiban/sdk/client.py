@@ -210,8 +210,8 @@ class Client:
     ) -> list[dict[str, Any]]:
         """Jobs the token may see, newest first; ``state`` in any case (``running``)."""
         params: dict[str, Any] = {"limit": limit}
-        if state:  # the API's states are capitalized words: Pending, Running, ...
-            params["state"] = [word.strip().capitalize() for word in state]
+        if state:
+            params["state"] = state
         for key, value in (
             ("queue", queue),
             ("tenant", tenant),

@@ -483,11 +483,11 @@ def list_jobs(
     (``running`` is ``Running``); ``submitted_by`` is the name of the token that submitted."""
     wanted = []
     for i, state in enumerate(states):
-        found = job_state(state)
-        if found is None:
+        try:
+            wanted.append(JobState(state).value)
+        except ValueError:
             known = ", ".join(s.value for s in JobState)
-            raise invalid(f"state[{i}]", f"unknown state {state!r}; known: {known}")
-        wanted.append(found.value)
+            raise invalid(f"state[{i}]", f"unknown state {state!r}; known: {known}") from None
     if not 1 <= limit <= 1000:
         raise invalid("limit", "must be between 1 and 1000")
     for field_name, what, value in (
@@ -514,13 +514,6 @@ def list_jobs(
         query = query.where(Job.submitted_by == submitted_by)
     return list(session.scalars(query))
 
-
-def job_state(text: str) -> JobState | None:
-    """The state a word names, in any case (``running``, ``RUNNING``); None if none."""
-    return _STATES_BY_WORD.get(text.strip().lower())
-
-
-_STATES_BY_WORD = {s.value.lower(): s for s in JobState}
 
 
 @dataclass(frozen=True, slots=True)
