@@ -109,7 +109,7 @@ def test_state_in_any_case(kiban: Run, platform: Platform, two_jobs: list[str]) 
         listed = json.loads(kiban("ls", "--state", word, "-o", "json").out)
         assert {j["id"] for j in listed} == set(two_jobs), word
     done = kiban("ls", "--state", "runing")
-    assert done.code == 1 and "unknown state 'runing'" in done.err
+    assert done.code == 1 and "state[0]" in done.err and "'Running'" in done.err
 
 
 def test_version(kiban: Run) -> None:

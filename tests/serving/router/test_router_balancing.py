@@ -8,8 +8,8 @@ from collections import Counter
 
 import httpx
 import pytest
+from router_support import FakeReplica, in_background, raw_connection, ready, route
 
-from conftest import FakeReplica, in_background, raw_connection, ready, route
 from kiban.serving.router.server import RouterServer
 from kiban.serving.router.table import Endpoint, RoutingTable
 from kiban.testing import eventually

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from router_support import FakeReplica, in_background, ready, route
 
-from conftest import FakeReplica, in_background, ready, route
 from kiban.serving.router.server import RouterServer
 from kiban.serving.router.table import Endpoint, RoutingTable
 

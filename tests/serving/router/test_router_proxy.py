@@ -7,8 +7,7 @@ import time
 
 import httpx
 import pytest
-
-from conftest import (
+from router_support import (
     TOKEN,
     FakeReplica,
     closed_port_address,
@@ -17,6 +16,7 @@ from conftest import (
     ready,
     route,
 )
+
 from kiban.serving.router.messages import content_length as _content_length
 from kiban.serving.router.server import RouterServer
 from kiban.serving.router.table import Endpoint, Route, RoutingTable

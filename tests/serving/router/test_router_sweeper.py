@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from router_support import raw_connection
 
-from conftest import raw_connection
 from kiban.serving.router import sweeper
 from kiban.serving.router.server import RouterServer
 from kiban.serving.router.table import RoutingTable

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from router_support import FakeReplica, ready, route
 
-from conftest import FakeReplica, ready, route
 from kiban.serving.router.server import RouterServer
 from kiban.serving.router.table import RoutingTable
 
