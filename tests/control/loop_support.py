@@ -1,47 +1,14 @@
-"""Helpers for driving the control loop in tests: submit, cancel, read jobs and events."""
+"""Helpers for driving the control loop in tests: cancel, read jobs and events. (Jobs are
+built with ``kiban.testing.manifest``, stored with ``platform_jobs.submit_to_platform``.)"""
 
 from __future__ import annotations
-
-from typing import Any
 
 from sqlalchemy import select
 
 from kiban.platform import Platform
 from kiban.services import jobs
-from kiban.services.auth import Principal
 from kiban.store.models import Event, Job, Replica
-
-ADMIN = Principal(name="admin", tenant=None, is_admin=True)
-
-
-def manifest(
-    name: str = "train",
-    *,
-    replicas: int = 1,
-    gpu: int = 1,
-    env: dict[str, str] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    task: dict[str, Any] = {
-        "replicas": replicas,
-        "resources": {"gpu": gpu},
-        "command": ["python", "train.py"],
-    }
-    if env:
-        task["env"] = env
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {"tasks": [task], **spec},
-    }
-
-
-def submit(platform: Platform, document: dict[str, Any]) -> str:
-    with platform.sessions() as session:
-        job = jobs.submit(session, ADMIN, document, facts=platform.facts, at=platform.clock.now())
-        session.commit()
-        return job.id
+from kiban.testing.platform_jobs import ADMIN
 
 
 def cancel(platform: Platform, job_id: str) -> None:

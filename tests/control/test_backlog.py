@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from loop_support import ADMIN, get, manifest
+from loop_support import ADMIN, get
 from sqlalchemy import select
 
 from kiban.api.app import create_app
@@ -20,7 +20,8 @@ from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.services import nodes
 from kiban.stats import percentile
 from kiban.store.models import Job, Node
-from kiban.testing import ManualClock
+from kiban.testing import ManualClock, eventually, manifest
+from kiban.testing import submit as submit_through_api
 
 BACKLOG = 20_000
 STEPS = 20  # of the script: 10 submissions, then 50 ms on the clock (200 submissions/s)
@@ -55,21 +56,19 @@ def backlogged(platform: Platform, clock: ManualClock) -> Iterator[TestClient]:
 
 
 def submit(api: TestClient, document: dict[str, Any]) -> tuple[str, float]:
+    """Submit through the API; the job's id and how long the call took (its latency)."""
     began = time.perf_counter()
-    answer = api.post("/api/v1/jobs", json=document)
-    assert answer.status_code == 201, answer.text
-    return answer.json()["id"], time.perf_counter() - began
+    job = submit_through_api(api, document)
+    return job["id"], time.perf_counter() - began
 
 
 def judged(platform: Platform, job_id: str, timeout_s: float = 60.0) -> str:
     """The job's reason code once a pass has judged it (polled against a deadline)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        code = get(platform, job_id).reason_code
-        if code is not None:
-            return code
-        assert time.monotonic() < deadline, f"no pass judged job {job_id} in {timeout_s:g}s"
-        time.sleep(0.05)
+    return eventually(
+        lambda: get(platform, job_id).reason_code,
+        what=f"a pass to judge job {job_id}",
+        timeout=timeout_s,
+    )
 
 
 def test_a_pass_over_a_long_backlog_reads_its_window_and_reuses_what_it_made(

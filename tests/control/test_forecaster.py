@@ -4,7 +4,6 @@ snapshot first, and a failure does not stop the next forecast."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -12,7 +11,7 @@ from kiban.control import forecaster as forecaster_module
 from kiban.control.forecaster import Forecaster
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.snapshot import Snapshot
-from kiban.testing import cluster, job, running, snapshot
+from kiban.testing import cluster, eventually, job, running, snapshot
 
 
 def waiting_behind(end: float, waiting: str = "w") -> Snapshot:
@@ -23,13 +22,6 @@ def waiting_behind(end: float, waiting: str = "w") -> Snapshot:
         pending=[job(waiting).replicas(1, gpu=8)],
         now=10,
     )
-
-
-def eventually(probe: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_without_a_worker_the_forecast_runs_at_once() -> None:
@@ -60,7 +52,7 @@ def test_with_a_worker_the_newest_snapshot_is_forecast(monkeypatch: pytest.Monke
         f.submit(waiting_behind(200, "second"), DEFAULT_POLICY)
         f.submit(waiting_behind(300, "third"), DEFAULT_POLICY)
         release.set()
-        eventually(lambda: "third" in f.estimates())
+        eventually(lambda: "third" in f.estimates(), what="the third snapshot's forecast")
     finally:
         f.stop()
     assert seen == [100, 300]
@@ -83,8 +75,8 @@ def test_a_failed_forecast_does_not_stop_the_next(monkeypatch: pytest.MonkeyPatc
     f.start()
     try:
         f.submit(waiting_behind(100), DEFAULT_POLICY)
-        eventually(lambda: calls == 1)
+        eventually(lambda: calls == 1, what="the first (failing) forecast")
         f.submit(waiting_behind(150), DEFAULT_POLICY)
-        eventually(lambda: f.estimates() == {"w": 150.0})
+        eventually(lambda: f.estimates() == {"w": 150.0}, what="the next forecast")
     finally:
         f.stop()

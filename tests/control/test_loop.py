@@ -7,16 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loop_support import (
-    ADMIN,
-    cancel,
-    events,
-    get,
-    manifest,
-    replica_rows,
-    state,
-    submit,
-)
+from loop_support import ADMIN, cancel, events, get, replica_rows, state
 from sqlalchemy import select
 
 from kiban.api.schemas import job_out
@@ -38,7 +29,8 @@ from kiban.services import jobs, tenants
 from kiban.services.errors import InvalidInput
 from kiban.services.policy import apply_policy
 from kiban.store.models import Event, Job, Replica
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, manifest
+from kiban.testing.platform_jobs import submit_to_platform
 
 
 def reasons(platform: Platform, job_id: str) -> list[str]:
@@ -55,7 +47,7 @@ def launches_of(executor: FakeExecutor, job_id: str) -> list[LaunchRequest]:
 def test_submitted_job_runs_with_replica_rows_and_launch_request(
     platform: Platform, executor: FakeExecutor
 ) -> None:
-    job_id = submit(platform, manifest(replicas=2, gpu=2, env={"EPOCHS": "3"}))
+    job_id = submit_to_platform(platform, manifest(replicas=2, gpu=2, env={"EPOCHS": "3"}))
     assert state(platform, job_id) == "Pending"
 
     platform.loop.run_once()
@@ -98,8 +90,8 @@ def test_submitted_job_runs_with_replica_rows_and_launch_request(
 def test_success_frees_resources_for_the_next_job(
     platform: Platform, executor: FakeExecutor
 ) -> None:
-    first = submit(platform, manifest("first", replicas=3, gpu=2))
-    second = submit(platform, manifest("second", replicas=1, gpu=2))
+    first = submit_to_platform(platform, manifest("first", replicas=3, gpu=2))
+    second = submit_to_platform(platform, manifest("second", replicas=1, gpu=2))
     platform.loop.run_once()
     assert (state(platform, first), state(platform, second)) == ("Running", "Pending")
     assert get(platform, second).reason_code == ReasonCode.INSUFFICIENT_CAPACITY
@@ -134,7 +126,7 @@ def test_success_frees_resources_for_the_next_job(
 def test_failed_replica_stops_the_others_then_fails_the_job(
     platform: Platform, executor: FakeExecutor
 ) -> None:
-    job_id = submit(platform, manifest(replicas=3, gpu=1))
+    job_id = submit_to_platform(platform, manifest(replicas=3, gpu=1))
     platform.loop.run_once()
 
     executor.finish(job_id, 1, 1)
@@ -160,7 +152,7 @@ def test_failed_replica_stops_the_others_then_fails_the_job(
 def test_on_failure_restarts_on_the_same_placement_until_the_backoff_limit(
     platform: Platform, executor: FakeExecutor
 ) -> None:
-    job_id = submit(
+    job_id = submit_to_platform(
         platform, manifest(replicas=2, gpu=1, restartPolicy="OnFailure", backoffLimit=1)
     )
     platform.loop.run_once()
@@ -197,7 +189,7 @@ def test_a_container_that_cannot_start_fails_the_job_without_retries(
     platform: Platform, executor: FakeExecutor
 ) -> None:
     """Its image or configuration is at fault: a restart would start the same container."""
-    job_id = submit(
+    job_id = submit_to_platform(
         platform, manifest(replicas=2, gpu=1, restartPolicy="OnFailure", backoffLimit=3)
     )
     platform.loop.run_once()
@@ -219,7 +211,7 @@ def test_a_container_that_cannot_start_fails_the_job_without_retries(
 def test_single_replica_failure_fails_in_one_pass(
     platform: Platform, executor: FakeExecutor
 ) -> None:
-    job_id = submit(platform, manifest())
+    job_id = submit_to_platform(platform, manifest())
     platform.loop.run_once()
     executor.finish(job_id, 0, 3)
     platform.loop.run_once()
@@ -230,7 +222,7 @@ def test_single_replica_failure_fails_in_one_pass(
 def test_what_a_running_replica_waits_for_is_kept_shown_and_an_event_once(
     platform: Platform, executor: FakeExecutor
 ) -> None:
-    job_id = submit(platform, manifest())
+    job_id = submit_to_platform(platform, manifest())
     platform.loop.run_once()
     fake = executor.running(job_id)[0]
     why = 'waiting for its image: ImagePullBackOff: Back-off pulling image "train:9"'
@@ -252,7 +244,7 @@ def test_what_a_running_replica_waits_for_is_kept_shown_and_an_event_once(
 def test_max_runtime_exceeded(
     platform: Platform, executor: FakeExecutor, clock: ManualClock
 ) -> None:
-    job_id = submit(platform, manifest(replicas=2, maxRuntime="60s"))
+    job_id = submit_to_platform(platform, manifest(replicas=2, maxRuntime="60s"))
     platform.loop.run_once()
 
     clock.advance(60)
@@ -277,7 +269,7 @@ def test_launch_error_fails_the_job_and_holds_nothing(
     platform: Platform, executor: FakeExecutor
 ) -> None:
     executor.fail_next_launch = "boom"
-    failed = submit(platform, manifest("failed", replicas=3, gpu=2))
+    failed = submit_to_platform(platform, manifest("failed", replicas=3, gpu=2))
     platform.loop.run_once()
 
     job = get(platform, failed)
@@ -287,7 +279,7 @@ def test_launch_error_fails_the_job_and_holds_nothing(
     assert executor.running() == []
     assert reasons(platform, failed) == ["Submitted", "Admitted", "LaunchFailed"]
 
-    after = submit(platform, manifest("after", replicas=3, gpu=2))
+    after = submit_to_platform(platform, manifest("after", replicas=3, gpu=2))
     platform.loop.run_once()
     assert state(platform, after) == "Running"  # all 6 GPUs were given back
 
@@ -296,8 +288,9 @@ def test_launch_error_fails_the_job_and_holds_nothing(
 
 
 def test_cancel_of_pending_job_is_immediate(platform: Platform, executor: FakeExecutor) -> None:
-    everything = submit(platform, manifest("all", gpu=2, replicas=3))  # all 6 GPUs, first
-    job_id = submit(platform, manifest("waits", gpu=2))
+    # all 6 GPUs, first
+    everything = submit_to_platform(platform, manifest("all", gpu=2, replicas=3))
+    job_id = submit_to_platform(platform, manifest("waits", gpu=2))
     platform.loop.run_once()
     assert get(platform, job_id).reason_code == ReasonCode.INSUFFICIENT_CAPACITY.value
     cancel(platform, job_id)
@@ -311,7 +304,7 @@ def test_cancel_of_pending_job_is_immediate(platform: Platform, executor: FakeEx
 def test_cancel_stops_gracefully_and_kills_only_after_the_grace_period(
     platform: Platform, executor: FakeExecutor, clock: ManualClock
 ) -> None:
-    job_id = submit(platform, manifest(replicas=2, terminationGracePeriod="20s"))
+    job_id = submit_to_platform(platform, manifest(replicas=2, terminationGracePeriod="20s"))
     platform.loop.run_once()
     stubborn = executor.replicas[(job_id, 1, 1)]
     stubborn.ignores_sigterm = True
@@ -348,7 +341,7 @@ def test_replicas_ending_because_they_were_stopped_are_no_warnings(
 ) -> None:
     """A cancel asks the replicas to end: their exits (143) and pods deleted under them (on
     Kubernetes the pod goes with its container) are what was asked, not failures to warn of."""
-    job_id = submit(platform, manifest(replicas=2))
+    job_id = submit_to_platform(platform, manifest(replicas=2))
     platform.loop.run_once()
     cancel(platform, job_id)
     del executor.replicas[(job_id, 1, 1)]  # its pod is gone before its exit was seen
@@ -370,7 +363,7 @@ def test_a_kill_is_sent_and_recorded_once(
     platform: Platform, executor: FakeExecutor, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A killed replica may take a few passes to be seen gone; it is not killed over and over."""
-    job_id = submit(platform, manifest(terminationGracePeriod="5s"))
+    job_id = submit_to_platform(platform, manifest(terminationGracePeriod="5s"))
     platform.loop.run_once()
     fake = executor.replicas[(job_id, 1, 0)]
     fake.ignores_sigterm = True
@@ -396,7 +389,7 @@ def test_cancel_during_launch_is_not_lost(
     platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The API may cancel a job while the loop is still launching it."""
-    job_id = submit(platform, manifest(replicas=2))
+    job_id = submit_to_platform(platform, manifest(replicas=2))
     launch = executor.launch
 
     def launch_then_cancel(request: LaunchRequest) -> Any:
@@ -420,7 +413,7 @@ def test_admitted_jobs_launch_together_where_the_executor_allows(
     """Three jobs admitted in one pass launch at once on an executor that takes three
     launches at a time (each waits for the others at a barrier: one at a time would time out);
     one launch fails, and only its job fails."""
-    ids = [submit(platform, manifest(f"job-{i}", gpu=2)) for i in range(3)]
+    ids = [submit_to_platform(platform, manifest(f"job-{i}", gpu=2)) for i in range(3)]
     executor.launch_concurrency = 3
     together = threading.Barrier(3, timeout=10)
     launch = executor.launch
@@ -455,7 +448,7 @@ class Crash(BaseException):
 def test_recover_requeues_a_job_cut_short_while_launching(
     platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job_id = submit(platform, manifest(replicas=2))
+    job_id = submit_to_platform(platform, manifest(replicas=2))
 
     def crash(request: LaunchRequest) -> Any:
         raise Crash
@@ -485,7 +478,7 @@ def test_recover_stops_replicas_of_attempts_the_store_no_longer_holds_active(
     platform: Platform, executor: FakeExecutor
 ) -> None:
     """A control plane stopped between a job's end and its replicas' removal left them."""
-    ended, running = (submit(platform, manifest(name)) for name in ("ended", "running"))
+    ended, running = (submit_to_platform(platform, manifest(name)) for name in ("ended", "running"))
     platform.loop.run_once()
     with platform.sessions() as session:  # its end was recorded, the stop never sent
         for row in session.scalars(select(Replica).where(Replica.job_id == ended)):
@@ -515,8 +508,8 @@ def test_any_exception_in_a_launch_ends_that_attempt_and_frees_its_gpus(
     with the error in its events, what the launch started is abandoned, its GPUs are free for
     the next job, and the rest of its pass's jobs start. (Before, it stayed Admitted holding
     its GPUs, and was admitted and stuck again after each restart.)"""
-    broken = submit(platform, manifest("broken", gpu=2, replicas=2))
-    fine = submit(platform, manifest("fine", gpu=2))
+    broken = submit_to_platform(platform, manifest("broken", gpu=2, replicas=2))
+    fine = submit_to_platform(platform, manifest("fine", gpu=2))
     launch = executor.launch
     abandoned: list[tuple[str, int]] = []
     abandon = executor.abandon
@@ -546,7 +539,7 @@ def test_any_exception_in_a_launch_ends_that_attempt_and_frees_its_gpus(
     monkeypatch.undo()
     platform.loop.recover()  # nothing is left Admitted for a restart to find
     assert state(platform, broken) == "Failed"
-    after = submit(platform, manifest("after", gpu=2, replicas=2))
+    after = submit_to_platform(platform, manifest("after", gpu=2, replicas=2))
     platform.loop.run_once()
     assert state(platform, after) == "Running"  # 4 of 6 GPUs: the failed job's were given back
 
@@ -567,11 +560,11 @@ def test_waiting_job_records_reason_position_and_one_event_per_change(
     platform: Platform, clock: ManualClock
 ) -> None:
     strict_default_queue(platform, clock)
-    running = submit(platform, manifest("running", replicas=3, gpu=2))
+    running = submit_to_platform(platform, manifest("running", replicas=3, gpu=2))
     platform.loop.run_once()
-    head = submit(platform, manifest("head", gpu=2))
+    head = submit_to_platform(platform, manifest("head", gpu=2))
     clock.advance(1)
-    behind = submit(platform, manifest("behind", gpu=1))
+    behind = submit_to_platform(platform, manifest("behind", gpu=1))
     for _ in range(3):
         platform.loop.run_once()
 
@@ -610,8 +603,8 @@ def test_queue_quota_reason_from_the_store(platform: Platform) -> None:
             at=platform.clock.now(),
         )
         session.commit()
-    first = submit(platform, manifest("first", gpu=2, queue="small"))
-    second = submit(platform, manifest("second", gpu=1, queue="small"))
+    first = submit_to_platform(platform, manifest("first", gpu=2, queue="small"))
+    second = submit_to_platform(platform, manifest("second", gpu=1, queue="small"))
     platform.loop.run_once()
     assert state(platform, first) == "Running"
     job = get(platform, second)
@@ -622,14 +615,14 @@ def test_queue_quota_reason_from_the_store(platform: Platform) -> None:
 
 def test_spec_round_trips_through_the_store(platform: Platform) -> None:
     document = manifest(replicas=2, maxRuntime="1h")
-    job_id = submit(platform, document)
+    job_id = submit_to_platform(platform, document)
     assert parse_job_manifest(get(platform, job_id).spec).spec.max_runtime == 3600.0
 
 
 def test_relaunch_after_recover_lists_each_replica_once(
     platform: Platform, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job_id = submit(platform, manifest(replicas=2))
+    job_id = submit_to_platform(platform, manifest(replicas=2))
 
     def crash(request: LaunchRequest) -> Any:
         raise Crash
@@ -654,7 +647,7 @@ def test_a_pass_admitting_from_a_full_window_asks_for_the_next_at_once(
 ) -> None:
     """Jobs behind a full window are considered by the very next pass once admissions made
     room, not at the next resync: ``schedule`` says a pass should follow at once."""
-    ids = [submit(platform, manifest(f"job-{i}", gpu=1)) for i in range(3)]
+    ids = [submit_to_platform(platform, manifest(f"job-{i}", gpu=1)) for i in range(3)]
     assert platform.loop.schedule(clock.now()) is True  # job-0 and job-1; job-2 is behind
     assert [state(platform, job_id) for job_id in ids] == ["Running", "Running", "Pending"]
     assert platform.loop.schedule(clock.now()) is False  # the window is no longer full
@@ -668,7 +661,7 @@ def test_jobs_beyond_the_window_wait_in_the_backlog_until_they_reach_it(
     strict_default_queue(platform, clock)
     ids = []
     for i in range(5):
-        ids.append(submit(platform, manifest(f"job-{i}", gpu=2, replicas=3)))
+        ids.append(submit_to_platform(platform, manifest(f"job-{i}", gpu=2, replicas=3)))
         clock.advance(1)
     platform.loop.run_once()
     shown = {job_id: job_out(get(platform, job_id)) for job_id in ids}
@@ -702,7 +695,9 @@ def test_a_container_executor_places_by_node_selector_and_required_affinity(
     platform: Platform, clock: ManualClock
 ) -> None:
     """The pods carry them, and a kubelet refuses a pod bound to a node they do not match."""
-    pinned = submit(platform, on_node("pinned", nodeSelector={"kubernetes.io/hostname": "node-2"}))
+    pinned = submit_to_platform(
+        platform, on_node("pinned", nodeSelector={"kubernetes.io/hostname": "node-2"})
+    )
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -722,10 +717,10 @@ def test_a_container_executor_places_by_node_selector_and_required_affinity(
         }
     }
     clock.advance(1)
-    steered = submit(platform, on_node("steered", affinity=affinity))
+    steered = submit_to_platform(platform, on_node("steered", affinity=affinity))
     clock.advance(1)
     with pytest.raises(InvalidInput) as refused:  # no node could ever hold it
-        submit(platform, on_node("nowhere", nodeSelector={"gpu.product": "B200"}))
+        submit_to_platform(platform, on_node("nowhere", nodeSelector={"gpu.product": "B200"}))
     assert [p.field for p in refused.value.problems] == ["spec.tasks[0].nodeSelector"]
     assert "no node matches" in refused.value.problems[0].message
     platform.loop.run_once()
@@ -741,7 +736,7 @@ def test_the_local_executor_ignores_node_constraints_as_it_warns(
     )
     local = build_platform(home=tmp_path / "home", db_url=db_url, executor=processes, clock=clock)
     try:
-        job_id = submit(local, on_node("any", nodeSelector={"gpu.product": "B200"}))
+        job_id = submit_to_platform(local, on_node("any", nodeSelector={"gpu.product": "B200"}))
         local.loop.run_once()
         assert state(local, job_id) == "Running"
     finally:

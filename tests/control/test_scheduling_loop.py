@@ -4,11 +4,10 @@ decayed usage, unhealthy nodes, and start-time forecasts (fake executor, manual 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
-from loop_support import events, get, manifest, state, submit
+from loop_support import events, get, state
 from sqlalchemy import select
 
 from kiban.control.loop_settings import LoopSettings
@@ -17,7 +16,8 @@ from kiban.scheduler.policy import Policy
 from kiban.services.errors import InvalidInput
 from kiban.services.policy import apply_policy
 from kiban.store.models import Node, Replica, TenantUsage
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, eventually, manifest
+from kiban.testing.platform_jobs import submit_to_platform
 
 
 def run_passes(platform: Platform, clock: ManualClock, count: int = 1) -> None:
@@ -29,12 +29,12 @@ def run_passes(platform: Platform, clock: ManualClock, count: int = 1) -> None:
 def test_high_priority_preempts_and_the_victim_returns_keeping_its_submit_time(
     platform: Platform, clock: ManualClock
 ) -> None:
-    low = submit(platform, manifest("low", replicas=3, gpu=2, priorityClass="low"))
+    low = submit_to_platform(platform, manifest("low", replicas=3, gpu=2, priorityClass="low"))
     run_passes(platform, clock)
     assert state(platform, low) == "Running"
     submitted = get(platform, low).submitted_at
 
-    high = submit(platform, manifest("high", replicas=1, gpu=2, priorityClass="high"))
+    high = submit_to_platform(platform, manifest("high", replicas=1, gpu=2, priorityClass="high"))
     run_passes(platform, clock)
     assert state(platform, low) == "Stopping"
     assert get(platform, high).reason_code == "WaitingForPreemption"
@@ -59,7 +59,7 @@ def test_the_victim_with_the_freshest_checkpoint_goes_first(
 ) -> None:
     executor.checkpoints_root = str(tmp_path / "ckpt")
     ids = [
-        submit(platform, manifest(f"low-{i}", replicas=1, gpu=2, priorityClass="low"))
+        submit_to_platform(platform, manifest(f"low-{i}", replicas=1, gpu=2, priorityClass="low"))
         for i in range(3)
     ]
     run_passes(platform, clock)
@@ -73,7 +73,7 @@ def test_the_victim_with_the_freshest_checkpoint_goes_first(
     run_passes(platform, clock)
     assert get(platform, ids[1]).last_checkpoint_at == clock.now() - 2
 
-    submit(platform, manifest("urgent", replicas=1, gpu=2, priorityClass="high"))
+    submit_to_platform(platform, manifest("urgent", replicas=1, gpu=2, priorityClass="high"))
     run_passes(platform, clock)
     assert [state(platform, j) for j in ids] == ["Running", "Stopping", "Running"]
 
@@ -81,7 +81,7 @@ def test_the_victim_with_the_freshest_checkpoint_goes_first(
 def test_usage_accrues_with_decay_and_is_kept_in_the_store(
     platform: Platform, clock: ManualClock
 ) -> None:
-    submit(platform, manifest("train", replicas=2, gpu=2))
+    submit_to_platform(platform, manifest("train", replicas=2, gpu=2))
     run_passes(platform, clock)
     run_passes(platform, clock)  # the first pass with it running starts its usage row
     clock.advance(100)
@@ -96,7 +96,7 @@ def test_usage_accrues_with_decay_and_is_kept_in_the_store(
 def test_jobs_on_a_node_that_turns_unhealthy_return_to_their_queue(
     platform: Platform, clock: ManualClock
 ) -> None:
-    job_id = submit(platform, manifest("train", replicas=1, gpu=2))
+    job_id = submit_to_platform(platform, manifest("train", replicas=1, gpu=2))
     run_passes(platform, clock)
     with platform.sessions() as session:
         node_name = session.scalars(select(Replica.node).where(Replica.job_id == job_id)).one()
@@ -113,11 +113,11 @@ def test_jobs_on_a_node_that_turns_unhealthy_return_to_their_queue(
 
 
 def test_a_waiting_job_gets_a_start_time_forecast(platform: Platform, clock: ManualClock) -> None:
-    first = submit(platform, manifest("first", replicas=3, gpu=2, maxRuntime="10m"))
+    first = submit_to_platform(platform, manifest("first", replicas=3, gpu=2, maxRuntime="10m"))
     run_passes(platform, clock)
     started = get(platform, first).started_at
     assert started is not None
-    second = submit(platform, manifest("second", replicas=3, gpu=2))
+    second = submit_to_platform(platform, manifest("second", replicas=3, gpu=2))
     clock.advance(10)  # past the forecast interval
     platform.loop.run_once()
     waiting = get(platform, second)
@@ -134,18 +134,16 @@ def test_a_pass_stopped_at_its_placement_budget_is_followed_by_another_at_once(
 ) -> None:
     """The clock stands still, so only the budget's follow-up passes can start the later jobs
     (a burst of asked-for passes is otherwise spaced by min_interval_s)."""
-    ids = [submit(platform, manifest(f"j{i}", replicas=1, gpu=1)) for i in range(3)]
+    ids = [submit_to_platform(platform, manifest(f"j{i}", replicas=1, gpu=1)) for i in range(3)]
     platform.loop.start()
     try:
         platform.loop.wake()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if all(state(platform, job_id) != "Pending" for job_id in ids):
-                break
-            time.sleep(0.02)
+        eventually(
+            lambda: all(state(platform, job_id) != "Pending" for job_id in ids),
+            what="every job started by the budget's follow-up passes",
+        )
     finally:
         platform.loop.stop()
-    assert all(state(platform, job_id) != "Pending" for job_id in ids)
 
 
 def test_nested_cohorts_lend_through_their_parent(platform: Platform, clock: ManualClock) -> None:
@@ -162,9 +160,9 @@ def test_nested_cohorts_lend_through_their_parent(platform: Platform, clock: Man
     with platform.sessions() as session:
         apply_policy(session, policy, actor="admin", at=clock.now())
         session.commit()
-    child = submit(platform, manifest("child", replicas=2, gpu=2, queue="child"))
+    child = submit_to_platform(platform, manifest("child", replicas=2, gpu=2, queue="child"))
     with pytest.raises(InvalidInput) as refused:  # it could never borrow a GPU: no lender
-        submit(platform, manifest("outsider", replicas=1, gpu=1, queue="outsider"))
+        submit_to_platform(platform, manifest("outsider", replicas=1, gpu=1, queue="outsider"))
     assert [p.field for p in refused.value.problems] == ["spec.queue"]
     assert "queue outsider can never hold more than 0" in refused.value.problems[0].message
     run_passes(platform, clock)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loop_support import manifest, submit
 from sqlalchemy import select
 
 from kiban.control.revision_services import RESYNC_S
@@ -23,7 +22,8 @@ from kiban.services.auth import Principal
 from kiban.services.service_status import service_status
 from kiban.serving.router.traffic import TrafficMetrics
 from kiban.store.models import Event, Job, ServiceRevision, ServiceRow
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, manifest
+from kiban.testing.platform_jobs import submit_to_platform
 
 ALICE = Principal(name="alice", tenant="default", is_admin=False)
 
@@ -132,7 +132,7 @@ def test_a_replica_whose_random_job_id_is_taken_gets_a_fresh_one(
 ) -> None:
     """Every replica of a revision's slot is a job of one name: over months of scaling, two of
     its random ids meet now and then; the controller must not fail its pass on that."""
-    taken = submit(platform, manifest("chat-00001-0"))
+    taken = submit_to_platform(platform, manifest("chat-00001-0"))
     fresh = iter([taken, taken, "chat-00001-0-fresh1"])
     monkeypatch.setattr(jobs, "new_job_id", lambda name: next(fresh))
     apply(platform, service_doc(minReplicas=1, maxReplicas=1))
@@ -542,7 +542,7 @@ def test_a_service_that_cannot_be_removed_is_removed_in_a_later_pass_after_its_s
 def test_a_service_scaling_up_preempts_lower_priority_training(
     platform: Platform, probe: Probe
 ) -> None:
-    training = [submit(platform, manifest(f"train-{i}", gpu=2)) for i in range(3)]
+    training = [submit_to_platform(platform, manifest(f"train-{i}", gpu=2)) for i in range(3)]
     platform.loop.run_once()
     assert [j.state for j in replica_jobs(platform)] == ["Running"] * 3  # every GPU taken
     probe.all = True

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from loop_support import events, get, manifest, state, submit
+from loop_support import events, get, state
 from sqlalchemy import text
 
 from kiban.control.loop_settings import LoopSettings, LoopSettingsError
 from kiban.platform import Platform
-from kiban.testing import FakeExecutor, ManualClock
+from kiban.testing import FakeExecutor, ManualClock, manifest
+from kiban.testing.platform_jobs import submit_to_platform
 
 
 def lose_replicas(executor: FakeExecutor, job_id: str) -> None:
@@ -24,7 +25,7 @@ def test_a_job_requeued_after_a_lost_replica_keeps_its_retries(
 ) -> None:
     """A lost replica is no fault of the job's: its next failure is still retried (the
     attempt number alone counted it against backoffLimit before)."""
-    job_id = submit(platform, manifest(restartPolicy="OnFailure", backoffLimit=1))
+    job_id = submit_to_platform(platform, manifest(restartPolicy="OnFailure", backoffLimit=1))
     platform.loop.run_once()
     lose_replicas(executor, job_id)
     platform.loop.run_once()
@@ -47,9 +48,9 @@ def test_a_job_requeued_after_a_lost_replica_keeps_its_retries(
 def test_a_stopping_job_with_no_intent_is_left_and_logged_not_failed(
     platform: Platform, executor: FakeExecutor, caplog: pytest.LogCaptureFixture
 ) -> None:
-    job_id = submit(platform, manifest())
+    job_id = submit_to_platform(platform, manifest())
     platform.loop.run_once()
-    other = submit(platform, manifest("other"))
+    other = submit_to_platform(platform, manifest("other"))
     platform.loop.run_once()
     with platform.engine.begin() as connection:  # a store changed by hand
         connection.execute(
@@ -70,9 +71,9 @@ def test_a_preemption_says_why_in_its_event(
     platform: Platform, executor: FakeExecutor, clock: ManualClock
 ) -> None:
     """The scheduler's reason for the preemption is the message of the event."""
-    low = submit(platform, manifest("low", replicas=3, gpu=2))
+    low = submit_to_platform(platform, manifest("low", replicas=3, gpu=2))
     platform.loop.run_once()
-    high = submit(platform, manifest("high", replicas=3, gpu=2, priorityClass="high"))
+    high = submit_to_platform(platform, manifest("high", replicas=3, gpu=2, priorityClass="high"))
     platform.loop.run_once()
     preempted = [(r, m) for r, m in events(platform, low) if r == "Preempted"]
     assert preempted == [

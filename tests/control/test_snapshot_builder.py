@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from loop_support import get, manifest, submit
+from loop_support import get
 
 from kiban.control.snapshot_builder import SpecCache, build_snapshot
 from kiban.platform import Platform
 from kiban.store.models import Job
+from kiban.testing import manifest
+from kiban.testing.platform_jobs import submit_to_platform
 
 
 def test_the_snapshot_hands_the_core_its_running_jobs_by_queue_and_those_stopping(
     platform: Platform,
 ) -> None:
-    ids = [submit(platform, manifest(f"job-{i}", gpu=1)) for i in range(3)]
+    ids = [submit_to_platform(platform, manifest(f"job-{i}", gpu=1)) for i in range(3)]
     platform.loop.run_once()
     assert all(get(platform, job_id).state == "Running" for job_id in ids)
     with platform.sessions() as session:  # job-1 is being stopped for another job

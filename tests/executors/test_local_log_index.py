@@ -13,6 +13,7 @@ import pytest
 
 from kiban.executors.local import log_index
 from kiban.executors.local.log_index import INDEX_FD_ENV, RECORD, LogMarks, Relay, marks_path
+from kiban.testing import eventually
 
 
 class FakeTime:
@@ -21,13 +22,6 @@ class FakeTime:
 
     def time(self) -> float:
         return self.now
-
-
-def wait_for_size(path: Path, size: int) -> None:
-    deadline = time.monotonic() + 10
-    while path.stat().st_size < size:
-        assert time.monotonic() < deadline, f"{path} stayed at {path.stat().st_size} bytes"
-        time.sleep(0.005)
 
 
 def test_the_relay_copies_the_output_and_marks_reads_at_most_every_tenth_of_a_second(
@@ -46,7 +40,11 @@ def test_the_relay_copies_the_output_and_marks_reads_at_most_every_tenth_of_a_se
             clock.now = when
             os.write(relay.child_fd, data)
             written += len(data)
-            wait_for_size(log, written)
+            eventually(
+                lambda size=written: log.stat().st_size >= size,
+                what=f"the relay to copy {data!r} into the log ({written} bytes)",
+                interval=0.005,
+            )
         relay.command_started()  # the last writer is gone: the copy ends
         relay.finish()
     assert log.read_bytes() == b"attempt 1 said this\none\ntwo\nthree\n"

@@ -10,16 +10,14 @@ from typing import Any
 
 from sqlalchemy import select
 
+from kiban import testing
 from kiban.control.loop_settings import LoopSettings
 from kiban.devtools.kube import ControlPlane
 from kiban.executors.kubernetes import KubernetesExecutor, KubernetesOptions, connect
 from kiban.executors.kubernetes.naming import MANAGED_SELECTOR, job_key
 from kiban.platform import Platform, build_platform
-from kiban.services import jobs
-from kiban.services.auth import Principal
 from kiban.store.models import Event, Job, Node
-
-ADMIN = Principal(name="admin", tenant=None, is_admin=True)
+from kiban.testing.platform_jobs import submit_to_platform
 
 OPTIONS = KubernetesOptions(default_image="registry.example/train:1", node_sync_s=0.2)
 NAMESPACE = "kiban-default"  # the admin's jobs run for tenant "default"
@@ -62,35 +60,17 @@ def env_of(pod: Any) -> dict[str, str]:
     return {e.name: e.value for e in pod.spec.containers[0].env or []}
 
 
-def manifest(
-    name: str,
-    *,
-    replicas: int = 1,
-    gpu: int = 2,
-    annotations: dict[str, str] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    """A kiban/v1 Job of one task; ``annotations`` go on its pods (KWOK's sim-* ones)."""
-    task: dict[str, Any] = {
-        "replicas": replicas,
-        "resources": {"gpu": gpu},
-        "command": ["python", "train.py"],
-        "annotations": annotations or {},
-    }
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {"tasks": [task], **spec},
-    }
+def manifest(name: str, *, replicas: int = 1, gpu: int = 2, **spec: Any) -> dict[str, Any]:
+    """kiban.testing's manifest sized for the tier's 2-GPU nodes (``annotations`` go on the
+    pods: KWOK's sim-* ones)."""
+    return testing.manifest(name, replicas=replicas, gpu=gpu, **spec)
 
 
 def submit(platform: Platform, document: dict[str, Any]) -> str:
-    with platform.sessions() as session:
-        job = jobs.submit(session, ADMIN, document, facts=platform.facts, at=platform.clock.now())
-        session.commit()
-        platform.loop.wake()
-        return job.id
+    """Store the job and wake the loop, which runs on its own thread here."""
+    job_id = submit_to_platform(platform, document)
+    platform.loop.wake()
+    return job_id
 
 
 def get(platform: Platform, job_id: str) -> Job:

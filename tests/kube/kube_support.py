@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+from kiban import testing
+
 NAMESPACE = "default"
+
+# kiban.testing's, with the tier's deadline: KWOK and the API server take seconds
+eventually = partial(testing.eventually, timeout=30.0)
 
 
 def unique(prefix: str) -> str:
@@ -41,18 +46,6 @@ def pod_body(
     if node is not None:
         body["spec"]["nodeName"] = node
     return body
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll check until it returns something truthy; return it, or fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def watch_phases(

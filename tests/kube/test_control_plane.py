@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import pytest
-from kube_support import NAMESPACE, pod_body, unique, wait_for, watch_phases
+from kube_support import NAMESPACE, eventually, pod_body, unique, watch_phases
 from kubernetes.client.exceptions import ApiException
 
 from kiban.devtools.kube import ControlPlane, supervisor
@@ -101,7 +101,7 @@ def test_pod_without_sim_duration_keeps_running(control_plane: ControlPlane, cor
     name = unique("serve")
     core.create_namespaced_pod(NAMESPACE, pod_body(name, control_plane.node_names[2]))
     watch_phases(core, name, until={"Running"})
-    time.sleep(1.5)
+    time.sleep(1.5)  # the scenario: time passes and the pod, with no sim-duration, still runs
     pod = core.read_namespaced_pod(name, NAMESPACE)
     assert pod.status.phase == "Running"
     assert pod.status.container_statuses[0].state.running is not None
@@ -124,7 +124,7 @@ def test_restart_policy_always_restarts_the_exited_container(
         statuses = pod.status.container_statuses or []
         return pod if statuses and statuses[0].restart_count >= 2 else None
 
-    pod = wait_for("two restarts", restarted, timeout=20)
+    pod = eventually(restarted, what="two restarts", timeout=20)
     assert pod.status.phase == "Running"
     last = pod.status.container_statuses[0].last_state.terminated
     assert last.exit_code == 1
@@ -143,7 +143,7 @@ def test_deleted_pod_disappears(control_plane: ControlPlane, core: Any) -> None:
             return exc.status == 404
         return False
 
-    wait_for(f"pod {name} to be deleted", gone, timeout=20)
+    eventually(gone, what=f"pod {name} to be deleted", timeout=20)
 
 
 def test_kube_scheduler_of_the_same_release_binds_a_pod(

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_platform import ADMIN, empty_the_cluster, get, job_pods, manifest, state, submit
-from kube_support import wait_for
+from kube_platform import empty_the_cluster, get, job_pods, manifest, state, submit
+from kube_support import eventually
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -22,6 +22,7 @@ from kiban.devtools.kube import ControlPlane
 from kiban.executors.kubernetes import KubernetesExecutor, KubernetesOptions
 from kiban.platform import build_platform
 from kiban.services import jobs
+from kiban.testing.platform_jobs import ADMIN
 
 pytestmark = pytest.mark.kube
 
@@ -173,23 +174,27 @@ def test_the_executor_runs_a_job_under_the_service_accounts_token(
     )
     platform.loop.start()
     try:
-        wait_for("nodes listed", lambda: len(executor.nodes()) == 3)
+        eventually(lambda: len(executor.nodes()) == 3, what="nodes listed")
         done = submit(platform, manifest("ok", replicas=2, annotations=SIM_2S))
         held = submit(platform, manifest("cancelled", replicas=1, annotations=SIM_LONG))
-        wait_for("both running", lambda: len(job_pods(core, done)) == 2 and job_pods(core, held))
+        eventually(
+            lambda: len(job_pods(core, done)) == 2 and job_pods(core, held), what="both running"
+        )
         assert executor.read_log(done, 0, 0, 100) == (b"", 0)  # KWOK serves no logs
         pod = job_pods(core, done)[0]
         try:  # RBAC answers before the (absent) kubelet would: anything but 403 is allowed
             denied.read_namespaced_pod_log(pod.metadata.name, pod.metadata.namespace)
         except ApiException as exc:
             assert exc.status != 403, exc
-        wait_for("a succeeded job", lambda: state(platform, done) == "Succeeded", timeout=30)
+        eventually(lambda: state(platform, done) == "Succeeded", what="a succeeded job", timeout=30)
         with platform.sessions() as session:
             jobs.cancel(session, ADMIN, held, platform.clock.now())
             session.commit()
         platform.loop.wake()
-        wait_for("the cancelled job", lambda: state(platform, held) == "Cancelled", timeout=30)
-        wait_for("its pods deleted", lambda: not job_pods(core, held))
+        eventually(
+            lambda: state(platform, held) == "Cancelled", what="the cancelled job", timeout=30
+        )
+        eventually(lambda: not job_pods(core, held), what="its pods deleted")
         assert get(platform, done).message is None or "forbidden" not in get(platform, done).message
     finally:
         platform.close()

@@ -21,7 +21,7 @@ from kube_platform import (
     state,
     submit,
 )
-from kube_support import pod_body, unique, wait_for
+from kube_support import eventually, pod_body, unique
 from sqlalchemy import select
 
 from kiban.devtools.kube import ControlPlane
@@ -53,14 +53,14 @@ job = manifest
 
 
 def running_pods(core: Any, job_id: str, count: int) -> list[Any]:
-    return wait_for(
-        f"{count} running pods of {job_id}",
+    return eventually(
         lambda: (
             (p := job_pods(core, job_id))
             and len(p) == count
             and all(x.status.phase == "Running" for x in p)
             and p
         ),
+        what=f"{count} running pods of {job_id}",
     )
 
 
@@ -81,7 +81,7 @@ def test_pytorch_job_runs_as_pods_with_the_environment_and_succeeds(
     job_id = submit(platform, document)
     pods = running_pods(core, job_id, 3)
     # the loop sees the pods run on its next pass over the pod cache, a tick or two after
-    wait_for(f"{job_id} running", lambda: state(platform, job_id) == "Running", timeout=10)
+    eventually(lambda: state(platform, job_id) == "Running", what=f"{job_id} running", timeout=10)
 
     assert sorted(p.spec.node_name for p in pods) == NODES  # one 2-GPU node each
     service = core.read_namespaced_service(pods[0].spec.subdomain, NAMESPACE)
@@ -114,8 +114,10 @@ def test_pytorch_job_runs_as_pods_with_the_environment_and_succeeds(
         )
         assert pod.spec.restart_policy == "Never"
 
-    wait_for("the job to succeed", lambda: state(platform, job_id) == "Succeeded", timeout=30)
-    wait_for("its pods and Service to be deleted", lambda: not job_pods(core, job_id))
+    eventually(
+        lambda: state(platform, job_id) == "Succeeded", what="the job to succeed", timeout=30
+    )
+    eventually(lambda: not job_pods(core, job_id), what="its pods and Service to be deleted")
     assert not core.list_namespaced_service(
         NAMESPACE, label_selector=f"kiban.dev/job={job_id}"
     ).items
@@ -137,9 +139,9 @@ def test_a_failed_pod_fails_the_job(platform: Platform, core: Any) -> None:
             annotations={"kiban.dev/sim-exit-code": "3", "kiban.dev/sim-duration": "1s"},
         ),
     )
-    wait_for("the job to fail", lambda: state(platform, job_id) == "Failed", timeout=30)
+    eventually(lambda: state(platform, job_id) == "Failed", what="the job to fail", timeout=30)
     assert "exited with code 3" in (get(platform, job_id).message or "")
-    wait_for("its pods to be deleted", lambda: not job_pods(core, job_id))
+    eventually(lambda: not job_pods(core, job_id), what="its pods to be deleted")
 
 
 def test_gang_waits_for_gpus_held_by_foreign_pods_then_starts_whole(
@@ -148,12 +150,12 @@ def test_gang_waits_for_gpus_held_by_foreign_pods_then_starts_whole(
     foreign = unique("foreign")
     core.create_namespaced_pod("default", pod_body(foreign, NODES[0], gpus=2))
     try:
-        wait_for(
-            "the foreign pod's GPUs to be seen",
+        eventually(
             lambda: node_row(platform, NODES[0]).gpus_used_elsewhere == 2,
+            what="the foreign pod's GPUs to be seen",
         )
         job_id = submit(platform, job("gang", replicas=3, gpu=2))
-        wait_for("a reason to wait", lambda: get(platform, job_id).reason_code is not None)
+        eventually(lambda: get(platform, job_id).reason_code is not None, what="a reason to wait")
         assert state(platform, job_id) == "Pending"
         assert job_pods(core, job_id) == []  # all or nothing: not two of three
     finally:
@@ -167,10 +169,10 @@ def test_preemption_deletes_the_victims_pods(platform: Platform, core: Any) -> N
     low_pods = running_pods(core, low, 3)
     high = submit(platform, job("high", replicas=1, priorityClass="high"))
     running_pods(core, high, 1)
-    wait_for("the preemptor to run", lambda: state(platform, high) == "Running")
+    eventually(lambda: state(platform, high) == "Running", what="the preemptor to run")
     remaining = {p.metadata.uid for p in job_pods(core, low, attempt=1)}
     assert not remaining & {p.metadata.uid for p in low_pods}
-    wait_for("the victim to wait again", lambda: state(platform, low) == "Pending")
+    eventually(lambda: state(platform, low) == "Pending", what="the victim to wait again")
     assert "Preempted" in [reason for reason, _ in events(platform, low)]
 
 
@@ -184,8 +186,10 @@ def test_cordoned_or_sick_nodes_get_nothing_new_and_sick_ones_are_emptied(
     core.patch_node(cordoned, {"spec": {"unschedulable": True}})
     _set_condition(core, sick, "True")
     try:
-        wait_for("the sick node to be seen", lambda: not node_row(platform, sick).healthy)
-        wait_for("the sick node's job to be requeued", lambda: get(platform, victim).attempt == 2)
+        eventually(lambda: not node_row(platform, sick).healthy, what="the sick node to be seen")
+        eventually(
+            lambda: get(platform, victim).attempt == 2, what="the sick node's job to be requeued"
+        )
         sick_row = node_row(platform, sick)
         assert "GpuEcc=True (DBE on GPU 1)" in sick_row.health_message
         assert "cordoned" in node_row(platform, cordoned).unschedulable_reason
@@ -195,7 +199,7 @@ def test_cordoned_or_sick_nodes_get_nothing_new_and_sick_ones_are_emptied(
 
         others = [submit(platform, job(f"new-{i}", replicas=1)) for i in range(2)]
         for other in others:
-            wait_for("a reason to wait", lambda o=other: get(platform, o).reason_code)
+            eventually(lambda o=other: get(platform, o).reason_code, what="a reason to wait")
             assert job_pods(core, other) == []
     finally:
         core.patch_node(cordoned, {"spec": {"unschedulable": False}})
@@ -214,7 +218,7 @@ def test_a_restart_of_kiban_adopts_its_pods_without_duplicates(
     assert {p.metadata.uid for p in job_pods(core, job_id)} == before  # kiban's exit leaves them
     with kube_platform(control_plane, home) as second:
         passes = second.loop.passes
-        wait_for("a few passes", lambda: second.loop.passes > passes + 10)
+        eventually(lambda: second.loop.passes > passes + 10, what="a few passes")
         assert state(second, job_id) == "Running"
         assert {p.metadata.uid for p in job_pods(core, job_id)} == before
         # A pod deleted behind kiban's back: the replica is lost, the job goes back to its queue
@@ -223,9 +227,9 @@ def test_a_restart_of_kiban_adopts_its_pods_without_duplicates(
         core.delete_namespaced_pod(
             victim.metadata.name, victim.metadata.namespace, grace_period_seconds=0
         )
-        wait_for(
-            "a new attempt",
+        eventually(
             lambda: get(second, job_id).attempt == 2 and state(second, job_id) == "Running",
+            what="a new attempt",
             timeout=30,
         )
         pods = running_pods(core, job_id, 3)
@@ -256,7 +260,9 @@ def test_a_restart_removes_the_pods_of_attempts_no_longer_active(
     core.create_namespaced_pod(NAMESPACE, stranger)
     assert len(job_pods(core, job_id)) == 2
     with kube_platform(control_plane, home):
-        wait_for("the left pods to be deleted", lambda: not job_pods(core, job_id), timeout=30)
+        eventually(
+            lambda: not job_pods(core, job_id), what="the left pods to be deleted", timeout=30
+        )
         # a pod of a job this store does not know: another kiban's, perhaps
         assert core.read_namespaced_pod(stranger["metadata"]["name"], NAMESPACE)
 
@@ -279,7 +285,7 @@ def test_a_pod_lost_with_its_node_sends_the_job_back_to_its_queue(
     gone = core.read_node(pod.spec.node_name)
     core.delete_node(gone.metadata.name)
     try:
-        wait_for("a new attempt", lambda: get(platform, job_id).attempt == 2)
+        eventually(lambda: get(platform, job_id).attempt == 2, what="a new attempt")
         (moved,) = running_pods(core, job_id, 1)
         assert moved.spec.node_name != gone.metadata.name
         assert "a replica was lost" in " ".join(m for _, m in events(platform, job_id))
@@ -293,8 +299,7 @@ def test_a_pod_lost_with_its_node_sends_the_job_back_to_its_queue(
         status = body.get("status") or {}
         body["status"] = {k: status[k] for k in ("capacity", "allocatable") if k in status}
         core.create_node(body)
-        wait_for(
-            "the node to be Ready again, with its GPUs",
+        eventually(
             lambda: (
                 (back := core.read_node(gone.metadata.name)).status.allocatable["nvidia.com/gpu"]
                 == "2"
@@ -302,6 +307,7 @@ def test_a_pod_lost_with_its_node_sends_the_job_back_to_its_queue(
                     c.type == "Ready" and c.status == "True" for c in back.status.conditions or []
                 )
             ),
+            what="the node to be Ready again, with its GPUs",
         )
 
 

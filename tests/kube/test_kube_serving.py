@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from kube_platform import NAMESPACE, empty_the_cluster, env_of, kube_platform
-from kube_support import wait_for
+from kube_support import eventually
 
 from kiban.devtools.kube import ControlPlane
 from kiban.domain.manifests import load_document
@@ -80,7 +80,9 @@ def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_re
         platform.services.probe = probe
         platform.services.start()
         apply(platform, document)
-        pods = wait_for("2 pods", lambda: len(serving_pods(core)) == 2 and serving_pods(core))
+        pods = eventually(
+            lambda: len(serving_pods(core)) == 2 and serving_pods(core), what="2 pods"
+        )
         for pod in pods:
             labels = pod.metadata.labels
             assert labels["kiban.dev/revision"] == "llm-00001"
@@ -97,11 +99,11 @@ def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_re
             # The model server listens on the pod's IP (its default is loopback), where the
             # revision's Service and the control plane's probes reach it.
             assert env["KIBAN_REPLICA_HOST"] == "0.0.0.0"
-        wait_for(
-            "the probes at each pod's IP and port 8080",
+        eventually(
             lambda: {f"{p.status.pod_ip}:8080" for p in serving_pods(core)} <= probed,
+            what="the probes at each pod's IP and port 8080",
         )
-        assert wait_for("its Service", lambda: revision_services(core) == ["kbs-llm-00001"])
+        assert eventually(lambda: revision_services(core) == ["kbs-llm-00001"], what="its Service")
         service = core.read_namespaced_service("kbs-llm-00001", NAMESPACE)
         assert service.spec.selector == {
             "kiban.dev/service": "llm",
@@ -114,18 +116,18 @@ def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_re
         document["spec"]["predictor"]["canaryTrafficPercent"] = 10
         document["spec"]["predictor"]["model"]["args"][1] = "--model_id=org/tiny-llm-v2"
         apply(platform, document)
-        canary = wait_for(
-            "the canary's pod",
+        canary = eventually(
             lambda: [
                 p
                 for p in serving_pods(core)
                 if p.metadata.labels["kiban.dev/revision"] == "llm-00002"
             ],
+            what="the canary's pod",
         )
         assert env_of(canary[0])["KIBAN_REPLICA_HOST"] == "0.0.0.0"
-        assert wait_for(
-            "the canary's Service",
+        assert eventually(
             lambda: revision_services(core) == ["kbs-llm-00001", "kbs-llm-00002"],
+            what="the canary's Service",
         )
         canary_service = core.read_namespaced_service("kbs-llm-00002", NAMESPACE)
         assert canary_service.spec.selector["kiban.dev/revision"] == "llm-00002"
@@ -142,5 +144,5 @@ def test_an_inference_service_runs_as_pods_placed_by_kiban_with_a_service_per_re
         restarted.services.interval_s = 0.2
         restarted.services.probe = probe
         restarted.services.start()
-        wait_for("the pods to go", lambda: serving_pods(core) == [], timeout=60)
-        wait_for("the Services to go", lambda: revision_services(core) == [], timeout=60)
+        eventually(lambda: serving_pods(core) == [], what="the pods to go", timeout=60)
+        eventually(lambda: revision_services(core) == [], what="the Services to go", timeout=60)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from kube_platform import empty_the_cluster, job_pods, manifest
-from kube_support import wait_for
+from kube_support import eventually
 
 from kiban.devtools.kube import ControlPlane
 from kiban.sdk.client import Client
@@ -45,7 +45,9 @@ class Up:
                 stderr=subprocess.STDOUT,
                 env=os.environ.copy(),
             )
-        wait_for(f"kiban up to serve (log: {self.home / 'server.log'})", self._healthy, timeout=90)
+        eventually(
+            self._healthy, what=f"kiban up to serve (log: {self.home / 'server.log'})", timeout=90
+        )
         url = (self.home / "url").read_text().strip()
         return Client(url=url, token=(self.home / "token").read_text().strip())
 
@@ -84,8 +86,8 @@ def test_kiban_up_on_kubernetes_runs_a_job_to_success(up: Up, core: Any) -> None
         nodes = api.nodes()
         assert len(nodes) == 3 and all(n["gpus"] == 2 for n in nodes)
         job = api.submit(manifest("ddp", replicas=3, annotations={"kiban.dev/sim-duration": "2s"}))
-        wait_for("the job's pods", lambda: len(job_pods(core, job["id"])) == 3)
-        wait_for("the job to succeed", lambda: api.job(job["id"])["state"] == "Succeeded")
+        eventually(lambda: len(job_pods(core, job["id"])) == 3, what="the job's pods")
+        eventually(lambda: api.job(job["id"])["state"] == "Succeeded", what="the job to succeed")
     finally:
         api.close()
 
@@ -93,7 +95,7 @@ def test_kiban_up_on_kubernetes_runs_a_job_to_success(up: Up, core: Any) -> None
 def test_a_crash_of_kiban_mid_job_loses_and_duplicates_nothing(up: Up, core: Any) -> None:
     api = up.start()
     job_id = api.submit(manifest("long", replicas=3))["id"]
-    wait_for("the job to run", lambda: api.job(job_id)["state"] == "Running")
+    eventually(lambda: api.job(job_id)["state"] == "Running", what="the job to run")
     before = {p.metadata.uid for p in job_pods(core, job_id)}
     assert len(before) == 3
     api.close()
@@ -104,11 +106,11 @@ def test_a_crash_of_kiban_mid_job_loses_and_duplicates_nothing(up: Up, core: Any
         assert api.job(job_id)["state"] == "Running"
         # Passes later (a job submitted after the restart has started): the same three pods.
         probe = api.submit(manifest("probe", gpu=0))["id"]
-        wait_for("a job after the restart", lambda: api.job(probe)["state"] == "Running")
+        eventually(lambda: api.job(probe)["state"] == "Running", what="a job after the restart")
         assert {p.metadata.uid for p in job_pods(core, job_id)} == before
         assert b"".join(api.logs(job_id, rank=0)) == b""  # KWOK's pods have no logs
         api.cancel(job_id)
-        wait_for("the cancel", lambda: api.job(job_id)["state"] == "Cancelled")
-        wait_for("its pods to be deleted", lambda: not job_pods(core, job_id))
+        eventually(lambda: api.job(job_id)["state"] == "Cancelled", what="the cancel")
+        eventually(lambda: not job_pods(core, job_id), what="its pods to be deleted")
     finally:
         api.close()

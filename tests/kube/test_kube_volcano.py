@@ -20,7 +20,7 @@ from kube_platform import (
     state,
     submit,
 )
-from kube_support import wait_for
+from kube_support import eventually
 
 from kiban.devtools.kube import ControlPlane
 from kiban.domain.manifests import load_document
@@ -100,14 +100,14 @@ def test_volcano_job_runs_as_pods_with_its_fields_and_completes(
     platform: Platform, core: Any
 ) -> None:
     job_id = submit(platform, load_document(VOLCANO_JOB))
-    pods = wait_for(
-        "3 running pods",
+    pods = eventually(
         lambda: (
             (p := job_pods(core, job_id))
             and len(p) == 3
             and all(x.status.phase == "Running" for x in p)
             and p
         ),
+        what="3 running pods",
     )
     master = f"{pods[0].metadata.name}.{pods[0].spec.subdomain}.{NAMESPACE}.svc.cluster.local"
     assert [p.metadata.labels["kiban.dev/task"] for p in pods] == ["master", "worker", "worker"]
@@ -131,7 +131,9 @@ def test_volcano_job_runs_as_pods_with_its_fields_and_completes(
             assert (claims["ckpt"], mounts["ckpt"]) == ("checkpoints", "/ckpt")
         assert pod.metadata.annotations["kiban.dev/sim-duration"] == "3s"
     assert get(platform, job_id).master_port == 23456
-    wait_for("the job to succeed", lambda: state(platform, job_id) == "Succeeded", timeout=30)
+    eventually(
+        lambda: state(platform, job_id) == "Succeeded", what="the job to succeed", timeout=30
+    )
     reasons = dict(events(platform, job_id))
     assert "local executor" not in reasons.get("SubmittedWithWarnings", "")
     assert "metadata.namespace" in reasons["SubmittedWithWarnings"]

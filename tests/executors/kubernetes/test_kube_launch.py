@@ -61,6 +61,8 @@ class ScriptedApi:
         with self._lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        # The API's round trip, not a wait for anything: requests must take time for the
+        # launch to overlap them and for a refusal to find later ones not yet sent.
         time.sleep(0.01)
         with self._lock:
             self.in_flight -= 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import psutil
@@ -11,6 +10,7 @@ from kiban.domain.manifests import parse_job_manifest
 from kiban.executors.base import LaunchRequest, ReplicaRef
 from kiban.executors.local import LocalExecutor
 from kiban.scheduler.decisions import ReplicaPlacement
+from kiban.testing import eventually
 
 JOBS = 30
 
@@ -49,16 +49,19 @@ def test_no_replica_is_left_a_zombie_after_many_short_jobs(tmp_path: Path) -> No
     refs = [launch(executor, tmp_path, f"short-{n:03d}", ["true"]) for n in range(JOBS)]
     try:
         for ref in refs:
-            deadline = time.monotonic() + 60
-            while executor.observe(ref).running:
-                assert time.monotonic() < deadline, f"{ref.job_id} did not end"
-                time.sleep(0.005)  # polling, as the control loop does
+            eventually(  # polling, as the control loop does
+                lambda ref=ref: not executor.observe(ref).running,
+                what=f"{ref.job_id} to end",
+                timeout=60,
+                interval=0.005,
+            )
             assert executor.observe(ref).exit_code == 0
         pids = {int(ref.handle.split()[0]) for ref in refs if ref.handle is not None}
-        deadline = time.monotonic() + 20
-        while left := zombies(pids):
-            assert time.monotonic() < deadline, f"{len(left)} of {JOBS} replicas left zombies"
-            time.sleep(0.05)
+        eventually(
+            lambda: not zombies(pids),
+            what=f"every one of the {JOBS} replicas to be reaped (none left a zombie)",
+            timeout=20,
+        )
     finally:
         for ref in refs:
             executor.stop(ref, force=True)
