@@ -140,13 +140,16 @@ def test_a_job_cannot_read_the_token_nor_another_tenants_files(kiban: KibanServe
         _, victim_pid, victim_user, *_ = line.split()
         assert victim_user == "kiban-team-b"
 
-        # no workingDir: it works in a directory of its own (its script named by full path)
-        probe = team_a.submit(
-            job_manifest(
+        # no workingDir: it works in a directory of its own (its script named by full path);
+        # sent to the API as it is (the SDK, as the CLI, would add the current directory)
+        probe = team_a._request(
+            "POST",
+            "/api/v1/jobs",
+            json=job_manifest(
                 "probe",
                 ["python", str(kiban.workdir / "probe.py"), str(kiban.home), victim, victim_pid],
                 queue="team-a-q",
-            )
+            ),
         )["id"]
         kiban.wait_for_state(probe, "Succeeded")
         line = eventually(lambda: line_of(kiban, probe, "PROBE"), what="the probe's line")
