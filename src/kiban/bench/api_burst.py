@@ -5,8 +5,9 @@ follows or lists leaving ``/healthz`` unanswered for ten minutes. This measures 
 shape of load:
 
 1. a fresh ``kiban up`` (one node, one GPU) with a tenant, a member's token, 100 of the
-   member's jobs held pending (a queue whose GPU quota is 0), so that ``GET /jobs?limit=100``
-   lists 100, and one job of the member's that prints a line twice a second, followed below;
+   member's one-GPU jobs held pending behind a job that holds the GPU, so that
+   ``GET /jobs?limit=100`` lists 100, and one job of the member's that prints a line twice a
+   second, followed below;
 2. idle: ``/healthz`` timed ``HEALTHZ_IDLE`` times, one after another: the floor;
 3. the burst: ``burst`` requests opened at once from one process, each on a connection of its
    own, half ``GET /api/v1/jobs?limit=100``, half ``GET /api/v1/jobs/{id}/logs?follow=true``;
@@ -24,12 +25,9 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,7 +35,7 @@ from rich.table import Table
 
 from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, prepare_request
 from kiban.bench.machine import describe_machine, machine_line
-from kiban.bench.servers import KibanServer
+from kiban.bench.servers import KibanServer, bench_workspace
 from kiban.stats import percentile
 
 TENANT = "bench"
@@ -56,8 +54,6 @@ queues:
     tenant: {TENANT}
   - name: {HELD_QUEUE}
     tenant: {TENANT}
-    quota:
-      gpu: 0
 """
 
 Progress = Callable[[str], None]
@@ -96,6 +92,8 @@ def job_document(name: str, queue: str, command: list[str], gpu: int = 0) -> dic
 
 
 TICKER = ["sh", "-c", "while true; do echo tick; sleep 0.5; done"]
+HOLDER = ["sleep", "3600"]  # holds the one GPU: the held jobs wait for it
+FINAL_STATES = ("Succeeded", "Failed", "Cancelled")
 
 
 # -- one burst -------------------------------------------------------------------------------------
@@ -229,8 +227,9 @@ async def burst(
 
 
 # -- the whole benchmark ---------------------------------------------------------------------------
-async def _setup(url: str, admin: str, say: Progress) -> tuple[str, str]:
-    """A tenant and its member's token, the member's held jobs and the followed job's id."""
+async def _setup(url: str, admin: str, say: Progress) -> tuple[str, list[str]]:
+    """A tenant and its member's token, the member's held jobs; the member's token, and the
+    ids of the followed job and the job that holds the GPU (both cancelled at the end)."""
     conn = await HttpConnection.open(url)
     try:
 
@@ -242,23 +241,31 @@ async def _setup(url: str, admin: str, say: Progress) -> tuple[str, str]:
                 raise BenchError(f"{method} {path} answered {status}: {answer[:300]!r}")
             return json.loads(answer)
 
+        async def running(document: dict[str, Any]) -> str:
+            job_id: str = (await call("POST", "/api/v1/jobs", member, document))["id"]
+            give_up = time.monotonic() + 60
+            while (job := await call("GET", f"/api/v1/jobs/{job_id}", member))["state"] != (
+                "Running"
+            ):
+                if time.monotonic() > give_up or job["state"] in FINAL_STATES:
+                    raise BenchError(
+                        f"job {job_id} did not start within 60 s: {job['state']}, "
+                        f"{job.get('message')}"
+                    )
+                await asyncio.sleep(0.1)
+            return job_id
+
         # the cluster file's queues made the tenant
         member = (
             await call("POST", f"/api/v1/tenants/{TENANT}/tokens", admin, {"name": "member"})
         )["token"]
-        say(f"{HELD_JOBS} held jobs of the member's, and one that prints a line twice a second")
+        say(f"one job that prints a line twice a second, and {HELD_JOBS} held jobs of the member's")
+        followed = await running(job_document("ticker", QUEUE, TICKER))
+        holder = await running(job_document("bench-holder", HELD_QUEUE, HOLDER, gpu=1))
         held = job_document("bench-held", HELD_QUEUE, ["true"], gpu=1)
         for _ in range(HELD_JOBS):
             await call("POST", "/api/v1/jobs", member, held)
-        job_id = (
-            await call("POST", "/api/v1/jobs", member, job_document("ticker", QUEUE, TICKER))
-        )["id"]
-        give_up = time.monotonic() + 60
-        while (await call("GET", f"/api/v1/jobs/{job_id}", member))["state"] != "Running":
-            if time.monotonic() > give_up:
-                raise BenchError(f"the followed job {job_id} did not start within 60 s")
-            await asyncio.sleep(0.1)
-        return member, job_id
+        return member, [followed, holder]
     finally:
         await conn.close()
 
@@ -272,24 +279,16 @@ async def _cancel(url: str, token: str, job_id: str) -> None:
             await conn.close()
 
 
-@contextlib.contextmanager
-def _workspace() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="kiban-bench-api-"))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 def run_api_bench(options: ApiBenchOptions, say: Progress | None = None) -> dict[str, Any]:
     """Run the benchmark on a fresh server and return the JSON-ready report."""
     progress: Progress = say or (lambda _: None)
     machine = describe_machine()
     with (
-        _workspace() as root,
+        bench_workspace("kiban-bench-api-") as root,
         KibanServer(root / "home", None, options.startup_timeout_s, CLUSTER_FILE) as server,
     ):
-        member, job_id = asyncio.run(_setup(server.url, server.token, progress))
+        member, started = asyncio.run(_setup(server.url, server.token, progress))
+        job_id = started[0]
         try:
             progress(f"idle: /healthz {HEALTHZ_IDLE} times")
             idle = asyncio.run(time_healthz(server.url, HEALTHZ_IDLE))
@@ -300,7 +299,8 @@ def run_api_bench(options: ApiBenchOptions, say: Progress | None = None) -> dict
         except BenchError as exc:
             raise BenchError(f"{exc}; the server's log ends:\n{server.log}") from exc
         finally:
-            asyncio.run(_cancel(server.url, server.token, job_id))
+            for started_id in started:
+                asyncio.run(_cancel(server.url, server.token, started_id))
     report = summarize(result, idle, options)
     if hasattr(os, "getloadavg"):
         machine["load_average_after"] = round(os.getloadavg()[0], 2)

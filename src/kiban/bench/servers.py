@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
 
 from kiban.bench.loadgen import BenchError
+
+
+@contextlib.contextmanager
+def bench_workspace(prefix: str) -> Iterator[Path]:
+    """A temporary folder for a benchmark's servers, removed after. Searchable by others (not
+    listable): a server started as root runs each tenant's jobs as a user of its own, which
+    must reach its working directory in the servers' homes below."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o711)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # -- servers ---------------------------------------------------------------------------------

@@ -36,8 +36,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,7 +44,7 @@ from typing import Any
 
 from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, prepare_request
 from kiban.bench.machine import describe_machine
-from kiban.bench.servers import KibanServer, cpu_seconds, postgres_processes
+from kiban.bench.servers import KibanServer, bench_workspace, cpu_seconds, postgres_processes
 from kiban.devtools.postgres import PostgresUnavailable, ThrowawayPostgres, find_postgres_bin
 from kiban.stats import percentile
 
@@ -362,15 +360,8 @@ class _Workspace:
 
 @contextlib.contextmanager
 def _workspace(timeout_s: float) -> Iterator[_Workspace]:
-    root = Path(tempfile.mkdtemp(prefix="kiban-bench-"))
-    # Searchable by others (not listable): a server started as root runs each tenant's jobs as
-    # a user of its own, which must reach its working directory in the servers' homes below.
-    root.chmod(0o711)
-    try:
-        with contextlib.ExitStack() as stack:
-            yield _Workspace(root, stack, timeout_s)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with bench_workspace("kiban-bench-") as root, contextlib.ExitStack() as stack:
+        yield _Workspace(root, stack, timeout_s)
 
 
 @dataclass
