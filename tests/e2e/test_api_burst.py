@@ -34,7 +34,7 @@ def server(start_kiban: StartKiban) -> KibanServer:
 
 
 def test_a_burst_is_answered_while_health_and_scheduling_go_on(server: KibanServer) -> None:
-    member, followed = asyncio.run(_setup(server.url, server.token, lambda _: None))
+    member, (followed, _holder) = asyncio.run(_setup(server.url, server.token, lambda _: None))
     result = asyncio.run(burst(server.url, member, server.token, followed, BURST, 60.0))
 
     statuses = sorted({status for _, status, _ in result.answers}, key=str)
@@ -52,7 +52,7 @@ def test_sigterm_in_a_burst_of_follows_stops_the_server_in_its_grace_period(
     server: KibanServer,
 ) -> None:
     """Follows that are streaming (they last as long as their job), and a burst beside them."""
-    member, followed = asyncio.run(_setup(server.url, server.token, lambda _: None))
+    member, (followed, _holder) = asyncio.run(_setup(server.url, server.token, lambda _: None))
     assert server.proc is not None
     parts = urlsplit(server.url)
     follow = prepare_request("GET", server.url, f"/api/v1/jobs/{followed}/logs?follow=true", member)
