@@ -212,14 +212,18 @@ class JobSettler:
         for change in settlement.waiting:
             replica = by_id[change.replica_id]
             if change.event is not None:
-                self._event(session, job, JobEventReason.REPLICA_WAITING, change.event, now)
+                events.record_for_job(
+                    session, job, JobEventReason.REPLICA_WAITING, change.event, now
+                )
             replica.waiting = change.waiting
         for end in settlement.ended:
             replica = by_id[end.replica_id]
             replica.state = end.state.value
             replica.exit_code = end.exit_code
             replica.finished_at = now
-            self._event(session, job, JobEventReason.REPLICA_EXITED, end.message, now, end.warning)
+            events.record_for_job(
+                session, job, JobEventReason.REPLICA_EXITED, end.message, now, warning=end.warning
+            )
         if settlement.checkpoint_at is not None:
             job.last_checkpoint_at = settlement.checkpoint_at
         for action in settlement.actions:
@@ -246,31 +250,13 @@ class JobSettler:
                 for replica in running:
                     self.executor.stop(replica_ref(replica), force=True)
                 job.stop_deadline = None  # killed once; their exits are seen in later passes
-                self._event(session, job, JobEventReason.KILLED, action.message, now, True)
+                events.record_for_job(
+                    session, job, JobEventReason.KILLED, action.message, now, warning=True
+                )
             elif isinstance(action, FinishStop):
                 self._finish_stop(session, job, replicas, action.intent, now)
             elif isinstance(action, Relaunch):
                 self._relaunch(session, job, replicas, now)
-
-    def _event(
-        self,
-        session: Session,
-        job: Job,
-        reason: JobEventReason,
-        message: str,
-        now: float,
-        warning: bool = False,
-    ) -> None:
-        events.record(
-            session,
-            kind="Job",
-            name=job.id,
-            tenant=job.tenant,
-            reason=reason,
-            message=message,
-            at=now,
-            warning=warning,
-        )
 
     def active_replicas(self, session: Session, job: Job) -> list[Replica]:
         query = (

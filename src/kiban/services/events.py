@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kiban.store.models import Event
+from kiban.store.models import Event, Job
 
 
 def new_event(
@@ -53,6 +53,22 @@ def record(
     )
     session.add(event)
     return event
+
+
+def record_for_job(
+    session: Session, job: Job, reason: str, message: str, at: float, *, warning: bool = False
+) -> Event:
+    """``record`` of an event of ``job`` (its kind, id and tenant)."""
+    return record(
+        session,
+        kind="Job",
+        name=job.id,
+        tenant=job.tenant,
+        reason=reason,
+        message=message,
+        at=at,
+        warning=warning,
+    )
 
 
 def for_object(session: Session, kind: str, name: str, after_id: int = 0) -> list[Event]:

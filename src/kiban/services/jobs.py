@@ -598,13 +598,11 @@ def report_checkpoint(session: Session, principal: Principal, job_id: str, at: f
     if job.state != JobState.RUNNING.value:
         raise Conflict(f"job {job.id} is {job.state}; only a running job can report a checkpoint")
     job.last_checkpoint_at = max(job.last_checkpoint_at or 0.0, at)
-    events.record(
+    events.record_for_job(
         session,
-        kind="Job",
-        name=job.id,
-        tenant=job.tenant,
-        reason="Checkpointed",
-        message=f"checkpoint reported by {principal.name} (attempt {job.attempt})",
-        at=at,
+        job,
+        "Checkpointed",
+        f"checkpoint reported by {principal.name} (attempt {job.attempt})",
+        at,
     )
     return job

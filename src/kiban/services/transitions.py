@@ -45,13 +45,4 @@ def transition(
         job.reason_details = None
         job.queue_position = None
     job.message = message
-    events.record(
-        session,
-        kind="Job",
-        name=job.id,
-        tenant=job.tenant,
-        reason=reason,
-        message=message,
-        at=at,
-        warning=warning,
-    )
+    events.record_for_job(session, job, reason, message, at, warning=warning)
