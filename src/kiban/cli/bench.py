@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from kiban.cli import render
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 bench_app = typer.Typer(
     rich_markup_mode=render.HELP_MARKUP,
     help="Benchmarks: each starts its own kiban servers and throwaway stores.",
     no_args_is_help=True,
 )
+
+
+def _bad_option(problem: ValueError) -> NoReturn:
+    """A benchmark's options refused: the problem on one line, exit 2 (nothing ran)."""
+    render.err.print(f"error: {problem}", markup=False)
+    raise typer.Exit(2) from None
+
+
+def _report(
+    run: Callable[[], dict[str, Any]],
+    errors: tuple[type[Exception], ...],
+    table: Callable[[dict[str, Any]], RenderableType],
+    as_json: bool,
+    interrupted: str = "interrupted",
+) -> None:
+    """What every benchmark does with its run: its errors and Ctrl-C end it with one line; its
+    table on stdout, or on stderr with ``--json``, which prints the report as one JSON line."""
+    report = render.run_or_exit(run, errors, interrupted)
+    render.report_console(as_json).print(table(report))
+    if as_json:
+        render.json_line(report)
 
 
 def client_counts(text: str) -> tuple[int, ...]:
@@ -107,16 +132,14 @@ def submit(
             stores=tuple(store) if store else ("sqlite", "postgresql"),
         )
     except ValueError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    report = render.run_or_exit(
+        _bad_option(exc)
+    _report(
         lambda: run_submit_bench(options, say=render.say),
         (BenchError,),
+        report_table,
+        as_json,
         "interrupted; the benchmark's servers are stopped",
     )
-    render.report_console(as_json).print(report_table(report))
-    if as_json:
-        render.json_line(report)
 
 
 def _sustained(
@@ -142,16 +165,14 @@ def _sustained(
             store=store[0] if store else "sqlite",
         )
     except ValueError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    report = render.run_or_exit(
+        _bad_option(exc)
+    _report(
         lambda: run_sustained_bench(options, say=render.say),
         (BenchError,),
+        sustained_table,
+        as_json,
         "interrupted; the benchmark's servers are stopped",
     )
-    render.report_console(as_json).print(sustained_table(report))
-    if as_json:
-        render.json_line(report)
 
 
 @bench_app.command("scheduler")
@@ -215,12 +236,13 @@ def scheduler(
             profile_dir=profile,
         )
     except ValueError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    report = render.run_or_exit(lambda: run_scheduler_bench(options, say=render.say), (BenchError,))
-    render.report_console(as_json).print(scheduler_table(report))
-    if as_json:
-        render.json_line(report)
+        _bad_option(exc)
+    _report(
+        lambda: run_scheduler_bench(options, say=render.say),
+        (BenchError,),
+        scheduler_table,
+        as_json,
+    )
 
 
 @bench_app.command("control")
@@ -258,12 +280,13 @@ def control(
             rounds=rounds,
         )
     except ValueError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    report = render.run_or_exit(lambda: run_control_bench(options, say=render.say), (RuntimeError,))
-    render.report_console(as_json).print(control_table(report))
-    if as_json:
-        render.json_line(report)
+        _bad_option(exc)
+    _report(
+        lambda: run_control_bench(options, say=render.say),
+        (RuntimeError,),
+        control_table,
+        as_json,
+    )
 
 
 @bench_app.command("kube")
@@ -310,16 +333,14 @@ def kube(
             phase_timeout_s=timeout,
         )
     except ValueError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    report = render.run_or_exit(
+        _bad_option(exc)
+    _report(
         lambda: run_kube_bench(options, say=render.say),
         (BenchError, KubeBinariesMissing),
+        kube_table,
+        as_json,
         "interrupted; the control plane is stopped",
     )
-    render.report_console(as_json).print(kube_table(report))
-    if as_json:
-        render.json_line(report)
 
 
 @bench_app.command("router")
@@ -382,16 +403,14 @@ def router(
             replica_link=replica_link,
         )
     except ValueError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    report = render.run_or_exit(
+        _bad_option(exc)
+    _report(
         lambda: run_router_bench(options, say=render.say),
         (BenchError,),
+        router_table,
+        as_json,
         "interrupted; the benchmark's processes are stopped",
     )
-    render.report_console(as_json).print(router_table(report))
-    if as_json:
-        render.json_line(report)
 
 
 @bench_app.command("cli")
@@ -416,16 +435,14 @@ def cli(
     try:
         options = CliBenchOptions(runs=runs, jobs=jobs)
     except ValueError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    report = render.run_or_exit(
+        _bad_option(exc)
+    _report(
         lambda: run_cli_bench(options, say=render.say),
         (BenchError,),
+        cli_table,
+        as_json,
         "interrupted; the benchmark's server is stopped",
     )
-    render.report_console(as_json).print(cli_table(report))
-    if as_json:
-        render.json_line(report)
 
 
 @bench_app.command("api")
@@ -458,13 +475,11 @@ def api(
     try:
         options = ApiBenchOptions(burst=burst, give_up_s=give_up)
     except ValueError as exc:
-        render.err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-    report = render.run_or_exit(
+        _bad_option(exc)
+    _report(
         lambda: run_api_bench(options, say=render.say),
         (BenchError,),
+        api_table,
+        as_json,
         "interrupted; the benchmark's server is stopped",
     )
-    render.report_console(as_json).print(api_table(report))
-    if as_json:
-        render.json_line(report)
