@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 import pytest
-from rich.console import Console
+from bench_support import TEST_MACHINE, rendered
 
 from kiban.bench.cli import CASES, CliBenchOptions, cli_table
 
@@ -58,17 +58,9 @@ def test_table_puts_the_commands_beside_the_floor() -> None:
         "ls_above_floor_s": 0.13,
         "goals_met": {"ls_p50": True, "ls_above_floor": True},
         "settings": {"runs": 20, "jobs": 100, "kiban": "/venv/bin/kiban"},
-        "machine": {
-            "cpu_model": "Test CPU",
-            "cores": 2,
-            "memory_gib": 4.0,
-            "python": "CPython 3.11.7",
-            "os": "Linux",
-        },
+        "machine": TEST_MACHINE,
     }
-    console = Console(width=200, record=True)
-    console.print(cli_table(report))
-    text = console.export_text()
+    text = rendered(cli_table(report))
     rows = {
         line.split("│")[1].strip(): line.split("│")[2:5]
         for line in text.splitlines()

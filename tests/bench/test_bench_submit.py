@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 import pytest
-from rich.console import Console
+from bench_support import TEST_MACHINE, rendered
 
 from kiban.bench.report import report_table
 from kiban.bench.submit import STORES
@@ -113,17 +113,9 @@ def test_table_shows_stores_side_by_side_and_skips() -> None:
         "postgresql": {"skipped": "PostgreSQL server binaries not found"},
         "goals": {},
         "settings": {"clients": 32, "offered_rate_per_s": 500.0},
-        "machine": {
-            "cpu_model": "Test CPU",
-            "cores": 2,
-            "memory_gib": 4.0,
-            "python": "CPython 3.11.7",
-            "os": "Linux",
-        },
+        "machine": TEST_MACHINE,
     }
-    console = Console(width=200, record=True)
-    console.print(report_table(report))
-    text = console.export_text()
+    text = rendered(report_table(report))
     assert all(store in text for store in STORES)
     assert "600.0 ✓" in text
     assert "60.0 ms ✗" in text
