@@ -451,7 +451,11 @@ def test_a_service_replica_that_listens_on_its_socket_is_reached_there(tmp_path:
             what="the service replica to listen on its socket",
         )
         assert executor.replica_address(plain, 8080) == "127.0.0.1:8080"
-        assert "SOCKET None" in (home / "jobs" / "plain-abc123" / "rank-0.log").read_text()
+        plain_log = home / "jobs" / "plain-abc123" / "rank-0.log"
+        eventually(
+            lambda: "SOCKET None" in plain_log.read_text(),
+            what="the plain replica to report that it was offered no socket",
+        )
     finally:
         for ref in refs:
             executor.stop(ref, force=True)
