@@ -114,6 +114,7 @@ def _set_cordon(
     node = get_node(session, name)
     if node.cordoned != cordoned:  # again on a cordoned node: nothing changes, no event
         node.cordoned = cordoned
+        node.cordon_source = "admin" if cordoned else ""
         node.updated_at = at
         events.record(
             session,

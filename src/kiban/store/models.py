@@ -127,6 +127,72 @@ class Node(Base):
     # takes no new work though healthy (its cluster's cordon or taints; "" when it does).
     gpus_used_elsewhere: Mapped[int] = mapped_column(Integer, default=0)
     unschedulable_reason: Mapped[str] = mapped_column(Text, default="")
+    # Who cordoned it: "admin" (stays until an admin uncordons) or "remediation" (kiban's
+    # health rules; lifted by them after enough healthy checks); "" when not cordoned.
+    cordon_source: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    # The node agent: where it serves /metrics and /check, and when it last reported.
+    agent_address: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    agent_reported_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class NodeCondition(Base):
+    """A health check's current verdict on a node (node-problem-detector's condition shape)."""
+
+    __tablename__ = "node_conditions"
+
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    type: Mapped[str] = mapped_column(String(32), primary_key=True)  # a CheckType
+    status: Mapped[str] = mapped_column(String(8))  # True, False or Unknown
+    reason: Mapped[str] = mapped_column(String(128))
+    message: Mapped[str] = mapped_column(Text)
+    last_transition_time: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    # Consecutive reports with this status: flap damping and return-to-service count them.
+    streak: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class NodeConditionChange(Base):
+    """A condition's history: one row each time its status or reason changed."""
+
+    __tablename__ = "node_condition_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(253))
+    type: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(8))
+    reason: Mapped[str] = mapped_column(String(128))
+    message: Mapped[str] = mapped_column(Text)
+    at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_node_condition_changes_node", "node", "id"),)
+
+
+class NodeReadingRow(Base):
+    """The latest readings a node's agent sent (a ``NodeReading`` as JSON)."""
+
+    __tablename__ = "node_readings"
+
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    taken_at: Mapped[float] = mapped_column(Float)
+    reading: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class RemediationAction(Base):
+    """An action the health rules took on a node (or would have, had the breaker allowed)."""
+
+    __tablename__ = "remediation_actions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(253))
+    action: Mapped[str] = mapped_column(String(16))  # none, cordon, drain, taint, hook, uncordon
+    check: Mapped[str] = mapped_column(String(32))  # the CheckType that triggered it
+    rule: Mapped[str] = mapped_column(String(128))  # the rule's name or index in the policy
+    reading: Mapped[str] = mapped_column(Text)  # the condition's message: what was read
+    outcome: Mapped[str] = mapped_column(String(16))  # done, failed, suppressed (breaker open)
+    detail: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_remediation_actions_node", "node", "id"),)
 
 
 class Job(Base):
