@@ -220,36 +220,44 @@ def answers() -> Answers:
 
 
 @pytest.fixture
-def health(
+def health_as(
     platform: Platform,
-    admin_token: str,
     answers: Answers,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> Callable[..., Done]:
-    """``health("check", "node-0")``: ``kiban health ...`` against the app with the stand-in."""
+) -> Callable[[str], Run]:
+    """``health_as(token)("check", "node-0")``: ``kiban health ...`` with ``token`` against
+    the app with the stand-in."""
     app = create_app(platform)
     app.include_router(stand_in(answers))
 
-    def connect(*_: Any, **__: Any) -> Client:
-        client = Client(url="http://testserver", token=admin_token)
-        client._http.close()
-        client._http = TestClient(app, headers={"Authorization": f"Bearer {admin_token}"})
-        return client
+    def with_token(token: str) -> Run:
+        def connect(*_: Any, **__: Any) -> Client:
+            client = Client(url="http://testserver", token=token)
+            client._http.close()
+            client._http = TestClient(app, headers={"Authorization": f"Bearer {token}"})
+            return client
 
-    def run(*args: str) -> Done:
-        monkeypatch.setattr(sdk_client, "Client", connect)
-        monkeypatch.setattr(sys, "argv", ["kiban", "health", *args])
-        capsys.readouterr()
-        try:
-            main.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        captured = capsys.readouterr()
-        return Done(code, captured.out, captured.err)
+        def run(*args: str) -> Done:
+            monkeypatch.setattr(sdk_client, "Client", connect)
+            monkeypatch.setattr(sys, "argv", ["kiban", "health", *args])
+            capsys.readouterr()
+            try:
+                main.main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            captured = capsys.readouterr()
+            return Done(code, captured.out, captured.err)
 
-    return run
+        return run
+
+    return with_token
+
+
+@pytest.fixture
+def health(health_as: Callable[[str], Run], admin_token: str) -> Run:
+    return health_as(admin_token)
 
 
 def test_checking_a_failing_node_prints_its_conditions_and_exits_1(health: Run) -> None:
@@ -296,6 +304,14 @@ def test_checking_every_node_summarizes_and_exits_1_when_one_fails(
     healed = health("check")
     assert healed.code == 0, healed
     assert rows_by_name(healed.out)[1]["node-0"] == "unknown GpuXid? 0s ago"
+
+
+def test_a_member_is_refused_once_not_per_node(health_as: Callable[[str], Run], kiban: Run) -> None:
+    assert kiban("admin", "create-tenant", "vision").code == 0
+    token = kiban("admin", "create-token", "vision", "alice").out.strip()
+    member = health_as(token)
+    one_error_line(member("check"), "this needs an admin token")
+    one_error_line(member("check", "node-0"), "this needs an admin token")
 
 
 def test_checking_every_node_when_none_has_an_agent_fails(health: Run, answers: Answers) -> None:

@@ -85,13 +85,20 @@ def verdict_of(conditions: list[dict[str, Any]]) -> Verdict:
     return Verdict.OK
 
 
+REFUSED = (0, 401, 403)
+"""Errors of the caller, not of a node (no server, a bad token, a member's token): the whole
+command ends with the first."""
+
+
 def check_one(api: Client, node: str) -> NodeCheck:
-    """Check ``node`` now; an API error is its verdict, not an exception."""
+    """Check ``node`` now; an API error about the node is its verdict, not an exception."""
     from kiban.sdk.errors import ApiError
 
     try:
         answer = api.check_node(node)
     except ApiError as exc:
+        if exc.status in REFUSED:
+            raise
         verdict = Verdict.NO_AGENT if exc.status == NO_AGENT else Verdict.ERROR
         return NodeCheck(node, verdict, error=exc.message)
     return NodeCheck(node, verdict_of(answer["conditions"]), answer)
