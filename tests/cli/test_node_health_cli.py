@@ -155,6 +155,7 @@ def test_describe_node_says_when_its_agent_is_stale_and_what_it_lacks(
     )
     bare = flat(kiban("describe", "node", "node-1").out)
     assert "Agent none has reported" in bare
+    assert "Conditions none reported (no check has run)" in bare
     assert "Readings none yet" in bare and "Actions none taken" in bare
 
 

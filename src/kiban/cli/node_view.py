@@ -49,10 +49,12 @@ def node_description(
         f"Status     [bold]{escape(node_status(node))}[/bold]{escape(cordon_note(node))}",
         f"Labels     {escape(labels)}",
         f"Agent      {escape(agent_text(health['agent'], now))}",
-        f"Conditions {escape(conditions_text(node.get('conditions') or []))}",
     ]
     if health["conditions"]:
-        parts.append(conditions_table(health["conditions"], now))
+        notable = conditions_text(node.get("conditions") or [])
+        parts += [f"Conditions {escape(notable)}", conditions_table(health["conditions"], now)]
+    else:
+        parts.append("Conditions none reported (no check has run)")
     parts += reading_parts(health.get("reading"), now)
     history = health["history"] if wide else health["history"][:SHOWN]
     if history:
