@@ -27,6 +27,7 @@ from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
 from kiban.cli.manifest_files import read_text
+from kiban.cli.node_agent import node_agent_command
 from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.cli.policy import policy_app
 from kiban.cli.serving import (
@@ -62,6 +63,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(dev_app, name="dev")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
+app.command("node-agent")(node_agent_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)
 app.command("promote")(promote_command)

@@ -75,7 +75,7 @@ class NvmlReader:
     """NVML, opened once and read every pass; ``close()`` releases it."""
 
     def __init__(self, nvml: Any | None = None, clock: Clock | None = None) -> None:
-        self._nvml = nvml
+        self._nvml: Any = nvml
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._opened = False
