@@ -61,6 +61,16 @@ for _ in $(seq 1 150); do
 done
 say "kiban nodes"
 kiban nodes
+say "curl <node agent>/metrics     # kiban up's node agent: GPU telemetry under DCGM's names"
+AGENT=""
+for _ in $(seq 1 150); do
+    AGENT=$(grep -o 'serving http://[^ ]*/metrics' "$KIBAN_HOME/server.log" | head -n 1 | cut -d' ' -f2)
+    [[ -n "$AGENT" ]] && curl -sS "$AGENT" | grep -q '^DCGM_FI_DEV_GPU_TEMP{' && break
+    sleep 0.2
+done
+[[ -n "$AGENT" ]] || fail "kiban up started no node agent"
+curl -sS "$AGENT" | grep -E '^(DCGM_FI_DEV_(GPU_TEMP|FB_USED|POWER_USAGE)|kiban_agent_check_status)' \
+    || fail "the node agent serves no GPU telemetry"
 kiban nodes -o json > "$KIBAN_HOME/nodes.json"
 python - "$KIBAN_HOME/nodes.json" "$GPUS" <<'EOF' || fail "kiban nodes does not count the GPUs nvidia-smi lists"
 import json, sys
