@@ -84,3 +84,53 @@ def test_the_expected_gpu_count_comes_from_the_node_label(core: Any) -> None:
     finally:
         core.patch_node(node, {"metadata": {"labels": {"kiban.io/gpu-count": None}}})
     assert writer.expected_gpus(node) is None
+
+
+def test_the_daemonsets_role_is_enough_for_the_agent_and_no_more(core: Any) -> None:
+    """deploy/kubernetes/node-agent.yaml's ServiceAccount, applied for real: with its token the
+    agent reads its node's label and writes its conditions; listing pods is forbidden."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.dynamic import DynamicClient
+
+    from kiban.health.checks import evaluate
+    from kiban.health.thresholds import HealthThresholds
+
+    root = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+    docs = [
+        d
+        for name in ("namespace.yaml", "node-agent.yaml")
+        for d in yaml.safe_load_all((root / name).read_text())
+        if d and d["kind"] != "DaemonSet"
+    ]
+    dynamic = DynamicClient(core.api_client)
+    for doc in docs:
+        dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).server_side_apply(
+            body=doc,
+            name=doc["metadata"]["name"],
+            namespace=doc["metadata"].get("namespace"),
+            field_manager="kiban-tests",
+            force_conflicts=True,
+        )
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    token = core.create_namespaced_service_account_token(
+        "kiban-node-agent", "kiban-system", request
+    ).status.token
+    configuration = client.Configuration()
+    configuration.host = core.api_client.configuration.host
+    configuration.ssl_ca_cert = core.api_client.configuration.ssl_ca_cert
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    with client.ApiClient(configuration) as api_client:
+        as_agent = client.CoreV1Api(api_client)
+        node = core.list_node().items[0].metadata.name
+        writer = NodeConditionWriter(as_agent)
+        assert writer.expected_gpus(node) is None
+        reading = node_reading(node, gpus=2)
+        writer.write(node, evaluate(reading, None, HealthThresholds(), 2, 1.0, {}), 2.0)
+        assert conditions_of(core, node)["GpuXid"].status == "False"
+        with pytest.raises(ApiException) as forbidden:
+            as_agent.list_pod_for_all_namespaces()
+        assert forbidden.value.status == 403
