@@ -134,3 +134,31 @@ def test_the_daemonsets_role_is_enough_for_the_agent_and_no_more(core: Any) -> N
         with pytest.raises(ApiException) as forbidden:
             as_agent.list_pod_for_all_namespaces()
         assert forbidden.value.status == 403
+
+
+def test_node_agent_once_with_kubernetes(
+    core: Any, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """``kiban node-agent --kubernetes --once``: the expected count from the node's label, the
+    conditions on the Node."""
+    from typer.testing import CliRunner
+
+    from kiban.cli.main import app
+
+    node = core.list_node().items[0].metadata.name
+    (tmp_path / f"{node}.json").write_text(node_reading(node, gpus=2).model_dump_json())
+    core.patch_node(node, {"metadata": {"labels": {"kiban.io/gpu-count": "4"}}})
+    args = ["node-agent", "--kubernetes", "--kubeconfig", str(control_plane.kubeconfig)]
+    args += ["--node", node, "--readings-dir", str(tmp_path), "--once"]
+    try:
+        result = CliRunner().invoke(app, args, env={"KIBAN_URL": "", "KIBAN_TOKEN": ""})
+        assert result.exit_code == 0, result.output
+        count = conditions_of(core, node)["GpuCount"]
+        assert (count.status, count.reason) == ("True", "GpuMissing")
+        assert count.message == "NVML sees 2 GPUs, 4 expected"
+    finally:
+        core.patch_node(node, {"metadata": {"labels": {"kiban.io/gpu-count": None}}})
+        (tmp_path / f"{node}.json").write_text(node_reading(node, gpus=4).model_dump_json())
+        healed = CliRunner().invoke(app, args, env={"KIBAN_URL": "", "KIBAN_TOKEN": ""})
+        assert healed.exit_code == 0, healed.output
+    assert conditions_of(core, node)["GpuCount"].status == "False"
