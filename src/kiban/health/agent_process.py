@@ -19,7 +19,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 2.0  # the agent keeps nothing: a kill after this loses no state
 
 
 @dataclass(frozen=True)
