@@ -303,7 +303,7 @@ def test_an_admin_cordon_is_never_lifted_by_remediation(
         post(api, "node-0", clock.now())
     node = node_row(platform, "node-0")
     assert (node.cordoned, node.cordon_source) == (True, "admin")
-    assert [a[1] for a in actions(platform, "node-0")] == ["cordon"]
+    assert [a[1] for a in actions(platform, "node-0")] == ["none"]  # nothing to do
 
 
 # -- stale agents ------------------------------------------------------------------------------

@@ -273,10 +273,12 @@ def decide(
                 )
             )
         elif kind is RemediationKind.CORDON and node.cordon_source is CordonSource.ADMIN:
-            detail = f"{why}; already cordoned by an admin, left as it is"
+            # Nothing to do (and nothing for the breaker to count): recorded as such.
+            detail = f"{why}; cordon: already cordoned by an admin, left as it is"
+            none = RemediationKind.NONE
             decisions.append(
                 Decision(
-                    node.name, kind, Outcome.DONE, rule.name, condition.type, reading, detail, rule
+                    node.name, none, Outcome.DONE, rule.name, condition.type, reading, detail, rule
                 )
             )
         elif breaker.allows(node.name, now):
