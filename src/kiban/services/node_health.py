@@ -84,7 +84,17 @@ class NodeHealthEvent(StrEnum):
 
 
 # -- ingest ------------------------------------------------------------------------------------
-def ingest(session: Session, name: str, report: NodeHealthReport, now: float) -> NodeHealthReply:
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """A stored report: the reply to the agent, and whether a rule could act on the node now
+    (some condition not False, or a cordon of the rules' to lift); when not, ``remediate``
+    need not run."""
+
+    reply: NodeHealthReply
+    worth_deciding: bool
+
+
+def ingest(session: Session, name: str, report: NodeHealthReport, now: float) -> Ingested:
     """Store an agent's report on node ``name`` (NotFound; 422 when the reading names another
     node) and answer with the node's GPU allocations. The caller commits."""
     node = get_node(session, name)
@@ -102,7 +112,10 @@ def ingest(session: Session, name: str, report: NodeHealthReport, now: float) ->
         row.reading = reading
     node.agent_address = report.agent_address
     node.agent_reported_at = now
-    return NodeHealthReply(allocations=allocations(session, name), interval_s=report.interval_s)
+    problems = any(c.status is not ConditionStatus.FALSE for c in report.conditions)
+    lift = node.cordoned and node.cordon_source == CordonSource.REMEDIATION.value
+    reply = NodeHealthReply(allocations=allocations(session, name), interval_s=report.interval_s)
+    return Ingested(reply, problems or lift)
 
 
 def store_conditions(

@@ -39,10 +39,11 @@ def report_health(
     """A node agent's report: its conditions are stored and the health rules applied; the
     answer says which job holds each GPU."""
     principal.require_admin()
-    reply = node_health.ingest(session, name, body, platform.clock.now())
+    ingested = node_health.ingest(session, name, body, platform.clock.now())
     session.commit()
-    _remediate(platform, session, name, background)
-    return reply
+    if ingested.worth_deciding:
+        _remediate(platform, session, name, background)
+    return ingested.reply
 
 
 @router.post(
@@ -62,9 +63,10 @@ def check_node(
     address = node_health.agent_address(session, name)
     session.commit()  # no transaction open while the agent works
     report = node_health.ask_agent(address, name)
-    node_health.ingest(session, name, report, platform.clock.now())
+    ingested = node_health.ingest(session, name, report, platform.clock.now())
     session.commit()
-    _remediate(platform, session, name, background)
+    if ingested.worth_deciding:
+        _remediate(platform, session, name, background)
     return CheckResult(
         node=name, taken_at=report.reading.taken_at, conditions=list(report.conditions)
     )
