@@ -112,3 +112,16 @@ def test_the_cluster_file_takes_a_health_section_too() -> None:
     )
     assert config.health.return_to_service.healthy_checks == 2
     assert config.declares_policy
+
+
+def test_the_health_policy_reference_example_reads() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).parents[2] / "docs" / "health-policy.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    health = parse_policy(yaml.safe_load(block)).health
+    assert [r.action.value for r in health.rules] == ["drain", "taint", "hook"]
+    assert health.rules[2].timeout_seconds == 300.0
