@@ -498,3 +498,32 @@ def test_check_on_demand_asks_the_agent_and_takes_its_report(
     assert asked == ["/check?node=node-1"]
     assert conditions(platform, "node-1")["GpuEcc"].status == "True"
     assert node_row(platform, "node-1").cordon_source == "remediation"  # acted on as a report
+
+
+def test_a_hook_left_pending_by_a_stopped_control_plane_is_failed_not_run_again(
+    api: TestClient, platform: Platform, clock: ManualClock, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    rule = {
+        "name": "reboot",
+        "condition": "GpuXid",
+        "action": "hook",
+        "command": [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"],
+    }
+    set_health_policy(api, {"rules": [rule]})
+    with platform.sessions() as session:  # recorded, then the control plane died
+        from kiban.services import node_health
+
+        report = health_report("node-1", clock.now(), {CheckType.GPU_XID: "Xid 79"})
+        node_health.ingest(session, "node-1", report, clock.now())
+        session.commit()
+        node_health.remediate(session, platform.policy.health, ["node-1"], clock.now())
+    assert actions(platform, "node-1") == [("node-1", "hook", "GpuXid", "pending")]
+    clock.advance(5)
+    from kiban.control.loop import ControlLoop
+
+    ControlLoop(platform.sessions, platform.executor, clock=clock).run_once()
+    assert actions(platform, "node-1") == [("node-1", "hook", "GpuXid", "failed")]
+    assert not marker.exists()
+    failed = [m for r, m in node_events(platform, "node-1") if r == "RemediationFailed"]
+    assert len(failed) == 1 and "not run again" in failed[0]
