@@ -47,6 +47,7 @@ TRAIN = textwrap.dedent(
     print(f"finished from {start}", flush=True)
     """
 )
+SLEEPER = ("python3", "-c", "import time; time.sleep(600)")
 ECC = {CheckType.GPU_ECC: "GPU 0: 1 volatile uncorrectable ECC error"}
 
 
@@ -142,8 +143,19 @@ def test_an_ecc_fault_drains_the_node_and_the_job_finishes_elsewhere_from_its_ch
         kiban, 'SELECT action, "check", rule, outcome FROM remediation_actions'
     )
     assert (action, check, rule, outcome) == ("drain", "GpuEcc", "gpu-ecc", "done")
-    # The bad node got nothing new: a job that needs all free GPUs waits for it.
-    assert [n["cordoned"] for n in kiban.json("nodes") if n["name"] == bad] == [True]
+    # The bad node gets nothing new: of three whole-node jobs, two run on the other nodes and
+    # the third waits.
+    sleepers = [kiban.run_job(*SLEEPER, options=["--gpus", "2"]) for _ in range(3)]
+    eventually(
+        lambda: sum(kiban.job(j)["state"] == "Running" for j in sleepers) == 2,
+        what="two whole-node jobs running",
+    )
+    waiting = [j for j in sleepers if kiban.job(j)["state"] == "Pending"]
+    assert len(waiting) == 1
+    used = set().union(*(replica_nodes(kiban, j).get(1, set()) for j in sleepers))
+    assert used == {"node-0", "node-1", "node-2"} - {bad}
+    for job in sleepers:
+        kiban.ok("cancel", job)
 
 
 def test_the_circuit_breaker_bounds_a_burst_of_faults(start_kiban: StartKiban) -> None:
