@@ -26,7 +26,9 @@ from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
+from kiban.cli.health import health_app
 from kiban.cli.manifest_files import read_text
+from kiban.cli.node_agent import node_agent_command
 from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.cli.policy import policy_app
 from kiban.cli.serving import (
@@ -60,8 +62,10 @@ app = typer.Typer(
 app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
 app.add_typer(dev_app, name="dev")
+app.add_typer(health_app, name="health")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
+app.command("node-agent")(node_agent_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)
 app.command("promote")(promote_command)
@@ -187,6 +191,19 @@ def up(
             "then run as a user per tenant), and keep the admin token out of the home",
         ),
     ] = False,
+    no_node_agent: Annotated[
+        bool,
+        typer.Option(
+            "--no-node-agent", help="local: do not run the node agent (GPU health checks)"
+        ),
+    ] = False,
+    agent_readings_dir: Annotated[
+        Path | None,
+        typer.Option(help="local: the node agent reads DIR/NODE.json instead of NVML"),
+    ] = None,
+    health_interval: Annotated[
+        float, typer.Option(help="local: seconds between the node agent's checks", min=0.1)
+    ] = 30.0,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -218,6 +235,10 @@ def up(
             "--kubeconfig, --image, --unhealthy-condition and --pod-api-url need "
             "--backend kubernetes"
         )
+    if backend != "local" and agent_readings_dir is not None:
+        fail("--agent-readings-dir is for the local backend (on Kubernetes a DaemonSet runs it)")
+    if agent_readings_dir is not None and not agent_readings_dir.is_dir():
+        fail(f"--agent-readings-dir {agent_readings_dir} is not a directory")
     if nodes is not None and nodes < 1:
         fail("--nodes must be at least 1")
     if gpus_per_node < 0:
@@ -267,6 +288,9 @@ def up(
             max_follows_per_principal=max_follows_per_principal,
         ),
         multi_tenant=multi_tenant,
+        node_agent=not no_node_agent,
+        agent_readings_dir=agent_readings_dir.resolve() if agent_readings_dir else None,
+        health_interval_s=health_interval,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)
@@ -435,21 +459,40 @@ def list_jobs(
 def describe(
     target: Annotated[
         str,
-        typer.Argument(help="a job id, or `service`", autocompletion=complete.describe_targets),
+        typer.Argument(
+            help="a job id, `service` or `node`", autocompletion=complete.describe_targets
+        ),
     ],
     name: Annotated[
         str | None,
-        typer.Argument(help="the service's name", autocompletion=complete.describe_names),
+        typer.Argument(help="the service's or node's name", autocompletion=complete.describe_names),
     ] = None,
     output: OutputOpt = Output.TABLE,
     watch: WatchOpt = False,
     interval: IntervalOpt = 2.0,
 ) -> None:
     """A job's spec, state, placement, pending reason, positions, forecast start, its tenant's
-    standing, preemptor, last checkpoint and events; or, as ``describe service NAME``, a
-    service's revisions, replicas, traffic split, latency and URL. ``-o wide`` adds the
-    manifest as stored."""
+    standing, preemptor, last checkpoint and events; as ``describe service NAME``, a
+    service's revisions, replicas, traffic split, latency and URL; as ``describe node NAME``,
+    a node's capacity, use, cordon, agent, health checks, latest GPU readings, their history
+    and the remediation actions taken. ``-o wide`` adds the manifest as stored (a node: its
+    whole history)."""
     from kiban.cli import render
+
+    if target == "node":
+        if name is None:
+            fail("name the node: kiban describe node NAME")
+        from kiban.cli.node_view import fetch_node, node_description
+
+        node_name = name
+        described(
+            lambda api: fetch_node(api, node_name),
+            lambda found: node_description(found, wide=output is Output.WIDE),
+            output=output,
+            watch=watch,
+            interval=interval,
+        )
+        return
 
     if target in ("service", "svc"):
         if name is None:
@@ -466,7 +509,9 @@ def describe(
         return
     if name is not None:
         if target != "job":
-            fail(f"describe takes a job id, `job ID` or `service NAME`, not {target!r}")
+            fail(
+                f"describe takes a job id, `job ID`, `service NAME` or `node NAME`, not {target!r}"
+            )
         target = name
     job_id = target
 
@@ -506,9 +551,7 @@ def described(
 @app.command()
 def delete(
     kind: Annotated[str, typer.Argument(help="service")],
-    name: Annotated[
-        str, typer.Argument(help="its name", autocompletion=complete.service_names)
-    ],
+    name: Annotated[str, typer.Argument(help="its name", autocompletion=complete.service_names)],
 ) -> None:
     """Delete an inference service: its replicas stop, then it is gone (``kiban cancel`` ends
     a job)."""
@@ -702,8 +745,9 @@ def queues(output: OutputOpt = Output.TABLE) -> None:
 
 @app.command()
 def nodes(output: OutputOpt = Output.TABLE) -> None:
-    """Nodes with their GPUs, use and health; ``-o wide`` adds free GPUs and the health
-    message of healthy nodes too."""
+    """Nodes with their GPUs, use, health, who cordoned them, and their health checks'
+    conditions that are not False (``GpuEcc``: failing; ``GpuXid?``: Unknown; ``ok``: none);
+    ``-o wide`` adds free GPUs and the health message of healthy nodes too."""
     from kiban.cli import render
 
     with client() as api:
