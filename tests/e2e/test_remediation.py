@@ -1,7 +1,8 @@
 """Remediation end to end on the local executor, with real ``kiban up`` processes.
 
-A 3-node cluster runs a 2-node job that writes checkpoints; a node agent's report with an ECC
-fault is posted for one of its nodes (the agent's own reading seam is tested with the agent):
+A 3-node cluster runs a 2-node job that writes checkpoints; an ECC fault reaches the control
+plane for one of its nodes (a report posted as an agent would, and the real node agent that
+``kiban up`` runs, reading a fault injected through its reading seam):
 the node is cordoned by remediation, the job requeued keeping its submit time and backoff
 count, restarted from its checkpoint on the two other nodes, and finishing there. The circuit
 breaker bounds a burst of faults. A kill -9 of the control plane just after the fault loses no
@@ -13,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +22,7 @@ import pytest
 from e2e_support import KibanServer, StartKiban, eventually, job_manifest
 
 from kiban.health.conditions import CheckType
+from kiban.testing.health import node_reading, with_gpu
 from kiban.testing.health_reports import health_report
 
 pytestmark = pytest.mark.e2e
@@ -199,3 +202,35 @@ def test_kill_9_of_the_control_plane_mid_drain_loses_no_job_and_launches_none_tw
     ((outcome,),) = store(kiban, "SELECT outcome FROM remediation_actions")
     assert outcome == "done"
     assert not kiban.replica_processes()
+
+
+def test_a_fault_injected_through_the_agents_reading_seam_drains_the_node(
+    start_kiban: StartKiban, tmp_path: Path
+) -> None:
+    readings = tmp_path / "readings"
+    readings.mkdir()
+    nodes = ("node-0", "node-1", "node-2")
+    for name in nodes:
+        (readings / f"{name}.json").write_text(node_reading(name, gpus=2).model_dump_json())
+    kiban = start_kiban(
+        nodes=3,
+        gpus_per_node=2,
+        extra_args=["--agent-readings-dir", str(readings), "--health-interval", "0.5"],
+    )
+    eventually(
+        lambda: len(store(kiban, "SELECT node FROM node_conditions WHERE type = 'GpuEcc'")) == 3,
+        what="the agent's first reports of every node",
+        timeout=60,
+    )
+    job_id = training(kiban)
+    running = kiban.wait_for_state(job_id, "Running")
+    checkpointed(kiban, job_id)
+    bad = sorted(replica_nodes(kiban, job_id)[1])[0]
+
+    sick = with_gpu(node_reading(bad, gpus=2), 1, ecc_volatile_uncorrectable=1)
+    (readings / f"{bad}.json").write_text(sick.model_dump_json())
+
+    eventually(lambda: cordons(kiban) == {bad: "remediation"}, what="the node cordoned")
+    finishes_elsewhere(kiban, job_id, bad, running["submittedAt"])
+    ((check, reading),) = store(kiban, 'SELECT "check", reading FROM remediation_actions')
+    assert check == "GpuEcc" and "GPU 1" in reading  # the agent's reading, named
