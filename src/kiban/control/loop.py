@@ -31,6 +31,7 @@ from kiban.clock import Clock, SystemClock
 from kiban.control.forecaster import Forecaster
 from kiban.control.launcher import Launcher
 from kiban.control.loop_settings import LoopSettings
+from kiban.control.preflight import Preflight
 from kiban.control.settling import JobSettler, StopCause, replica_ref
 from kiban.control.snapshot_builder import (
     NodeViews,
@@ -93,6 +94,7 @@ class ControlLoop:
         self.specs = SpecCache()
         self.launcher = Launcher(executor, self.specs, self.clock)
         self.settler = JobSettler(sessions, executor, self.specs, self.launcher)
+        self.preflight = Preflight(sessions, self.settings.preflight)
         self.capacity = CapacityCache()  # the core's capacity index, kept between passes
         self.node_views = NodeViews()
         self.pending_views = PendingViews()
@@ -367,7 +369,11 @@ class ControlLoop:
 
     def _admit(self, admits: Sequence[Admit], now: float) -> None:
         """Launch the admitted jobs still pending (one may have been cancelled since the
-        snapshot), a batch at a time: one commit per batch each way, launches overlapped."""
+        snapshot), a batch at a time: one commit per batch each way, launches overlapped.
+        Multi-node gangs pass their preflight first; one held back is placed again next pass."""
+        admits, held = self.preflight.screen(admits, now)
+        if held:
+            self.wake()
         for first in range(0, len(admits), ADMIT_BATCH):
             batch = admits[first : first + ADMIT_BATCH]
             with self.sessions() as session:

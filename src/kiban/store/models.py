@@ -248,6 +248,9 @@ class Job(Base):
     # Replicas it asks for, all tasks together, set at submission (None in rows stored before
     # migration 0014, whose manifest is parsed instead): jobs are listed without parsing specs.
     replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Nodes it must keep off for a while (a node that failed its preflight): a list of
+    # ``{"node", "until", "reason"}``; an entry whose ``until`` has passed no longer counts.
+    excluded_nodes: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).

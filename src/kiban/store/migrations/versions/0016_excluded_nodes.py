@@ -1,0 +1,29 @@
+"""Nodes a job must keep off for a while (a node that failed the job's preflight check), and
+the results of allreduce sweeps per node and topology block.
+
+``jobs.excluded_nodes`` is added in place: a batch copy of ``jobs`` would drop its replicas
+with it (ON DELETE CASCADE).
+
+Revision ID: 0016_excluded_nodes
+Revises: 0015_node_health
+Create Date: 2026-11-26
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0016_excluded_nodes"
+down_revision = "0015_node_health"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("jobs", sa.Column("excluded_nodes", sa.JSON(), nullable=True))
+
+
+def downgrade() -> None:
+    # ALTER TABLE in place, as 0014 does: a batch copy would drop the jobs' replicas.
+    op.execute("ALTER TABLE jobs DROP COLUMN excluded_nodes")
