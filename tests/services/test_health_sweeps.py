@@ -1,0 +1,124 @@
+"""Allreduce sweeps in the store: the system queue and lowest priority class, one job per
+block kept on its block, results against baselines, and the AllreduceDegraded condition."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from kiban.health.allreduce import RankResult, SweepResult
+from kiban.platform import Platform
+from kiban.services import health_sweeps, policy, tenants
+from kiban.services.health_sweeps import (
+    SWEEP_PRIORITY_CLASS,
+    SWEEP_QUEUE,
+    SWEEP_TENANT,
+    SweepSettings,
+)
+from kiban.store.models import Job, NodeCondition, NodeConditionChange, Replica
+from kiban.testing import ManualClock, manifest
+from kiban.testing.platform_jobs import ADMIN, submit_to_platform
+
+
+def result(**busbw: float) -> SweepResult:
+    ranks = tuple(
+        RankResult(i, node, 0.01, value, value) for i, (node, value) in enumerate(busbw.items())
+    )
+    return SweepResult("gloo", len(ranks), 1000, 3, ranks)
+
+
+def test_a_sweep_makes_one_lowest_priority_job_per_block_of_idle_nodes(
+    platform: Platform, clock: ManualClock, api: TestClient
+) -> None:
+    busy = submit_to_platform(platform, manifest("busy", replicas=1, gpu=1))
+    platform.loop.run_once()
+    answer = api.post("/api/v1/health/sweeps")
+    assert answer.status_code == 201, answer.text
+    body = answer.json()
+    assert body["blocks"] == [["node-1", "node-2"]]
+    assert body["skipped"] == [{"block": ["node-0"], "name": "all", "why": "busy"}]
+    (job_id,) = body["jobs"]
+    with platform.sessions() as session:
+        current = policy.current_policy(session)
+        lowest = min(c.value for c in current.priority_classes)
+        sweep_class = current.priority_class(SWEEP_PRIORITY_CLASS)
+        assert sweep_class is not None and sweep_class.value == lowest
+        assert [c.name for c in current.priority_classes if c.value == lowest] == [
+            SWEEP_PRIORITY_CLASS
+        ]
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert (job.queue, job.tenant) == (SWEEP_QUEUE, SWEEP_TENANT)
+        assert [e["node"] for e in job.excluded_nodes or []] == ["node-0"]
+    clock.advance(1)
+    platform.loop.run_once()
+    with platform.sessions() as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.state == "Running"
+        nodes = sorted(session.scalars(select(Replica.node).where(Replica.job_id == job_id)))
+        assert nodes == ["node-1", "node-2"]
+        held = session.get(Job, busy)
+        assert held is not None and held.state == "Running"
+
+
+def test_a_second_sweep_reuses_the_queue(platform: Platform, api: TestClient) -> None:
+    for _ in range(2):
+        assert api.post("/api/v1/health/sweeps").status_code == 201
+    with platform.sessions() as session:
+        current = policy.current_policy(session)
+        assert [q.name for q in current.queues].count(SWEEP_QUEUE) == 1
+
+
+def test_results_set_baselines_and_mark_degraded_nodes(platform: Platform) -> None:
+    settings = SweepSettings()
+    with platform.sessions() as session:
+        job = session.get(Job, submit_to_platform(platform, manifest("sweep", replicas=2)))
+        assert job is not None
+        for at, figures in enumerate(
+            [
+                {"node-0": 10.0, "node-1": 10.0},
+                {"node-0": 12.0, "node-1": 10.0},
+                {"node-0": 11.0, "node-1": 5.0},  # node-1 at half its baseline of 10
+            ]
+        ):
+            health_sweeps.store_result(session, job, result(**figures), settings, float(at))
+            session.flush()
+        latest = health_sweeps.latest_results(session)
+        by_node = {n["name"]: n for n in latest["nodes"]}
+        assert by_node["node-0"]["baseline"] == 11.0  # median of 10 and 12
+        assert by_node["node-0"]["degraded"] is False
+        assert by_node["node-1"]["baseline"] == 10.0
+        assert by_node["node-1"]["degraded"] is True
+        (block,) = latest["blocks"]
+        assert block["busbw"] == 5.0 and block["degraded"] is True
+        conditions = {
+            c.node: c
+            for c in session.scalars(
+                select(NodeCondition).where(NodeCondition.type == "AllreduceDegraded")
+            )
+        }
+        # The block is degraded, so every node of it is marked; node-1's own figure says why.
+        assert conditions["node-1"].status == "True"
+        assert "50%" in conditions["node-1"].message
+        assert conditions["node-0"].status == "True"
+        assert "its block's" in conditions["node-0"].message
+        history = [
+            (h.node, h.status)
+            for h in session.scalars(select(NodeConditionChange).order_by(NodeConditionChange.id))
+        ]
+        assert history == [
+            ("node-0", "False"),
+            ("node-1", "False"),
+            ("node-0", "True"),
+            ("node-1", "True"),
+        ]
+
+
+def test_only_admins_start_sweeps(platform: Platform, api: TestClient) -> None:
+    with platform.sessions() as session:
+        tenants.create_tenant(session, ADMIN, "team", at=0.0)
+        token = tenants.create_member_token(session, ADMIN, "team", "alice", at=0.0)
+        session.commit()
+    headers = {"Authorization": f"Bearer {token}"}
+    assert api.post("/api/v1/health/sweeps", headers=headers).status_code == 403
+    assert api.get("/api/v1/health/sweeps", headers=headers).status_code == 403
