@@ -26,6 +26,7 @@ from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
+from kiban.cli.health_sweep import health_sweep_app
 from kiban.cli.manifest_files import read_text
 from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.cli.policy import policy_app
@@ -61,6 +62,7 @@ app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
 app.add_typer(dev_app, name="dev")
 app.add_typer(policy_app, name="policy")
+app.add_typer(health_sweep_app, name="health")  # nodeviews' group replaces it at merge
 app.command("sim")(sim_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)
