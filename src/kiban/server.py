@@ -62,6 +62,7 @@ class ServerOptions:
     kube_options: KubernetesOptions | None = None
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)  # what the API takes at once
     multi_tenant: bool = False  # refuse to run local jobs as kiban's user; no token in the home
+    sweep_every_s: float | None = None  # allreduce sweeps of idle nodes (None: only on demand)
 
     @property
     def isolated(self) -> bool:
@@ -138,7 +139,11 @@ def start_platform(options: ServerOptions) -> Platform:
                 db_url=options.db_url,
                 executor=kube,
                 config=options.config,
-                loop_settings=LoopSettings(tick_s=options.tick_s, node_sync_s=kube.node_sync_s),
+                loop_settings=LoopSettings(
+                    tick_s=options.tick_s,
+                    node_sync_s=kube.node_sync_s,
+                    sweep_every_s=options.sweep_every_s,
+                ),
             )
         except BaseException:
             kube.close()
@@ -150,7 +155,7 @@ def start_platform(options: ServerOptions) -> Platform:
         db_url=options.db_url,
         executor=executor,
         config=options.config,
-        loop_settings=LoopSettings(tick_s=options.tick_s),
+        loop_settings=LoopSettings(tick_s=options.tick_s, sweep_every_s=options.sweep_every_s),
         admin_token_in_home=not options.multi_tenant,
     )
 

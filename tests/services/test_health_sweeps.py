@@ -3,9 +3,11 @@ block kept on its block, results against baselines, and the AllreduceDegraded co
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from kiban.control.loop_settings import LoopSettings
 from kiban.health.allreduce import RankResult, SweepResult
 from kiban.platform import Platform
 from kiban.services import health_sweeps, policy, tenants
@@ -122,3 +124,34 @@ def test_only_admins_start_sweeps(platform: Platform, api: TestClient) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     assert api.post("/api/v1/health/sweeps", headers=headers).status_code == 403
     assert api.get("/api/v1/health/sweeps", headers=headers).status_code == 403
+
+
+@pytest.mark.parametrize("loop_settings", [LoopSettings(sweep_every_s=100.0)])
+def test_the_loop_starts_a_sweep_every_interval(platform: Platform, clock: ManualClock) -> None:
+    def sweep_jobs() -> list[str]:
+        with platform.sessions() as session:
+            return list(session.scalars(select(Job.id).where(Job.queue == SWEEP_QUEUE)))
+
+    platform.loop.run_once()  # the first interval starts now
+    clock.advance(99)
+    platform.loop.run_once()
+    assert sweep_jobs() == []
+    clock.advance(1)
+    platform.loop.run_once()
+    assert len(sweep_jobs()) == 1
+    clock.advance(50)
+    platform.loop.run_once()
+    assert len(sweep_jobs()) == 1
+    clock.advance(50)
+    platform.loop.run_once()
+    # The first sweep's job still runs on the idle nodes (the fake executor's never end): the
+    # second finds no idle nodes and submits nothing.
+    assert len(sweep_jobs()) == 1
+
+
+def test_sweeps_are_off_unless_asked(platform: Platform, clock: ManualClock) -> None:
+    platform.loop.run_once()
+    clock.advance(10 * 24 * 3600)
+    platform.loop.run_once()
+    with platform.sessions() as session:
+        assert session.scalars(select(Job).where(Job.queue == SWEEP_QUEUE)).first() is None

@@ -18,6 +18,9 @@ health_sweep_app = typer.Typer(
     no_args_is_help=True,
 )
 
+DEFAULT_SWEEP_EVERY_S = 6 * 3600.0
+"""How often ``kiban up`` sweeps idle nodes unless told otherwise (``--sweep-every``)."""
+
 SWEEP_COLUMNS = ("BLOCK/NODE", "NODES", "BUSBW GB/s", "BASELINE", "OF BASELINE", "DEGRADED")
 
 

@@ -26,7 +26,7 @@ from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
-from kiban.cli.health_sweep import health_sweep_app
+from kiban.cli.health_sweep import DEFAULT_SWEEP_EVERY_S, health_sweep_app
 from kiban.cli.manifest_files import read_text
 from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.cli.policy import policy_app
@@ -189,6 +189,13 @@ def up(
             "then run as a user per tenant), and keep the admin token out of the home",
         ),
     ] = False,
+    sweep_every: Annotated[
+        float,
+        typer.Option(
+            help="seconds between allreduce sweeps of idle nodes (kiban health sweep); 0: none",
+            min=0,
+        ),
+    ] = DEFAULT_SWEEP_EVERY_S,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -269,6 +276,7 @@ def up(
             max_follows_per_principal=max_follows_per_principal,
         ),
         multi_tenant=multi_tenant,
+        sweep_every_s=sweep_every or None,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)
