@@ -17,6 +17,7 @@ from kiban.domain.cluster import ClusterConfig, ClusterPolicy
 from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
 from kiban.services import events
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
+from kiban.services.epilogue import Epilogue
 from kiban.services.errors import ServiceError
 from kiban.services.health_sweeps import HealthSweeps
 from kiban.services.jobs import ClusterFacts
@@ -204,7 +205,7 @@ def build_platform(
     platform.sweeps = HealthSweeps(
         control, executor, lambda: platform.facts, every_s=loop.settings.sweep_every_s
     )
-    loop.health_sweeps = platform.sweeps.tick
+    loop.health_hooks += [platform.sweeps.tick, Epilogue(control).tick]
     loop.on_nodes_changed = platform.refresh_facts  # submission checks against the nodes now
     platform.refresh_policy()
     return platform

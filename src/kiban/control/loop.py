@@ -114,9 +114,9 @@ class ControlLoop:
         self._last_node_sync = float("-inf")
         self._last_nodes: list[NodeInfo] | None = None
         self.on_nodes_changed: Callable[[], None] | None = None  # after the new nodes are stored
-        # Health sweeps (``services.health_sweeps``): start periodic ones, collect results;
-        # True when it submitted jobs.
-        self.health_sweeps: Callable[[float], bool] | None = None
+        # Active health checks run each pass (allreduce sweeps, the epilogue check): each
+        # returns True when it changed what should be scheduled.
+        self.health_hooks: list[Callable[[float], bool]] = []
 
     # -- thread --------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -181,7 +181,7 @@ class ControlLoop:
         now = self.clock.now()
         nodes_changed = self._sync_nodes_if_due(now)
         changed = self.settle(now) or nodes_changed
-        changed = self._health_sweeps(now) or changed
+        changed = self._health_checks(now) or changed
         now = self.clock.now()
         gap = self.settings.min_interval_s if min_interval_s is None else min_interval_s
         since = now - self._last_schedule
@@ -196,14 +196,14 @@ class ControlLoop:
             self._on_pass()
         return (scheduled and not self._more) or not (wanted or changed or self._more)
 
-    def _health_sweeps(self, now: float) -> bool:
-        if self.health_sweeps is None:
-            return False
-        try:
-            return self.health_sweeps(now)
-        except Exception:  # a sweep's trouble must not stop the loop
-            log.exception("the health sweeps' pass failed")
-            return False
+    def _health_checks(self, now: float) -> bool:
+        changed = False
+        for hook in self.health_hooks:
+            try:
+                changed = hook(now) or changed
+            except Exception:  # a check's trouble must not stop the loop
+                log.exception("a health check's pass failed")
+        return changed
 
     def _sync_nodes_if_due(self, now: float) -> bool:
         """Every ``node_sync_s``: store the executor's nodes; True when they changed."""
