@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from kiban.control.loop_settings import LoopSettings
-from kiban.health.allreduce import RankResult, SweepResult
+from kiban.health.allreduce import RESULT_PREFIX, RankResult, SweepResult
 from kiban.platform import Platform
 from kiban.services import health_sweeps, policy, tenants
 from kiban.services.health_sweeps import (
@@ -17,8 +17,8 @@ from kiban.services.health_sweeps import (
     SWEEP_TENANT,
     SweepSettings,
 )
-from kiban.store.models import Job, NodeCondition, NodeConditionChange, Replica
-from kiban.testing import ManualClock, manifest
+from kiban.store.models import AllreduceResult, Job, NodeCondition, NodeConditionChange, Replica
+from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import ADMIN, submit_to_platform
 
 
@@ -155,3 +155,30 @@ def test_sweeps_are_off_unless_asked(platform: Platform, clock: ManualClock) -> 
     platform.loop.run_once()
     with platform.sessions() as session:
         assert session.scalars(select(Job).where(Job.queue == SWEEP_QUEUE)).first() is None
+
+
+def test_the_loop_collects_a_finished_sweep_from_its_rank_0_log(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock, api: TestClient
+) -> None:
+    (job_id,) = api.post("/api/v1/health/sweeps").json()["jobs"]
+    clock.advance(1)
+    platform.loop.run_once()
+    figures = result(**{"node-0": 20.0, "node-1": 21.0, "node-2": 19.0})
+    executor.write_log(job_id, 0, f"warming up\n{RESULT_PREFIX}{figures.to_json()}\n".encode(), 1.0)
+    executor.finish_all(job_id, exit_code=0)
+    for _ in range(3):
+        clock.advance(1)
+        platform.loop.run_once()
+    body = api.get("/api/v1/health/sweeps").json()
+    (block,) = body["blocks"]
+    assert (block["job"], block["busbw"], block["degraded"]) == (job_id, 19.0, False)
+    assert [(n["name"], n["busbw"]) for n in body["nodes"]] == [
+        ("node-0", 20.0),
+        ("node-1", 21.0),
+        ("node-2", 19.0),
+    ]
+    # Collected once: another pass stores nothing more.
+    clock.advance(1)
+    platform.loop.run_once()
+    with platform.sessions() as session:
+        assert len(session.scalars(select(AllreduceResult)).all()) == 4
