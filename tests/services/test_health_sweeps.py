@@ -17,7 +17,14 @@ from kiban.services.health_sweeps import (
     SWEEP_TENANT,
     SweepSettings,
 )
-from kiban.store.models import AllreduceResult, Job, NodeCondition, NodeConditionChange, Replica
+from kiban.store.models import (
+    AllreduceResult,
+    Event,
+    Job,
+    NodeCondition,
+    NodeConditionChange,
+    Replica,
+)
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import ADMIN, submit_to_platform
 
@@ -182,3 +189,23 @@ def test_the_loop_collects_a_finished_sweep_from_its_rank_0_log(
     platform.loop.run_once()
     with platform.sessions() as session:
         assert len(session.scalars(select(AllreduceResult)).all()) == 4
+
+
+def test_a_running_sweep_gives_way_to_any_waiting_job(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock, api: TestClient
+) -> None:
+    (sweep,) = api.post("/api/v1/health/sweeps").json()["jobs"]
+    clock.advance(1)
+    platform.loop.run_once()
+    # A normal-priority job (its class does not preempt) for nodes the sweep holds.
+    work = submit_to_platform(platform, manifest("train", replicas=2, gpu=2))
+    for _ in range(5):
+        clock.advance(1)
+        platform.loop.run_once()
+    with platform.sessions() as session:
+        swept = session.get(Job, sweep)
+        trained = session.get(Job, work)
+        assert swept is not None and trained is not None
+        assert (swept.state, trained.state) == ("Cancelled", "Running")
+        reasons = session.scalars(select(Event.reason).where(Event.object_name == sweep)).all()
+        assert "SweepYielded" in reasons

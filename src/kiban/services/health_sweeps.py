@@ -36,7 +36,8 @@ from kiban.health.sweeps import (
     node_busbw,
     plan_sweep,
 )
-from kiban.services import jobs, policy
+from kiban.scheduler.reasons import ReasonCode
+from kiban.services import events, jobs, policy
 from kiban.services.auth import Principal
 from kiban.store.models import (
     AllreduceResult,
@@ -348,6 +349,52 @@ def latest_results(session: Session) -> dict[str, Any]:
     return result
 
 
+# What a job waiting for nodes the sweep may hold says: the sweep gives way to it.
+WAITING_FOR_NODES = (
+    ReasonCode.INSUFFICIENT_CAPACITY.value,
+    ReasonCode.WAITING_FOR_RESERVATION.value,
+    ReasonCode.BLOCKED_BY_RESERVATION.value,
+    ReasonCode.WAITING_FOR_PREEMPTION.value,
+)
+
+
+def yield_to_work(session: Session, at: float) -> list[str]:
+    """Cancel the unfinished sweep jobs while any other job waits for capacity: a sweep is
+    the lowest priority work, preempted by any real work whatever its priority class. The
+    ids of the jobs cancelled. Not committed."""
+    waiting = session.scalars(
+        select(Job.id)
+        .where(
+            Job.state == JobState.PENDING.value,
+            Job.queue != SWEEP_QUEUE,
+            Job.reason_code.in_(WAITING_FOR_NODES),
+        )
+        .limit(1)
+    ).first()
+    if waiting is None:
+        return []
+    unfinished = session.scalars(
+        select(Job.id).where(
+            Job.queue == SWEEP_QUEUE,
+            Job.state.in_(
+                [JobState.PENDING.value, JobState.ADMITTED.value, JobState.RUNNING.value]
+            ),
+        )
+    ).all()
+    for job_id in unfinished:
+        jobs.cancel(session, SYSTEM, job_id, at)
+        job = session.get(Job, job_id)
+        if job is not None:
+            events.record_for_job(
+                session,
+                job,
+                "SweepYielded",
+                f"cancelled: job {waiting} waits for capacity, and a sweep gives way to any work",
+                at,
+            )
+    return list(unfinished)
+
+
 class HealthSweeps:
     """The control loop's hook: start a sweep every ``every_s`` (None: only on demand) and
     collect the results of finished sweep jobs."""
@@ -375,8 +422,14 @@ class HealthSweeps:
         return started
 
     def tick(self, now: float) -> bool:
-        """One pass's part: True when it submitted sweep jobs (the pass should schedule)."""
+        """One pass's part: True when it submitted or cancelled sweep jobs (the pass should
+        schedule)."""
         collect(self.sessions, self.executor, self.settings, now)
+        with self.sessions() as session:
+            yielded = yield_to_work(session, now)
+            session.commit()
+        if yielded:
+            return True
         if self.every_s is None:
             return False
         if self._last_start is None:
