@@ -165,3 +165,27 @@ def test_recent_stored_conditions_are_used_without_asking(
     assert FakeAgent.asked == []
     failed = [m for r, m in events(platform, job) if r == "PreflightFailed"]
     assert len(failed) == 1 and "node-0" in failed[0] and "GpuXid" in failed[0]
+
+
+def test_a_job_requeued_from_an_unhealthy_node_keeps_off_it_when_it_is_back(
+    platform: Platform, clock: ManualClock
+) -> None:
+    job = submit_to_platform(platform, manifest("ddp", replicas=2, gpu=2))
+    clock.advance(1)
+    platform.loop.run_once()
+    assert sorted(r.node for r in replica_rows(platform, job)) == ["node-0", "node-1"]
+    with platform.sessions() as session:
+        session.execute(update(Node).where(Node.name == BAD).values(healthy=False))
+        session.commit()
+    clock.advance(1)
+    platform.loop.run_once()
+    with platform.sessions() as session:  # back at once (a flap): the retry still avoids it
+        session.execute(update(Node).where(Node.name == BAD).values(healthy=True))
+        session.commit()
+    for _ in range(3):
+        clock.advance(1)
+        platform.loop.run_once()
+    retried = get(platform, job)
+    assert (retried.state, retried.attempt) == ("Running", 2)
+    last = [r.node for r in replica_rows(platform, job) if r.attempt == 2]
+    assert sorted(last) == ["node-0", "node-2"]

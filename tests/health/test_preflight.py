@@ -13,6 +13,7 @@ from kiban.health.preflight import (
     Source,
     describe_failure,
     exclusions_after,
+    failure_reason,
     judge,
     needs_preflight,
     to_ask,
@@ -90,7 +91,9 @@ def test_exclusions_add_the_failed_nodes_and_drop_the_expired() -> None:
         {"node": "n1", "until": 500.0, "reason": "GpuBus"},
         {"node": "n2", "until": 120.0, "reason": "GpuXid"},
     ]
-    result = exclusions_after(stored, [failed], now=100.0, settings=PreflightSettings())
+    result = exclusions_after(
+        stored, {"n2": failure_reason(failed)}, now=100.0, settings=PreflightSettings()
+    )
     assert result == [
         {"node": "n1", "until": 500.0, "reason": "GpuBus"},
         {"node": "n2", "until": 1900.0, "reason": "GpuEcc"},

@@ -370,6 +370,8 @@ class ControlLoop:
                 continue
             nodes = sorted({r.node for r in job.replicas if r.node in bad})
             self.settler.stop_for(job.id, StopCause.node_unhealthy(nodes), now)
+            # Its retry lands elsewhere, even once the node is back (``exclude_for_s``).
+            self.preflight.exclude(job.id, dict.fromkeys(nodes, "NodeUnhealthy"), now)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
         with self.sessions() as session:

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -31,6 +31,7 @@ from kiban.health.preflight import (
     Source,
     describe_failure,
     exclusions_after,
+    failure_reason,
     judge,
     needs_preflight,
     to_ask,
@@ -161,6 +162,15 @@ class Preflight:
         with ThreadPoolExecutor(min(len(states), 16), thread_name_prefix="kiban-preflight") as pool:
             return dict(zip((s.name for s in states), pool.map(one, states), strict=True))
 
+    def exclude(self, job_id: str, nodes: Mapping[str, str], now: float) -> None:
+        """Keep a job off ``nodes`` (node -> why) for ``exclude_for_s``: its retry after a
+        node failed under it lands elsewhere. Its own short transaction."""
+        with self.sessions() as session:
+            job = session.get(Job, job_id, with_for_update=True)
+            if job is not None:
+                job.excluded_nodes = exclusions_after(job.excluded_nodes, nodes, now, self.settings)
+                session.commit()
+
     def _exclude(self, held: dict[str, list[NodeVerdict]], now: float) -> None:
         """Add the failed nodes to each held job's exclusions, with an event per node."""
         with self.sessions() as session:
@@ -172,7 +182,10 @@ class Preflight:
                     continue  # cancelled meanwhile: nothing to place again
                 failed = held[job.id]
                 job.excluded_nodes = exclusions_after(
-                    job.excluded_nodes, failed, now, self.settings
+                    job.excluded_nodes,
+                    {v.node: failure_reason(v) for v in failed},
+                    now,
+                    self.settings,
                 )
                 for verdict in failed:
                     record_for_job(

@@ -9,7 +9,7 @@ without an agent, or whose agent does not answer, passes with a note (nothing sa
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -120,21 +120,22 @@ def describe_failure(verdict: NodeVerdict) -> str:
 
 def exclusions_after(
     stored: Sequence[dict[str, object]] | None,
-    failed: Iterable[NodeVerdict],
+    failed: Mapping[str, str],
     now: float,
     settings: PreflightSettings,
 ) -> list[dict[str, object]]:
-    """A job's stored exclusions with the failed nodes added (until ``now + exclude_for_s``),
-    those already expired dropped, one entry per node."""
+    """A job's stored exclusions with the ``failed`` nodes added (node -> why) until
+    ``now + exclude_for_s``, those already expired dropped, one entry per node."""
     kept: dict[str, dict[str, object]] = {}
     for entry in stored or ():
         until = entry.get("until")
         if isinstance(until, int | float) and until > now:
             kept[str(entry["node"])] = dict(entry)
-    for verdict in failed:
-        kept[verdict.node] = {
-            "node": verdict.node,
-            "until": now + settings.exclude_for_s,
-            "reason": ", ".join(c.type.value for c in verdict.failing),
-        }
+    for node, why in failed.items():
+        kept[node] = {"node": node, "until": now + settings.exclude_for_s, "reason": why}
     return [kept[name] for name in sorted(kept)]
+
+
+def failure_reason(verdict: NodeVerdict) -> str:
+    """What an exclusion after a failed preflight says: its failing condition types."""
+    return ", ".join(c.type.value for c in verdict.failing)
