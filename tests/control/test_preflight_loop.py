@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -17,7 +18,7 @@ from kiban.executors.base import NodeInfo
 from kiban.health.conditions import CheckType, Condition, ConditionStatus
 from kiban.health.readings import NodeReading
 from kiban.health.report import NodeHealthReport
-from kiban.platform import Platform
+from kiban.platform import Platform, build_platform
 from kiban.store.models import Node, NodeCondition
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
@@ -189,3 +190,32 @@ def test_a_job_requeued_from_an_unhealthy_node_keeps_off_it_when_it_is_back(
     assert (retried.state, retried.attempt) == ("Running", 2)
     last = [r.node for r in replica_rows(platform, job) if r.attempt == 2]
     assert sorted(last) == ["node-0", "node-2"]
+
+
+@pytest.fixture
+def one_node(clock: ManualClock) -> FakeExecutor:
+    return FakeExecutor(
+        [NodeInfo(name="only", gpus=2, cpu_millis=8000, memory=32 * 2**30, labels={})],
+        clock=clock,
+    )
+
+
+def test_on_a_single_node_the_requeued_job_waits_for_that_node_not_an_exclusion(
+    tmp_path: Path, one_node: FakeExecutor, clock: ManualClock
+) -> None:
+    platform = build_platform(home=tmp_path / "home", db_url=None, executor=one_node, clock=clock)
+    try:
+        job = submit_to_platform(platform, manifest("train", replicas=1, gpu=2))
+        clock.advance(1)
+        platform.loop.run_once()
+        for healthy in (False, True):
+            with platform.sessions() as session:
+                session.execute(update(Node).values(healthy=healthy))
+                session.commit()
+            for _ in range(2):
+                clock.advance(1)
+                platform.loop.run_once()
+        retried = get(platform, job)
+        assert (retried.state, retried.attempt, retried.excluded_nodes) == ("Running", 2, None)
+    finally:
+        platform.close()

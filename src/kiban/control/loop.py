@@ -50,7 +50,7 @@ from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt
 from kiban.scheduler.reasons import ReasonCode
-from kiban.scheduler.snapshot import RunningJob, Snapshot
+from kiban.scheduler.snapshot import NodeView, RunningJob, Snapshot
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition
@@ -310,7 +310,7 @@ class ControlLoop:
         counts.most_pending_read = max(counts.most_pending_read, len(snapshot.pending))
         self._last_schedule = now
         self._accrue_usage(snapshot.running, now, cluster_policy)
-        self._requeue_from_unhealthy_nodes(snapshot.running, now)
+        self._requeue_from_unhealthy_nodes(snapshot.running, now, snapshot.nodes)
         if not snapshot.pending:
             return False
         decisions = schedule(snapshot, self.settings.engine_policy, self.capacity)
@@ -359,19 +359,26 @@ class ControlLoop:
             accrue_usage(session, running, now, cluster_policy)
             session.commit()
 
-    def _requeue_from_unhealthy_nodes(self, running: tuple[RunningJob, ...], now: float) -> None:
-        """Jobs with a replica on a node found unhealthy stop and return to their queues."""
+    def _requeue_from_unhealthy_nodes(
+        self, running: tuple[RunningJob, ...], now: float, node_views: Sequence[NodeView] = ()
+    ) -> None:
+        """Jobs with a replica on a node found unhealthy stop and return to their queues, kept
+        off that node for a while when enough other nodes take work."""
         with self.sessions() as session:
             bad = set(session.scalars(select(Node.name).where(Node.healthy.is_(False))))
         if not bad:
             return
+        schedulable = [n for n in node_views if n.schedulable]
         for job in running:
             if job.stopping or not any(r.node in bad for r in job.replicas):
                 continue
             nodes = sorted({r.node for r in job.replicas if r.node in bad})
             self.settler.stop_for(job.id, StopCause.node_unhealthy(nodes), now)
-            # Its retry lands elsewhere, even once the node is back (``exclude_for_s``).
-            self.preflight.exclude(job.id, dict.fromkeys(nodes, "NodeUnhealthy"), now)
+            # Its retry lands elsewhere, even once the node is back (``exclude_for_s``); not
+            # where too few other nodes are left for it (one node: it waits for that one).
+            others = sum(1 for n in schedulable if n.name not in bad)
+            if others >= len({r.node for r in job.replicas}):
+                self.preflight.exclude(job.id, dict.fromkeys(nodes, "NodeUnhealthy"), now)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
         with self.sessions() as session:
