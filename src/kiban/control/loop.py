@@ -59,6 +59,7 @@ from kiban.store.models import Job, Node, Replica
 
 log = logging.getLogger("kiban.control")
 
+HEALTH_CHECKS_EVERY_S = 1.0  # how often the health hooks run
 ADMIT_BATCH = 256  # admitted jobs recorded and launched together (bounds a transaction's locks)
 
 
@@ -117,6 +118,7 @@ class ControlLoop:
         # Active health checks run each pass (allreduce sweeps, the epilogue check): each
         # returns True when it changed what should be scheduled.
         self.health_hooks: list[Callable[[float], bool]] = []
+        self._last_health_checks = float("-inf")
 
     # -- thread --------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -197,6 +199,11 @@ class ControlLoop:
         return (scheduled and not self._more) or not (wanted or changed or self._more)
 
     def _health_checks(self, now: float) -> bool:
+        """The health hooks, at most every ``HEALTH_CHECKS_EVERY_S`` (a pass may come every
+        0.2 s; sweeps and the epilogue need not look that often)."""
+        if now - self._last_health_checks < HEALTH_CHECKS_EVERY_S:
+            return False
+        self._last_health_checks = now
         changed = False
         for hook in self.health_hooks:
             try:

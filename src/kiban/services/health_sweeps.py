@@ -290,9 +290,15 @@ def set_allreduce_condition(
 
 
 def collect(
-    sessions: sessionmaker[Session], executor: Executor, settings: SweepSettings, at: float
+    sessions: sessionmaker[Session],
+    executor: Executor,
+    settings: SweepSettings,
+    at: float,
+    without_result: set[str] | None = None,
 ) -> list[str]:
-    """Store the results of sweep jobs that succeeded since the last collection; their ids."""
+    """Store the results of sweep jobs that succeeded since the last collection; their ids.
+    ``without_result`` collects the ids of those whose log had no result, not read again."""
+    without_result = set() if without_result is None else without_result
     with sessions() as session:
         done = set(session.scalars(select(AllreduceResult.job_id).distinct()))
         finished = [
@@ -302,7 +308,7 @@ def collect(
                     Job.queue == SWEEP_QUEUE, Job.state == JobState.SUCCEEDED.value
                 )
             )
-            if job_id not in done
+            if job_id not in done and job_id not in without_result
         ]
     collected = []
     for job_id in finished:
@@ -312,6 +318,8 @@ def collect(
             log.exception("could not read the log of sweep job %s", job_id)
             continue
         if result is None or not result.ranks:
+            log.warning("sweep job %s succeeded without a result line in its log", job_id)
+            without_result.add(job_id)
             continue
         with sessions() as session:
             job = session.get(Job, job_id)
@@ -413,6 +421,7 @@ class HealthSweeps:
         self.settings = settings or SweepSettings()
         self.every_s = every_s
         self._last_start: float | None = None
+        self._without_result: set[str] = set()
 
     def start(self, at: float) -> StartedSweep:
         with self.sessions() as session:
@@ -424,7 +433,7 @@ class HealthSweeps:
     def tick(self, now: float) -> bool:
         """One pass's part: True when it submitted or cancelled sweep jobs (the pass should
         schedule)."""
-        collect(self.sessions, self.executor, self.settings, now)
+        collect(self.sessions, self.executor, self.settings, now, self._without_result)
         with self.sessions() as session:
             yielded = yield_to_work(session, now)
             session.commit()
