@@ -17,7 +17,9 @@ from kiban.domain.cluster import ClusterConfig, ClusterPolicy
 from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
 from kiban.services import events
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
+from kiban.services.epilogue import Epilogue
 from kiban.services.errors import ServiceError
+from kiban.services.health_sweeps import HealthSweeps
 from kiban.services.jobs import ClusterFacts
 from kiban.services.lookup_cache import LookupCache
 from kiban.services.nodes import sync_nodes
@@ -59,6 +61,7 @@ class Platform:
     """The engine of the control loop, the service controller and the submission writer, whose
     connections requests cannot take (None: they share ``engine``)."""
     services: ServiceController = field(init=False)
+    sweeps: HealthSweeps | None = None  # allreduce sweeps (set by build_platform)
 
     def __post_init__(self) -> None:
         self.services = ServiceController(
@@ -199,6 +202,10 @@ def build_platform(
         admin_token=admin_token,
     )
     platform.refresh_facts()
+    platform.sweeps = HealthSweeps(
+        control, executor, lambda: platform.facts, every_s=loop.settings.sweep_every_s
+    )
+    loop.health_hooks += [platform.sweeps.tick, Epilogue(control).tick]
     loop.on_nodes_changed = platform.refresh_facts  # submission checks against the nodes now
     platform.refresh_policy()
     return platform

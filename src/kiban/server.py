@@ -66,6 +66,7 @@ class ServerOptions:
     node_agent: bool = True  # local: run `kiban node-agent` for the nodes (GPU health checks)
     agent_readings_dir: Path | None = None  # the agent reads DIR/<node>.json instead of NVML
     health_interval_s: float = 30.0  # seconds between the agent's checks
+    sweep_every_s: float | None = None  # allreduce sweeps of idle nodes (None: only on demand)
 
     @property
     def isolated(self) -> bool:
@@ -142,7 +143,11 @@ def start_platform(options: ServerOptions) -> Platform:
                 db_url=options.db_url,
                 executor=kube,
                 config=options.config,
-                loop_settings=LoopSettings(tick_s=options.tick_s, node_sync_s=kube.node_sync_s),
+                loop_settings=LoopSettings(
+                    tick_s=options.tick_s,
+                    node_sync_s=kube.node_sync_s,
+                    sweep_every_s=options.sweep_every_s,
+                ),
             )
         except BaseException:
             kube.close()
@@ -154,7 +159,7 @@ def start_platform(options: ServerOptions) -> Platform:
         db_url=options.db_url,
         executor=executor,
         config=options.config,
-        loop_settings=LoopSettings(tick_s=options.tick_s),
+        loop_settings=LoopSettings(tick_s=options.tick_s, sweep_every_s=options.sweep_every_s),
         admin_token_in_home=not options.multi_tenant,
     )
 

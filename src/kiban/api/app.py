@@ -18,6 +18,7 @@ from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
     cluster,
+    health_sweeps,
     jobs,
     metrics,
     node_health,
@@ -77,6 +78,7 @@ def create_app(
     app.include_router(services.router)
     app.include_router(metrics.router)
     app.include_router(node_health.router)
+    app.include_router(health_sweeps.router)
     app.state.limits = limits or AdmissionLimits()
     return app
 

@@ -16,6 +16,7 @@ import typer
 
 from kiban.cli import render
 from kiban.cli.failure import fail
+from kiban.cli.health_sweep import sweep_command
 from kiban.cli.output import Output, OutputOpt, print_document
 
 if TYPE_CHECKING:
@@ -25,11 +26,10 @@ if TYPE_CHECKING:
 
 health_app = typer.Typer(
     rich_markup_mode=render.HELP_MARKUP,
-    help="Node health: run the GPU checks now.",
+    help="Node health: run the GPU checks now, or an allreduce sweep of the idle nodes.",
     no_args_is_help=True,
 )
-# `kiban health sweep` (the allreduce sweep, kiban/cli/health_sweep.py) joins this group at
-# the merge: health_app.command("sweep")(sweep_command).
+health_app.command("sweep")(sweep_command)
 
 NO_AGENT = 409
 """``POST /nodes/NAME/health/check``'s answer for a node no agent has reported for."""

@@ -27,6 +27,7 @@ from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
 from kiban.cli.health import health_app
+from kiban.cli.health_sweep import DEFAULT_SWEEP_EVERY_S
 from kiban.cli.manifest_files import read_text
 from kiban.cli.node_agent import node_agent_command
 from kiban.cli.output import Output, OutputOpt, print_document
@@ -204,6 +205,13 @@ def up(
     health_interval: Annotated[
         float, typer.Option(help="local: seconds between the node agent's checks", min=0.1)
     ] = 30.0,
+    sweep_every: Annotated[
+        float,
+        typer.Option(
+            help="seconds between allreduce sweeps of idle nodes (kiban health sweep); 0: none",
+            min=0,
+        ),
+    ] = DEFAULT_SWEEP_EVERY_S,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -291,6 +299,7 @@ def up(
         node_agent=not no_node_agent,
         agent_readings_dir=agent_readings_dir.resolve() if agent_readings_dir else None,
         health_interval_s=health_interval,
+        sweep_every_s=sweep_every or None,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)

@@ -31,6 +31,7 @@ from kiban.clock import Clock, SystemClock
 from kiban.control.forecaster import Forecaster
 from kiban.control.launcher import Launcher
 from kiban.control.loop_settings import LoopSettings
+from kiban.control.preflight import Preflight
 from kiban.control.settling import JobSettler, StopCause, replica_ref
 from kiban.control.snapshot_builder import (
     NodeViews,
@@ -51,7 +52,7 @@ from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt
 from kiban.scheduler.reasons import ReasonCode
-from kiban.scheduler.snapshot import RunningJob, Snapshot
+from kiban.scheduler.snapshot import NodeView, RunningJob, Snapshot
 from kiban.services.node_health import HealthPass
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
@@ -61,6 +62,7 @@ from kiban.store.models import Job, Node, Replica
 
 log = logging.getLogger("kiban.control")
 
+HEALTH_CHECKS_EVERY_S = 1.0  # how often the health hooks run
 ADMIT_BATCH = 256  # admitted jobs recorded and launched together (bounds a transaction's locks)
 
 
@@ -96,6 +98,7 @@ class ControlLoop:
         self.specs = SpecCache()
         self.launcher = Launcher(executor, self.specs, self.clock)
         self.settler = JobSettler(sessions, executor, self.specs, self.launcher)
+        self.preflight = Preflight(sessions, self.settings.preflight)
         self.capacity = CapacityCache()  # the core's capacity index, kept between passes
         self.node_views = NodeViews()
         self.pending_views = PendingViews()
@@ -120,6 +123,10 @@ class ControlLoop:
         self.health = HealthPass(
             sessions, self._requeue_drained, executor.offers.taints, self.clock.now
         )
+        # Active health checks run each pass (allreduce sweeps, the epilogue check): each
+        # returns True when it changed what should be scheduled.
+        self.health_hooks: list[Callable[[float], bool]] = []
+        self._last_health_checks = float("-inf")
 
     # -- thread --------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -185,6 +192,7 @@ class ControlLoop:
         nodes_changed = self._sync_nodes_if_due(now)
         changed = self.settle(now) or nodes_changed
         self.health(self.policies)  # stale agents' conditions Unknown; drains' requeues
+        changed = self._health_checks(now) or changed
         now = self.clock.now()
         gap = self.settings.min_interval_s if min_interval_s is None else min_interval_s
         since = now - self._last_schedule
@@ -199,6 +207,20 @@ class ControlLoop:
         if self._on_pass is not None:
             self._on_pass()
         return (scheduled and not self._more) or not (wanted or changed or self._more)
+
+    def _health_checks(self, now: float) -> bool:
+        """The health hooks, at most every ``HEALTH_CHECKS_EVERY_S`` (a pass may come every
+        0.2 s; sweeps and the epilogue need not look that often)."""
+        if now - self._last_health_checks < HEALTH_CHECKS_EVERY_S:
+            return False
+        self._last_health_checks = now
+        changed = False
+        for hook in self.health_hooks:
+            try:
+                changed = hook(now) or changed
+            except Exception:  # a check's trouble must not stop the loop
+                log.exception("a health check's pass failed")
+        return changed
 
     def _sync_nodes_if_due(self, now: float) -> bool:
         """Every ``node_sync_s``: store the executor's nodes; True when they changed."""
@@ -305,7 +327,7 @@ class ControlLoop:
         counts.most_pending_read = max(counts.most_pending_read, len(snapshot.pending))
         self._last_schedule = now
         self._accrue_usage(snapshot.running, now, cluster_policy)
-        self._requeue_from_unhealthy_nodes(snapshot.running, now)
+        self._requeue_from_unhealthy_nodes(snapshot.running, now, snapshot.nodes)
         self.idle_gpus.observe(self.sessions, snapshot.running, cluster_policy, now)
         if not snapshot.pending:
             return False
@@ -355,17 +377,26 @@ class ControlLoop:
             accrue_usage(session, running, now, cluster_policy)
             session.commit()
 
-    def _requeue_from_unhealthy_nodes(self, running: tuple[RunningJob, ...], now: float) -> None:
-        """Jobs with a replica on a node found unhealthy stop and return to their queues."""
+    def _requeue_from_unhealthy_nodes(
+        self, running: tuple[RunningJob, ...], now: float, node_views: Sequence[NodeView] = ()
+    ) -> None:
+        """Jobs with a replica on a node found unhealthy stop and return to their queues, kept
+        off that node for a while when enough other nodes take work."""
         with self.sessions() as session:
             bad = set(session.scalars(select(Node.name).where(Node.healthy.is_(False))))
         if not bad:
             return
+        schedulable = [n for n in node_views if n.schedulable]
         for job in running:
             if job.stopping or not any(r.node in bad for r in job.replicas):
                 continue
             nodes = sorted({r.node for r in job.replicas if r.node in bad})
             self.settler.stop_for(job.id, StopCause.node_unhealthy(nodes), now)
+            # Its retry lands elsewhere, even once the node is back (``exclude_for_s``); not
+            # where too few other nodes are left for it (one node: it waits for that one).
+            others = sum(1 for n in schedulable if n.name not in bad)
+            if others >= len({r.node for r in job.replicas}):
+                self.preflight.exclude(job.id, dict.fromkeys(nodes, "NodeUnhealthy"), now)
 
     def _requeue_drained(self, job_id: str, nodes: list[str]) -> None:
         """A drain's requeue: the job returns to its queue, keeping its submit time and not
@@ -383,7 +414,11 @@ class ControlLoop:
 
     def _admit(self, admits: Sequence[Admit], now: float) -> None:
         """Launch the admitted jobs still pending (one may have been cancelled since the
-        snapshot), a batch at a time: one commit per batch each way, launches overlapped."""
+        snapshot), a batch at a time: one commit per batch each way, launches overlapped.
+        Multi-node gangs pass their preflight first; one held back is placed again next pass."""
+        admits, held = self.preflight.screen(admits, now)
+        if held:
+            self.wake()
         for first in range(0, len(admits), ADMIT_BATCH):
             batch = admits[first : first + ADMIT_BATCH]
             with self.sessions() as session:

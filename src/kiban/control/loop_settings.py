@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kiban.health.preflight import PreflightSettings
 from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 
@@ -25,6 +26,8 @@ class LoopSettings:
     forecast. ``node_sync_s``: how often the executor's nodes are listed again (None: only
     at start, for an executor whose nodes never change). ``engine_policy``: the scheduler
     core's own knobs (the cluster's stored policy is another thing, read every pass).
+    ``preflight``: the check of multi-node gangs' nodes before they start.
+    ``sweep_every_s``: how often an allreduce sweep of idle nodes is started (None: never).
     """
 
     tick_s: float = 0.2
@@ -34,9 +37,11 @@ class LoopSettings:
     forecast_every_s: float = 5.0
     node_sync_s: float | None = None
     engine_policy: Policy = field(default=DEFAULT_POLICY)
+    preflight: PreflightSettings = field(default_factory=PreflightSettings)
+    sweep_every_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tick_s", "resync_s", "node_sync_s"):
+        for name in ("tick_s", "resync_s", "node_sync_s", "sweep_every_s"):
             positive(name, getattr(self, name))
         for name in ("min_interval_s", "forecast_every_s"):
             not_negative(name, getattr(self, name))
@@ -46,6 +51,10 @@ class LoopSettings:
             )
         if not isinstance(self.engine_policy, Policy):
             raise LoopSettingsError(f"engine_policy: must be a Policy, not {self.engine_policy!r}")
+        if not isinstance(self.preflight, PreflightSettings):
+            raise LoopSettingsError(
+                f"preflight: must be PreflightSettings, not {self.preflight!r}"
+            )
 
 
 def seconds(name: str, value: object) -> float:
@@ -55,7 +64,7 @@ def seconds(name: str, value: object) -> float:
 
 
 def positive(name: str, value: object) -> None:
-    if value is None and name == "node_sync_s":
+    if value is None and name in ("node_sync_s", "sweep_every_s"):
         return
     if seconds(name, value) <= 0:
         raise LoopSettingsError(f"{name}: must be more than 0 seconds, not {value!r}")

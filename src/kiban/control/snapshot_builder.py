@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -14,6 +14,7 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.jobspec import JobSpec, task_demands
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
+from kiban.scheduler.node_match import excluding
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import (
     NodeView,
@@ -80,6 +81,22 @@ class RecordedWait:
 def demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDemand, ...]:
     """What each task needs (``jobspec.task_demands``, also what submission checks)."""
     return task_demands(spec, node_constraints)
+
+
+def active_exclusions(stored: list[dict[str, Any]] | None, now: float) -> frozenset[str]:
+    """The nodes of a job's stored exclusions that still hold at ``now`` (``until`` ahead)."""
+    if not stored:
+        return frozenset()
+    return frozenset(e["node"] for e in stored if float(e.get("until", 0.0)) > now)
+
+
+def with_exclusions(
+    tasks: tuple[TaskDemand, ...], excluded: frozenset[str]
+) -> tuple[TaskDemand, ...]:
+    """The tasks, each kept off the ``excluded`` nodes."""
+    if not excluded:
+        return tasks
+    return tuple(replace(t, nodes=excluding(t.nodes, excluded)) for t in tasks)
 
 
 class NodeViews:
@@ -219,6 +236,7 @@ def build_snapshot(
         window,
         node_constraints,
         pending_views or PendingViews(),
+        now,
     )
     return Snapshot(
         now=now,
@@ -313,6 +331,7 @@ def _pending_jobs(
     window: int,
     node_constraints: bool,
     views: PendingViews,
+    now: float,
 ) -> tuple[PendingJob, ...]:
     # The first ``window`` pending jobs of each queue, in the core's order (priority, then
     # submit time), read through the partial index on pending jobs: a pass costs the same with
@@ -330,11 +349,12 @@ def _pending_jobs(
         Job.cluster_position,
         Job.eta,
         Job.nominated_nodes,
+        Job.excluded_nodes,
     )
     rows: list[Row[Any]] = []
     for queue in queues:
         rows.extend(
-            session.execute(  # type: ignore[arg-type]
+            session.execute(
                 select(*columns)
                 .where(Job.state == JobState.PENDING.value, Job.queue == queue.name)
                 .order_by(Job.priority.desc(), Job.submitted_at, Job.id)
@@ -350,12 +370,23 @@ def _pending_jobs(
             if row.reason_code == ReasonCode.WAITING_FOR_PREEMPTION.value
             else ()
         )
-        key = (row.queue, row.priority, row.submitted_at, row.tenant, row.preempted_by, nominated)
+        excluded = active_exclusions(row.excluded_nodes, now)
+        key = (
+            row.queue,
+            row.priority,
+            row.submitted_at,
+            row.tenant,
+            row.preempted_by,
+            nominated,
+            excluded,
+        )
         view = views.get(row.id, key)
         if view is None:
             spec = specs.get_by_id(row.id, dict)
             view = views.put(
-                row.id, key, _pending_job(row, spec, policy, nominated, node_constraints)
+                row.id,
+                key,
+                _pending_job(row, spec, policy, nominated, node_constraints, excluded),
             )
         pending.append(view)
         if recorded is not None:
@@ -377,8 +408,10 @@ def _pending_job(
     policy: ClusterPolicy,
     nominated: tuple[str, ...],
     node_constraints: bool,
+    excluded: frozenset[str] = frozenset(),
 ) -> PendingJob:
-    """The core's view of a pending job from its row and spec."""
+    """The core's view of a pending job from its row and spec; the nodes it must keep off
+    (``excluded``) join each task's node constraint, which every part of the core honours."""
     topology = None
     if spec.topology is not None:
         topology = TopologyRequest(spec.topology.level, spec.topology.required)
@@ -388,7 +421,7 @@ def _pending_job(
         queue=row.queue,
         priority=row.priority,
         submitted_at=row.submitted_at,
-        tasks=demands(spec, node_constraints),
+        tasks=with_exclusions(demands(spec, node_constraints), excluded),
         gang_size=spec.gang_size,
         tenant=row.tenant,
         max_runtime=spec.max_runtime,

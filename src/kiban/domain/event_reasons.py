@@ -26,4 +26,6 @@ class JobEventReason(StrEnum):
     RESTARTING = "Restarting"  # launched again after a failure (restartPolicy OnFailure)
     FAILED = "Failed"
     GPUS_IDLE = "GpusIdle"  # its GPUs read under the idle threshold for the idle window
+    PREFLIGHT_FAILED = "PreflightFailed"  # a placed node failed its check: excluded, re-placed
+    EPILOGUE_CHECK = "EpilogueCheck"  # it failed on a node that saw a new Xid or ECC event
     STOP_INTENT_UNKNOWN = "StopIntentUnknown"  # written by migration 0013 for a stored intent

@@ -318,6 +318,8 @@ def _capacity_reason(
             if task.nodes is not None:
                 matching = f"matching its {task.nodes} "
                 unfit["nodes"] = str(task.nodes)
+                if task.nodes.excluded:
+                    unfit["excluded_nodes"] = sorted(task.nodes.excluded)
             return PendingReason(
                 ReasonCode.NO_NODE_FITS,
                 f"no schedulable {_kind(flavor)}node {matching}can hold a replica of task "
@@ -350,6 +352,9 @@ def _capacity_reason(
     }
     if placed is not None:
         details["placeable_now"] = placed
+    excluded = sorted({n for t in job.tasks if t.nodes is not None for n in t.nodes.excluded})
+    if excluded:
+        details["excluded_nodes"] = excluded
     constrained = "".join(
         f"; task {t.name} may only use nodes matching its {t.nodes}" for t in job.tasks if t.nodes
     )

@@ -358,6 +358,8 @@ def _task_shortfall(
     if held >= take:
         return None
     details: dict[str, object] = {"needed_replicas": take, "replicas_the_nodes_hold": held}
+    if task.nodes is not None and task.nodes.excluded:
+        details["excluded_nodes"] = sorted(task.nodes.excluded)
     what = f"task {task.name} ({replica_size(task)})"
     if held == 0:
         if task.nodes is not None and any(

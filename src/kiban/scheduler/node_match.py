@@ -91,12 +91,16 @@ class NodeTerm:
 
 @dataclass(frozen=True, slots=True)
 class NodeConstraint:
-    """Every ``selector`` label, and one of ``terms`` when there are any."""
+    """Every ``selector`` label, and one of ``terms`` when there are any; never a node of
+    ``excluded`` (nodes a job must keep off for a while: one that failed its preflight)."""
 
     selector: tuple[tuple[str, str], ...] = ()
     terms: tuple[NodeTerm, ...] = ()
+    excluded: frozenset[str] = frozenset()
 
     def allows(self, name: str, labels: Mapping[str, str]) -> bool:
+        if name in self.excluded:
+            return False
         for key, value in self.selector:
             if labels.get(key) != value:
                 return False
@@ -108,7 +112,18 @@ class NodeConstraint:
             parts.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in self.selector))
         if self.terms:
             parts.append("node affinity " + " or ".join(f"({t})" for t in self.terms))
+        if self.excluded:
+            parts.append("node exclusions (not " + ", ".join(sorted(self.excluded)) + ")")
         return " and ".join(parts)
+
+
+def excluding(constraint: NodeConstraint | None, names: frozenset[str]) -> NodeConstraint | None:
+    """``constraint`` that also keeps off the nodes ``names`` (unchanged when there are none)."""
+    if not names:
+        return constraint
+    if constraint is None:
+        return NodeConstraint(excluded=names)
+    return NodeConstraint(constraint.selector, constraint.terms, constraint.excluded | names)
 
 
 @dataclass(frozen=True, slots=True)

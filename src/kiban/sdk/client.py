@@ -258,6 +258,22 @@ class Client:
                 raise TimeoutError(f"timed out after {timeout:g}s; job {job_id} is {job['state']}")
             time.sleep(interval)
 
+    def start_health_sweep(
+        self, *, size_mb: float | None = None, iters: int | None = None
+    ) -> dict[str, Any]:
+        """Start an allreduce sweep of the idle nodes now (admin): ``jobs``, ``blocks``,
+        ``skipped``."""
+        params: dict[str, Any] = {}
+        if size_mb is not None:
+            params["sizeMb"] = size_mb
+        if iters is not None:
+            params["iters"] = iters
+        return dict(self._request("POST", "/api/v1/health/sweeps", params=params))
+
+    def health_sweeps(self) -> dict[str, Any]:
+        """The latest allreduce figures of every block and node (admin)."""
+        return dict(self._request("GET", "/api/v1/health/sweeps"))
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a job: running replicas get SIGTERM, then SIGKILL after its grace period."""
         return dict(self._request("POST", _job_path(job_id, "/cancel")))

@@ -195,6 +195,28 @@ class RemediationAction(Base):
     __table_args__ = (Index("ix_remediation_actions_node", "node", "id"),)
 
 
+class AllreduceResult(Base):
+    """One node's or block's bus bandwidth in an allreduce sweep, against its baseline."""
+
+    __tablename__ = "allreduce_results"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(80))  # the sweep job that measured it
+    scope: Mapped[str] = mapped_column(String(8))  # "node" or "block"
+    name: Mapped[str] = mapped_column(String(253))  # the node's or the block's name
+    nodes: Mapped[list[str]] = mapped_column(JSON)  # the block's nodes (a node: itself)
+    busbw_gbps: Mapped[float] = mapped_column(Float)
+    baseline_gbps: Mapped[float] = mapped_column(Float)  # median of its earlier sweeps
+    fraction: Mapped[float] = mapped_column(Float)
+    degraded: Mapped[bool] = mapped_column(Boolean)
+    at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_allreduce_results_name", "scope", "name", "id"),
+        Index("ix_allreduce_results_job", "job_id"),
+    )
+
+
 class Job(Base):
     """A unit of work and where it is in its life; ``spec`` holds the validated manifest spec."""
 
@@ -248,6 +270,9 @@ class Job(Base):
     # Replicas it asks for, all tasks together, set at submission (None in rows stored before
     # migration 0014, whose manifest is parsed instead): jobs are listed without parsing specs.
     replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Nodes it must keep off for a while (a node that failed its preflight): a list of
+    # ``{"node", "until", "reason"}``; an entry whose ``until`` has passed no longer counts.
+    excluded_nodes: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Self
 
-from kiban.scheduler.node_match import NodeConstraint, NodePreference
+from kiban.scheduler.node_match import NodeConstraint, NodePreference, excluding
 from kiban.scheduler.snapshot import (
     DEFAULT_FLAVOR,
     FlavorView,
@@ -273,6 +273,7 @@ class JobBuilder:
     _preempts: bool = False
     _preempted_by: str | None = None
     _nominated: tuple[str, ...] = ()
+    _excluded: frozenset[str] = frozenset()
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -298,6 +299,11 @@ class JobBuilder:
 
     def topology(self, level: str, *, required: bool = True) -> Self:
         self._topology = TopologyRequest(level, required)
+        return self
+
+    def excluding(self, *nodes: str) -> Self:
+        """It must keep off these nodes (they failed its preflight), in every task."""
+        self._excluded = self._excluded | frozenset(nodes)
         return self
 
     def preempts(self, value: bool = True) -> Self:
@@ -356,6 +362,8 @@ class JobBuilder:
 
     def build(self) -> PendingJob:
         tasks = tuple(self._tasks) or (TaskDemand("worker", 1, 1, 1000, GIB),)
+        if self._excluded:
+            tasks = tuple(replace(t, nodes=excluding(t.nodes, self._excluded)) for t in tasks)
         total = sum(t.replicas for t in tasks)
         return PendingJob(
             id=self.id,

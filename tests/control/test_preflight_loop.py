@@ -1,0 +1,221 @@
+"""Preflight in the loop: a multi-node gang placed on a node whose agent reports a failing
+check is not launched; the node is excluded, the job keeps its place in line and the next
+pass places it on other nodes. The agent is a real HTTP server in the test."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from loop_support import events, get, replica_rows, state
+from sqlalchemy import update
+
+from kiban.executors.base import NodeInfo
+from kiban.health.conditions import CheckType, Condition, ConditionStatus
+from kiban.health.readings import NodeReading
+from kiban.health.report import NodeHealthReport
+from kiban.platform import Platform, build_platform
+from kiban.store.models import Node, NodeCondition
+from kiban.testing import FakeExecutor, ManualClock, manifest
+from kiban.testing.platform_jobs import submit_to_platform
+
+BAD = "node-1"
+
+
+class FakeAgent(BaseHTTPRequestHandler):
+    """``POST /check?node=NAME``: GpuEcc failing on ``BAD``, every check passing elsewhere."""
+
+    asked: list[str] = []
+
+    def do_POST(self) -> None:
+        url = urlparse(self.path)
+        node = parse_qs(url.query)["node"][0]
+        FakeAgent.asked.append(node)
+        failing = node == BAD
+        report = NodeHealthReport(
+            reading=NodeReading(node=node, taken_at=0.0, nvml_available=True),
+            conditions=[
+                Condition(
+                    type=CheckType.GPU_ECC,
+                    status=ConditionStatus.TRUE if failing else ConditionStatus.FALSE,
+                    reason="EccUncorrectable" if failing else "NoEccErrors",
+                    message="3 volatile uncorrectable errors on GPU 1" if failing else "",
+                    last_transition_time=0.0,
+                )
+            ],
+            interval_s=30,
+        )
+        body = report.model_dump_json(by_alias=True).encode()
+        self.send_response(200 if url.path == "/check" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def agent() -> Iterator[str]:
+    FakeAgent.asked = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeAgent)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def executor(clock: ManualClock) -> FakeExecutor:
+    nodes = [
+        NodeInfo(name=f"node-{i}", gpus=2, cpu_millis=8000, memory=32 * 2**30, labels={})
+        for i in range(3)
+    ]
+    return FakeExecutor(nodes, clock=clock)
+
+
+def with_agent(platform: Platform, address: str) -> None:
+    with platform.sessions() as session:
+        session.execute(update(Node).values(agent_address=address, agent_reported_at=None))
+        session.commit()
+
+
+def test_a_failing_node_is_excluded_and_the_gang_placed_again_keeping_its_place(
+    platform: Platform, clock: ManualClock, agent: str
+) -> None:
+    with_agent(platform, agent)
+    first = submit_to_platform(platform, manifest("ddp", replicas=2, gpu=2))
+    submitted = get(platform, first).submitted_at
+    clock.advance(1)
+    platform.loop.run_once()
+
+    # Placed on node-0 and node-1 (best fit, in order); node-1 fails: nothing launched.
+    assert state(platform, first) == "Pending"
+    assert replica_rows(platform, first) == []
+    failed = [m for r, m in events(platform, first) if r == "PreflightFailed"]
+    assert len(failed) == 1
+    assert BAD in failed[0] and "GpuEcc" in failed[0] and "EccUncorrectable" in failed[0]
+    excluded = get(platform, first).excluded_nodes
+    assert excluded is not None and [e["node"] for e in excluded] == [BAD]
+    assert sorted(set(FakeAgent.asked)) == ["node-0", "node-1"]
+
+    # A later job for the same nodes does not pass it: the first keeps its submit time.
+    later = submit_to_platform(platform, manifest("later", replicas=2, gpu=2))
+    clock.advance(1)
+    platform.loop.run_once()
+    assert state(platform, first) == "Running"
+    assert get(platform, first).submitted_at == submitted
+    assert sorted(r.node for r in replica_rows(platform, first)) == ["node-0", "node-2"]
+    assert state(platform, later) == "Pending"
+
+
+def test_the_exclusion_expires(platform: Platform, clock: ManualClock, agent: str) -> None:
+    with_agent(platform, agent)
+    job = submit_to_platform(platform, manifest("ddp", replicas=3, gpu=2))
+    clock.advance(1)
+    platform.loop.run_once()
+    assert state(platform, job) == "Pending"
+    # It needs all three nodes: while node-1 is excluded it waits, saying why.
+    clock.advance(1)
+    platform.loop.run_once()
+    waiting = get(platform, job)
+    assert waiting.state == "Pending"
+    assert "node exclusions (not node-1)" in (waiting.reason_message or "")
+    # Once the exclusion has expired (and the node's agent is healthy again) it runs there.
+    clock.advance(platform.loop.settings.preflight.exclude_for_s)
+    with_agent(platform, "")  # no agent any more: the nodes pass unchecked
+    platform.loop.run_once()
+    assert state(platform, job) == "Running"
+
+
+def test_nodes_without_an_agent_pass(platform: Platform, clock: ManualClock) -> None:
+    job = submit_to_platform(platform, manifest("ddp", replicas=2, gpu=2))
+    clock.advance(1)
+    platform.loop.run_once()
+    assert state(platform, job) == "Running"
+    assert not [r for r, _ in events(platform, job) if r == "PreflightFailed"]
+
+
+def test_recent_stored_conditions_are_used_without_asking(
+    platform: Platform, clock: ManualClock, agent: str
+) -> None:
+    now = clock.now()
+    with platform.sessions() as session:
+        session.execute(update(Node).values(agent_address=agent, agent_reported_at=now))
+        session.add(
+            NodeCondition(
+                node="node-0",
+                type="GpuXid",
+                status="True",
+                reason="CriticalXid",
+                message="Xid 79 on GPU 0",
+                last_transition_time=now,
+                updated_at=now,
+                streak=1,
+            )
+        )
+        session.commit()
+    job = submit_to_platform(platform, manifest("ddp", replicas=2, gpu=2))
+    platform.loop.run_once()
+    assert FakeAgent.asked == []
+    failed = [m for r, m in events(platform, job) if r == "PreflightFailed"]
+    assert len(failed) == 1 and "node-0" in failed[0] and "GpuXid" in failed[0]
+
+
+def test_a_job_requeued_from_an_unhealthy_node_keeps_off_it_when_it_is_back(
+    platform: Platform, clock: ManualClock
+) -> None:
+    job = submit_to_platform(platform, manifest("ddp", replicas=2, gpu=2))
+    clock.advance(1)
+    platform.loop.run_once()
+    assert sorted(r.node for r in replica_rows(platform, job)) == ["node-0", "node-1"]
+    with platform.sessions() as session:
+        session.execute(update(Node).where(Node.name == BAD).values(healthy=False))
+        session.commit()
+    clock.advance(1)
+    platform.loop.run_once()
+    with platform.sessions() as session:  # back at once (a flap): the retry still avoids it
+        session.execute(update(Node).where(Node.name == BAD).values(healthy=True))
+        session.commit()
+    for _ in range(3):
+        clock.advance(1)
+        platform.loop.run_once()
+    retried = get(platform, job)
+    assert (retried.state, retried.attempt) == ("Running", 2)
+    last = [r.node for r in replica_rows(platform, job) if r.attempt == 2]
+    assert sorted(last) == ["node-0", "node-2"]
+
+
+@pytest.fixture
+def one_node(clock: ManualClock) -> FakeExecutor:
+    return FakeExecutor(
+        [NodeInfo(name="only", gpus=2, cpu_millis=8000, memory=32 * 2**30, labels={})],
+        clock=clock,
+    )
+
+
+def test_on_a_single_node_the_requeued_job_waits_for_that_node_not_an_exclusion(
+    tmp_path: Path, one_node: FakeExecutor, clock: ManualClock
+) -> None:
+    platform = build_platform(home=tmp_path / "home", db_url=None, executor=one_node, clock=clock)
+    try:
+        job = submit_to_platform(platform, manifest("train", replicas=1, gpu=2))
+        clock.advance(1)
+        platform.loop.run_once()
+        for healthy in (False, True):
+            with platform.sessions() as session:
+                session.execute(update(Node).values(healthy=healthy))
+                session.commit()
+            for _ in range(2):
+                clock.advance(1)
+                platform.loop.run_once()
+        retried = get(platform, job)
+        assert (retried.state, retried.attempt, retried.excluded_nodes) == ("Running", 2, None)
+    finally:
+        platform.close()
