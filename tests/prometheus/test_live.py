@@ -1,0 +1,206 @@
+"""A real Prometheus scrapes a running kiban: every dashboard query and every alert expression
+returns series.
+
+The platform is a real ``kiban up`` on the local executor (three virtual nodes of 2 GPUs) whose
+node agent reads its GPUs from files (the reading seam, one ``NodeReading`` per node: every
+DCGM field given, one node thermally throttled so that a condition is True). Jobs run, finish,
+wait and are preempted, so that the scheduler's counters and histograms have samples. A
+throwaway Prometheus scrapes kiban's HTTP service discovery every second, loading the shipped
+alert rules.
+
+Dashboard queries are evaluated as they stand. An alert expression is a condition that
+rightly holds for nothing on a healthy cluster (``kiban_remediation_breaker_open == 1``), so
+it is evaluated with every comparison turned into a ``bool`` comparison (which answers 0 or 1
+for each series instead of filtering): it then returns series exactly when the series it
+reads exist and its functions and label matching are right. Each operand of a top-level
+``or`` is evaluated on its own (each must find its series), except ``absent(...)``, whose
+empty answer is the healthy one. The loaded rules must evaluate without error, too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prom_support import ALERTS, DASHBOARDS
+
+from kiban.devtools.prometheus import (
+    PrometheusError,
+    ThrowawayPrometheus,
+    comparisons_as_bool,
+    split_top_level_or,
+)
+from kiban.health.readings import GpuReading, NodeReading
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+
+from e2e_support import KibanServer, eventually, job_manifest, server_factory
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.e2e]
+
+NODES = ("node-0", "node-1", "node-2")
+GPUS_PER_NODE = 2
+SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
+SERIES_TIMEOUT = 30.0
+PRIORITIES = [
+    {"name": "low", "value": 100},
+    {"name": "normal", "value": 1000, "default": True},
+    {"name": "high", "value": 10000, "preemptionPolicy": "PreemptLowerPriority"},
+]
+
+
+def gpu_reading(node: str, index: int, *, throttled: bool = False) -> GpuReading:
+    """A healthy GPU with every field the DCGM series come from."""
+    return GpuReading(
+        index=index,
+        uuid=f"GPU-{node}-{index}",
+        model="NVIDIA H100 80GB HBM3",
+        ecc_volatile_uncorrectable=0,
+        ecc_aggregate_uncorrectable=0,
+        ecc_volatile_correctable=0,
+        ecc_aggregate_correctable=3,
+        remapped_rows_correctable=1,
+        remapped_rows_uncorrectable=0,
+        remap_pending=False,
+        remap_failure=False,
+        pcie_link_gen=5,
+        pcie_link_gen_max=5,
+        pcie_link_width=16,
+        pcie_link_width_max=16,
+        pcie_replay_counter=0,
+        fabric_state="completed",
+        nvlink_links_down=0,
+        nvlink_crc_errors=0,
+        nvlink_bandwidth_total=1000 * (index + 1),
+        thermal_throttle=throttled,
+        power_throttle=False,
+        utilization_percent=0.0,
+        memory_used_mib=1024.0,
+        memory_free_mib=80 * 1024.0 - 1024.0,
+        temperature_c=40.0 + index,
+        power_w=90.0,
+    )
+
+
+def write_readings(directory: Path) -> None:
+    for node in NODES:
+        reading = NodeReading(
+            node=node,
+            taken_at=time.time(),
+            nvml_available=True,
+            driver_version="550.54.15",
+            gpus=tuple(
+                gpu_reading(node, i, throttled=node == "node-2") for i in range(GPUS_PER_NODE)
+            ),
+        )
+        (directory / f"{node}.json").write_text(reading.model_dump_json())
+
+
+def cluster_file() -> dict[str, Any]:
+    return {
+        "nodes": [
+            {"name": name, "gpus": GPUS_PER_NODE, "cpus": 8, "memory": "8Gi"} for name in NODES
+        ],
+        "queues": [{"name": "default", "quota": {"gpu": len(NODES) * GPUS_PER_NODE}}],
+        "priorityClasses": PRIORITIES,
+    }
+
+
+@pytest.fixture(scope="module")
+def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer]:
+    """kiban with its agent on the reading seam, jobs running, finished, pending, preempted."""
+    readings = tmp_path_factory.mktemp("readings")
+    readings.chmod(0o755)
+    write_readings(readings)
+    with server_factory(tmp_path_factory) as start:
+        server = start(
+            nodes=None,
+            config=cluster_file(),
+            extra_args=["--agent-readings-dir", str(readings), "--health-interval", "1"],
+        )
+        done = server.submit(job_manifest("done", ["true"], gpu=0), "done.yaml")
+        low = [
+            server.submit(job_manifest(f"low-{i}", SLEEP, gpu=2, priorityClass="low"), f"l{i}.yaml")
+            for i in range(2)
+        ]
+        steady = server.submit(job_manifest("steady", SLEEP, gpu=2), "steady.yaml")
+        for job in (*low, steady):
+            server.wait_for_state(job, "Running")
+        server.wait_for_state(done, "Succeeded")
+        # Every GPU is held: a high-priority job preempts a low one, which waits again.
+        urgent = server.submit(
+            job_manifest("urgent", SLEEP, gpu=2, priorityClass="high"), "urgent.yaml"
+        )
+        server.wait_for_state(urgent, "Running")
+        # A gang that cannot fit while the others run.
+        server.submit(job_manifest("gang", SLEEP, replicas=2, gpu=2), "gang.yaml")
+        yield server
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(where, expr) of every target of every panel of every dashboard."""
+    found = []
+    for path in DASHBOARDS:
+        dashboard = json.loads(path.read_text())
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                where = f"{dashboard['uid']}: {panel['title']} [{target['refId']}]"
+                found.append((where, target["expr"]))
+    return found
+
+
+def alert_queries() -> list[tuple[str, str]]:
+    """(where, expr) of each operand of each alert's expression, comparisons made ``bool``."""
+    found = []
+    for group in yaml.safe_load(ALERTS.read_text())["groups"]:
+        for rule in group["rules"]:
+            operands = split_top_level_or(comparisons_as_bool(rule["expr"]))
+            for index, operand in enumerate(operands):
+                if operand.startswith("absent("):
+                    continue
+                found.append((f"{rule['alert']} [operand {index}]", operand))
+    return found
+
+
+def test_every_panel_and_alert_expression_returns_series(busy_kiban: KibanServer) -> None:
+    discovery = f"{busy_kiban.url}/api/v1/discovery/prometheus"
+    with ThrowawayPrometheus(discovery, rule_files=[ALERTS], interval_s=1.0) as prom:
+
+        def targets_up() -> bool:
+            up = {t.labels.get("kiban_component") for t in prom.targets() if t.health == "up"}
+            return {"control-plane", "node-agent"} <= up
+
+        try:
+            prom.wait_for(targets_up, "the control plane and the node agent to be scraped")
+        except PrometheusError as waited:
+            pytest.fail(f"{waited}\ntargets: {prom.targets()}\n{busy_kiban.log_tail()}")
+
+        queries = dashboard_queries() + alert_queries()
+        empty = dict(queries)
+        deadline = time.monotonic() + SERIES_TIMEOUT
+        # rate() and increase() need two samples, histograms an observation, idle GPUs their
+        # window: poll until each query has returned series once, or the deadline.
+        while empty and time.monotonic() < deadline:
+            for where, expr in list(empty.items()):
+                if prom.query(expr):
+                    del empty[where]
+            if empty:
+                time.sleep(0.5)
+        assert not empty, "queries that returned no series:\n" + "\n".join(
+            f"  {where}: {' '.join(expr.split())}" for where, expr in empty.items()
+        )
+
+        eventually(
+            lambda: all(rule["health"] == "ok" for rule in prom.rules()),
+            what="every loaded alert rule to evaluate without error",
+            timeout=10,
+        )
+        loaded = {rule["name"] for rule in prom.rules()}
+        shipped = {query.split(" [")[0] for query, _ in alert_queries()}
+        assert loaded == shipped
