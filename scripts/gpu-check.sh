@@ -16,6 +16,30 @@ fail() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 GPUS=$(nvidia-smi -L | grep -c '^GPU ')
 
+say "kiban node-agent --once --json     # every GPU check through NVML, kept as test fixtures"
+kiban node-agent --once --json > "$KIBAN_HOME/health.json"
+python - "$KIBAN_HOME/health.json" "$ROOT/tests/health/fixtures/recorded" "$GPUS" <<'EOF' \
+    || fail "the node agent could not read the GPUs through NVML"
+import json, pathlib, re, socket, sys
+reports, where, gpus = json.load(open(sys.argv[1])), pathlib.Path(sys.argv[2]), int(sys.argv[3])
+for report in reports:
+    reading = report["reading"]
+    if not reading["nvml_available"]:
+        sys.exit(f"NVML unavailable: {reading['error']}")
+    if len(reading["gpus"]) != gpus:
+        sys.exit(f"NVML gave {len(reading['gpus'])} GPUs, nvidia-smi lists {gpus}")
+    model = reading["gpus"][0]["model"] if reading["gpus"] else "no-gpu"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{socket.gethostname()}-{model}")
+    where.mkdir(parents=True, exist_ok=True)
+    (where / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"recorded {where / name}.json")
+    for c in report["conditions"]:
+        print(f"  {c['type']:<17} {c['status']:<8} {c['reason']:<26} {c['message']}")
+EOF
+say "pytest tests/health/test_fixtures.py   # the recorded readings give the same conditions"
+python -m pytest -q -p no:cacheprovider "$ROOT/tests/health/test_fixtures.py" \
+    || fail "the recorded readings do not give the conditions the agent gave"
+
 say "kiban up --port 0 &     # one node: this machine, its GPUs counted by NVML"
 kiban up --home "$KIBAN_HOME" --port 0 2>"$KIBAN_HOME/server.log" &
 SERVER=$!
@@ -37,6 +61,16 @@ for _ in $(seq 1 150); do
 done
 say "kiban nodes"
 kiban nodes
+say "curl <node agent>/metrics     # kiban up's node agent: GPU telemetry under DCGM's names"
+AGENT=""
+for _ in $(seq 1 150); do
+    AGENT=$(grep -o 'serving http://[^ ]*/metrics' "$KIBAN_HOME/server.log" | head -n 1 | cut -d' ' -f2)
+    [[ -n "$AGENT" ]] && curl -sS "$AGENT" | grep -q '^DCGM_FI_DEV_GPU_TEMP{' && break
+    sleep 0.2
+done
+[[ -n "$AGENT" ]] || fail "kiban up started no node agent"
+curl -sS "$AGENT" | grep -E '^(DCGM_FI_DEV_(GPU_TEMP|FB_USED|POWER_USAGE)|kiban_agent_check_status)' \
+    || fail "the node agent serves no GPU telemetry"
 kiban nodes -o json > "$KIBAN_HOME/nodes.json"
 python - "$KIBAN_HOME/nodes.json" "$GPUS" <<'EOF' || fail "kiban nodes does not count the GPUs nvidia-smi lists"
 import json, sys

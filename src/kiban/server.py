@@ -31,6 +31,7 @@ from kiban.executors.base import NodeInfo
 from kiban.executors.local import LocalExecutor
 from kiban.executors.local.isolation import Isolation, startup_notes
 from kiban.executors.local.nodes import this_machine, virtual_nodes
+from kiban.health.agent_process import AgentNode, AgentProcess, agent_arguments
 from kiban.platform import Platform, build_platform
 from kiban.services.errors import ServiceError
 
@@ -62,6 +63,9 @@ class ServerOptions:
     kube_options: KubernetesOptions | None = None
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)  # what the API takes at once
     multi_tenant: bool = False  # refuse to run local jobs as kiban's user; no token in the home
+    node_agent: bool = True  # local: run `kiban node-agent` for the nodes (GPU health checks)
+    agent_readings_dir: Path | None = None  # the agent reads DIR/<node>.json instead of NVML
+    health_interval_s: float = 30.0  # seconds between the agent's checks
 
     @property
     def isolated(self) -> bool:
@@ -166,6 +170,34 @@ def admin_token_note(options: ServerOptions, platform: Platform) -> str:
     if platform.token_file.exists():
         note += f"; {platform.token_file}, written by a start without it, should move out"
     return note
+
+
+def start_node_agent(options: ServerOptions, platform: Platform, url: str) -> AgentProcess | None:
+    """The local executor's node agent, reporting to ``url`` with the admin token (as the CLI
+    finds it: the home's token file, or the token just made); None on Kubernetes (a DaemonSet
+    runs it there) or with ``--no-node-agent``."""
+    if options.backend != "local" or not options.node_agent:
+        return None
+    token: str | None = None
+    if platform.token_file.exists():
+        token = platform.token_file.read_text().strip() or None
+    token = token or platform.admin_token
+    if token is None:
+        logging.getLogger("kiban.server").warning(
+            "the node agent runs without reporting: no admin token here (--multi-tenant)"
+        )
+    nodes = [AgentNode(n.name, n.gpus) for n in platform.executor.nodes()]
+    agent = AgentProcess(
+        agent_arguments(
+            nodes,
+            url=url if token is not None else None,
+            interval_s=options.health_interval_s,
+            readings_dir=options.agent_readings_dir,
+        ),
+        token,
+    )
+    agent.start()
+    return agent
 
 
 def stop_for_lost_lease(message: str) -> None:
@@ -299,9 +331,12 @@ def prepare(options: ServerOptions, ownership: Ownership) -> tuple[FastAPI, sock
             # so a ``finally`` around ``server.run`` would not be reached on SIGTERM.
             running.loop.start()
             running.services.start()
+            agent = start_node_agent(options, running, url)
             try:
                 yield
             finally:
+                if agent is not None:
+                    agent.stop()
                 running.close()
                 ownership.release()
                 print("kiban stopped", file=sys.stderr, flush=True)

@@ -27,6 +27,7 @@ from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
 from kiban.cli.manifest_files import read_text
+from kiban.cli.node_agent import node_agent_command
 from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.cli.policy import policy_app
 from kiban.cli.serving import (
@@ -62,6 +63,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(dev_app, name="dev")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
+app.command("node-agent")(node_agent_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)
 app.command("promote")(promote_command)
@@ -187,6 +189,19 @@ def up(
             "then run as a user per tenant), and keep the admin token out of the home",
         ),
     ] = False,
+    no_node_agent: Annotated[
+        bool,
+        typer.Option(
+            "--no-node-agent", help="local: do not run the node agent (GPU health checks)"
+        ),
+    ] = False,
+    agent_readings_dir: Annotated[
+        Path | None,
+        typer.Option(help="local: the node agent reads DIR/NODE.json instead of NVML"),
+    ] = None,
+    health_interval: Annotated[
+        float, typer.Option(help="local: seconds between the node agent's checks", min=0.1)
+    ] = 30.0,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -218,6 +233,10 @@ def up(
             "--kubeconfig, --image, --unhealthy-condition and --pod-api-url need "
             "--backend kubernetes"
         )
+    if backend != "local" and agent_readings_dir is not None:
+        fail("--agent-readings-dir is for the local backend (on Kubernetes a DaemonSet runs it)")
+    if agent_readings_dir is not None and not agent_readings_dir.is_dir():
+        fail(f"--agent-readings-dir {agent_readings_dir} is not a directory")
     if nodes is not None and nodes < 1:
         fail("--nodes must be at least 1")
     if gpus_per_node < 0:
@@ -267,6 +286,9 @@ def up(
             max_follows_per_principal=max_follows_per_principal,
         ),
         multi_tenant=multi_tenant,
+        node_agent=not no_node_agent,
+        agent_readings_dir=agent_readings_dir.resolve() if agent_readings_dir else None,
+        health_interval_s=health_interval,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)

@@ -1,0 +1,84 @@
+"""``kiban up`` runs one ``kiban node-agent`` process for all the local executor's nodes.
+
+Each node's GPUs are the physical GPUs ``0 .. gpus-1``: the local executor gives a replica the
+GPU ids ``0 ..`` of its node and sets ``CUDA_VISIBLE_DEVICES`` to them as they are, so every
+virtual node shares this machine's first GPUs and the agent reads those for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class AgentNode:
+    """A node the agent checks and how many of the machine's GPUs it has."""
+
+    name: str
+    gpus: int
+
+
+def agent_arguments(
+    nodes: Sequence[AgentNode],
+    *,
+    url: str | None,
+    interval_s: float,
+    readings_dir: Path | None = None,
+) -> list[str]:
+    """``kiban node-agent``'s arguments (after the program) for these nodes."""
+    args = ["node-agent", "--interval", f"{interval_s:g}"]
+    if url is not None:
+        args += ["--url", url]
+    for node in nodes:
+        args += ["--node", f"{node.name}=" + ",".join(str(i) for i in range(node.gpus))]
+    if readings_dir is not None:
+        args += ["--readings-dir", str(readings_dir)]
+    return args
+
+
+class AgentProcess:
+    """The agent as a child process; the token travels in its environment, not its arguments
+    (which other users of the machine can read)."""
+
+    def __init__(self, arguments: Sequence[str], token: str | None) -> None:
+        self.arguments = list(arguments)
+        self.token = token
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env.pop("KIBAN_URL", None)
+        if self.token is not None:
+            env["KIBAN_TOKEN"] = self.token
+        else:
+            env.pop("KIBAN_TOKEN", None)
+        program = [sys.executable, "-c", "from kiban.cli.main import main; main()"]
+        self.process = subprocess.Popen(
+            [*program, *self.arguments],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ``STOP_GRACE_S``."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            log.warning("the node agent did not stop within %g s; killing it", STOP_GRACE_S)
+            process.kill()
+            process.wait()
