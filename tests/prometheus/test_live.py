@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from prom_support import ALERTS, DASHBOARDS
@@ -37,6 +38,7 @@ from kiban.devtools.prometheus import (
     split_top_level_or,
 )
 from kiban.health.readings import GpuReading, NodeReading
+from kiban.testing.models import embedding_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
@@ -48,6 +50,7 @@ NODES = ("node-0", "node-1", "node-2")
 GPUS_PER_NODE = 2
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 SERIES_TIMEOUT = 30.0
+LOAD_TIMEOUT = 180.0  # a model server's start on a loaded 2-core machine
 PRIORITIES = [
     {"name": "low", "value": 100},
     {"name": "normal", "value": 1000, "default": True},
@@ -109,6 +112,10 @@ def cluster_file() -> dict[str, Any]:
         ],
         "queues": [{"name": "default", "quota": {"gpu": len(NODES) * GPUS_PER_NODE}}],
         "priorityClasses": PRIORITIES,
+        # Throttling is a warning: recorded as a remediation action that does nothing.
+        "health": {
+            "rules": [{"name": "note-throttling", "condition": "GpuThermal", "action": "none"}]
+        },
     }
 
 
@@ -124,13 +131,25 @@ def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer
             config=cluster_file(),
             extra_args=["--agent-readings-dir", str(readings), "--health-interval", "1"],
         )
+        # A model server (no GPU) loads while the jobs start.
+        service = {
+            "apiVersion": "kiban/v1",
+            "kind": "Service",
+            "metadata": {"name": "embedder"},
+            "spec": {
+                "model": {"name": "minilm", "storageUri": f"file://{embedding_model_path()}"},
+                "resources": {"gpu": 0, "cpu": 0.5, "memory": "1Gi"},
+            },
+        }
+        (server.workdir / "embedder.yaml").write_text(yaml.safe_dump(service))
+        url = server.ok("serve", server.workdir / "embedder.yaml").strip()
         done = server.submit(job_manifest("done", ["true"], gpu=0), "done.yaml")
         low = [
             server.submit(job_manifest(f"low-{i}", SLEEP, gpu=2, priorityClass="low"), f"l{i}.yaml")
             for i in range(2)
         ]
         steady = server.submit(job_manifest("steady", SLEEP, gpu=2), "steady.yaml")
-        for job in (*low, steady):
+        for job in (low[0], steady):
             server.wait_for_state(job, "Running")
         server.wait_for_state(done, "Succeeded")
         # Every GPU is held: a high-priority job preempts a low one, which waits again.
@@ -140,6 +159,19 @@ def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer
         server.wait_for_state(urgent, "Running")
         # A gang that cannot fit while the others run.
         server.submit(job_manifest("gang", SLEEP, replicas=2, gpu=2), "gang.yaml")
+        # One request through the router, so the model server's labelled series exist.
+        eventually(
+            lambda: server.client.service("embedder")["state"] == "Ready",
+            timeout=LOAD_TIMEOUT,
+            what="the embedding service to be ready",
+        )
+        answer = httpx.post(
+            f"{url}/openai/v1/embeddings",
+            json={"model": "minilm", "input": ["a cat sits on the mat"]},
+            headers={"Authorization": f"Bearer {server.token}"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
         yield server
 
 
