@@ -149,7 +149,7 @@ def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer
             for i in range(2)
         ]
         steady = server.submit(job_manifest("steady", SLEEP, gpu=2), "steady.yaml")
-        for job in (low[0], steady):
+        for job in (*low, steady):
             server.wait_for_state(job, "Running")
         server.wait_for_state(done, "Succeeded")
         # Every GPU is held: a high-priority job preempts a low one, which waits again.
