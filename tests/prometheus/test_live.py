@@ -4,7 +4,8 @@ returns series.
 The platform is a real ``kiban up`` on the local executor (three virtual nodes of 2 GPUs) whose
 node agent reads its GPUs from files (the reading seam, one ``NodeReading`` per node: every
 DCGM field given, one node thermally throttled so that a condition is True). Jobs run, finish,
-wait and are preempted, so that the scheduler's counters and histograms have samples. A
+wait and are preempted, so that the scheduler's counters and histograms have samples; an
+embedding service answers one request, so that its model server's series have samples. A
 throwaway Prometheus scrapes kiban's HTTP service discovery every second, loading the shipped
 alert rules.
 
@@ -175,11 +176,13 @@ def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer
         yield server
 
 
-def dashboard_queries() -> list[tuple[str, str]]:
-    """(where, expr) of every target of every panel of every dashboard."""
+def dashboard_queries(serving: bool) -> list[tuple[str, str]]:
+    """(where, expr) of every target of every panel of the serving dashboard, or of the others."""
     found = []
     for path in DASHBOARDS:
         dashboard = json.loads(path.read_text())
+        if (dashboard["uid"] == "kiban-serving") != serving:
+            continue
         for panel in dashboard["panels"]:
             for target in panel["targets"]:
                 where = f"{dashboard['uid']}: {panel['title']} [{target['refId']}]"
@@ -200,39 +203,60 @@ def alert_queries() -> list[tuple[str, str]]:
     return found
 
 
-def test_every_panel_and_alert_expression_returns_series(busy_kiban: KibanServer) -> None:
+@pytest.fixture(scope="module")
+def prom(busy_kiban: KibanServer) -> Iterator[ThrowawayPrometheus]:
+    """A Prometheus scraping ``busy_kiban`` every second, once its control plane and node
+    agent are scraped."""
     discovery = f"{busy_kiban.url}/api/v1/discovery/prometheus"
-    with ThrowawayPrometheus(discovery, rule_files=[ALERTS], interval_s=1.0) as prom:
+    with ThrowawayPrometheus(discovery, rule_files=[ALERTS], interval_s=1.0) as server:
 
         def targets_up() -> bool:
-            up = {t.labels.get("kiban_component") for t in prom.targets() if t.health == "up"}
+            up = {t.labels.get("kiban_component") for t in server.targets() if t.health == "up"}
             return {"control-plane", "node-agent"} <= up
 
         try:
-            prom.wait_for(targets_up, "the control plane and the node agent to be scraped")
+            server.wait_for(targets_up, "the control plane and the node agent to be scraped")
         except PrometheusError as waited:
-            pytest.fail(f"{waited}\ntargets: {prom.targets()}\n{busy_kiban.log_tail()}")
+            pytest.fail(f"{waited}\ntargets: {server.targets()}\n{busy_kiban.log_tail()}")
+        yield server
 
-        queries = dashboard_queries() + alert_queries()
-        empty = dict(queries)
-        deadline = time.monotonic() + SERIES_TIMEOUT
-        # rate() and increase() need two samples, histograms an observation, idle GPUs their
-        # window: poll until each query has returned series once, or the deadline.
-        while empty and time.monotonic() < deadline:
-            for where, expr in list(empty.items()):
-                if prom.query(expr):
-                    del empty[where]
-            if empty:
-                time.sleep(0.5)
-        assert not empty, "queries that returned no series:\n" + "\n".join(
-            f"  {where}: {' '.join(expr.split())}" for where, expr in empty.items()
-        )
 
-        eventually(
-            lambda: all(rule["health"] == "ok" for rule in prom.rules()),
-            what="every loaded alert rule to evaluate without error",
-            timeout=10,
-        )
-        loaded = {rule["name"] for rule in prom.rules()}
-        shipped = {query.split(" [")[0] for query, _ in alert_queries()}
-        assert loaded == shipped
+def assert_all_return_series(prom: ThrowawayPrometheus, queries: list[tuple[str, str]]) -> None:
+    """Poll until each query has returned series once (rate() and increase() need two
+    samples, histograms an observation, idle GPUs their window), or fail naming the others."""
+    empty = dict(queries)
+    deadline = time.monotonic() + SERIES_TIMEOUT
+    while empty and time.monotonic() < deadline:
+        for where, expr in list(empty.items()):
+            if prom.query(expr):
+                del empty[where]
+        if empty:
+            time.sleep(0.5)
+    assert not empty, "queries that returned no series:\n" + "\n".join(
+        f"  {where}: {' '.join(expr.split())}" for where, expr in empty.items()
+    )
+
+
+def test_every_panel_and_alert_expression_returns_series(prom: ThrowawayPrometheus) -> None:
+    assert_all_return_series(prom, dashboard_queries(serving=False) + alert_queries())
+    eventually(
+        lambda: all(rule["health"] == "ok" for rule in prom.rules()),
+        what="every loaded alert rule to evaluate without error",
+        timeout=10,
+    )
+    loaded = {rule["name"] for rule in prom.rules()}
+    shipped = {query.split(" [")[0] for query, _ in alert_queries()}
+    assert loaded == shipped
+
+
+def test_every_serving_panel_returns_series(prom: ThrowawayPrometheus) -> None:
+    """The model server is found through discovery and scraped like the rest."""
+    prom.wait_for(
+        lambda: any(
+            t.labels.get("kiban_component") == "model-server" and t.health == "up"
+            for t in prom.targets()
+        ),
+        "discovery to list the embedding service's model server, and its scrape",
+        timeout=SERIES_TIMEOUT,
+    )
+    assert_all_return_series(prom, dashboard_queries(serving=True))
