@@ -30,6 +30,7 @@ EXPECTED = {
     "/api/v1/policy/versions": {"get"},
     "/api/v1/tenants": {"get", "post"},
     "/api/v1/tenants/{tenant}/tokens": {"post"},
+    "/api/v1/discovery/prometheus": {"get"},
 }
 
 
@@ -45,8 +46,9 @@ def test_openapi_lists_the_v1_paths(platform: Platform) -> None:
     for path, methods in EXPECTED.items():
         assert path in paths, path
         assert methods <= set(paths[path]), (path, set(paths[path]))
-    # Every API path is versioned; only the health check lives outside /api/v1.
-    assert {p for p in paths if not p.startswith("/api/v1/")} == {"/healthz"}
+    # Every API path is versioned; only the health check and Prometheus's /metrics (where
+    # Prometheus looks by default) live outside /api/v1.
+    assert {p for p in paths if not p.startswith("/api/v1/")} == {"/healthz", "/metrics"}
 
 
 def test_openapi_documents_what_the_endpoints_take(api: TestClient) -> None:
@@ -107,7 +109,8 @@ def test_every_error_a_route_may_answer_is_declared_with_the_error_body() -> Non
         for method, operation in declared.items():
             codes = {int(code) for code in operation["responses"]}
             assert {408, 431} <= codes, (method, path)  # the server's bounds, before routing
-            if path != "/healthz":  # admission's, before the body is read (any method's)
+            # admission's, before the body is read (any method's), on all but the open paths
+            if path not in {"/healthz", "/metrics", "/api/v1/discovery/prometheus"}:
                 assert {401, 413, 503} <= codes, (method, path)
             if "{" in path:
                 assert 404 in codes, (method, path)

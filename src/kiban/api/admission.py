@@ -46,6 +46,7 @@ from kiban.services.errors import ServiceError, Unavailable
 
 API_PREFIX = "/api/"
 HEALTH_PATH = "/healthz"
+OPEN_PATHS = frozenset({"/api/v1/discovery/prometheus"})  # no token (see routers.metrics)
 HEALTHY_BODY = b'{"status":"ok"}'
 FOLLOW_PATH = re.compile(r"^/api/v1/jobs/[^/]+/logs$")
 TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
@@ -89,7 +90,12 @@ class Admission:
         if path == HEALTH_PATH and scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
             await _healthy(scope, send)
             return
-        if scope["type"] != "http" or not path.startswith(API_PREFIX) or _preflight(scope):
+        if (
+            scope["type"] != "http"
+            or not path.startswith(API_PREFIX)
+            or path in OPEN_PATHS
+            or _preflight(scope)
+        ):
             await self.app(scope, receive, send)
             return
         authorization, length, chunked = _request_headers(scope)

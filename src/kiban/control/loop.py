@@ -4,7 +4,7 @@ Each pass:
 1. Settle (``settling``): observe the replicas of running and stopping jobs; record exits and
    checkpoints; finish, fail, restart, requeue or stop jobs (grace period, then force).
 2. Take a snapshot of the store; add the usage held since the last pass to each tenant's
-   decayed usage; requeue jobs on nodes found unhealthy.
+   decayed usage; requeue jobs on nodes found unhealthy; note running jobs' idle GPUs.
 3. Run the pure scheduler core on the snapshot, and now and then the same core forward in
    simulated time for start-time forecasts.
 4. Apply its decisions: stop preempted jobs (they return to their queues), launch admitted
@@ -45,6 +45,8 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.states import JobState
 from kiban.executors.base import Capability, Executor, NodeInfo
+from kiban.observability.idle_tracker import IdleGpuTracker
+from kiban.observability.scheduling_cycles import cycle_histogram
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt
@@ -98,6 +100,8 @@ class ControlLoop:
         self.pending_views = PendingViews()
         self.window_ends = WindowEnds()
         self.counts = PassCounts()
+        self.cycle_seconds = cycle_histogram()  # /metrics: kiban_scheduling_cycle_seconds
+        self.idle_gpus = IdleGpuTracker()  # /metrics: kiban_job_idle_gpus; GpusIdle events
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -182,7 +186,8 @@ class ControlLoop:
         in_burst = wanted and self._last_pass_wanted and since < gap
         scheduled = False
         if self._more or ((wanted or changed) and not in_burst) or since >= self.settings.resync_s:
-            self._more = self.schedule(now)
+            with self.cycle_seconds.time():
+                self._more = self.schedule(now)
             self._last_pass_wanted = wanted
             scheduled = True
         self.passes += 1
@@ -296,6 +301,7 @@ class ControlLoop:
         self._last_schedule = now
         self._accrue_usage(snapshot.running, now, cluster_policy)
         self._requeue_from_unhealthy_nodes(snapshot.running, now)
+        self.idle_gpus.observe(self.sessions, snapshot.running, cluster_policy, now)
         if not snapshot.pending:
             return False
         decisions = schedule(snapshot, self.settings.engine_policy, self.capacity)

@@ -119,6 +119,9 @@ class ServiceController:
     decisions: dict[tuple[int, int], ScaleDecision] = field(default_factory=dict)
     """The autoscaler's last word on each scaling revision (service id, number), to show."""
     cpu: CpuMeter = field(default_factory=CpuMeter)
+    addresses: dict[str, str] = field(default_factory=dict)
+    """Job id to the address of each running model server replica, as the last pass found
+    them (Prometheus's service discovery lists them)."""
     revision_services: RevisionServices = field(init=False)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -171,6 +174,7 @@ class ServiceController:
         self.revision_services.sync(now)
         views = self._observe()
         probes = self._gather(views)
+        self.addresses = dict(probes.addresses)
         routed: set[tuple[str, str]] = set()  # (tenant, revision) of every service's split
         jobs_changed = False
         for view in views:

@@ -41,6 +41,7 @@ from kiban.domain.declarations import (
     unknown_name,
 )
 from kiban.domain.errors import SpecError
+from kiban.domain.idle_gpus import IdleGpusDecl
 from kiban.domain.jobspec import SpecModel
 from kiban.domain.manifests import problems_from_validation
 from kiban.scheduler.snapshot import DEFAULT_FLAVOR, FlavorView
@@ -75,6 +76,7 @@ class ClusterPolicy(SpecModel):
     )
     fair_share: FairShareDecl = Field(default_factory=FairShareDecl)
     topology: TopologyDecl = Field(default_factory=TopologyDecl)
+    idle_gpus: IdleGpusDecl = Field(default_factory=IdleGpusDecl)
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterPolicy:

@@ -25,4 +25,5 @@ class JobEventReason(StrEnum):
     REQUEUED = "Requeued"  # back in its queue after its replicas stopped
     RESTARTING = "Restarting"  # launched again after a failure (restartPolicy OnFailure)
     FAILED = "Failed"
+    GPUS_IDLE = "GpusIdle"  # its GPUs read under the idle threshold for the idle window
     STOP_INTENT_UNKNOWN = "StopIntentUnknown"  # written by migration 0013 for a stored intent
