@@ -16,7 +16,7 @@ from kiban.api import responses
 from kiban.api.admission import Admission
 from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
-from kiban.api.routers import cluster, jobs, metrics, policy, services
+from kiban.api.routers import cluster, jobs, metrics, node_health, policy, services
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
 
@@ -67,6 +67,7 @@ def create_app(
     app.include_router(policy.router)
     app.include_router(services.router)
     app.include_router(metrics.router)
+    app.include_router(node_health.router)
     app.state.limits = limits or AdmissionLimits()
     return app
 

@@ -289,6 +289,31 @@ def control(
     )
 
 
+@bench_app.command("health")
+def health(
+    nodes: Annotated[int, typer.Option(help="virtual nodes, each with an agent reporting")] = 1024,
+    interval: Annotated[float, typer.Option(help="seconds between a node's checks")] = 5.0,
+    faults: Annotated[int, typer.Option(help="nodes that get a GPU fault")] = 32,
+    intervals: Annotated[int, typer.Option(help="check intervals simulated")] = 4,
+    seed: Annotated[int, typer.Option(help="seed of the faults' nodes and times")] = 0,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """From a GPU fault in a reading to its node cordoned and its jobs requeued (p50/p99), on
+    many virtual nodes; the /metrics render and the agent's CPU per check where measured."""
+    from kiban.bench.health import HealthBenchOptions, health_table, run_health_bench
+
+    try:
+        options = HealthBenchOptions(
+            nodes=nodes, interval_s=interval, faults=faults, intervals=intervals, seed=seed
+        )
+    except ValueError as exc:
+        _bad_option(exc)
+    _report(lambda: run_health_bench(options), (RuntimeError,), health_table, as_json)
+
+
 @bench_app.command("kube")
 def kube(
     nodes: Annotated[int, typer.Option(help="fake 8-GPU nodes of the local control plane")] = 1_000,

@@ -52,6 +52,7 @@ from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import RunningJob, Snapshot
+from kiban.services.node_health import HealthPass
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition
@@ -116,6 +117,9 @@ class ControlLoop:
         self._last_node_sync = float("-inf")
         self._last_nodes: list[NodeInfo] | None = None
         self.on_nodes_changed: Callable[[], None] | None = None  # after the new nodes are stored
+        self.health = HealthPass(
+            sessions, self._requeue_drained, executor.offers.taints, self.clock.now
+        )
 
     # -- thread --------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -180,6 +184,7 @@ class ControlLoop:
         now = self.clock.now()
         nodes_changed = self._sync_nodes_if_due(now)
         changed = self.settle(now) or nodes_changed
+        self.health(self.policies)  # stale agents' conditions Unknown; drains' requeues
         now = self.clock.now()
         gap = self.settings.min_interval_s if min_interval_s is None else min_interval_s
         since = now - self._last_schedule
@@ -361,6 +366,11 @@ class ControlLoop:
                 continue
             nodes = sorted({r.node for r in job.replicas if r.node in bad})
             self.settler.stop_for(job.id, StopCause.node_unhealthy(nodes), now)
+
+    def _requeue_drained(self, job_id: str, nodes: list[str]) -> None:
+        """A drain's requeue: the job returns to its queue, keeping its submit time and not
+        spending its backoffLimit (``StopIntent.REQUEUE``)."""
+        self.settler.stop_for(job_id, StopCause.node_unhealthy(nodes), self.clock.now())
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
         with self.sessions() as session:

@@ -44,6 +44,7 @@ from kiban.domain.errors import SpecError
 from kiban.domain.idle_gpus import IdleGpusDecl
 from kiban.domain.jobspec import SpecModel
 from kiban.domain.manifests import problems_from_validation
+from kiban.domain.remediation import HealthPolicyDecl
 from kiban.scheduler.snapshot import DEFAULT_FLAVOR, FlavorView
 
 __all__ = [
@@ -65,7 +66,8 @@ class ClusterPolicy(SpecModel):
     Absent parts get defaults: no flavors (one implicit flavor, ``default``, of every node), one
     ``default`` queue without quota, the built-in priority classes (low 100, normal 1000 as the
     default, high 10000 with PreemptLowerPriority), fair share with a 7-day half-life priced
-    by GPUs, no topology levels. ``queues: []`` (written out) means no queues at all.
+    by GPUs, no topology levels, the default health rules (``kiban.domain.remediation``).
+    ``queues: []`` (written out) means no queues at all.
     """
 
     flavors: list[FlavorDecl] = Field(default_factory=list, max_length=256)
@@ -77,6 +79,7 @@ class ClusterPolicy(SpecModel):
     fair_share: FairShareDecl = Field(default_factory=FairShareDecl)
     topology: TopologyDecl = Field(default_factory=TopologyDecl)
     idle_gpus: IdleGpusDecl = Field(default_factory=IdleGpusDecl)
+    health: HealthPolicyDecl = Field(default_factory=HealthPolicyDecl)
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterPolicy:

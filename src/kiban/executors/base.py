@@ -2,9 +2,9 @@
 
 The seam every executor fills is ``Executor``; what only some can do is a capability of its
 own Protocol (``LogSource``, ``RevisionAddresses``, ``CpuMeter``, ``CheckpointProbe``,
-``Closing``), declared by each executor in its ``offers`` (None: it has no such thing), never
-looked up by name. ``capabilities`` (the ``Capability`` flags) are what submission checks: a
-job that needs one the executor lacks is refused.
+``NodeTaints``, ``Closing``), declared by each executor in its ``offers`` (None: it has no
+such thing), never looked up by name. ``capabilities`` (the ``Capability`` flags) are what
+submission checks: a job that needs one the executor lacks is refused.
 """
 
 from __future__ import annotations
@@ -183,6 +183,15 @@ class CheckpointProbe(Protocol):
         ...
 
 
+class NodeTaints(Protocol):
+    """Capability: puts a taint on a node (the health rules' ``taint`` action)."""
+
+    def taint_node(self, node: str, key: str, value: str, effect: str) -> None:
+        """Add the taint to the node, or set its value if the node has that key and effect
+        already; an exception says why it could not."""
+        ...
+
+
 class Closing(Protocol):
     """Capability: holds threads or connections, released by ``close`` when kiban stops."""
 
@@ -201,6 +210,7 @@ class Offers:
     cpu_meter: CpuMeter | None = None
     checkpoints: CheckpointProbe | None = None
     closing: Closing | None = None
+    taints: NodeTaints | None = None
 
 
 class NoLogs:

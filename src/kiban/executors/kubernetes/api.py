@@ -93,6 +93,12 @@ class CoreApi:
         return items
 
     # -- objects ---------------------------------------------------------------------------
+    def read_node(self, name: str) -> Obj:
+        return _json(self._core.read_node(name, _preload_content=False))
+
+    def patch_node(self, name: str, body: Obj) -> Obj:
+        return _json(self._core.patch_node(name, body, _preload_content=False))
+
     def create_namespace(self, body: Obj) -> Obj:
         return _json(self._core.create_namespace(body, _preload_content=False))
 

@@ -178,7 +178,7 @@ class KubernetesExecutor:
         self.timed = TimedLogs(self.api, CONTAINER, LOG_REFETCH_S)  # --since, --timestamps
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
-        self.offers = Offers(logs=self, revisions=self, closing=self)
+        self.offers = Offers(logs=self, revisions=self, closing=self, taints=self)
 
     @classmethod
     def connect(
@@ -203,6 +203,19 @@ class KubernetesExecutor:
         self.api.close()
 
     # -- nodes -----------------------------------------------------------------------------
+    def taint_node(self, node: str, key: str, value: str, effect: str) -> None:
+        """Put a taint on the Node (``NodeTaints``): its taints read, this one added or its value
+        set, written back with the Node's resourceVersion so a concurrent change is not lost."""
+        current = self.api.read_node(node)
+        spec = current.get("spec") or {}
+        taints = [
+            t for t in spec.get("taints") or [] if (t.get("key"), t.get("effect")) != (key, effect)
+        ]
+        taints.append({"key": key, "value": value, "effect": effect})
+        version = (current.get("metadata") or {}).get("resourceVersion")
+        body = {"metadata": {"resourceVersion": version}, "spec": {"taints": taints}}
+        self.api.patch_node(node, body)
+
     def nodes(self) -> list[NodeInfo]:
         """The cluster's nodes (those matching ``options.node_selector``), GPUs of others off."""
         nodes = self.api.list_nodes(self.options.node_selector)

@@ -1,0 +1,593 @@
+"""Node health on the control plane: agents' reports in, remediation out.
+
+1. ``ingest``: a node agent's report is stored (each condition with its streak, a history row
+   on each change, the latest reading, where the agent is and when it reported); the reply
+   tells the agent which job holds each GPU.
+2. ``remediate``: the policy's rules are applied to the nodes just reported (the pure engine,
+   ``kiban.health.remediation``), one decision at a time against the circuit breaker's running
+   count, under one lock so that concurrent reports cannot pass the breaker together. What the
+   store alone can do (cordon, uncordon) is done in that transaction; what needs the executor,
+   a process or the jobs (taint, hook, drain's requeues) is recorded ``pending`` and carried
+   out after the commit, its outcome recorded then.
+3. ``loop_pass`` (each control-loop pass): nodes whose agent went silent for
+   ``agentTimeoutSeconds`` get their conditions Unknown (``AgentNotReporting``); pending drains
+   requeue the jobs of their node (again after a restart: a requeue is idempotent), keeping the
+   jobs' submit time and ``backoffLimit`` (``StopIntent.REQUEUE`` counts no attempt).
+
+No network call or subprocess runs with a transaction open.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import httpx
+from pydantic import ValidationError
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from kiban.domain.remediation import HealthPolicyDecl, RemediationRuleDecl
+from kiban.domain.states import JobState
+from kiban.executors.base import NodeTaints
+from kiban.health.conditions import CheckType, Condition, ConditionStatus
+from kiban.health.remediation import (
+    Breaker,
+    ConditionState,
+    CordonSource,
+    Decision,
+    NodeHealth,
+    Outcome,
+    PastAction,
+    RemediationKind,
+    decide_batch,
+)
+from kiban.health.report import GpuAllocation, NodeHealthReply, NodeHealthReport
+from kiban.services import events
+from kiban.services.errors import Conflict, Unavailable, invalid
+from kiban.services.nodes import get_node, jobs_on_node
+from kiban.services.policy import PolicyCache
+from kiban.store.models import (
+    Job,
+    Node,
+    NodeCondition,
+    NodeConditionChange,
+    NodeReadingRow,
+    RemediationAction,
+    Replica,
+)
+
+log = logging.getLogger("kiban.health")
+
+AGENT_NOT_REPORTING = "AgentNotReporting"
+ACTIONS_READ = 200  # a node's recent actions the engine sees (its episode is among them)
+DETAIL_CHARS = 2000
+_DECIDING = threading.Lock()  # decisions and their records, one report at a time
+
+Requeue = Callable[[str, list[str]], None]
+"""Stops a job so that it returns to its queue (job id, the nodes why): the control loop's."""
+
+
+class NodeHealthEvent(StrEnum):
+    """Reasons of the node events written here."""
+
+    CONDITION_CHANGED = "ConditionChanged"
+    REMEDIATION = "Remediation"
+    REMEDIATION_FAILED = "RemediationFailed"
+    REMEDIATION_SUPPRESSED = "RemediationSuppressed"
+    CORDONED = "Cordoned"
+    RETURNED_TO_SERVICE = "ReturnedToService"
+
+
+# -- ingest ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """A stored report: the reply to the agent, and whether a rule could act on the node now
+    (some condition not False, or a cordon of the rules' to lift); when not, ``remediate``
+    need not run."""
+
+    reply: NodeHealthReply
+    worth_deciding: bool
+
+
+def ingest(session: Session, name: str, report: NodeHealthReport, now: float) -> Ingested:
+    """Store an agent's report on node ``name`` (NotFound; 422 when the reading names another
+    node) and answer with the node's GPU allocations. The caller commits."""
+    node = get_node(session, name)
+    if report.reading.node != name:
+        raise invalid(
+            "reading.node", f"the report is for node {report.reading.node!r}, posted to {name!r}"
+        )
+    store_conditions(session, name, report.conditions, now)
+    row = session.get(NodeReadingRow, name)
+    reading = report.reading.model_dump(mode="json")
+    if row is None:
+        session.add(NodeReadingRow(node=name, taken_at=report.reading.taken_at, reading=reading))
+    else:
+        row.taken_at = report.reading.taken_at
+        row.reading = reading
+    node.agent_address = report.agent_address
+    node.agent_reported_at = now
+    problems = any(c.status is not ConditionStatus.FALSE for c in report.conditions)
+    lift = node.cordoned and node.cordon_source == CordonSource.REMEDIATION.value
+    reply = NodeHealthReply(allocations=allocations(session, name), interval_s=report.interval_s)
+    return Ingested(reply, problems or lift)
+
+
+def store_conditions(
+    session: Session, node: str, conditions: Iterable[Condition], now: float
+) -> list[str]:
+    """Insert or update the node's conditions: the streak counts reports with the same status;
+    the transition time is kept while the status stays (else the agent's, never later than
+    now); each change of status or reason is a history row and an event. The types changed."""
+    existing = {
+        c.type: c for c in session.scalars(select(NodeCondition).where(NodeCondition.node == node))
+    }
+    changed: list[str] = []
+    for condition in conditions:
+        row = existing.get(condition.type.value)
+        status = condition.status.value
+        if row is None:
+            row = NodeCondition(
+                node=node,
+                type=condition.type.value,
+                status=status,
+                reason=condition.reason,
+                message=condition.message,
+                last_transition_time=min(condition.last_transition_time, now),
+                updated_at=now,
+                streak=1,
+            )
+            session.add(row)
+            existing[row.type] = row
+            _changed(session, node, condition, now, first=True)
+            changed.append(row.type)
+            continue
+        same_status = row.status == status
+        if not same_status or row.reason != condition.reason:
+            _changed(session, node, condition, now, first=False)
+            changed.append(row.type)
+        if same_status:
+            row.streak += 1
+        else:
+            row.streak = 1
+            row.last_transition_time = min(condition.last_transition_time, now)
+        row.status = status
+        row.reason = condition.reason
+        row.message = condition.message
+        row.updated_at = now
+    return changed
+
+
+def _changed(session: Session, node: str, condition: Condition, now: float, first: bool) -> None:
+    session.add(
+        NodeConditionChange(
+            node=node,
+            type=condition.type.value,
+            status=condition.status.value,
+            reason=condition.reason,
+            message=condition.message,
+            at=now,
+        )
+    )
+    if first and condition.status is ConditionStatus.FALSE:
+        return  # a check passing from the start is history, not news
+    events.record(
+        session,
+        kind="Node",
+        name=node,
+        reason=NodeHealthEvent.CONDITION_CHANGED,
+        message=f"{condition.type} {condition.status} ({condition.reason}): {condition.message}",
+        at=now,
+        warning=condition.failing,
+    )
+
+
+def allocations(session: Session, node: str) -> list[GpuAllocation]:
+    """Which job holds each GPU of the node (active replicas' devices)."""
+    rows = session.execute(
+        select(Replica.gpu_ids, Job.id, Job.tenant, Job.queue)
+        .join(Job, Job.id == Replica.job_id)
+        .where(Replica.node == node, Replica.active.is_(True))
+        .order_by(Job.id, Replica.rank)
+    )
+    return [
+        GpuAllocation(gpu=int(gpu), job=job, tenant=tenant, queue=queue)
+        for gpu_ids, job, tenant, queue in rows.all()
+        for gpu in gpu_ids or ()
+    ]
+
+
+# -- asking the agent ----------------------------------------------------------------------------
+AGENT_CHECK_TIMEOUT_S = 30.0
+
+
+def agent_address(session: Session, name: str) -> str:
+    """Where the node's agent serves ``/check`` (NotFound; Conflict when none is known)."""
+    node = get_node(session, name)
+    if not node.agent_address:
+        raise Conflict(f"node {name} has no known node agent (none has reported an address)")
+    return node.agent_address
+
+
+def ask_agent(
+    address: str, name: str, timeout_s: float = AGENT_CHECK_TIMEOUT_S
+) -> NodeHealthReport:
+    """``POST http://{address}/check?node={name}``: the agent runs every check now and answers
+    its report (Unavailable when it does not answer in time or answers nonsense). Called with
+    no transaction open."""
+    try:
+        response = httpx.post(f"http://{address}/check", params={"node": name}, timeout=timeout_s)
+        response.raise_for_status()
+        return NodeHealthReport.model_validate_json(response.content)
+    except httpx.HTTPError as exc:
+        raise Unavailable(f"the node agent of {name} at {address} did not answer: {exc}") from None
+    except ValidationError as exc:
+        count = exc.error_count()
+        raise Unavailable(
+            f"the node agent of {name} at {address} answered a report kiban cannot read "
+            f"({count} problem(s))"
+        ) from None
+
+
+# -- deciding and applying -----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Work:
+    """A recorded pending action to carry out after the commit (a taint or a hook)."""
+
+    action_id: int
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Remediation:
+    """What ``remediate`` decided, and the taints and hooks left to carry out."""
+
+    decisions: list[Decision]
+    work: list[Work]
+
+    @property
+    def drains(self) -> bool:
+        """A drain was recorded: its requeues are the control loop's next pass's."""
+        return any(
+            d.kind is RemediationKind.DRAIN and d.outcome is Outcome.PENDING for d in self.decisions
+        )
+
+
+def remediate(
+    session: Session, policy: HealthPolicyDecl, names: Sequence[str], now: float
+) -> Remediation:
+    """Decide and record the rules' actions for these nodes; commits. The taints and hooks are
+    to be carried out (``carry_out``) once no transaction is open; pending drains are the
+    control loop's (``run_drains``)."""
+    with _DECIDING:
+        session.commit()  # decide on what is stored now, read in a transaction of its own
+        known = [session.get(Node, name) for name in names]
+        nodes = [node for node in known if node is not None]
+        breaker = _breaker(session, policy, now)
+        decisions = decide_batch([_node_health(session, n) for n in nodes], policy, breaker, now)
+        by_name = {n.name: n for n in nodes}
+        work: list[Work] = []
+        for decision in decisions:
+            action = _apply(session, by_name[decision.node], decision, now)
+            if decision.outcome is Outcome.PENDING and decision.kind in (
+                RemediationKind.TAINT,
+                RemediationKind.HOOK,
+            ):
+                work.append(Work(action.id, decision))
+        session.commit()
+    return Remediation(decisions, work)
+
+
+def _breaker(session: Session, policy: HealthPolicyDecl, now: float) -> Breaker:
+    size = session.scalar(select(func.count()).select_from(Node)) or 0
+    breaker = Breaker(policy.circuit_breaker, size)
+    start = now - policy.circuit_breaker.window_seconds
+    disruptive = [k.value for k in RemediationKind if k.disruptive]
+    rows = session.execute(
+        select(RemediationAction.node, func.max(RemediationAction.at))
+        .where(
+            RemediationAction.at > start,
+            RemediationAction.action.in_(disruptive),
+            RemediationAction.outcome.in_([Outcome.DONE.value, Outcome.PENDING.value]),
+        )
+        .group_by(RemediationAction.node)
+    )
+    for node, at in rows.all():
+        breaker.record(node, at)
+    return breaker
+
+
+def breaker_open(session: Session, policy: HealthPolicyDecl, now: float) -> bool:
+    """Whether the circuit breaker stops acting on another node now."""
+    return _breaker(session, policy, now).is_open(now)
+
+
+def _node_health(session: Session, node: Node) -> NodeHealth:
+    conditions = {
+        CheckType(row.type): ConditionState(
+            CheckType(row.type),
+            ConditionStatus(row.status),
+            row.streak,
+            row.last_transition_time,
+            row.message,
+        )
+        for row in session.scalars(select(NodeCondition).where(NodeCondition.node == node.name))
+        if row.type in CheckType.__members__.values()
+    }
+    rows = session.scalars(
+        select(RemediationAction)
+        .where(RemediationAction.node == node.name)
+        .order_by(RemediationAction.id.desc())
+        .limit(ACTIONS_READ)
+    ).all()
+    actions = tuple(
+        PastAction(
+            RemediationKind(row.action),
+            row.rule,
+            CheckType(row.check) if row.check in CheckType.__members__.values() else None,
+            Outcome(row.outcome),
+            row.at,
+        )
+        for row in reversed(rows)
+    )
+    source = CordonSource(node.cordon_source) if node.cordoned else CordonSource.NONE
+    if node.cordoned and source is CordonSource.NONE:
+        source = CordonSource.ADMIN  # cordoned before sources were recorded
+    return NodeHealth(node.name, conditions, source, actions)
+
+
+def _apply(session: Session, node: Node, decision: Decision, now: float) -> RemediationAction:
+    action = RemediationAction(
+        node=node.name,
+        action=decision.kind.value,
+        check=decision.check.value if decision.check is not None else "",
+        rule=decision.rule,
+        reading=decision.reading,
+        outcome=decision.outcome.value,
+        detail=decision.detail[:DETAIL_CHARS],
+        at=now,
+    )
+    session.add(action)
+    if decision.kind.takes_out and decision.outcome is not Outcome.SUPPRESSED:
+        if not node.cordoned:
+            node.cordoned = True
+            node.cordon_source = CordonSource.REMEDIATION.value
+            node.updated_at = now
+    elif decision.kind is RemediationKind.UNCORDON:
+        node.cordoned = False
+        node.cordon_source = CordonSource.NONE.value
+        node.updated_at = now
+    if decision.outcome is Outcome.SUPPRESSED:
+        reason, warning = NodeHealthEvent.REMEDIATION_SUPPRESSED, True
+    elif decision.kind is RemediationKind.UNCORDON:
+        reason, warning = NodeHealthEvent.RETURNED_TO_SERVICE, False
+    else:
+        reason, warning = NodeHealthEvent.REMEDIATION, decision.kind is not RemediationKind.NONE
+    events.record(
+        session,
+        kind="Node",
+        name=node.name,
+        reason=reason,
+        message=describe(decision),
+        at=now,
+        warning=warning,
+    )
+    session.flush()  # the action's id, for its outcome later
+    return action
+
+
+def describe(decision: Decision, outcome: Outcome | None = None) -> str:
+    """An action's event message: the action, the rule, the check, the reading, the outcome."""
+    check = decision.check.value if decision.check is not None else "-"
+    reading = f"; read: {decision.reading}" if decision.reading else ""
+    said = (outcome or decision.outcome).value
+    return (
+        f"{decision.kind} by rule {decision.rule} (check {check}{reading}): {said}; "
+        f"{decision.detail}"
+    )
+
+
+# -- carrying out what needs the world -----------------------------------------------------------
+def carry_out(
+    sessions: sessionmaker[Session],
+    work: Sequence[Work],
+    taints: NodeTaints | None,
+    clock: Callable[[], float],
+) -> None:
+    """Run the pending taints and hooks (no transaction open), then record each outcome."""
+    for item in work:
+        outcome, detail = _run(item.decision, taints)
+        with sessions() as session:
+            finish(session, item.action_id, item.decision, outcome, detail, clock())
+            session.commit()
+
+
+def _run(decision: Decision, taints: NodeTaints | None) -> tuple[Outcome, str]:
+    rule = decision.decl
+    if rule is None:
+        return Outcome.FAILED, "the rule is gone"
+    if decision.kind is RemediationKind.TAINT:
+        return _taint(decision.node, rule, taints)
+    return _hook(decision, rule)
+
+
+def _taint(node: str, rule: RemediationRuleDecl, taints: NodeTaints | None) -> tuple[Outcome, str]:
+    taint = rule.taint
+    if taint is None:
+        return Outcome.FAILED, "the rule has no taint"
+    if taints is None:
+        return Outcome.FAILED, "this executor does not offer node taints (Kubernetes does)"
+    try:
+        taints.taint_node(node, taint.key, taint.value, taint.effect.value)
+    except Exception as exc:  # the API's refusal is the outcome, not a crash
+        return Outcome.FAILED, f"could not taint node {node}: {exc}"
+    return Outcome.DONE, f"tainted {taint.key}={taint.value}:{taint.effect}"
+
+
+def _hook(decision: Decision, rule: RemediationRuleDecl) -> tuple[Outcome, str]:
+    """The rule's command as an argument list (``{node}`` and ``{check}`` filled in), never a
+    shell, cut off after its timeout."""
+    check = decision.check.value if decision.check is not None else ""
+    argv = [
+        a.replace("{node}", decision.node).replace("{check}", check) for a in rule.command or []
+    ]
+    try:
+        done = subprocess.run(  # an admin's argument list, no shell
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=rule.timeout_seconds,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Outcome.FAILED, f"{argv[0]} did not finish within {rule.timeout_seconds:g}s"
+    except OSError as exc:
+        return Outcome.FAILED, f"could not run {argv[0]}: {exc}"
+    tail = (done.stdout + done.stderr).decode(errors="replace").strip()[-500:]
+    if done.returncode != 0:
+        return Outcome.FAILED, f"{argv[0]} exited with {done.returncode}: {tail}"
+    return Outcome.DONE, f"{argv[0]} exited with 0" + (f": {tail}" if tail else "")
+
+
+def finish(
+    session: Session, action_id: int, decision: Decision, outcome: Outcome, detail: str, now: float
+) -> None:
+    """Record how a pending action ended, with an event of its node."""
+    action = session.get(RemediationAction, action_id)
+    if action is None:
+        return
+    action.outcome = outcome.value
+    action.detail = f"{action.detail}; {detail}"[:DETAIL_CHARS]
+    failed = outcome is Outcome.FAILED
+    events.record(
+        session,
+        kind="Node",
+        name=decision.node,
+        reason=NodeHealthEvent.REMEDIATION_FAILED if failed else NodeHealthEvent.REMEDIATION,
+        message=describe(decision, outcome) + f"; {detail}",
+        at=now,
+        warning=True,
+    )
+
+
+# -- the control loop's part -------------------------------------------------------------------
+def run_drains(sessions: sessionmaker[Session], requeue: Requeue, now: float) -> int:
+    """Requeue the jobs on nodes with a pending drain, then mark the drain done; the number of
+    jobs asked to stop. Safe to run again (after a restart mid-drain): a job already stopping
+    or gone is left alone."""
+    with sessions() as session:
+        pending = [
+            (row.id, row.node)
+            for row in session.scalars(
+                select(RemediationAction)
+                .where(
+                    RemediationAction.action == RemediationKind.DRAIN.value,
+                    RemediationAction.outcome == Outcome.PENDING.value,
+                )
+                .order_by(RemediationAction.id)
+            )
+        ]
+        jobs = {
+            action_id: [
+                job.id
+                for job in jobs_on_node(session, node)
+                if job.state in (JobState.RUNNING.value, JobState.ADMITTED.value)
+            ]
+            for action_id, node in pending
+        }
+    asked = 0
+    for action_id, node in pending:
+        for job_id in jobs[action_id]:
+            requeue(job_id, [node])
+            asked += 1
+        with sessions() as session:
+            action = session.get(RemediationAction, action_id, with_for_update=True)
+            if action is None or action.outcome != Outcome.PENDING.value:
+                continue
+            action.outcome = Outcome.DONE.value
+            requeued = ", ".join(jobs[action_id]) or "none running"
+            action.detail = f"{action.detail}; jobs requeued: {requeued}"[:DETAIL_CHARS]
+            events.record(
+                session,
+                kind="Node",
+                name=node,
+                reason=NodeHealthEvent.REMEDIATION,
+                message=(
+                    f"drain by rule {action.rule} (check {action.check}): done; jobs requeued "
+                    f"keeping their submit time: {requeued}"
+                ),
+                at=now,
+                warning=True,
+            )
+            session.commit()
+    return asked
+
+
+def mark_stale_agents(session: Session, policy: HealthPolicyDecl, now: float) -> list[str]:
+    """Conditions of nodes whose agent has not reported for ``agentTimeoutSeconds`` become
+    Unknown (``AgentNotReporting``); a node whose agent never reported is left as it is. The
+    nodes changed; the caller commits."""
+    cutoff = now - policy.agent_timeout_seconds
+    rows = session.execute(
+        select(NodeCondition, Node.agent_reported_at)
+        .join(Node, Node.name == NodeCondition.node)
+        .where(
+            Node.agent_reported_at.is_not(None),
+            Node.agent_reported_at < cutoff,
+            NodeCondition.reason != AGENT_NOT_REPORTING,
+        )
+    ).all()
+    stale: dict[str, list[Condition]] = {}
+    for row, reported_at in rows:
+        silent = now - (reported_at or 0.0)
+        stale.setdefault(row.node, []).append(
+            Condition(
+                type=CheckType(row.type),
+                status=ConditionStatus.UNKNOWN,
+                reason=AGENT_NOT_REPORTING,
+                message=f"the node agent has not reported for {silent:.0f}s",
+                last_transition_time=now,
+            )
+        )
+    for node, conditions in stale.items():
+        store_conditions(session, node, conditions, now)
+    return sorted(stale)
+
+
+class HealthPass:
+    """The control loop's health step: stale agents (at most every ``stale_every_s``), then
+    pending drains. The loop makes one and calls it each pass."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        requeue: Requeue,
+        taints: NodeTaints | None,
+        clock: Callable[[], float],
+        stale_every_s: float = 1.0,
+    ) -> None:
+        self.sessions = sessions
+        self.requeue = requeue
+        self.taints = taints
+        self.clock = clock
+        self.stale_every_s = stale_every_s
+        self._last_stale = float("-inf")
+
+    def __call__(self, policies: PolicyCache) -> None:
+        now = self.clock()
+        if now - self._last_stale >= self.stale_every_s:
+            self._last_stale = now
+            with self.sessions() as session:
+                policy = policies.get(session).health
+                stale = mark_stale_agents(session, policy, now)
+                session.commit()
+                work = remediate(session, policy, stale, now).work if stale else []
+            if work:  # hooks may take long: not on the loop's thread
+                args = (self.sessions, work, self.taints, self.clock)
+                threading.Thread(target=carry_out, args=args, daemon=True).start()
+        run_drains(self.sessions, self.requeue, now)
