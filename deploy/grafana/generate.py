@@ -420,7 +420,7 @@ JOBS = Dashboard(
 SERVING = Dashboard(
     uid="kiban-serving",
     title="kiban / Serving",
-    description="Inference services: model servers (kiban_model_*) and their routers.",
+    description="Inference services: their model servers (kiban_model_*), per service.",
     panels=(
         Panel(
             "Requests per second",
@@ -478,12 +478,10 @@ SERVING = Dashboard(
             ),
         ),
         Panel(
-            "Replicas and routers up",
-            "Model server replicas and routers Prometheus scrapes, per service.",
-            (
-                q('sum by (service) (up{kiban_component="model-server"})', "{{service}} replicas"),
-                q('sum(up{kiban_component="router"})', "routers"),
-            ),
+            "Replicas up",
+            "Model server replicas Prometheus scrapes, per service (the router serves no "
+            "/metrics of its own: its traffic shows in `kiban describe service`).",
+            (q('sum by (service) (up{kiban_component="model-server"})', "{{service}}"),),
         ),
     ),
 )

@@ -1,13 +1,13 @@
 """A real Prometheus scrapes a running kiban: every dashboard query and every alert expression
 returns series.
 
-The platform is a real ``kiban up`` on the local executor (three virtual nodes of 2 GPUs) whose
-node agent reads its GPUs from files (the reading seam, one ``NodeReading`` per node: every
-DCGM field given, one node thermally throttled so that a condition is True). Jobs run, finish,
-wait and are preempted, so that the scheduler's counters and histograms have samples; an
-embedding service answers one request, so that its model server's series have samples. A
-throwaway Prometheus scrapes kiban's HTTP service discovery every second, loading the shipped
-alert rules.
+The platform is a real ``kiban up`` on the local executor (virtual nodes of 2 GPUs and one
+of 1) whose node agent reads its GPUs from files (the reading seam, one ``NodeReading`` per
+node, every DCGM field given). Jobs run, finish, wait, are preempted and wait past their
+forecast start; one node is throttled and another gets an uncorrectable ECC error and a
+critical Xid, so that conditions are True; an embedding service answers one request, so that
+its model server's series have samples. A throwaway Prometheus scrapes kiban's HTTP service
+discovery every second, loading the shipped alert rules.
 
 Dashboard queries are evaluated as they stand. An alert expression is a condition that
 rightly holds for nothing on a healthy cluster (``kiban_remediation_breaker_open == 1``), so
@@ -38,7 +38,7 @@ from kiban.devtools.prometheus import (
     comparisons_as_bool,
     split_top_level_or,
 )
-from kiban.health.readings import GpuReading, NodeReading
+from kiban.health.readings import GpuReading, NodeReading, XidEvent
 from kiban.testing.models import embedding_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
@@ -47,9 +47,14 @@ from e2e_support import KibanServer, eventually, job_manifest, server_factory
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e]
 
-NODES = ("node-0", "node-1", "node-2")
-GPUS_PER_NODE = 2
+NODES = {"node-0": 2, "node-1": 2, "node-2": 2, "node-3": 1}  # name: GPUs
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
+# Ignores SIGTERM: past its maxRuntime it holds its GPU until its grace period ends.
+OVERRUN = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)",
+]
 SERIES_TIMEOUT = 30.0
 LOAD_TIMEOUT = 180.0  # a model server's start on a loaded 2-core machine
 PRIORITIES = [
@@ -59,61 +64,63 @@ PRIORITIES = [
 ]
 
 
-def gpu_reading(node: str, index: int, *, throttled: bool = False) -> GpuReading:
-    """A healthy GPU with every field the DCGM series come from."""
-    return GpuReading(
-        index=index,
-        uuid=f"GPU-{node}-{index}",
-        model="NVIDIA H100 80GB HBM3",
-        ecc_volatile_uncorrectable=0,
-        ecc_aggregate_uncorrectable=0,
-        ecc_volatile_correctable=0,
-        ecc_aggregate_correctable=3,
-        remapped_rows_correctable=1,
-        remapped_rows_uncorrectable=0,
-        remap_pending=False,
-        remap_failure=False,
-        pcie_link_gen=5,
-        pcie_link_gen_max=5,
-        pcie_link_width=16,
-        pcie_link_width_max=16,
-        pcie_replay_counter=0,
-        fabric_state="completed",
-        nvlink_links_down=0,
-        nvlink_crc_errors=0,
-        nvlink_bandwidth_total=1000 * (index + 1),
-        thermal_throttle=throttled,
-        power_throttle=False,
-        utilization_percent=0.0,
-        memory_used_mib=1024.0,
-        memory_free_mib=80 * 1024.0 - 1024.0,
-        temperature_c=40.0 + index,
-        power_w=90.0,
+def gpu_reading(node: str, index: int, **fields: Any) -> GpuReading:
+    """A healthy, idle GPU with every field the DCGM series come from (``fields`` override)."""
+    healthy: dict[str, Any] = {
+        "uuid": f"GPU-{node}-{index}",
+        "model": "NVIDIA H100 80GB HBM3",
+        "ecc_volatile_uncorrectable": 0,
+        "ecc_aggregate_uncorrectable": 0,
+        "ecc_volatile_correctable": 0,
+        "ecc_aggregate_correctable": 3,
+        "remapped_rows_correctable": 1,
+        "remapped_rows_uncorrectable": 0,
+        "remap_pending": False,
+        "remap_failure": False,
+        "pcie_link_gen": 5,
+        "pcie_link_gen_max": 5,
+        "pcie_link_width": 16,
+        "pcie_link_width_max": 16,
+        "pcie_replay_counter": 0,
+        "fabric_state": "completed",
+        "nvlink_links_down": 0,
+        "nvlink_crc_errors": 0,
+        "nvlink_bandwidth_total": 1000 * (index + 1),
+        "thermal_throttle": False,
+        "power_throttle": False,
+        "utilization_percent": 0.0,
+        "memory_used_mib": 1024.0,
+        "memory_free_mib": 80 * 1024.0 - 1024.0,
+        "temperature_c": 40.0 + index,
+        "power_w": 90.0,
+    }
+    return GpuReading(index=index, **(healthy | fields))
+
+
+def write_reading(directory: Path, node: str, *gpus: GpuReading) -> None:
+    """The agent's next reading of ``node`` (through the reading seam)."""
+    gpus = gpus or tuple(gpu_reading(node, i) for i in range(NODES[node]))
+    reading = NodeReading(
+        node=node,
+        taken_at=time.time(),
+        nvml_available=True,
+        driver_version="550.54.15",
+        gpus=gpus,
     )
-
-
-def write_readings(directory: Path) -> None:
-    for node in NODES:
-        reading = NodeReading(
-            node=node,
-            taken_at=time.time(),
-            nvml_available=True,
-            driver_version="550.54.15",
-            gpus=tuple(
-                gpu_reading(node, i, throttled=node == "node-2") for i in range(GPUS_PER_NODE)
-            ),
-        )
-        (directory / f"{node}.json").write_text(reading.model_dump_json())
+    (directory / f"{node}.json").write_text(reading.model_dump_json())
 
 
 def cluster_file() -> dict[str, Any]:
     return {
         "nodes": [
-            {"name": name, "gpus": GPUS_PER_NODE, "cpus": 8, "memory": "8Gi"} for name in NODES
+            {"name": name, "gpus": gpus, "cpus": 8, "memory": "8Gi"} for name, gpus in NODES.items()
         ],
-        "queues": [{"name": "default", "quota": {"gpu": len(NODES) * GPUS_PER_NODE}}],
+        "queues": [{"name": "default", "quota": {"gpu": sum(NODES.values())}}],
         "priorityClasses": PRIORITIES,
-        # Throttling is a warning: recorded as a remediation action that does nothing.
+        # A running job's GPUs under 5 % for 5 s are idle (the readings say 0 %).
+        "idleGpus": {"utilizationPercent": 5, "window": 5},
+        # Throttling is a warning: recorded as a remediation action that does nothing. No rule
+        # acts on the faults injected below, so that the jobs stay where they are.
         "health": {
             "rules": [{"name": "note-throttling", "condition": "GpuThermal", "action": "none"}]
         },
@@ -122,10 +129,12 @@ def cluster_file() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer]:
-    """kiban with its agent on the reading seam, jobs running, finished, pending, preempted."""
+    """kiban with its agent on the reading seam; jobs running, finished, pending, preempted and
+    late; a throttled node, and a node with an uncorrectable ECC error and a critical Xid."""
     readings = tmp_path_factory.mktemp("readings")
     readings.chmod(0o755)
-    write_readings(readings)
+    for node in NODES:
+        write_reading(readings, node)
     with server_factory(tmp_path_factory) as start:
         server = start(
             nodes=None,
@@ -145,6 +154,7 @@ def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer
         (server.workdir / "embedder.yaml").write_text(yaml.safe_dump(service))
         url = server.ok("serve", server.workdir / "embedder.yaml").strip()
         done = server.submit(job_manifest("done", ["true"], gpu=0), "done.yaml")
+        # The 2-GPU nodes: two low jobs and one of normal priority fill them.
         low = [
             server.submit(job_manifest(f"low-{i}", SLEEP, gpu=2, priorityClass="low"), f"l{i}.yaml")
             for i in range(2)
@@ -152,14 +162,35 @@ def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer
         steady = server.submit(job_manifest("steady", SLEEP, gpu=2), "steady.yaml")
         for job in (*low, steady):
             server.wait_for_state(job, "Running")
+        # node-3's GPU: a job past its maxRuntime that holds it through its grace period, and
+        # one forecast to start when that maxRuntime ends, still waiting after.
+        overrun = server.submit(
+            job_manifest("overrun", OVERRUN, gpu=1, maxRuntime=2, terminationGracePeriod=300),
+            "overrun.yaml",
+        )
+        server.wait_for_state(overrun, "Running")
+        server.submit(job_manifest("late", SLEEP, gpu=1), "late.yaml")
         server.wait_for_state(done, "Succeeded")
-        # Every GPU is held: a high-priority job preempts a low one, which waits again.
+        # A high-priority job preempts a low one, which waits again.
         urgent = server.submit(
             job_manifest("urgent", SLEEP, gpu=2, priorityClass="high"), "urgent.yaml"
         )
         server.wait_for_state(urgent, "Running")
         # A gang that cannot fit while the others run.
         server.submit(job_manifest("gang", SLEEP, replicas=2, gpu=2), "gang.yaml")
+        # node-2 is throttled (a warning); node-1's second GPU has an uncorrectable ECC error
+        # and a critical Xid (79: fell off the bus). Injected once the jobs are placed.
+        write_reading(
+            readings, "node-2", *(gpu_reading("node-2", i, thermal_throttle=True) for i in range(2))
+        )
+        faulty = gpu_reading(
+            "node-1",
+            1,
+            ecc_volatile_uncorrectable=1,
+            ecc_aggregate_uncorrectable=1,
+            xids=(XidEvent(code=79, at=time.time()),),
+        )
+        write_reading(readings, "node-1", gpu_reading("node-1", 0), faulty)
         # One request through the router, so the model server's labelled series exist.
         eventually(
             lambda: server.client.service("embedder")["state"] == "Ready",
