@@ -30,7 +30,7 @@ from kiban.domain.errors import SpecError
 from kiban.executors.base import NodeInfo
 from kiban.executors.local import LocalExecutor
 from kiban.executors.local.isolation import Isolation, startup_notes
-from kiban.executors.local.nodes import this_machine, virtual_nodes
+from kiban.executors.local.nodes import count_gpus, this_machine, virtual_nodes
 from kiban.health.agent_process import AgentNode, AgentProcess, agent_arguments
 from kiban.platform import Platform, build_platform
 from kiban.services.errors import ServiceError
@@ -186,7 +186,8 @@ def start_node_agent(options: ServerOptions, platform: Platform, url: str) -> Ag
         logging.getLogger("kiban.server").warning(
             "the node agent runs without reporting: no admin token here (--multi-tenant)"
         )
-    nodes = [AgentNode(n.name, n.gpus) for n in platform.executor.nodes()]
+    physical = None if options.agent_readings_dir is not None else count_gpus()
+    nodes = [AgentNode.local(n.name, n.gpus, physical) for n in platform.executor.nodes()]
     agent = AgentProcess(
         agent_arguments(
             nodes,

@@ -239,6 +239,7 @@ ATTEMPTS: dict[str, Attempt] = {
     "list nodes": Attempt("GET", "/api/v1/nodes", 200),
     "cordon a node": Attempt("POST", "/api/v1/nodes/node-0/cordon", 403),
     "uncordon a node": Attempt("POST", "/api/v1/nodes/node-1/uncordon", 403),
+    "a node's health": Attempt("GET", "/api/v1/nodes/node-0/health", 200),
     "list tenants": Attempt("GET", "/api/v1/tenants", 200),
     "create a tenant": Attempt("POST", "/api/v1/tenants", 403, body={"name": "speech2"}),
     "mint a token of B": Attempt(

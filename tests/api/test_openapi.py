@@ -26,6 +26,7 @@ EXPECTED = {
     "/api/v1/nodes": {"get"},
     "/api/v1/nodes/{name}/cordon": {"post"},
     "/api/v1/nodes/{name}/uncordon": {"post"},
+    "/api/v1/nodes/{name}/health": {"get"},
     "/api/v1/policy": {"get", "put"},
     "/api/v1/policy/versions": {"get"},
     "/api/v1/tenants": {"get", "post"},

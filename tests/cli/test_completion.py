@@ -47,6 +47,8 @@ def test_job_ids_queues_and_describe_targets(server_names: Run) -> None:
     assert complete.queue_names("") == ["default"]
     assert complete.service_names("") == []
     assert complete.describe_targets("s") == ["service"]
+    assert complete.describe_targets("n") == ["node"]
+    assert complete.node_names("node-") == ["node-0", "node-1", "node-2"]
     assert complete.describe_targets("be") == [second]
 
 
@@ -107,4 +109,4 @@ def test_bash_protocol_completes_commands_without_a_server(tmp_path: object) -> 
         env=env,
         check=False,
     )
-    assert (done.returncode, done.stdout.split(), done.stderr) == (0, ["service"], "")
+    assert (done.returncode, done.stdout.split(), done.stderr) == (0, ["service", "node"], "")

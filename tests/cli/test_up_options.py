@@ -79,3 +79,22 @@ def test_ctrl_c_while_the_server_loads_is_one_line_and_exit_130(
     assert result.output.strip() == (
         "kiban up: interrupted while starting; stopped, nothing left running"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--backend", "kubernetes", "--agent-readings-dir", "."],
+            "--agent-readings-dir is for the local backend",
+        ),
+        (["--agent-readings-dir", "/nonexistent/readings"], "is not a directory"),
+    ],
+)
+def test_up_refuses_agent_options_that_cannot_work(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = runner.invoke(app, ["up", "--home", str(tmp_path), *args])
+    assert result.exit_code == 1
+    assert message in result.output
+    assert not (tmp_path / "url").exists()

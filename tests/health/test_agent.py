@@ -328,3 +328,23 @@ def test_thresholds_reach_the_checks(tmp_path: Path, readings: Path) -> None:
     agent.check("n1")
     put(readings, with_gpu(node_reading("n1", gpus=4), 0, pcie_replay_counter=1))
     assert by_type(agent.check("n1"))[CheckType.GPU_PCIE].status is T
+
+
+class SlowerPlease(Recorder):
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return httpx.Response(200, json={"allocations": [], "interval_s": 60.0})
+
+
+@pytest.mark.parametrize(("follow", "interval"), [(True, 60.0), (False, 5.0)])
+def test_the_reply_sets_the_interval_unless_it_was_set_by_hand(
+    readings: Path, follow: bool, interval: float
+) -> None:
+    reporter = reporter_to(SlowerPlease(), [])
+    clock = ManualClock()
+    agent = agent_over(
+        readings, clock, reporter=reporter, interval_s=5.0, follow_reply_interval=follow
+    )
+    agent.check("n1")
+    assert agent.interval_s == interval
+    assert agent.state["n1"].next_due == clock.now() + interval

@@ -56,7 +56,11 @@ def documents() -> list[dict[str, Any]]:
 
 
 def granted() -> set[tuple[str, str]]:
-    (role,) = [d for d in documents() if d["kind"] == "ClusterRole"]
+    (role,) = [
+        d
+        for d in documents()
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kiban-executor"
+    ]
     return {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
 
 

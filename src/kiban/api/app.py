@@ -16,7 +16,15 @@ from kiban.api import responses
 from kiban.api.admission import Admission
 from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
-from kiban.api.routers import cluster, jobs, metrics, node_health, policy, services
+from kiban.api.routers import (
+    cluster,
+    jobs,
+    metrics,
+    node_health,
+    node_health_views,
+    policy,
+    services,
+)
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
 
@@ -64,6 +72,7 @@ def create_app(
 
     app.include_router(jobs.router)
     app.include_router(cluster.router)
+    app.include_router(node_health_views.router)
     app.include_router(policy.router)
     app.include_router(services.router)
     app.include_router(metrics.router)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
@@ -10,11 +11,20 @@ from pydantic.alias_generators import to_camel
 from kiban.domain.declarations import DEFAULT_TENANT
 from kiban.domain.jobspec import DNS_LABEL
 from kiban.domain.states import JobState, ReplicaState
+from kiban.health.conditions import CheckType, ConditionStatus
 from kiban.scheduler.reasons import awaiting_pass
 from kiban.services.jobs import job_demand
 from kiban.services.policy import PolicyChange, PolicyRecord
 from kiban.services.queue_status import FlavorStatus, QueueStatus
-from kiban.store.models import Event, Job, Node, PolicyVersion, Replica, Tenant
+from kiban.store.models import (
+    Event,
+    Job,
+    Node,
+    NodeCondition,
+    PolicyVersion,
+    Replica,
+    Tenant,
+)
 
 NAME_FIELD = Field(json_schema_extra={"pattern": DNS_LABEL.pattern})
 """A new tenant's or queue's name: a DNS label (the services check it and say what is wrong)."""
@@ -159,7 +169,20 @@ class QueueOut(ApiModel):
     standing: float = 0.0
 
 
+class ConditionSummaryOut(ApiModel):
+    """A health check's condition on a node whose status is not False (``kiban describe node``
+    has its message, history and actions)."""
+
+    type: CheckType
+    status: ConditionStatus
+    reason: str
+
+
 class NodeOut(ApiModel):
+    """A node. ``conditions``: its health checks' conditions that are not False (a problem, or
+    Unknown); ``cordonSource``: who cordoned it, ``admin`` or ``remediation`` (kiban's health
+    rules), "" when it is not cordoned."""
+
     name: str
     gpus: int
     gpus_in_use: int
@@ -169,6 +192,8 @@ class NodeOut(ApiModel):
     healthy: bool
     health_message: str
     cordoned: bool
+    cordon_source: str = ""
+    conditions: list[ConditionSummaryOut] = Field(default_factory=list)
 
 
 class TenantOut(ApiModel):
@@ -390,7 +415,8 @@ def queue_out(status: QueueStatus) -> QueueOut:
     )
 
 
-def node_out(n: Node, gpus_in_use: int) -> NodeOut:
+def node_out(n: Node, gpus_in_use: int, conditions: Sequence[NodeCondition] = ()) -> NodeOut:
+    """The node as the API lists it; ``conditions``: those of its conditions to show."""
     return NodeOut(
         name=n.name,
         gpus=n.gpus,
@@ -401,6 +427,13 @@ def node_out(n: Node, gpus_in_use: int) -> NodeOut:
         healthy=n.healthy,
         health_message=n.health_message,
         cordoned=n.cordoned,
+        cordon_source=n.cordon_source or "",
+        conditions=[
+            ConditionSummaryOut(
+                type=CheckType(c.type), status=ConditionStatus(c.status), reason=c.reason
+            )
+            for c in conditions
+        ],
     )
 
 

@@ -55,13 +55,19 @@ def service_names(incomplete: str) -> list[str]:
     return _names(lambda api: [s["name"] for s in api.services()], incomplete)
 
 
+def node_names(incomplete: str) -> list[str]:
+    return _names(lambda api: [n["name"] for n in api.nodes()], incomplete)
+
+
 def describe_targets(incomplete: str) -> list[str]:
-    """``kiban describe``'s first word: a job id, or ``service``."""
-    return [w for w in ("service",) if w.startswith(incomplete)] + job_ids(incomplete)
+    """``kiban describe``'s first word: a job id, ``service`` or ``node``."""
+    return [w for w in ("service", "node") if w.startswith(incomplete)] + job_ids(incomplete)
 
 
 def describe_names(ctx: Any, incomplete: str) -> list[str]:
-    """``kiban describe service NAME``'s name; nothing after a job id."""
+    """``kiban describe service NAME``'s or ``node NAME``'s name; nothing after a job id."""
     if ctx.params.get("target") in ("service", "svc"):
         return service_names(incomplete)
+    if ctx.params.get("target") == "node":
+        return node_names(incomplete)
     return []

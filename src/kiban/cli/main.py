@@ -26,6 +26,7 @@ from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
+from kiban.cli.health import health_app
 from kiban.cli.manifest_files import read_text
 from kiban.cli.node_agent import node_agent_command
 from kiban.cli.output import Output, OutputOpt, print_document
@@ -61,6 +62,7 @@ app = typer.Typer(
 app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
 app.add_typer(dev_app, name="dev")
+app.add_typer(health_app, name="health")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
 app.command("node-agent")(node_agent_command)
@@ -457,21 +459,40 @@ def list_jobs(
 def describe(
     target: Annotated[
         str,
-        typer.Argument(help="a job id, or `service`", autocompletion=complete.describe_targets),
+        typer.Argument(
+            help="a job id, `service` or `node`", autocompletion=complete.describe_targets
+        ),
     ],
     name: Annotated[
         str | None,
-        typer.Argument(help="the service's name", autocompletion=complete.describe_names),
+        typer.Argument(help="the service's or node's name", autocompletion=complete.describe_names),
     ] = None,
     output: OutputOpt = Output.TABLE,
     watch: WatchOpt = False,
     interval: IntervalOpt = 2.0,
 ) -> None:
     """A job's spec, state, placement, pending reason, positions, forecast start, its tenant's
-    standing, preemptor, last checkpoint and events; or, as ``describe service NAME``, a
-    service's revisions, replicas, traffic split, latency and URL. ``-o wide`` adds the
-    manifest as stored."""
+    standing, preemptor, last checkpoint and events; as ``describe service NAME``, a
+    service's revisions, replicas, traffic split, latency and URL; as ``describe node NAME``,
+    a node's capacity, use, cordon, agent, health checks, latest GPU readings, their history
+    and the remediation actions taken. ``-o wide`` adds the manifest as stored (a node: its
+    whole history)."""
     from kiban.cli import render
+
+    if target == "node":
+        if name is None:
+            fail("name the node: kiban describe node NAME")
+        from kiban.cli.node_view import fetch_node, node_description
+
+        node_name = name
+        described(
+            lambda api: fetch_node(api, node_name),
+            lambda found: node_description(found, wide=output is Output.WIDE),
+            output=output,
+            watch=watch,
+            interval=interval,
+        )
+        return
 
     if target in ("service", "svc"):
         if name is None:
@@ -488,7 +509,9 @@ def describe(
         return
     if name is not None:
         if target != "job":
-            fail(f"describe takes a job id, `job ID` or `service NAME`, not {target!r}")
+            fail(
+                f"describe takes a job id, `job ID`, `service NAME` or `node NAME`, not {target!r}"
+            )
         target = name
     job_id = target
 
@@ -528,9 +551,7 @@ def described(
 @app.command()
 def delete(
     kind: Annotated[str, typer.Argument(help="service")],
-    name: Annotated[
-        str, typer.Argument(help="its name", autocompletion=complete.service_names)
-    ],
+    name: Annotated[str, typer.Argument(help="its name", autocompletion=complete.service_names)],
 ) -> None:
     """Delete an inference service: its replicas stop, then it is gone (``kiban cancel`` ends
     a job)."""
@@ -724,8 +745,9 @@ def queues(output: OutputOpt = Output.TABLE) -> None:
 
 @app.command()
 def nodes(output: OutputOpt = Output.TABLE) -> None:
-    """Nodes with their GPUs, use and health; ``-o wide`` adds free GPUs and the health
-    message of healthy nodes too."""
+    """Nodes with their GPUs, use, health, who cordoned them, and their health checks'
+    conditions that are not False (``GpuEcc``: failing; ``GpuXid?``: Unknown; ``ok``: none);
+    ``-o wide`` adds free GPUs and the health message of healthy nodes too."""
     from kiban.cli import render
 
     with client() as api:

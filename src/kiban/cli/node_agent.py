@@ -57,7 +57,14 @@ def node_agent_command(
     listen: Annotated[
         str, typer.Option(help="HOST:PORT for /metrics, /check and /healthz (port 0: any free)")
     ] = "127.0.0.1:0",
-    interval: Annotated[float, typer.Option(help="seconds between checks", min=0.1)] = 30.0,
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            help="seconds between checks (default 30, or what the control plane answers; "
+            "given: kept)",
+            min=0.1,
+        ),
+    ] = None,
     check_timeout: Annotated[
         float, typer.Option(help="seconds a reading or a check may take before it is cut off")
     ] = 10.0,
@@ -88,7 +95,7 @@ def node_agent_command(
     conditions in node-problem-detector's shape, reported to kiban and served as /metrics."""
     from kiban.clock import SystemClock
     from kiban.domain.errors import SpecError
-    from kiban.health.agent import NodeAgent
+    from kiban.health.agent import DEFAULT_INTERVAL_S, NodeAgent
     from kiban.health.sources import DirectoryReadings, NvmlReadings, ReadingSource
     from kiban.health.thresholds import HealthThresholds, load_thresholds
 
@@ -144,7 +151,8 @@ def node_agent_command(
         SystemClock(),
         thresholds=limits,
         expected_gpus=expected,
-        interval_s=interval,
+        interval_s=interval if interval is not None else DEFAULT_INTERVAL_S,
+        follow_reply_interval=interval is None,
         check_timeout_s=check_timeout,
         reporter=reporter,
         sinks=sinks,

@@ -369,22 +369,36 @@ def names_in(items: Any) -> str:
     return ",".join(names) or "-"
 
 
+def node_status(node: dict[str, Any]) -> str:
+    """``Ready``, ``Cordoned (admin)`` / ``Cordoned (remediation)`` (who cordoned it), or
+    ``Unhealthy: why``."""
+    if node["cordoned"]:
+        source = node.get("cordonSource")
+        return f"Cordoned ({source})" if source else "Cordoned"
+    if not node["healthy"]:
+        return f"Unhealthy: {node['healthMessage']}"
+    return "Ready"
+
+
+def conditions_text(conditions: list[dict[str, Any]]) -> str:
+    """A node's conditions that are not False: ``GpuEcc`` (True: the problem is there),
+    ``GpuXid?`` (Unknown: cannot tell), comma-separated; ``ok`` when there are none."""
+    shown = [c["type"] + ("?" if c["status"] == "Unknown" else "") for c in conditions]
+    return ",".join(shown) or "ok"
+
+
 def nodes_table(nodes: list[dict[str, Any]], wide: bool = False) -> Table:
-    """One row per node; ``wide`` adds its free GPUs and its health message."""
+    """One row per node, its health checks' conditions that are not False among its columns;
+    ``wide`` adds its free GPUs and its health message."""
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    columns = ["NODE", "GPUS", "IN USE", "CPUS", "MEMORY", "STATUS", "LABELS"]
+    columns = ["NODE", "GPUS", "IN USE", "CPUS", "MEMORY", "STATUS", "CONDITIONS", "LABELS"]
     if wide:
         columns += ["FREE", "HEALTH"]
     for column in columns:
         table.add_column(column)
     for n in nodes:
-        status = "Ready"
-        if n["cordoned"]:
-            status = "Cordoned"
-        elif not n["healthy"]:
-            status = f"Unhealthy: {n['healthMessage']}"
         labels = ",".join(f"{k}={v}" for k, v in sorted(n["labels"].items()))
         row: list[object] = [
             n["name"],
@@ -392,7 +406,8 @@ def nodes_table(nodes: list[dict[str, Any]], wide: bool = False) -> Table:
             n["gpusInUse"],
             units.cpus(n["cpuMillis"]),
             units.size(int(n["memory"])),
-            status,
+            node_status(n),
+            conditions_text(n.get("conditions") or []),
             labels,
         ]
         if wide:

@@ -95,6 +95,7 @@ class NodeAgent:
         thresholds: HealthThresholds | None = None,
         expected_gpus: Mapping[str, int] | None = None,
         interval_s: float = DEFAULT_INTERVAL_S,
+        follow_reply_interval: bool = True,
         check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
         reporter: Reporter | None = None,
         sinks: Sequence[ConditionSink] = (),
@@ -107,6 +108,7 @@ class NodeAgent:
         self.clock = clock
         self.thresholds = thresholds or HealthThresholds()
         self.interval_s = interval_s
+        self.follow_reply_interval = follow_reply_interval  # False: an interval set by hand
         self.check_timeout_s = check_timeout_s
         self.reporter = reporter
         self.sinks = list(sinks)
@@ -226,7 +228,8 @@ class NodeAgent:
             reply = self.reporter.report(report)
             if reply is not None:
                 self.state[node].allocations = list(reply.allocations)
-                if reply.interval_s > 0 and reply.interval_s != self.interval_s:
+                changed = reply.interval_s > 0 and reply.interval_s != self.interval_s
+                if changed and self.follow_reply_interval:
                     log.info("check interval now %g s (the control plane's)", reply.interval_s)
                     self.interval_s = reply.interval_s
                     self.state[node].next_due = now + reply.interval_s

@@ -2,7 +2,9 @@
 
 Each node's GPUs are the physical GPUs ``0 .. gpus-1``: the local executor gives a replica the
 GPU ids ``0 ..`` of its node and sets ``CUDA_VISIBLE_DEVICES`` to them as they are, so every
-virtual node shares this machine's first GPUs and the agent reads those for it.
+virtual node shares this machine's first GPUs and the agent reads those for it. Virtual GPUs
+beyond the machine's own (``--gpus-per-node 8`` on a one-GPU machine) are not read, nor
+expected: there is nothing there to check, and their absence is no fault.
 """
 
 from __future__ import annotations
@@ -17,15 +19,22 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 2.0  # the agent keeps nothing: a kill after this loses no state
 
 
 @dataclass(frozen=True)
 class AgentNode:
-    """A node the agent checks and how many of the machine's GPUs it has."""
+    """A node the agent checks and the physical GPUs (indices) that are its own."""
 
     name: str
-    gpus: int
+    gpus: tuple[int, ...]
+
+    @classmethod
+    def local(cls, name: str, gpus: int, physical: int | None) -> AgentNode:
+        """A local node of ``gpus`` GPUs on a machine of ``physical`` (None: do not clamp, as
+        for readings from a directory, which stand for GPUs that are not here)."""
+        count = gpus if physical is None else min(gpus, physical)
+        return cls(name, tuple(range(count)))
 
 
 def agent_arguments(
@@ -40,7 +49,7 @@ def agent_arguments(
     if url is not None:
         args += ["--url", url]
     for node in nodes:
-        args += ["--node", f"{node.name}=" + ",".join(str(i) for i in range(node.gpus))]
+        args += ["--node", f"{node.name}=" + ",".join(str(i) for i in node.gpus)]
     if readings_dir is not None:
         args += ["--readings-dir", str(readings_dir)]
     return args

@@ -76,12 +76,12 @@ class Finding:
     """One GPU's part of a verdict; a False finding with text is recorded in the message."""
 
     status: ConditionStatus
-    reason: HealthReason
+    reason: HealthReason | None  # None: nothing to say (the check's own "fine" reason is used)
     text: str = ""
 
 
 TRUE, FALSE, UNKNOWN = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
-OK = Finding(FALSE, HealthReason.NO_GPUS)  # a plain "nothing wrong"; its reason is not used
+OK = Finding(FALSE, None)
 
 
 def gpu_name(gpu: GpuReading) -> str:
@@ -137,13 +137,11 @@ def per_gpu(
             )
         else:
             findings.append(judge(gpu, previous_gpu(gpu, previous), thresholds))
-    for status in (TRUE, UNKNOWN):
-        chosen = [f for f in findings if f.status is status]
-        if chosen:
-            return Verdict(status, chosen[0].reason, "; ".join(f.text for f in chosen if f.text))
-    recorded = [f for f in findings if f.text]
-    if recorded:
-        return Verdict(FALSE, recorded[0].reason, "; ".join(f.text for f in recorded))
+    for status in (TRUE, UNKNOWN, FALSE):  # the first GPU with something to say names it
+        chosen = [f for f in findings if f.status is status and f.reason is not None]
+        if chosen and (status is not FALSE or any(f.text for f in chosen)):
+            text = "; ".join(f.text for f in chosen if f.text)
+            return Verdict(status, chosen[0].reason or ok_reason, text)
     return Verdict(FALSE, ok_reason, f"{_plural(len(reading.gpus), 'GPU')}: {ok_text}")
 
 

@@ -24,8 +24,12 @@ from kiban.health.readings import GpuReading, NodeReading, XidEvent
 
 log = logging.getLogger(__name__)
 
-GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST
+# NVML's return codes (nvml.h), as NVMLError.value carries them
+INVALID_ARGUMENT = 2  # NVML_ERROR_INVALID_ARGUMENT: e.g. an NVLink the GPU does not have
+NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
 TIMEOUT = 10  # NVML_ERROR_TIMEOUT
+FUNCTION_NOT_FOUND = 13  # NVML_ERROR_FUNCTION_NOT_FOUND: an older driver
+GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST
 FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # 0: not supported
 THERMAL_REASONS = 0x20 | 0x40  # SwThermalSlowdown | HwThermalSlowdown
 POWER_REASONS = 0x04 | 0x80  # SwPowerCap | HwPowerBrakeSlowdown
@@ -249,7 +253,7 @@ def _fabric(q: GpuQueries) -> dict[str, Any]:
         if code == GPU_IS_LOST:
             q.lost = True
             return {}
-        if code in (3, 13):  # NOT_SUPPORTED, FUNCTION_NOT_FOUND: no fabric here
+        if code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):  # no fabric here
             return {}
         return {"fabric_status": str(exc) or f"NVML error {code}"}
     state = FABRIC_STATES.get(int(info.state))
@@ -278,7 +282,7 @@ def _nvlink(q: GpuQueries) -> dict[str, Any]:
             if code == GPU_IS_LOST:
                 q.lost = True
                 return {}
-            if code in (2, 3):  # INVALID_ARGUMENT, NOT_SUPPORTED: no such link
+            if code in (INVALID_ARGUMENT, NOT_SUPPORTED):  # no such link
                 answered = True
                 continue
             return {}  # cannot tell: leave the NVLink fields unknown

@@ -30,6 +30,9 @@ __all__ = ["TERMINAL_STATES", "ApiError", "Client", "complete_job_manifest", "di
 TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled"})
 """States a job never leaves."""
 
+CHECK_TIMEOUT_S = 45.0
+"""How long ``check_node`` waits: the server gives the node's agent 30 s to answer."""
+
 
 def env_value(name: str) -> str | None:
     """An environment variable's value; None when it is unset or empty (``KIBAN_TOKEN=``
@@ -346,6 +349,19 @@ class Client:
     def uncordon(self, node: str) -> dict[str, Any]:
         """Let a cordoned node take new work again (admin)."""
         return dict(self._request("POST", resource_path("nodes", node, "node name", "/uncordon")))
+
+    def node_health(self, name: str) -> dict[str, Any]:
+        """A node's health: ``conditions`` (one per check), ``history`` and ``actions``
+        (newest first), its agent's latest ``reading`` and its ``agent`` (address, last
+        report, ``stale``)."""
+        return dict(self._request("GET", resource_path("nodes", name, "node name", "/health")))
+
+    def check_node(self, name: str) -> dict[str, Any]:
+        """Run every health check of a node now, through its agent (admin): ``{"node",
+        "taken_at", "conditions"}``. The server waits up to 30 s for the agent, so this
+        waits longer than other calls."""
+        path = resource_path("nodes", name, "node name", "/health/check")
+        return dict(self._request("POST", path, timeout=CHECK_TIMEOUT_S))
 
     # -- policy --------------------------------------------------------------------------------
     def policy(self) -> dict[str, Any]:

@@ -88,3 +88,12 @@ def test_gpus_of_live_pods_kiban_did_not_create_are_counted_per_node() -> None:
         pod("c", 0),
     ]
     assert foreign_gpus(pods) == {"a": 3}
+
+
+def test_the_node_agents_failing_checks_make_a_node_unhealthy_by_default() -> None:
+    from kiban.health.checks import CHECKS
+    from kiban.health.conditions import WARNING_ONLY
+
+    for check in CHECKS:
+        sick = node(conditions=[{"type": check.value, "status": "True", "reason": "X"}])
+        assert node_info(sick, KubernetesOptions()).healthy is (check in WARNING_ONLY), check

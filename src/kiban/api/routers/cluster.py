@@ -20,7 +20,7 @@ from kiban.api.schemas import (
     queue_out,
     tenant_out,
 )
-from kiban.services import nodes, policy, queue_status, tenants
+from kiban.services import node_health_views, nodes, policy, queue_status, tenants
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"], dependencies=TOKEN, route_class=SessionRoute)
 
@@ -65,8 +65,13 @@ def create_queue(
 
 @router.get("/nodes", response_model=list[NodeOut], responses=responses.READ)
 def list_nodes(principal: PrincipalDep, session: SessionDep) -> list[NodeOut]:
+    """Every node (nodes are cluster-wide): its GPUs and their use, health, cordon and who
+    cordoned it, and its health checks' conditions that are not False."""
     used = nodes.gpus_in_use(session)
-    return [node_out(n, used.get(n.name, 0)) for n in nodes.list_nodes(session)]
+    notable = node_health_views.notable_conditions(session)
+    return [
+        node_out(n, used.get(n.name, 0), notable.get(n.name, ())) for n in nodes.list_nodes(session)
+    ]
 
 
 @router.post("/nodes/{name}/cordon", response_model=NodeOut, responses=responses.ADMIN_CHANGE)
@@ -76,7 +81,8 @@ def cordon_node(
     """Take a node out of scheduling: no new work; running jobs keep running."""
     node = nodes.cordon(session, principal, name, platform.clock.now())
     session.commit()
-    return node_out(node, nodes.gpus_in_use(session).get(node.name, 0))
+    notable = node_health_views.notable_conditions_of(session, node.name)
+    return node_out(node, nodes.gpus_in_use(session).get(node.name, 0), notable)
 
 
 @router.post("/nodes/{name}/uncordon", response_model=NodeOut, responses=responses.ADMIN_CHANGE)
@@ -87,7 +93,8 @@ def uncordon_node(
     node = nodes.uncordon(session, principal, name, platform.clock.now())
     session.commit()
     platform.loop.wake()
-    return node_out(node, nodes.gpus_in_use(session).get(node.name, 0))
+    notable = node_health_views.notable_conditions_of(session, node.name)
+    return node_out(node, nodes.gpus_in_use(session).get(node.name, 0), notable)
 
 
 @router.get("/tenants", response_model=list[TenantOut], responses=responses.READ)

@@ -22,7 +22,18 @@ class KubernetesOptions:
 
     namespace_prefix: str = "kiban-"
     cluster_domain: str = "cluster.local"
-    unhealthy_conditions: tuple[str, ...] = ("GpuEcc", "NetworkUnavailable")
+    unhealthy_conditions: tuple[str, ...] = (
+        "NetworkUnavailable",
+        # kiban node-agent's failing GPU checks (GpuThermal is a warning only)
+        "GpuCount",
+        "GpuEcc",
+        "GpuRowRemap",
+        "GpuBus",
+        "GpuPcie",
+        "GpuFabricManager",
+        "GpuXid",
+        "GpuNvlink",
+    )
     tolerated_taints: tuple[str, ...] = (GPU_RESOURCE,)
     node_selector: str = ""
     default_image: str | None = None
