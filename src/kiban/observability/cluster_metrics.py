@@ -216,7 +216,7 @@ def _node_families(state: ClusterState) -> Iterator[Family]:
         "1 for each node condition's current status (True: the problem is present).",
         labels=("node", "condition", "status"),
     )
-    conditions.rows = [(row, 1) for row in state.conditions]
+    conditions.ones = state.conditions
     yield conditions
 
 

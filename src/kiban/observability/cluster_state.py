@@ -12,6 +12,7 @@ nodes with their conditions cost one pass over two tables.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
@@ -140,10 +141,16 @@ PENDING = Job.state == JobState.PENDING.value
 
 def _conditions(session: Session) -> list[tuple[str, ...]]:
     """(node, type, status) of every condition: the largest read of a scrape (nine rows per
-    node), taken through the driver's cursor as plain tuples."""
+    node)."""
+    return _raw(session, "SELECT node, type, status FROM node_conditions")
+
+
+def _raw(session: Session, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of a constant query, as the driver's plain tuples: the two reads that grow
+    with the nodes (16,384 and nine times that) skip SQLAlchemy's per-row processing."""
     cursor = session.connection().connection.cursor()
     try:
-        cursor.execute("SELECT node, type, status FROM node_conditions")
+        cursor.execute(sql)
         return list(cursor.fetchall())
     finally:
         cursor.close()
@@ -313,16 +320,11 @@ def _nodes(session: Session, held: list[Held], now: float) -> dict[str, tuple[No
     for h in held:
         allocated[h.node] = allocated.get(h.node, 0) + h.gpus
     result: dict[str, tuple[NodeRow, int]] = {}
-    query = select(
-        Node.name,
-        Node.gpus,
-        Node.healthy,
-        Node.cordoned,
-        Node.unschedulable_reason,
-        Node.gpus_used_elsewhere,
-        Node.agent_reported_at,
-    ).order_by(Node.name)
-    rows = session.connection().execute(query).all()
+    rows = _raw(
+        session,
+        "SELECT name, gpus, healthy, cordoned, unschedulable_reason, gpus_used_elsewhere,"
+        " agent_reported_at FROM nodes ORDER BY name",
+    )
     for name, gpus, healthy, cordoned, why, elsewhere, reported in rows:
         used = allocated.get(name, 0)
         schedulable = bool(healthy) and not cordoned and not why

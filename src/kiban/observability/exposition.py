@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,13 +25,15 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 @dataclass(slots=True)
 class Family:
     """A gauge or counter family: its name (a counter's without ``_total``), help, label names
-    and rows of (label values, value)."""
+    and rows of (label values, value); ``ones``: more rows, each of value 1 (a state set, one
+    series per object for its current state), written without a value per row."""
 
     name: str
     documentation: str
     type: Literal["gauge", "counter"] = "gauge"
     labels: tuple[str, ...] = ()
     rows: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+    ones: Sequence[tuple[str, ...]] = ()
 
     def add(self, values: tuple[str, ...], value: float) -> None:
         self.rows.append((values, value))
@@ -56,11 +58,23 @@ def _lines(family: Family) -> Iterator[str]:
         for _, value in family.rows:
             yield f"{name} {_number(value)}\n"
         return
-    template = name + "{" + ",".join(f'{label}="%s"' for label in family.labels) + "} %s\n"
+    labels = name + "{" + ",".join(f'{label}="%s"' for label in family.labels) + "} "
+    template = labels + "%s\n"
     rows = family.rows
     if _ESCAPED.search("".join([v for values, _ in rows for v in values])):
         rows = [(tuple(_escape(v) for v in values), value) for values, value in rows]
-    yield "".join([template % (*values, _number(value)) for values, value in rows])
+    texts: dict[float, str] = {}  # values repeat (0, 1, a node's GPUs): each written once
+    lines = []
+    for values, value in rows:
+        text = texts.get(value)
+        if text is None:
+            text = texts[value] = _number(value)
+        lines.append(template % (*values, text))
+    yield "".join(lines)
+    ones = family.ones
+    if _ESCAPED.search("".join([v for values in ones for v in values])):
+        ones = [tuple(_escape(v) for v in values) for values in ones]
+    yield "".join(map((labels + "1\n").__mod__, ones))
 
 
 _ESCAPED = re.compile(r'[\\"\n]')
