@@ -280,14 +280,23 @@ def test_every_panel_and_alert_expression_returns_series(prom: ThrowawayPromethe
     assert loaded == shipped
 
 
-def test_every_serving_panel_returns_series(prom: ThrowawayPrometheus) -> None:
+def test_every_serving_panel_returns_series(
+    busy_kiban: KibanServer, prom: ThrowawayPrometheus
+) -> None:
     """The model server is found through discovery and scraped like the rest."""
-    prom.wait_for(
-        lambda: any(
+
+    def model_server_up() -> bool:
+        return any(
             t.labels.get("kiban_component") == "model-server" and t.health == "up"
             for t in prom.targets()
-        ),
-        "discovery to list the embedding service's model server, and its scrape",
-        timeout=SERIES_TIMEOUT,
-    )
+        )
+
+    try:
+        prom.wait_for(model_server_up, "the model server to be scraped", timeout=SERIES_TIMEOUT)
+    except PrometheusError:
+        listed = httpx.get(f"{busy_kiban.url}/api/v1/discovery/prometheus", timeout=10).json()
+        pytest.fail(
+            "no model server scraped; discovery lists "
+            f"{[group['labels'].get('kiban_component') for group in listed]}: {listed}"
+        )
     assert_all_return_series(prom, dashboard_queries(serving=True))
