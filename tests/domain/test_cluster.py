@@ -132,7 +132,13 @@ def test_files_without_flavors_keep_working(text: str) -> None:
 
 def test_the_cluster_files_in_the_readme_parse() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "apiVersion" not in b]
+    # Manifests (apiVersion) and Prometheus's configuration (scrape_configs) are not cluster files.
+    others = ("apiVersion", "scrape_configs")
+    blocks = [
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", readme, re.S)
+        if not any(key in b for key in others)
+    ]
     assert len(blocks) >= 2
     for block in blocks:
         parse_cluster_config(yaml.safe_load(block))

@@ -454,3 +454,76 @@ def test_status_unknown_is_accepted_and_true_may_be_a_yaml_boolean(api: TestClie
     ]
     assert api.put("/api/v1/policy", json={"health": {"rules": rules}}).status_code == 200
     assert ConditionStatus.UNKNOWN.value == "Unknown"
+
+
+def test_check_on_demand_asks_the_agent_and_takes_its_report(
+    api: TestClient, platform: Platform, clock: ManualClock
+) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlparse
+
+    asked: list[str] = []
+
+    class Agent(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            url = urlparse(self.path)
+            node = parse_qs(url.query)["node"][0]
+            asked.append(f"{url.path}?node={node}")
+            report = health_report(node, clock.now(), ECC, agent_address=address)
+            body = report.model_dump_json(by_alias=True).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Agent)
+    address = f"127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        post(api, "node-1", clock.now(), agent_address=address)
+        clock.advance(10)
+        response = api.post("/api/v1/nodes/node-1/health/check")
+    finally:
+        server.shutdown()
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert (answer["node"], answer["taken_at"]) == ("node-1", clock.now())
+    ecc = next(c for c in answer["conditions"] if c["type"] == "GpuEcc")
+    assert (ecc["status"], ecc["lastTransitionTime"]) == ("True", clock.now())
+    assert asked == ["/check?node=node-1"]
+    assert conditions(platform, "node-1")["GpuEcc"].status == "True"
+    assert node_row(platform, "node-1").cordon_source == "remediation"  # acted on as a report
+
+
+def test_a_hook_left_pending_by_a_stopped_control_plane_is_failed_not_run_again(
+    api: TestClient, platform: Platform, clock: ManualClock, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    rule = {
+        "name": "reboot",
+        "condition": "GpuXid",
+        "action": "hook",
+        "command": [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"],
+    }
+    set_health_policy(api, {"rules": [rule]})
+    with platform.sessions() as session:  # recorded, then the control plane died
+        from kiban.services import node_health
+
+        report = health_report("node-1", clock.now(), {CheckType.GPU_XID: "Xid 79"})
+        node_health.ingest(session, "node-1", report, clock.now())
+        session.commit()
+        node_health.remediate(session, platform.policy.health, ["node-1"], clock.now())
+    assert actions(platform, "node-1") == [("node-1", "hook", "GpuXid", "pending")]
+    clock.advance(5)
+    from kiban.control.loop import ControlLoop
+
+    ControlLoop(platform.sessions, platform.executor, clock=clock).run_once()
+    assert actions(platform, "node-1") == [("node-1", "hook", "GpuXid", "failed")]
+    assert not marker.exists()
+    failed = [m for r, m in node_events(platform, "node-1") if r == "RemediationFailed"]
+    assert len(failed) == 1 and "not run again" in failed[0]

@@ -36,7 +36,8 @@ class ConditionChangeOut(ApiModel):
 class RemediationActionOut(ApiModel):
     """An action the health rules took on the node: ``action`` (none, cordon, drain, taint,
     hook, uncordon) because of ``check`` under ``rule``, on ``reading`` (the condition's
-    message); ``outcome`` done, failed or suppressed (the circuit breaker was open); ``detail``
+    message); ``outcome`` pending (decided, not carried out yet), done, failed or suppressed
+    (the circuit breaker was open); ``detail``
     what it did (a member sees another tenant's job ids there as "(another tenant's job)")."""
 
     action: str

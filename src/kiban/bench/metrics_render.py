@@ -4,7 +4,8 @@ A SQLite store in a temporary directory is filled with ``nodes`` nodes of ``gpus
 GPUs, every health condition the node agent reports for each (one GPU check of every ten
 nodes failing), an agent reading of every GPU, and some thousands of jobs: running (one node
 each), pending with reasons, finished, with their admission events. A full scrape (the store
-read in one transaction, then the text written) is timed a few times; the median is reported.
+read in one transaction, then the text written) is timed a few times; the median is reported,
+and the writing of the text alone beside prometheus-client's generic path.
 ``kiban bench health`` reports it with the other health figures.
 """
 
@@ -16,11 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from kiban.domain.cluster import ClusterPolicy
 from kiban.health.conditions import CheckType
-from kiban.observability.cluster_metrics import ClusterMetrics
+from kiban.observability.cluster_metrics import ClusterMetrics, families
+from kiban.observability.cluster_state import read_state
+from kiban.observability.exposition import Family, render
 from kiban.observability.idle_gpus import IdleJob
 from kiban.observability.scheduling_cycles import cycle_histogram
 from kiban.scheduler.reasons import ReasonCode
@@ -83,6 +89,7 @@ def measure_metrics_render(
             for i in range(1000):
                 cycles.observe(0.001 * (i % 50))
             metrics = ClusterMetrics(sessions, lambda: policy, _Fixed(), cycles=cycles, idle=idle)
+            writer, generic = _exposition_side_by_side(sessions, policy, idle, repeats)
             times, cpu, text = [], [], b""
             for _ in range(repeats):
                 started, used = time.perf_counter(), time.process_time()
@@ -99,7 +106,54 @@ def measure_metrics_render(
         "metrics_render_cpu_s": statistics.median(cpu),
         "metrics_bytes": float(len(text)),
         "metrics_series": float(series),
+        # the text alone, from one state read: kiban's writer and prometheus-client's generic
+        # path (a Sample per series) side by side
+        "metrics_exposition_s": writer,
+        "metrics_exposition_generic_s": generic,
     }
+
+
+def _exposition_side_by_side(
+    sessions: sessionmaker[Session], policy: ClusterPolicy, idle: _IdleJobs, repeats: int
+) -> tuple[float, float]:
+    """Median seconds to write the same families with ``exposition.render`` and with
+    prometheus-client's ``generate_latest`` (the families rebuilt as its own, untimed)."""
+    with sessions() as session:
+        state = read_state(session, policy, NOW)
+    found = list(families(state, idle.idle))
+    standard = _Families([_as_client_family(f) for f in found])
+    writer, generic = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        render(found)
+        writer.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        generate_latest(standard)
+        generic.append(time.perf_counter() - started)
+    return statistics.median(writer), statistics.median(generic)
+
+
+class _Families:
+    def __init__(self, found: list[Metric]) -> None:
+        self.found = found
+
+    def collect(self) -> list[Metric]:
+        return self.found
+
+
+def _as_client_family(family: Family | Metric) -> Metric:
+    if not isinstance(family, Family):
+        return family
+    made: GaugeMetricFamily | CounterMetricFamily
+    if family.type == "counter":
+        made = CounterMetricFamily(family.name, family.documentation, labels=family.labels)
+    else:
+        made = GaugeMetricFamily(family.name, family.documentation, labels=family.labels)
+    for values, value in family.rows:
+        made.add_metric(list(values), value)
+    for values in family.ones:
+        made.add_metric(list(values), 1)
+    return made
 
 
 class _IdleJobs:

@@ -559,6 +559,33 @@ def mark_stale_agents(session: Session, policy: HealthPolicyDecl, now: float) ->
     return sorted(stale)
 
 
+def fail_orphans(session: Session, before: float, now: float) -> int:
+    """Taints and hooks left pending by a control plane that stopped (recorded before this one
+    started) are recorded failed: whether they ran is not known, and a hook (a reboot, say) is
+    not run twice on a guess. Drains are finished instead (``run_drains``). How many."""
+    rows = session.scalars(
+        select(RemediationAction).where(
+            RemediationAction.outcome == Outcome.PENDING.value,
+            RemediationAction.action.in_([RemediationKind.TAINT.value, RemediationKind.HOOK.value]),
+            RemediationAction.at < before,
+        )
+    ).all()
+    for row in rows:
+        row.outcome = Outcome.FAILED.value
+        why = "the control plane stopped before its outcome was recorded; not run again"
+        row.detail = f"{row.detail}; {why}"[:DETAIL_CHARS]
+        events.record(
+            session,
+            kind="Node",
+            name=row.node,
+            reason=NodeHealthEvent.REMEDIATION_FAILED,
+            message=f"{row.action} by rule {row.rule} (check {row.check}): failed; {why}",
+            at=now,
+            warning=True,
+        )
+    return len(rows)
+
+
 class HealthPass:
     """The control loop's health step: stale agents (at most every ``stale_every_s``), then
     pending drains. The loop makes one and calls it each pass."""
@@ -577,9 +604,16 @@ class HealthPass:
         self.clock = clock
         self.stale_every_s = stale_every_s
         self._last_stale = float("-inf")
+        self._started = clock()
+        self._orphans_checked = False
 
     def __call__(self, policies: PolicyCache) -> None:
         now = self.clock()
+        if not self._orphans_checked:
+            with self.sessions() as session:
+                fail_orphans(session, self._started, now)
+                session.commit()
+            self._orphans_checked = True
         if now - self._last_stale >= self.stale_every_s:
             self._last_stale = now
             with self.sessions() as session:

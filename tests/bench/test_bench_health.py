@@ -1,0 +1,58 @@
+"""``kiban bench health`` on a small cluster: the keys the issue names, measured; the measures
+of other helpers shown as not measured when their modules are absent; bad options refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+
+import pytest
+from rich.console import Console
+
+from kiban.bench.health import HealthBenchOptions, health_table, run_health_bench
+
+
+def test_small_run_reports_fault_to_requeue_and_what_it_measured() -> None:
+    report = run_health_bench(HealthBenchOptions(nodes=8, faults=2, intervals=3, seed=3))
+    for key in (
+        "fault_to_requeue_p50_s",
+        "fault_to_requeue_p99_s",
+        "metrics_render_s",
+        "metrics_bytes",
+        "agent_cpu_ms_per_node_check",
+        "machine",
+    ):
+        assert key in report
+    assert report["faults"] == 2
+    assert report["reports"] == 8 * 3
+    # at least the wait for the next check (>= 0), at most that wait's bound plus handling
+    assert 0 < report["fault_to_requeue_p50_s"] <= report["fault_to_requeue_p99_s"]
+    assert report["wait_for_check_p99_s"] <= 5.0
+    assert report["handling_p99_s"] > 0
+    for module, key in (
+        ("kiban.bench.metrics_render", "metrics_render_s"),
+        ("kiban.bench.health_agent", "agent_cpu_ms_per_node_check"),
+    ):
+        if importlib.util.find_spec(module) is None:
+            assert report[key] is None
+    out = io.StringIO()
+    Console(file=out, width=200).print(health_table(report))
+    text = out.getvalue()
+    assert "fault to requeue p99" in text
+    if report["metrics_render_s"] is None:
+        assert "not measured" in text
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"nodes": 1}, "--nodes"),
+        ({"faults": 0}, "--faults"),
+        ({"nodes": 8, "faults": 5}, "--faults"),
+        ({"interval_s": 0}, "--interval"),
+        ({"intervals": 2}, "--intervals"),
+    ],
+)
+def test_bad_options_are_refused_naming_them(options: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        HealthBenchOptions(**options)  # type: ignore[arg-type]
