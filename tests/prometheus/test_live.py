@@ -129,7 +129,9 @@ def cluster_file() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def busy_kiban(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer]:
+def busy_kiban(
+    prometheus_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KibanServer]:
     """kiban with its agent on the reading seam; jobs running, finished, pending, preempted and
     late; a throttled node, and a node with an uncorrectable ECC error and a critical Xid."""
     readings = tmp_path_factory.mktemp("readings")
