@@ -235,6 +235,10 @@ def test_queues_quotas_and_fair_share(cluster: Cluster) -> None:
         reason = waiting.reason_code
     assert reason in {r.value for r in ReasonCode}
     assert series["kiban_pending_jobs"] == {labels(queue="vision", reason=reason): 1}
+    # every queue has a series, 0 where no job is late (a dashboard shows 0, not "no data")
+    late = series["kiban_jobs_pending_past_forecast"]
+    assert set(late) == {labels(queue="vision"), labels(queue="speech")}
+    assert late[labels(queue="speech")] == 0
     assert series["kiban_admitted_jobs_total"] == {
         labels(queue="vision"): 1,
         labels(queue="speech"): 1,
@@ -338,6 +342,8 @@ def test_service_discovery_lists_what_prometheus_can_scrape(cluster: Cluster) ->
             )
         session.commit()
     platform.services.addresses = {cluster.waiting: "10.1.0.7:8000", cluster.finished: "unix:/s"}
+    platform.services.ports = {cluster.waiting: 8000, cluster.finished: 8123}
+    model_servers = {cluster.waiting: "10.1.0.7:8000", cluster.finished: "127.0.0.1:8123"}
     answer = cluster.client.get(
         "/api/v1/discovery/prometheus", headers={"Authorization": "", "Host": "kiban.example:8470"}
     )
@@ -366,8 +372,9 @@ def test_service_discovery_lists_what_prometheus_can_scrape(cluster: Cluster) ->
             "targets": ["10.0.0.6:9400"],
             "labels": {"kiban_component": "node-agent", "__metrics_path__": "/metrics"},
         },
-        {  # the replica on a Unix socket is left out
-            "targets": ["10.1.0.7:8000"],
+    ] + [  # the replica on a Unix socket at its loopback port
+        {
+            "targets": [model_servers[job]],
             "labels": {
                 "kiban_component": "model-server",
                 "service": "chat",
@@ -375,7 +382,8 @@ def test_service_discovery_lists_what_prometheus_can_scrape(cluster: Cluster) ->
                 "revision": "chat-00002",
                 "__metrics_path__": "/metrics",
             },
-        },
+        }
+        for job in sorted(model_servers)
     ]
 
 

@@ -287,15 +287,6 @@ class ModelServerNotScraped(AssertionError):
     """Discovery listed no model server that Prometheus could scrape."""
 
 
-# The local executor's replicas listen on a Unix socket and on their TCP port; discovery lists
-# only TCP addresses and the executor reports the socket, so no local model server is listed
-# (README, Metrics). With the TCP port listed instead, this test passes (tried by hand); strict:
-# it fails as soon as it passes, so the mark goes when discovery lists local replicas.
-@pytest.mark.xfail(
-    raises=ModelServerNotScraped,
-    strict=True,
-    reason="discovery leaves out the local executor's model servers (Unix-socket addresses)",
-)
 def test_every_serving_panel_returns_series(
     busy_kiban: KibanServer, prom: ThrowawayPrometheus
 ) -> None:

@@ -122,6 +122,8 @@ class ServiceController:
     addresses: dict[str, str] = field(default_factory=dict)
     """Job id to the address of each running model server replica, as the last pass found
     them (Prometheus's service discovery lists them)."""
+    ports: dict[str, int] = field(default_factory=dict)
+    """Job id to the TCP port each of those replicas serves (beside a Unix socket, if any)."""
     revision_services: RevisionServices = field(init=False)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -175,6 +177,7 @@ class ServiceController:
         views = self._observe()
         probes = self._gather(views)
         self.addresses = dict(probes.addresses)
+        self.ports = dict(probes.ports)
         routed: set[tuple[str, str]] = set()  # (tenant, revision) of every service's split
         jobs_changed = False
         for view in views:
@@ -256,6 +259,7 @@ class ServiceController:
         session open: all at once (at most the pool's size in flight), each within
         ``gather_timeout_s``; one that has not answered by then is not ready / says nothing."""
         addresses: dict[str, str] = {}
+        ports: dict[str, int] = {}
         asked: dict[str, Future[bool]] = {}
         logs: dict[str, Future[str | None]] = {}
         for view in views:
@@ -273,6 +277,7 @@ class ServiceController:
                     )
                     if address is not None:
                         addresses[replica.job_id] = address
+                        ports[replica.job_id] = port or replica.master_port
                         asked[replica.job_id] = self._probes.submit(
                             self._ready, address, revision.spec.readiness_path
                         )
@@ -284,6 +289,7 @@ class ServiceController:
         failures = {job_id: _answer(f, None) for job_id, f in logs.items()}
         return Probes(
             addresses=addresses,
+            ports=ports,
             ready=ready,
             load_failures={k: v for k, v in failures.items() if v is not None},
         )

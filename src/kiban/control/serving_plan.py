@@ -128,6 +128,8 @@ class Probes:
 
     addresses: Mapping[str, str] = field(default_factory=dict)
     """Job id to where the control plane reaches its model server (running replicas)."""
+    ports: Mapping[str, int] = field(default_factory=dict)
+    """Job id to the TCP port its model server serves (also when reached on a Unix socket)."""
     ready: Mapping[str, bool] = field(default_factory=dict)
     """Job id to whether its readiness path answered 200 (within the probe's timeout)."""
     load_failures: Mapping[str, str] = field(default_factory=dict)

@@ -103,8 +103,11 @@ def _queue_families(state: ClusterState) -> Iterator[Family | Metric]:
         "Pending jobs whose forecast start time has passed.",
         labels=("queue",),
     )
-    for queue, count in sorted(state.past_forecast.items()):
-        late.add((queue,), count)
+    # Every queue of the policy has a series (0 when none is late), so a dashboard shows 0
+    # rather than no data on a cluster where all is well.
+    queues = {row.queue for row in state.quotas} | set(state.past_forecast)
+    for queue in sorted(queues):
+        late.add((queue,), state.past_forecast.get(queue, 0))
     yield late
     waits = HistogramMetricFamily(
         "kiban_admission_wait_time_seconds",

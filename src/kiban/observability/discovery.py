@@ -7,11 +7,13 @@ shape Prometheus's HTTP SD documents (labels may set ``__metrics_path__`` and ``
   ``control-plane``);
 - each node agent with an address (``node-agent``; ``node`` when the agent serves one node:
   one agent of the local executor serves all its virtual nodes, and is listed once);
-- each running model server replica with a TCP address (``model-server``, with ``service``,
-  ``tenant``, ``revision``), as the service controller last reached it.
+- each running model server replica (``model-server``, with ``service``, ``tenant``,
+  ``revision``), as the service controller last reached it. A replica reached on a Unix socket
+  (``unix:...``: the local executor's, all on this machine) is listed at its TCP port on
+  loopback, which kiban's model server serves beside the socket; Prometheus cannot scrape a
+  socket.
 
-Left out: addresses on a Unix socket (``unix:...``, the local executor's replicas), which
-Prometheus cannot scrape, and the control plane's router, which serves no ``/metrics``.
+Left out: the control plane's router, which serves no ``/metrics``.
 Nothing here is a tenant's data beyond the names of its services.
 """
 
@@ -43,10 +45,11 @@ def scrape_targets(
     control_plane: str,
     scheme: str,
     replica_addresses: Mapping[str, str],
+    replica_ports: Mapping[str, int],
 ) -> list[TargetGroup]:
     """Every target: the control plane at ``control_plane`` (host:port, as reached with
     ``scheme``), the node agents, and the replicas at ``replica_addresses`` (job id to
-    address, the service controller's latest)."""
+    address, the service controller's latest) with their TCP ports ``replica_ports``."""
     groups = [
         TargetGroup(
             targets=[control_plane],
@@ -58,13 +61,23 @@ def scrape_targets(
         )
     ]
     groups += _agents(session)
-    groups += _model_servers(session, replica_addresses)
+    groups += _model_servers(session, _tcp_addresses(replica_addresses, replica_ports))
     return groups
 
 
 def scrapable(address: str) -> bool:
     """Whether Prometheus can reach ``address`` over TCP (not empty, not a Unix socket)."""
     return bool(address) and not address.startswith(UNIX_PREFIX)
+
+
+def _tcp_addresses(addresses: Mapping[str, str], ports: Mapping[str, int]) -> dict[str, str]:
+    """Each replica's address for Prometheus: a Unix socket's replica at its loopback port."""
+    tcp = {}
+    for job, address in addresses.items():
+        if address.startswith(UNIX_PREFIX) and job in ports:
+            address = f"127.0.0.1:{ports[job]}"
+        tcp[job] = address
+    return tcp
 
 
 def _agents(session: Session) -> list[TargetGroup]:

@@ -24,7 +24,7 @@ from kiban.domain.declarations import MAX_PRIORITY
 from kiban.domain.states import JobState
 from kiban.executors.base import Executor, log_source
 from kiban.health.allreduce import SweepResult, parse_result_line
-from kiban.health.conditions import CheckType, ConditionStatus
+from kiban.health.conditions import CheckType, Condition, ConditionStatus
 from kiban.health.sweeps import (
     DEFAULT_DEGRADED_FRACTION,
     Block,
@@ -39,12 +39,11 @@ from kiban.health.sweeps import (
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services import events, jobs, policy
 from kiban.services.auth import Principal
+from kiban.services.node_health import store_conditions
 from kiban.store.models import (
     AllreduceResult,
     Job,
     Node,
-    NodeCondition,
-    NodeConditionChange,
     Replica,
 )
 
@@ -254,39 +253,16 @@ def _row(
 def set_allreduce_condition(
     session: Session, node: str, degraded: bool, message: str, at: float
 ) -> None:
-    """Write the node's ``AllreduceDegraded`` condition, with a history row when its status
-    changed (as the ingest of agent reports keeps conditions). Not committed."""
-    check = CheckType.ALLREDUCE_DEGRADED.value
-    status = (ConditionStatus.TRUE if degraded else ConditionStatus.FALSE).value
-    reason = "AllreduceBelowBaseline" if degraded else "AllreduceAtBaseline"
-    row = session.get(NodeCondition, (node, check))
-    if row is None:
-        row = NodeCondition(
-            node=node,
-            type=check,
-            status=status,
-            reason=reason,
-            message=message,
-            last_transition_time=at,
-            updated_at=at,
-            streak=1,
-        )
-        session.add(row)
-        changed = True
-    else:
-        changed = row.status != status or row.reason != reason
-        if row.status != status:
-            row.last_transition_time = at
-            row.streak = 1
-        else:
-            row.streak += 1
-        row.status, row.reason, row.message, row.updated_at = status, reason, message, at
-    if changed:
-        session.add(
-            NodeConditionChange(
-                node=node, type=check, status=status, reason=reason, message=message, at=at
-            )
-        )
+    """Write the node's ``AllreduceDegraded`` condition the way agents' reports are kept
+    (streak, history, an event on a change). Not committed."""
+    condition = Condition(
+        type=CheckType.ALLREDUCE_DEGRADED,
+        status=ConditionStatus.TRUE if degraded else ConditionStatus.FALSE,
+        reason="AllreduceBelowBaseline" if degraded else "AllreduceAtBaseline",
+        message=message,
+        last_transition_time=at,
+    )
+    store_conditions(session, node, [condition], at)
 
 
 def collect(

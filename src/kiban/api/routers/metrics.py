@@ -46,4 +46,6 @@ def metrics(platform: PlatformDep) -> Response:
 def discovery(request: Request, platform: PlatformDep, session: SessionDep) -> list[TargetGroup]:
     """Prometheus's ``http_sd_configs``: the control plane, node agents and model servers."""
     host = request.headers.get("host") or f"{request.url.hostname}:{request.url.port}"
-    return scrape_targets(session, host, request.url.scheme, platform.services.addresses)
+    return scrape_targets(
+        session, host, request.url.scheme, platform.services.addresses, platform.services.ports
+    )
