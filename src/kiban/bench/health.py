@@ -1,6 +1,6 @@
 """``kiban bench health``: from a GPU fault in a reading to its node cordoned and its jobs
 requeued, on many virtual nodes; with the control plane's ``/metrics`` render and the node
-agent's CPU per check where those measures are installed.
+agent's CPU per check.
 
 What runs: an in-process control plane (the store on SQLite, the fake executor's nodes, a
 manual clock) with the real API, ingest, remediation and control loop. Every node's agent
@@ -17,7 +17,6 @@ plane keeps up when it ingests faster than the nodes report (``ingest_reports_pe
 
 from __future__ import annotations
 
-import importlib
 import random
 import statistics
 import tempfile
@@ -26,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiban.bench.health_agent import measure_agent_cpu
 from kiban.bench.machine import describe_machine
+from kiban.bench.metrics_render import measure_metrics_render
+from kiban.stats import percentile
 
 GOAL_FAULT_TO_REQUEUE_P99_S = 10.0
 GOAL_METRICS_RENDER_S = 1.0
@@ -54,12 +56,6 @@ class HealthBenchOptions:
             raise ValueError(f"--faults must be 1 to half of --nodes; got {self.faults}")
         if self.intervals < 3:
             raise ValueError(f"--intervals must be at least 3; got {self.intervals}")
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[index]
 
 
 def measure_fault_to_requeue(options: HealthBenchOptions) -> dict[str, Any]:
@@ -189,11 +185,11 @@ def measure_fault_to_requeue(options: HealthBenchOptions) -> dict[str, Any]:
     count = len(reports)
     return {
         "fault_to_requeue_p50_s": round(statistics.median(latencies), 3),
-        "fault_to_requeue_p99_s": round(_percentile(latencies, 99), 3),
+        "fault_to_requeue_p99_s": round(percentile(latencies, 99), 3),
         "fault_to_requeue_max_s": round(max(latencies), 3),
-        "wait_for_check_p99_s": round(_percentile(waits, 99), 3),
+        "wait_for_check_p99_s": round(percentile(waits, 99), 3),
         "handling_p50_s": round(statistics.median(handling), 4),
-        "handling_p99_s": round(_percentile(handling, 99), 4),
+        "handling_p99_s": round(percentile(handling, 99), 4),
         "ingest_reports_per_s": round(count / report_wall, 1),
         "reports_needed_per_s": round(options.nodes / interval, 1),
         "reports": count,
@@ -201,40 +197,15 @@ def measure_fault_to_requeue(options: HealthBenchOptions) -> dict[str, Any]:
     }
 
 
-def _optional(module: str, function: str, **kwargs: Any) -> dict[str, Any] | None:
-    """Another helper's measure, when its module is installed (None: not measured)."""
-    try:
-        found = importlib.import_module(module)
-    except ImportError:
-        return None
-    measure = getattr(found, function, None)
-    if measure is None:
-        return None
-    result: dict[str, Any] = measure(**kwargs)
-    return result
-
-
 def run_health_bench(options: HealthBenchOptions) -> dict[str, Any]:
-    """The whole report: fault to requeue, and the metrics render and agent CPU if present."""
+    """The whole report: fault to requeue, the metrics render and the agent's CPU per check."""
     report: dict[str, Any] = measure_fault_to_requeue(options)
-    metrics = _optional(
-        "kiban.bench.metrics_render",
-        "measure_metrics_render",
-        nodes=options.metrics_nodes,
-        gpus_per_node=GPUS_PER_NODE,
-    )
-    agent = _optional(
-        "kiban.bench.health_agent",
-        "measure_agent_cpu",
-        nodes=64,
-        gpus_per_node=GPUS_PER_NODE,
-    )
-    report["metrics_render_s"] = None if metrics is None else metrics.get("metrics_render_s")
-    report["metrics_bytes"] = None if metrics is None else metrics.get("metrics_bytes")
-    report["metrics_series"] = None if metrics is None else metrics.get("metrics_series")
-    report["agent_cpu_ms_per_node_check"] = (
-        None if agent is None else agent.get("agent_cpu_ms_per_node_check")
-    )
+    metrics = measure_metrics_render(nodes=options.metrics_nodes, gpus_per_node=GPUS_PER_NODE)
+    agent = measure_agent_cpu(nodes=64, gpus_per_node=GPUS_PER_NODE)
+    report["metrics_render_s"] = metrics["metrics_render_s"]
+    report["metrics_bytes"] = metrics["metrics_bytes"]
+    report["metrics_series"] = metrics["metrics_series"]
+    report["agent_cpu_ms_per_node_check"] = agent["agent_cpu_ms_per_node_check"]
     report["goals_met"] = {
         "fault_to_requeue_p99_s": report["fault_to_requeue_p99_s"] <= GOAL_FAULT_TO_REQUEUE_P99_S,
         "metrics_render_s": (
