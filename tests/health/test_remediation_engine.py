@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiban.domain.remediation import HealthCheckName, HealthPolicyDecl
+from kiban.domain.remediation import HealthPolicyDecl
 from kiban.health.conditions import CheckType, ConditionStatus
 from kiban.health.remediation import (
     Breaker,
@@ -43,10 +43,6 @@ def policy(max_nodes: int = 2, k: int = 3, factor: int = 2) -> HealthPolicyDecl:
 
 def healthy(at: float, streak: int = 1) -> dict[CheckType, ConditionState]:
     return {c: ConditionState(c, ConditionStatus.FALSE, streak, at) for c in CheckType}
-
-
-def test_the_domain_names_every_check_type() -> None:
-    assert [c.value for c in HealthCheckName] == [c.value for c in CheckType]
 
 
 def test_default_rules_drain_cordon_or_record() -> None:

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, StrictInt, field_validator, model_validator
 
+from kiban.domain.check_types import CheckType
 from kiban.domain.declarations import (
     Duration,
     Loc,
@@ -30,21 +31,6 @@ from kiban.domain.jobspec import SpecModel, check_dns_label
 DEFAULT_AGENT_TIMEOUT_S = 3 * 30.0  # three missed reports at the agent's default interval
 DEFAULT_HOOK_TIMEOUT_S = 60.0
 MAX_HOOK_TIMEOUT_S = 3600.0
-
-
-class HealthCheckName(StrEnum):
-    """The condition types a rule may name: ``kiban.health.conditions.CheckType``'s values."""
-
-    GPU_COUNT = "GpuCount"
-    GPU_ECC = "GpuEcc"
-    GPU_ROW_REMAP = "GpuRowRemap"
-    GPU_BUS = "GpuBus"
-    GPU_PCIE = "GpuPcie"
-    GPU_FABRIC_MANAGER = "GpuFabricManager"
-    GPU_XID = "GpuXid"
-    GPU_NVLINK = "GpuNvlink"
-    GPU_THERMAL = "GpuThermal"
-    ALLREDUCE_DEGRADED = "AllreduceDegraded"
 
 
 class RuleStatus(StrEnum):
@@ -106,7 +92,7 @@ class RemediationRuleDecl(SpecModel):
     """One rule: ``condition`` at ``status`` -> ``action`` (with its ``taint`` or ``command``)."""
 
     name: str
-    condition: HealthCheckName
+    condition: CheckType
     status: Annotated[RuleStatus, BeforeValidator(_status)] = RuleStatus.TRUE
     action: RemediationActionKind
     taint: TaintDecl | None = None
@@ -199,7 +185,7 @@ class FlapDampingDecl(SpecModel):
         return value
 
 
-def _rule(name: str, check: HealthCheckName, action: RemediationActionKind) -> RemediationRuleDecl:
+def _rule(name: str, check: CheckType, action: RemediationActionKind) -> RemediationRuleDecl:
     return RemediationRuleDecl(name=name, condition=check, action=action)
 
 
@@ -212,16 +198,16 @@ def default_rules() -> list[RemediationRuleDecl]:
         RemediationActionKind.NONE,
     )
     return [
-        _rule("gpu-bus", HealthCheckName.GPU_BUS, drain),
-        _rule("gpu-ecc", HealthCheckName.GPU_ECC, drain),
-        _rule("gpu-xid", HealthCheckName.GPU_XID, drain),
-        _rule("gpu-row-remap", HealthCheckName.GPU_ROW_REMAP, drain),
-        _rule("gpu-count", HealthCheckName.GPU_COUNT, drain),
-        _rule("gpu-fabric-manager", HealthCheckName.GPU_FABRIC_MANAGER, drain),
-        _rule("gpu-pcie", HealthCheckName.GPU_PCIE, cordon),
-        _rule("gpu-nvlink", HealthCheckName.GPU_NVLINK, cordon),
-        _rule("allreduce-degraded", HealthCheckName.ALLREDUCE_DEGRADED, cordon),
-        _rule("gpu-thermal", HealthCheckName.GPU_THERMAL, none),
+        _rule("gpu-bus", CheckType.GPU_BUS, drain),
+        _rule("gpu-ecc", CheckType.GPU_ECC, drain),
+        _rule("gpu-xid", CheckType.GPU_XID, drain),
+        _rule("gpu-row-remap", CheckType.GPU_ROW_REMAP, drain),
+        _rule("gpu-count", CheckType.GPU_COUNT, drain),
+        _rule("gpu-fabric-manager", CheckType.GPU_FABRIC_MANAGER, drain),
+        _rule("gpu-pcie", CheckType.GPU_PCIE, cordon),
+        _rule("gpu-nvlink", CheckType.GPU_NVLINK, cordon),
+        _rule("allreduce-degraded", CheckType.ALLREDUCE_DEGRADED, cordon),
+        _rule("gpu-thermal", CheckType.GPU_THERMAL, none),
     ]
 
 

@@ -145,6 +145,34 @@ def per_gpu(
     return Verdict(FALSE, ok_reason, f"{_plural(len(reading.gpus), 'GPU')}: {ok_text}")
 
 
+@dataclass(frozen=True, slots=True)
+class PerGpuCheck:
+    """A check made GPU by GPU (``per_gpu``): ``judge`` says what one GPU's reading shows,
+    ``ok_reason`` and ``ok_text`` what the node gets when every GPU passes."""
+
+    judge: Judge
+    ok_reason: HealthReason
+    ok_text: str
+    judge_unreadable: bool = False  # the judge reads lost or silent GPUs itself (GpuBus)
+
+    def __call__(
+        self,
+        reading: NodeReading,
+        previous: NodeReading | None,
+        thresholds: HealthThresholds,
+        expected_gpus: int | None,
+    ) -> Verdict:
+        return per_gpu(
+            reading,
+            previous,
+            thresholds,
+            self.judge,
+            self.ok_reason,
+            self.ok_text,
+            judge_unreadable=self.judge_unreadable,
+        )
+
+
 def _not_reported(gpu: GpuReading, what: str) -> Finding:
     return Finding(UNKNOWN, HealthReason.NOT_REPORTED, f"{gpu_name(gpu)}: {what} not reported")
 
@@ -191,21 +219,10 @@ def _judge_ecc(gpu: GpuReading, old: GpuReading | None, limits: HealthThresholds
     return OK
 
 
-def check_ecc(
-    reading: NodeReading,
-    previous: NodeReading | None,
-    thresholds: HealthThresholds,
-    expected_gpus: int | None,
-) -> Verdict:
-    """GpuEcc: volatile uncorrectable ECC errors, and the aggregate count rising."""
-    return per_gpu(
-        reading,
-        previous,
-        thresholds,
-        _judge_ecc,
-        HealthReason.NO_UNCORRECTABLE_ECC,
-        "no uncorrectable ECC errors",
-    )
+check_ecc = PerGpuCheck(
+    _judge_ecc, HealthReason.NO_UNCORRECTABLE_ECC, "no uncorrectable ECC errors"
+)
+"""GpuEcc: volatile uncorrectable ECC errors, and the aggregate count rising."""
 
 
 def _judge_row_remap(gpu: GpuReading, old: GpuReading | None, _: HealthThresholds) -> Finding:
@@ -219,21 +236,10 @@ def _judge_row_remap(gpu: GpuReading, old: GpuReading | None, _: HealthThreshold
     return OK
 
 
-def check_row_remap(
-    reading: NodeReading,
-    previous: NodeReading | None,
-    thresholds: HealthThresholds,
-    expected_gpus: int | None,
-) -> Verdict:
-    """GpuRowRemap: a pending row remap (needs a GPU reset) or a remap that failed."""
-    return per_gpu(
-        reading,
-        previous,
-        thresholds,
-        _judge_row_remap,
-        HealthReason.ROW_REMAP_OK,
-        "no pending or failed row remaps",
-    )
+check_row_remap = PerGpuCheck(
+    _judge_row_remap, HealthReason.ROW_REMAP_OK, "no pending or failed row remaps"
+)
+"""GpuRowRemap: a pending row remap (needs a GPU reset) or a remap that failed."""
 
 
 def _judge_bus(gpu: GpuReading, old: GpuReading | None, _: HealthThresholds) -> Finding:
@@ -247,22 +253,8 @@ def _judge_bus(gpu: GpuReading, old: GpuReading | None, _: HealthThresholds) -> 
     return OK
 
 
-def check_bus(
-    reading: NodeReading,
-    previous: NodeReading | None,
-    thresholds: HealthThresholds,
-    expected_gpus: int | None,
-) -> Verdict:
-    """GpuBus: a GPU that fell off the bus (NVML's GPU-lost) or does not answer."""
-    return per_gpu(
-        reading,
-        previous,
-        thresholds,
-        _judge_bus,
-        HealthReason.GPUS_ANSWER,
-        "all answer",
-        judge_unreadable=True,
-    )
+check_bus = PerGpuCheck(_judge_bus, HealthReason.GPUS_ANSWER, "all answer", judge_unreadable=True)
+"""GpuBus: a GPU that fell off the bus (NVML's GPU-lost) or does not answer."""
 
 
 def _judge_pcie(gpu: GpuReading, old: GpuReading | None, limits: HealthThresholds) -> Finding:
@@ -294,21 +286,10 @@ def _judge_pcie(gpu: GpuReading, old: GpuReading | None, limits: HealthThreshold
     return OK
 
 
-def check_pcie(
-    reading: NodeReading,
-    previous: NodeReading | None,
-    thresholds: HealthThresholds,
-    expected_gpus: int | None,
-) -> Verdict:
-    """GpuPcie: link width (and, while busy, generation) below the maximum; replays rising."""
-    return per_gpu(
-        reading,
-        previous,
-        thresholds,
-        _judge_pcie,
-        HealthReason.PCIE_LINK_OK,
-        "PCIe links at full width, replays steady",
-    )
+check_pcie = PerGpuCheck(
+    _judge_pcie, HealthReason.PCIE_LINK_OK, "PCIe links at full width, replays steady"
+)
+"""GpuPcie: link width (and, while busy, generation) below the maximum; replays rising."""
 
 
 def _judge_fabric(gpu: GpuReading, old: GpuReading | None, _: HealthThresholds) -> Finding:
@@ -355,14 +336,8 @@ def _judge_xid(gpu: GpuReading, old: GpuReading | None, limits: HealthThresholds
     return Finding(FALSE, HealthReason.XID_NON_CRITICAL, f"{gpu_name(gpu)}: Xid {codes}")
 
 
-def check_xid(
-    reading: NodeReading,
-    previous: NodeReading | None,
-    thresholds: HealthThresholds,
-    expected_gpus: int | None,
-) -> Verdict:
-    """GpuXid: Xid events since the previous pass; a critical code fails, the rest are noted."""
-    return per_gpu(reading, previous, thresholds, _judge_xid, HealthReason.NO_XID, "no Xid events")
+check_xid = PerGpuCheck(_judge_xid, HealthReason.NO_XID, "no Xid events")
+"""GpuXid: Xid events since the previous pass; a critical code fails, the rest are noted."""
 
 
 def _judge_nvlink(gpu: GpuReading, old: GpuReading | None, limits: HealthThresholds) -> Finding:
@@ -381,21 +356,10 @@ def _judge_nvlink(gpu: GpuReading, old: GpuReading | None, limits: HealthThresho
     return OK
 
 
-def check_nvlink(
-    reading: NodeReading,
-    previous: NodeReading | None,
-    thresholds: HealthThresholds,
-    expected_gpus: int | None,
-) -> Verdict:
-    """GpuNvlink: NVLink links down, or their CRC error count rising."""
-    return per_gpu(
-        reading,
-        previous,
-        thresholds,
-        _judge_nvlink,
-        HealthReason.NVLINK_OK,
-        "NVLink links up, CRC errors steady",
-    )
+check_nvlink = PerGpuCheck(
+    _judge_nvlink, HealthReason.NVLINK_OK, "NVLink links up, CRC errors steady"
+)
+"""GpuNvlink: NVLink links down, or their CRC error count rising."""
 
 
 def _judge_thermal(gpu: GpuReading, old: GpuReading | None, _: HealthThresholds) -> Finding:
@@ -413,21 +377,8 @@ def _judge_thermal(gpu: GpuReading, old: GpuReading | None, _: HealthThresholds)
     return OK
 
 
-def check_thermal(
-    reading: NodeReading,
-    previous: NodeReading | None,
-    thresholds: HealthThresholds,
-    expected_gpus: int | None,
-) -> Verdict:
-    """GpuThermal: thermal or power throttling (a warning: True does not fail the node)."""
-    return per_gpu(
-        reading,
-        previous,
-        thresholds,
-        _judge_thermal,
-        HealthReason.NOT_THROTTLED,
-        "not throttled",
-    )
+check_thermal = PerGpuCheck(_judge_thermal, HealthReason.NOT_THROTTLED, "not throttled")
+"""GpuThermal: thermal or power throttling (a warning: True does not fail the node)."""
 
 
 Check = Callable[[NodeReading, NodeReading | None, HealthThresholds, int | None], Verdict]

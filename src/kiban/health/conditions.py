@@ -10,6 +10,10 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kiban.domain.check_types import CheckType
+
+__all__ = ["WARNING_ONLY", "CheckType", "Condition", "ConditionStatus"]
+
 
 class ConditionStatus(StrEnum):
     """NPD's statuses: True (the problem is present), False (it is not), Unknown (cannot tell)."""
@@ -17,21 +21,6 @@ class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"
     UNKNOWN = "Unknown"
-
-
-class CheckType(StrEnum):
-    """The checks, named as the condition types they report (OKE's NPD GPU plugins' names)."""
-
-    GPU_COUNT = "GpuCount"
-    GPU_ECC = "GpuEcc"
-    GPU_ROW_REMAP = "GpuRowRemap"
-    GPU_BUS = "GpuBus"
-    GPU_PCIE = "GpuPcie"
-    GPU_FABRIC_MANAGER = "GpuFabricManager"
-    GPU_XID = "GpuXid"
-    GPU_NVLINK = "GpuNvlink"
-    GPU_THERMAL = "GpuThermal"
-    ALLREDUCE_DEGRADED = "AllreduceDegraded"
 
 
 # Checks whose True status is a warning (recorded and shown), not a failure of the node.
