@@ -3,6 +3,8 @@
 # Debian's `postgresql` package if they are not. Used by tests and benchmarks that start a
 # throwaway server (kiban.devtools.postgres). Idempotent and quick when already present.
 set -euo pipefail
+# shellcheck source=lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 find_initdb() {
     local candidate
@@ -30,26 +32,7 @@ if initdb_path="$(find_initdb)"; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure-postgres: no initdb found and apt-get is unavailable;" \
-        "install the PostgreSQL server binaries by hand" >&2
-    exit 1
-fi
-
-sudo_cmd=()
-if [[ "$(id -u)" -ne 0 ]]; then
-    if command -v sudo >/dev/null 2>&1; then
-        sudo_cmd=(sudo)
-    else
-        echo "ensure-postgres: no initdb found; need root or sudo to install postgresql" >&2
-        exit 1
-    fi
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq >/dev/null
-"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+apt_install ensure-postgres postgresql
 
 if initdb_path="$(find_initdb)"; then
     version="$("$initdb_path" --version 2>/dev/null || echo 'unknown version')"

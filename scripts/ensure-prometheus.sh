@@ -6,6 +6,8 @@
 # scrape nothing of ours): a policy-rc.d refuses service starts during the install, and a
 # service that started anyway is stopped and disabled. Idempotent and quick when present.
 set -euo pipefail
+# shellcheck source=lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 have_both() {
     command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1
@@ -22,21 +24,7 @@ if have_both; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure-prometheus: prometheus/promtool not found and apt-get is unavailable;" \
-        "install Prometheus by hand (both binaries on PATH)" >&2
-    exit 1
-fi
-
-sudo_cmd=()
-if [[ "$(id -u)" -ne 0 ]]; then
-    if command -v sudo >/dev/null 2>&1; then
-        sudo_cmd=(sudo)
-    else
-        echo "ensure-prometheus: prometheus not found; need root or sudo to install it" >&2
-        exit 1
-    fi
-fi
+need_root ensure-prometheus prometheus
 
 # Debian's invoke-rc.d asks /usr/sbin/policy-rc.d whether a package may start its service;
 # exit 101 means "no". Put one in place for the install only, unless one is there already.
@@ -44,26 +32,23 @@ policy=/usr/sbin/policy-rc.d
 placed_policy=0
 if [[ ! -e "$policy" ]]; then
     printf '#!/bin/sh\n# ensure-prometheus: no service starts during the install\nexit 101\n' |
-        "${sudo_cmd[@]}" tee "$policy" >/dev/null
-    "${sudo_cmd[@]}" chmod 755 "$policy"
+        "${as_root[@]}" tee "$policy" >/dev/null
+    "${as_root[@]}" chmod 755 "$policy"
     placed_policy=1
 fi
 remove_policy() {
     if [[ "$placed_policy" -eq 1 ]]; then
-        "${sudo_cmd[@]}" rm -f "$policy"
+        "${as_root[@]}" rm -f "$policy"
     fi
 }
 trap remove_policy EXIT
 
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq >/dev/null
-"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+apt_install ensure-prometheus prometheus
 
 # Where systemd runs, a start may have slipped past policy-rc.d (or the unit is enabled for the
 # next boot): stop and disable it, so that nothing holds port 9090.
 if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
-    "${sudo_cmd[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    "${as_root[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
 fi
 
 if have_both; then
