@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from kiban.cli import main
+from kiban.sdk import client as sdk_client
+from kiban.sdk.client import Client
 
 
 @dataclass
@@ -14,6 +24,37 @@ class Done:
 
 
 Run = Callable[..., Done]
+
+
+def in_process(
+    app: FastAPI,
+    token: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *command: str,
+) -> Run:
+    """``kiban COMMAND ARGS...`` run in this process with ``token``: every command imports the
+    SDK's Client when it runs, and this one answers them all through ``app``."""
+
+    def connect(*_: Any, **__: Any) -> Client:
+        client = Client(url="http://testserver", token=token)
+        client._http.close()
+        client._http = TestClient(app, headers={"Authorization": f"Bearer {token}"})
+        return client
+
+    def run(*args: str) -> Done:
+        monkeypatch.setattr(sdk_client, "Client", connect)
+        monkeypatch.setattr(sys, "argv", ["kiban", *command, *args])
+        capsys.readouterr()
+        try:
+            main.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return Done(code, captured.out, captured.err)
+
+    return run
 
 
 def one_error_line(done: Done, *needles: str) -> None:

@@ -8,14 +8,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import Done, Run
-from fastapi.testclient import TestClient
+from cli_support import Run, in_process
 
 from kiban.api.app import create_app
-from kiban.cli import main
 from kiban.platform import Platform
-from kiban.sdk import client as sdk_client
-from kiban.sdk.client import Client
 
 
 @pytest.fixture
@@ -25,28 +21,7 @@ def run_as(
     """``run_as(token)("policy", "show")``: the CLI's exit code, stdout and stderr."""
 
     def with_token(token: str) -> Run:
-        def connect() -> Client:
-            client = Client(url="http://testserver", token=token)
-            client._http.close()
-            client._http = TestClient(
-                create_app(platform), headers={"Authorization": f"Bearer {token}"}
-            )
-            return client
-
-        def run(*args: str) -> Done:
-            # Every command imports the SDK's Client when it runs: this one answers them all.
-            monkeypatch.setattr(sdk_client, "Client", connect)
-            monkeypatch.setattr(sys, "argv", ["kiban", *args])
-            capsys.readouterr()
-            try:
-                main.main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            captured = capsys.readouterr()
-            return Done(code, captured.out, captured.err)
-
-        return run
+        return in_process(create_app(platform), token, monkeypatch, capsys)
 
     return with_token
 

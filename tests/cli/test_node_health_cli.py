@@ -10,23 +10,19 @@ after the merge runs the real one.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cli_support import Done, Run, flat, one_error_line
+from cli_support import Run, flat, in_process, one_error_line
 from fastapi import APIRouter
-from fastapi.testclient import TestClient
 
 from kiban.api.app import create_app
 from kiban.api.deps import PlatformDep, PrincipalDep
-from kiban.cli import main, render
+from kiban.cli import render
 from kiban.health.conditions import CheckType, ConditionStatus
 from kiban.health.readings import GpuReading, NodeReading, XidEvent
 from kiban.platform import Platform
-from kiban.sdk import client as sdk_client
-from kiban.sdk.client import Client
 from kiban.services.errors import Conflict
 from kiban.testing import ManualClock
 from kiban.testing.node_health_rows import NodeHealthRows
@@ -235,25 +231,7 @@ def health_as(
     app.router.routes.insert(0, app.router.routes.pop())
 
     def with_token(token: str) -> Run:
-        def connect(*_: Any, **__: Any) -> Client:
-            client = Client(url="http://testserver", token=token)
-            client._http.close()
-            client._http = TestClient(app, headers={"Authorization": f"Bearer {token}"})
-            return client
-
-        def run(*args: str) -> Done:
-            monkeypatch.setattr(sdk_client, "Client", connect)
-            monkeypatch.setattr(sys, "argv", ["kiban", "health", *args])
-            capsys.readouterr()
-            try:
-                main.main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            captured = capsys.readouterr()
-            return Done(code, captured.out, captured.err)
-
-        return run
+        return in_process(app, token, monkeypatch, capsys, "health")
 
     return with_token
 
