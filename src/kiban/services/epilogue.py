@@ -22,7 +22,9 @@ from kiban.health.epilogue import (
     may_return,
 )
 from kiban.health.readings import NodeReading
+from kiban.health.remediation import CordonSource
 from kiban.services import events
+from kiban.services.nodes import set_cordon
 from kiban.store.models import (
     Job,
     Node,
@@ -32,8 +34,6 @@ from kiban.store.models import (
     RemediationAction,
     Replica,
 )
-
-REMEDIATION = "remediation"
 
 
 def check_failed_job(session: Session, job: Job, at: float) -> list[str]:
@@ -82,9 +82,7 @@ def check_failed_job(session: Session, job: Job, at: float) -> list[str]:
         if node is None:
             continue
         if not node.cordoned:
-            node.cordoned = True
-            node.cordon_source = REMEDIATION
-            node.updated_at = at
+            set_cordon(node, CordonSource.REMEDIATION, at)
             events.record(
                 session,
                 kind="Node",
@@ -116,7 +114,9 @@ def return_checked_nodes(session: Session, at: float) -> list[str]:
     healthy; the nodes returned. Not committed."""
     returned = []
     for node in session.scalars(
-        select(Node).where(Node.cordoned.is_(True), Node.cordon_source == REMEDIATION)
+        select(Node).where(
+            Node.cordoned.is_(True), Node.cordon_source == CordonSource.REMEDIATION.value
+        )
     ):
         last = session.scalars(
             select(RemediationAction)
@@ -131,9 +131,7 @@ def return_checked_nodes(session: Session, at: float) -> list[str]:
         ).all()
         if not may_return([(t, s) for t, s in conditions], node.agent_reported_at, last.at):
             continue
-        node.cordoned = False
-        node.cordon_source = ""
-        node.updated_at = at
+        set_cordon(node, CordonSource.NONE, at)
         events.record(
             session,
             kind="Node",

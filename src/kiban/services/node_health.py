@@ -49,7 +49,7 @@ from kiban.health.remediation import (
 from kiban.health.report import GpuAllocation, NodeHealthReply, NodeHealthReport
 from kiban.services import events
 from kiban.services.errors import Conflict, Unavailable, invalid
-from kiban.services.nodes import get_node, jobs_on_node
+from kiban.services.nodes import get_node, jobs_on_node, set_cordon
 from kiban.services.policy import PolicyCache
 from kiban.store.models import (
     Job,
@@ -355,13 +355,9 @@ def _apply(session: Session, node: Node, decision: Decision, now: float) -> Reme
     session.add(action)
     if decision.kind.takes_out and decision.outcome is not Outcome.SUPPRESSED:
         if not node.cordoned:
-            node.cordoned = True
-            node.cordon_source = CordonSource.REMEDIATION.value
-            node.updated_at = now
+            set_cordon(node, CordonSource.REMEDIATION, now)
     elif decision.kind is RemediationKind.UNCORDON:
-        node.cordoned = False
-        node.cordon_source = CordonSource.NONE.value
-        node.updated_at = now
+        set_cordon(node, CordonSource.NONE, now)
     if decision.outcome is Outcome.SUPPRESSED:
         reason, warning = NodeHealthEvent.REMEDIATION_SUPPRESSED, True
     elif decision.kind is RemediationKind.UNCORDON:

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kiban.executors.base import NodeInfo
+from kiban.health.remediation import CordonSource
 from kiban.scheduler import units
 from kiban.scheduler.reasons import counted, cpus
 from kiban.services import events
@@ -112,10 +113,9 @@ def _set_cordon(
 ) -> Node:
     principal.require_admin()
     node = get_node(session, name)
+    source = CordonSource.ADMIN if cordoned else CordonSource.NONE
     if node.cordoned != cordoned:  # again on a cordoned node: nothing changes, no event
-        node.cordoned = cordoned
-        node.cordon_source = "admin" if cordoned else ""
-        node.updated_at = at
+        set_cordon(node, source, at)
         events.record(
             session,
             kind="Node",
@@ -129,6 +129,14 @@ def _set_cordon(
             at=at,
         )
     return node
+
+
+def set_cordon(node: Node, source: CordonSource, at: float) -> None:
+    """Cordon the node on behalf of ``source`` (an admin or the health rules), or with
+    ``CordonSource.NONE`` uncordon it. The caller records the event: it knows why."""
+    node.cordoned = source is not CordonSource.NONE
+    node.cordon_source = source.value
+    node.updated_at = at
 
 
 def set_node_health(session: Session, name: str, healthy: bool, message: str, at: float) -> Node:
