@@ -202,10 +202,10 @@ def run_health_bench(options: HealthBenchOptions) -> dict[str, Any]:
     report: dict[str, Any] = measure_fault_to_requeue(options)
     metrics = measure_metrics_render(nodes=options.metrics_nodes, gpus_per_node=GPUS_PER_NODE)
     agent = measure_agent_cpu(nodes=64, gpus_per_node=GPUS_PER_NODE)
-    report["metrics_render_s"] = metrics["metrics_render_s"]
-    report["metrics_bytes"] = metrics["metrics_bytes"]
-    report["metrics_series"] = metrics["metrics_series"]
-    report["agent_cpu_ms_per_node_check"] = agent["agent_cpu_ms_per_node_check"]
+    report["metrics_render_s"] = round(metrics["metrics_render_s"], 3)
+    report["metrics_bytes"] = int(metrics["metrics_bytes"])
+    report["metrics_series"] = int(metrics["metrics_series"])
+    report["agent_cpu_ms_per_node_check"] = round(agent["agent_cpu_ms_per_node_check"], 2)
     report["goals_met"] = {
         "fault_to_requeue_p99_s": report["fault_to_requeue_p99_s"] <= GOAL_FAULT_TO_REQUEUE_P99_S,
         "metrics_render_s": (
