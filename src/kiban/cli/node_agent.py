@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -90,6 +91,14 @@ def node_agent_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="with --once: the reports as JSON")
     ] = False,
+    with_parent: Annotated[
+        bool,
+        typer.Option(
+            "--with-parent",
+            help="stop when standard input ends (kiban up holds it open: the agent ends with "
+            "its control plane, even one killed with -9)",
+        ),
+    ] = False,
 ) -> None:
     """Check the GPUs of one node (or the local executor's nodes) through NVML every interval:
     conditions in node-problem-detector's shape, reported to kiban and served as /metrics."""
@@ -162,12 +171,13 @@ def node_agent_command(
         source.close()
         print_reports(reports, json_output)
         return
-    serve_agent(agent, listen)
+    serve_agent(agent, listen, with_parent)
     source.close()
 
 
-def serve_agent(agent: NodeAgent, listen: str) -> None:
-    """Serve HTTP and run the loop until SIGTERM or Ctrl-C."""
+def serve_agent(agent: NodeAgent, listen: str, with_parent: bool = False) -> None:
+    """Serve HTTP and run the loop until SIGTERM or Ctrl-C (or, ``with_parent``, until
+    standard input ends: the parent that held it open is gone)."""
     from kiban.cli import render
     from kiban.health.agent_server import AgentServer, parse_listen
 
@@ -180,6 +190,8 @@ def serve_agent(agent: NodeAgent, listen: str) -> None:
         fail(f"cannot listen on {listen}: {exc.strerror or exc}")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if with_parent:
+        threading.Thread(target=_stop_at_end_of_input, args=(stop,), daemon=True).start()
     server.start()
     render.err.print(
         f"kiban node-agent: {', '.join(agent.nodes)}; every {agent.interval_s:g} s; "
@@ -192,6 +204,13 @@ def serve_agent(agent: NodeAgent, listen: str) -> None:
         pass
     finally:
         server.stop()
+
+
+def _stop_at_end_of_input(stop: threading.Event) -> None:
+    """Read standard input to its end (nothing is written to it), then stop the agent."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    stop.set()
 
 
 def print_reports(reports: list[NodeHealthReport], json_output: bool) -> None:

@@ -72,10 +72,12 @@ class AgentProcess:
         else:
             env.pop("KIBAN_TOKEN", None)
         program = [sys.executable, "-c", "from kiban.cli.main import main; main()"]
+        # Its standard input is a pipe only we hold open: when we exit, however we exit
+        # (kill -9 too), it reads the end of it and stops (--with-parent), never an orphan.
         self.process = subprocess.Popen(
-            [*program, *self.arguments],
+            [*program, *self.arguments, "--with-parent"],
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
         )
 
@@ -85,6 +87,8 @@ class AgentProcess:
         if process is None or process.poll() is not None:
             return
         process.terminate()
+        if process.stdin is not None:
+            process.stdin.close()
         try:
             process.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
