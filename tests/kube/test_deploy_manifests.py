@@ -35,6 +35,8 @@ MANAGER = "kiban-tests"
 # Each CoreV1Api method kiban calls, as the (resource, verb) RBAC checks.
 CALLS = {
     "list_node": ("nodes", "list"),
+    "read_node": ("nodes", "get"),  # a taint rule reads the node's taints (health remediation)
+    "patch_node": ("nodes", "patch"),  # and writes them back
     "list_pod_for_all_namespaces": ("pods", "list"),  # with watch=True it is the watch verb too
     "list_service_for_all_namespaces": ("services", "list"),
     "create_namespace": ("namespaces", "create"),
