@@ -44,17 +44,24 @@ def in_process(
 
     def run(*args: str) -> Done:
         monkeypatch.setattr(sdk_client, "Client", connect)
-        monkeypatch.setattr(sys, "argv", ["kiban", *command, *args])
-        capsys.readouterr()
-        try:
-            main.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        captured = capsys.readouterr()
-        return Done(code, captured.out, captured.err)
+        return run_cli(monkeypatch, capsys, *command, *args)
 
     return run
+
+
+def run_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> Done:
+    """``kiban ARGS...`` run in this process: its exit code, stdout and stderr."""
+    monkeypatch.setattr(sys, "argv", ["kiban", *args])
+    capsys.readouterr()
+    try:
+        main.main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return Done(code, captured.out, captured.err)
 
 
 def one_error_line(done: Done, *needles: str) -> None:

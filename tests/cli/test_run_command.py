@@ -8,13 +8,11 @@ the app (conftest.py).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
-from cli_support import Done, Run, flat
+from cli_support import Done, Run, flat, run_cli
 
-from kiban.cli import main
 from kiban.cli.jobdoc import job_name_for, run_document
 from kiban.platform import Platform
 from kiban.sdk import client as sdk_client
@@ -49,15 +47,7 @@ def recorded(
         monkeypatch.delenv(name, raising=False)
 
     def run(*args: str) -> Done:
-        monkeypatch.setattr(sys, "argv", ["kiban", *args])
-        capsys.readouterr()
-        try:
-            main.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        captured = capsys.readouterr()
-        return Done(code, captured.out, captured.err)
+        return run_cli(monkeypatch, capsys, *args)
 
     return sent, run
 
