@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from kiban.clock import Clock
 from kiban.control.snapshot_builder import SpecCache
+from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.states import JobState, ReplicaState
 from kiban.executors.base import (
     Capability,
@@ -142,7 +143,7 @@ class Launcher:
             session,
             job,
             JobState.ADMITTED,
-            reason="Restarting" if restart else "Admitted",
+            reason=JobEventReason.RESTARTING if restart else JobEventReason.ADMITTED,
             message=f"{verb}: {describe_placements(placements)}",
             at=now,
         )
@@ -200,7 +201,7 @@ class Launcher:
             session,
             job,
             JobState.FAILED,
-            reason="LaunchFailed",
+            reason=JobEventReason.LAUNCH_FAILED,
             message=message,
             at=self.clock.now(),
             warning=True,
@@ -222,7 +223,7 @@ class Launcher:
             session,
             job,
             JobState.RUNNING,
-            reason="Started",
+            reason=JobEventReason.STARTED,
             message=f"{len(rows)} replica(s) running",
             at=self.clock.now(),
         )

@@ -12,6 +12,9 @@ from enum import StrEnum
 class JobEventReason(StrEnum):
     """The reason of an event recorded on a job while it runs, stops or ends."""
 
+    ADMITTED = "Admitted"  # placed: its replicas are being launched
+    STARTED = "Started"  # every replica launched
+    LAUNCH_FAILED = "LaunchFailed"  # a replica could not be launched: the attempt ends
     REPLICA_WAITING = "ReplicaWaiting"  # a running replica waits (its image being pulled)
     REPLICA_EXITED = "ReplicaExited"  # a replica exited, or was lost
     REPLICA_FAILED = "ReplicaFailed"  # the job stops because a replica failed or was lost
