@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,demo]'
+	$(BIN)/pip install --quiet -e '.[dev,demo,notebooks]'
 	touch $(STAMP)
 
 demo: setup

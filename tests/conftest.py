@@ -1,7 +1,7 @@
 """Shared fixtures: a store on SQLite or PostgreSQL, a platform with a fake executor, an API client.
 
 Under ``CI=true`` a skipped test of a required tier (PostgreSQL, end-to-end,
-Kubernetes, root: the isolation of local jobs, Prometheus) is a failure.
+Kubernetes, root: the isolation of local jobs, Prometheus, the browser) is a failure.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kiban.executors.base import NodeInfo
 from kiban.platform import Platform, build_platform
 from kiban.testing import FakeExecutor, ManualClock
 
-REQUIRED_TIERS = ("postgres", "e2e", "kube", "root", "prometheus")
+REQUIRED_TIERS = ("postgres", "e2e", "kube", "root", "prometheus", "browser")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
