@@ -20,6 +20,7 @@ from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
     cluster,
+    dashboard,
     health_sweeps,
     jobs,
     metrics,
@@ -84,6 +85,7 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(node_health.router)
     app.include_router(health_sweeps.router)
+    app.include_router(dashboard.router)
     app.include_router(session.router)
     pages.install_pages(app, web_assets)
     app.state.limits = limits or AdmissionLimits()
