@@ -115,9 +115,17 @@ def test_a_members_usage_history_is_its_own_tenants(api: TestClient, platform: P
 
 @pytest.mark.parametrize(
     ("params", "field"),
-    [({"hours": 0}, "hours"), ({"step": 10}, "step"), ({"hours": 100, "step": 60}, "step")],
+    [({"hours": 0}, "hours"), ({"step": 10}, "step"), ({"hours": 10_000}, "hours")],
 )
 def test_a_bad_window_names_the_field(api: TestClient, params: dict[str, int], field: str) -> None:
     response = api.get("/api/v1/usage/history", params=params)
     assert response.status_code == 422, response.text
     assert any(field in p["field"] for p in response.json()["error"]["problems"])
+
+
+def test_a_window_of_too_many_points_takes_a_longer_step(api: TestClient) -> None:
+    response = api.get("/api/v1/usage/history", params={"hours": 100, "step": 60})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["step"] == 180  # 100 hours in 2000 points
+    assert {len(t["points"]) for t in body["tenants"]} == {2000}

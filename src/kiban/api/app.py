@@ -26,6 +26,7 @@ from kiban.api.routers import (
     metrics,
     node_health,
     node_health_views,
+    playground,
     policy,
     services,
 )
@@ -86,6 +87,7 @@ def create_app(
     app.include_router(node_health.router)
     app.include_router(health_sweeps.router)
     app.include_router(dashboard.router)
+    app.include_router(playground.router)
     app.include_router(session.router)
     pages.install_pages(app, web_assets)
     app.state.limits = limits or AdmissionLimits()

@@ -11,6 +11,7 @@ piece accrued exactly, then decayed), including what ran before the window withi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sqlalchemy import func, or_, select
@@ -52,20 +53,16 @@ class Held:
     end: float
 
 
-def check_window(hours: float, step_s: int) -> int:
-    """The number of steps in the window (InvalidInput naming the field that is wrong)."""
+def window(hours: float, step_s: int) -> tuple[int, int]:
+    """The number of steps in the window and their length: ``step_s``, or longer where that
+    would make more than ``MAX_POINTS`` points (InvalidInput naming a field that is wrong)."""
     if not 0 < hours <= MAX_HOURS:
         raise invalid("hours", f"must be above 0 and at most {MAX_HOURS}")
     if step_s < MIN_STEP_S:
         raise invalid("step", f"must be at least {MIN_STEP_S} seconds")
-    steps = int(-(-hours * SECONDS_PER_HOUR // step_s))
-    if steps > MAX_POINTS:
-        raise invalid(
-            "step",
-            f"{hours:g} hours in steps of {step_s} s make {steps} points; at most "
-            f"{MAX_POINTS} (take a longer step)",
-        )
-    return steps
+    span = hours * SECONDS_PER_HOUR
+    step_s = max(step_s, math.ceil(span / MAX_POINTS))
+    return max(1, math.ceil(span / step_s)), step_s
 
 
 def usage_history(
@@ -76,13 +73,14 @@ def usage_history(
     hours: float,
     step_s: int,
     half_life_s: float,
-) -> list[TenantHistory]:
-    """The visible tenants' GPU-hours and decayed GPU-hours per step, oldest step first."""
-    steps = check_window(hours, step_s)
+) -> tuple[int, list[TenantHistory]]:
+    """The step taken (see ``window``) and the visible tenants' GPU-hours and decayed
+    GPU-hours per step, oldest step first."""
+    steps, step_s = window(hours, step_s)
     start = now - steps * step_s
     held = _held(session, principal, since=start - LOOKBACK_HALF_LIVES * half_life_s, now=now)
     tenants = _tenants(session, principal) | {h.tenant for h in held}
-    return [
+    return step_s, [
         TenantHistory(
             tenant,
             series(

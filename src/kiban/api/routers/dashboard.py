@@ -46,8 +46,8 @@ def get_usage_history(
     ] = 3600,
 ) -> UsageHistoryOut:
     """Each visible tenant's GPU-hours per step, and its decayed GPU usage at each step's end
-    under the policy's fair-share half-life (a member: its own tenant)."""
-    histories = usage_history.usage_history(
+    under the policy's fair-share half-life (a member: its own tenant). Steps end at now."""
+    taken, histories = usage_history.usage_history(
         session,
         principal,
         now=platform.clock.now(),
@@ -55,4 +55,4 @@ def get_usage_history(
         step_s=step,
         half_life_s=platform.policy.half_life_s,
     )
-    return usage_history_out(step, histories)
+    return usage_history_out(taken, histories)
