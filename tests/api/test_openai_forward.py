@@ -167,7 +167,7 @@ def test_another_tenants_service_is_404_and_reaches_no_router(
     assert router.seen == []
 
 
-def test_without_a_router_the_call_is_503(api: TestClient, alice: str) -> None:
+def test_without_a_router_the_call_is_409(api: TestClient, alice: str) -> None:
     answer = api.post("/api/v1/services/chat/openai/chat/completions", json=CHAT)
-    assert answer.status_code == 503
+    assert answer.status_code == 409
     assert "router" in answer.json()["error"]["message"]
