@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from starlette.concurrency import run_in_threadpool
@@ -24,8 +24,6 @@ from kiban.web.csrf import CSRF_COOKIE, SESSION_COOKIE
 SESSION_PATH = "/web/session"
 MAX_SIGN_IN_BYTES = 4096
 """A sign-in body is a token in a line of JSON: more is refused (413) before it is all read."""
-
-router = APIRouter(tags=["web"])
 
 
 class SignIn(BaseModel):
@@ -63,7 +61,6 @@ async def _body(request: Request) -> SignIn:
         raise InvalidInput(problems_from_validation(exc)) from None
 
 
-@router.post(SESSION_PATH, response_model=SignedIn, include_in_schema=False)
 async def sign_in(request: Request, response: Response) -> SignedIn:
     """Check the token and set the session and CSRF cookies (401 for a token that is not one)."""
     body = await _body(request)
@@ -87,10 +84,20 @@ async def sign_in(request: Request, response: Response) -> SignedIn:
     return SignedIn(name=principal.name, tenant=principal.tenant, is_admin=principal.is_admin)
 
 
-@router.delete(SESSION_PATH, status_code=204, include_in_schema=False)
 async def sign_out() -> Response:
     """Clear both cookies (signing out needs no token: it only forgets one)."""
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     response.delete_cookie(CSRF_COOKIE, path="/", samesite="strict")
     return response
+
+
+def install_session(app: FastAPI) -> None:
+    """Serve ``/web/session`` on ``app`` (on the app itself, not an included router: its plain
+    routes are what a 405's ``Allow`` lists)."""
+    app.add_api_route(
+        SESSION_PATH, sign_in, methods=["POST"], response_model=SignedIn, include_in_schema=False
+    )
+    app.add_api_route(
+        SESSION_PATH, sign_out, methods=["DELETE"], status_code=204, include_in_schema=False
+    )
