@@ -1,10 +1,12 @@
-"""The FastAPI application: routers under ``/api/v1``, ``/healthz``, JSON errors, admission."""
+"""The FastAPI application: routers under ``/api/v1``, ``/healthz``, JSON errors, admission; the
+web dashboard's sign-in, pages and assets (``kiban.web``) on the same port."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 
 from anyio import to_thread
 from fastapi import FastAPI
@@ -18,16 +20,19 @@ from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
     cluster,
+    dashboard,
     health_sweeps,
     jobs,
     metrics,
     node_health,
     node_health_views,
+    playground,
     policy,
     services,
 )
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
+from kiban.web import pages, session
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 HEALTHY = {"status": "ok"}
@@ -37,9 +42,11 @@ def create_app(
     platform: Platform,
     lifespan: Lifespan | None = None,
     limits: AdmissionLimits | None = None,
+    web_assets: Path = pages.ASSETS,
 ) -> FastAPI:
     """The app over ``platform``; ``lifespan`` starts and stops what the server runs beside it;
-    ``limits``: how much it takes at once (see ``kiban.api.admission``)."""
+    ``limits``: how much it takes at once (see ``kiban.api.admission``); ``web_assets``: the
+    dashboard's built bundle."""
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[None]:
@@ -79,6 +86,10 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(node_health.router)
     app.include_router(health_sweeps.router)
+    app.include_router(dashboard.router)
+    app.include_router(playground.router)
+    session.install_session(app)
+    pages.install_pages(app, web_assets)
     app.state.limits = limits or AdmissionLimits()
     return app
 
