@@ -23,6 +23,16 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     echo "$want" >"$stamp"
 fi
 
+# the sources, config and lock as one hash: when the assets were built from exactly these, done
+sources="$(cd "$web" && find src index.html tsconfig.json package-lock.json -type f -print0 \
+    | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+built="$out/.sources-sha256"
+if [[ -f "$built" && "$(cat "$built")" == "$sources" ]] \
+    && [[ -f "$out/index.html" && -f "$out/app.js" && -f "$out/app.css" && -f "$out/uPlot.min.css" ]]; then
+    echo "build-web: dashboard up to date in ${out#"$root"/}"
+    exit 0
+fi
+
 (cd "$web" && ./node_modules/.bin/tsc --noEmit -p tsconfig.json)
 
 mkdir -p "$out"
@@ -33,4 +43,5 @@ mkdir -p "$out"
 cp "$web/src/app.css" "$out/app.css"
 cp "$web/node_modules/uplot/dist/uPlot.min.css" "$out/uPlot.min.css"
 cp "$web/index.html" "$out/index.html"
+echo "$sources" >"$built"
 echo "build-web: dashboard built in ${out#"$root"/}"
