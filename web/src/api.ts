@@ -87,7 +87,8 @@ export async function request(method: string, path: string, opts: RequestOptions
   if (opts.signal) init.signal = opts.signal;
   const res = await fetch(path, init);
   if (res.status === 401 && !opts.allowUnauthorized) {
-    navigate("/signin", true);
+    const here = location.pathname + location.search;
+    navigate(location.pathname === "/signin" ? here : `/signin?next=${encodeURIComponent(here)}`, true);
     throw await errorOf(res);
   }
   if (!res.ok) throw await errorOf(res);

@@ -86,7 +86,8 @@ export function OtherErrors({ error, shown, testid = "submit-error" }: { error: 
         </p>
       ) : (
         <p class="error" role="alert">
-          {messageOf(error)}
+          {problems.length === 1 ? "1 problem" : `${problems.length} problems`} to fix
+          {rest.length < problems.length ? ", shown by their fields" : ""}:
         </p>
       )}
       {rest.length ? (

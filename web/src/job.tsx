@@ -158,7 +158,8 @@ function Actions({ job, refresh }: { job: Job; refresh: () => void }) {
 }
 
 function blockLabel(job: Job, nodes: Node[]): string | null {
-  const topology = (job.spec?.["topology"] ?? null) as { level?: string } | null;
+  const inner = (job.spec?.["spec"] ?? job.spec ?? {}) as Record<string, unknown>;
+  const topology = (inner["topology"] ?? null) as { level?: string } | null;
   if (topology?.level) return topology.level;
   return BLOCK_LABELS.find((label) => nodes.some((n) => label in n.labels)) ?? null;
 }
@@ -231,7 +232,8 @@ function Placement({ job }: { job: Job }) {
 const LOG_KEEP = 1 << 20;
 
 function Logs({ job }: { job: Job }) {
-  const ranks = [...new Set((job.replicas ?? []).map((r) => r.rank))].sort((a, b) => a - b);
+  const placed = [...new Set((job.replicas ?? []).map((r) => r.rank))].sort((a, b) => a - b);
+  const ranks = placed.length ? placed : Array.from({ length: Math.max(1, job.replicaCount) }, (_, r) => r);
   const [rank, setRank] = useState(0);
   const [text, setText] = useState("");
   const [status, setStatus] = useState<unknown>(undefined);
@@ -270,7 +272,7 @@ function Logs({ job }: { job: Job }) {
       <label class="inline">
         Rank{" "}
         <select data-testid="job-logs-rank" value={String(rank)} onChange={(e) => setRank(Number((e.target as HTMLSelectElement).value))}>
-          {(ranks.length ? ranks : [0]).map((r) => (
+          {ranks.map((r) => (
             <option value={String(r)}>{r}</option>
           ))}
         </select>
@@ -278,7 +280,7 @@ function Logs({ job }: { job: Job }) {
       <ErrorLine error={status} />
       <pre
         data-testid="job-logs"
-        class="logs"
+        class={started ? "logs" : "logs waiting"}
         ref={pre}
         onScroll={(e) => {
           const el = e.currentTarget;

@@ -67,7 +67,9 @@ function App() {
       .catch((e: unknown) => {
         if (!live) return;
         setWho(null);
-        if (e instanceof ApiError && e.status === 401) navigate("/signin", true);
+        if (e instanceof ApiError && e.status === 401) {
+          navigate(`/signin?next=${encodeURIComponent(location.pathname + location.search)}`, true);
+        }
       });
     return () => {
       live = false;

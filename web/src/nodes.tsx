@@ -47,7 +47,7 @@ export function NodesPage() {
               {nodes.map((n) => (
                 <>
                   <tr data-testid="node-row" data-node={n.name} key={n.name} class={n.cordoned ? "cordoned" : ""}>
-                    <td>
+                    <td class="nowrap">
                       {n.name}
                       {n.cordoned ? <span class="badge warn"> cordoned{n.cordonSource ? ` (${n.cordonSource})` : ""}</span> : null}
                     </td>
@@ -101,15 +101,30 @@ export function NodesPage() {
   );
 }
 
+/** Problems (status True) one by one; the checks that pass or cannot tell, counted. */
 function Conditions({ conditions }: { conditions: Condition[] }) {
   if (conditions.length === 0) return <span class="muted">none reported</span>;
+  const problems = conditions.filter((c) => c.status === "True");
+  const ok = conditions.filter((c) => c.status === "False");
+  const unknown = conditions.filter((c) => c.status !== "True" && c.status !== "False");
   return (
     <>
-      {conditions.map((c) => (
-        <span class={`badge cond-${c.status.toLowerCase()}`} title={c.reason} key={c.type}>
-          {c.type}: {c.status}
+      {problems.map((c) => (
+        <span class="badge cond-true" title={c.reason} key={c.type} data-condition={c.type}>
+          {c.type}
+          {c.reason ? `: ${c.reason}` : ""}
         </span>
       ))}
+      {ok.length ? (
+        <span class="badge cond-false" title={ok.map((c) => c.type).join(", ")}>
+          {ok.length} ok
+        </span>
+      ) : null}
+      {unknown.length ? (
+        <span class="badge cond-unknown" title={unknown.map((c) => `${c.type}: ${c.reason || c.status}`).join("\n")}>
+          {unknown.length} unknown
+        </span>
+      ) : null}
     </>
   );
 }

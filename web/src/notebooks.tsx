@@ -12,10 +12,12 @@ export function NotebooksPage() {
   const live = useLive(() => getJson<Notebook[]>("/api/v1/notebooks"), []);
   const [stopError, setStopError] = useState<unknown>(undefined);
 
-  async function stop(nb: Notebook): Promise<void> {
+  /** Stop a notebook, or start a stopped one again (its directory was kept). */
+  async function act(nb: Notebook, what: "stop" | "start"): Promise<void> {
     setStopError(undefined);
     try {
-      await send("POST", `/api/v1/notebooks/${encodeURIComponent(nb.name)}/stop`);
+      if (what === "stop") await send("POST", `/api/v1/notebooks/${encodeURIComponent(nb.name)}/stop`);
+      else await send("POST", "/api/v1/notebooks", { name: nb.name });
     } catch (e) {
       setStopError(e);
     }
@@ -55,17 +57,23 @@ export function NotebooksPage() {
                   <td>{nb.idleTimeout ?? "—"}</td>
                   <td title={clock(nb.lastActivity)}>{relative(nb.lastActivity)}</td>
                   <td>{nb.jobId ? <a href={`/jobs/${encodeURIComponent(nb.jobId)}`} class="mono">{nb.jobId}</a> : "—"}</td>
-                  <td class="actions-cell">
-                    {nb.state === "Running" ? (
-                      <a class="button" data-testid="notebook-open" href={nb.url} target="_blank" rel="noopener">
-                        Open
-                      </a>
-                    ) : null}
-                    {nb.state === "Running" || nb.state === "Starting" ? (
-                      <button type="button" data-testid="notebook-stop" onClick={() => void stop(nb)}>
-                        Stop
-                      </button>
-                    ) : null}
+                  <td>
+                    <div class="actions-cell">
+                      {nb.state === "Running" ? (
+                        <a class="button" data-testid="notebook-open" href={nb.url} target="_blank" rel="noopener">
+                          Open
+                        </a>
+                      ) : null}
+                      {nb.state === "Running" || nb.state === "Starting" ? (
+                        <button type="button" data-testid="notebook-stop" onClick={() => void act(nb, "stop")}>
+                          Stop
+                        </button>
+                      ) : (
+                        <button type="button" data-testid="notebook-restart" onClick={() => void act(nb, "start")}>
+                          Start again
+                        </button>
+                      )}
+                    </div>
                   </td>
                 </tr>
               ))}
