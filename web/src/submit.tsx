@@ -18,6 +18,16 @@ const FIELD_OF = {
 
 type FormKey = keyof typeof FIELD_OF;
 
+/** Each input's test id, spelled out (the browser tests and the bundle check search for them). */
+const TESTID: Record<FormKey, string> = {
+  name: "submit-name",
+  command: "submit-command",
+  nodes: "submit-nodes",
+  gpus: "submit-gpus",
+  queue: "submit-queue",
+  priority: "submit-priority",
+};
+
 /** Split a command line into words as a shell would for plain words and quotes (no expansion). */
 export function splitCommand(line: string): string[] {
   const words: string[] = [];
@@ -127,7 +137,7 @@ function JobForm() {
     <label class={problems.some((p) => shown(p.field) && p.field.startsWith(FIELD_OF[key])) ? "invalid" : ""}>
       {label}
       <input
-        data-testid={`submit-${key}`}
+        data-testid={TESTID[key]}
         name={key}
         value={form[key]}
         onInput={(e) => setForm({ ...form, [key]: (e.target as HTMLInputElement).value })}
