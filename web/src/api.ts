@@ -85,7 +85,13 @@ export async function request(method: string, path: string, opts: RequestOptions
   const init: RequestInit = { method, headers, credentials: "same-origin" };
   if (body !== undefined) init.body = body;
   if (opts.signal) init.signal = opts.signal;
-  const res = await fetch(path, init);
+  let res: Response;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    if (e instanceof DOMException && e.name === "AbortError") throw e;
+    throw new ApiError(0, `cannot reach the kiban server (${e instanceof Error ? e.message : String(e)})`);
+  }
   if (res.status === 401 && !opts.allowUnauthorized) {
     const here = location.pathname + location.search;
     navigate(location.pathname === "/signin" ? here : `/signin?next=${encodeURIComponent(here)}`, true);
