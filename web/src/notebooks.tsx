@@ -54,17 +54,17 @@ export function NotebooksPage() {
             <tbody>
               {notebooks.map((nb) => (
                 <tr data-testid="notebook-row" data-notebook={nb.name} data-state={nb.state} key={nb.name}>
-                  <td>{nb.name}</td>
+                  <td class="nowrap">{nb.name}</td>
                   <td>
                     <StateBadge state={nb.state} />
                     {nb.reason ? <span class="muted"> {nb.reason}</span> : null}
                   </td>
                   <td class="num">{nb.gpus}</td>
-                  <td>{nb.queue}</td>
+                  <td class="nowrap">{nb.queue}</td>
                   <td>{span(nb.idleTimeout)}</td>
                   <td>{span(nb.maxLifetime)}</td>
                   <td title={clock(nb.lastActivity)}>{relative(nb.lastActivity)}</td>
-                  <td>{nb.jobId ? <a href={`/jobs/${encodeURIComponent(nb.jobId)}`} class="mono">{nb.jobId}</a> : "—"}</td>
+                  <td class="nowrap">{nb.jobId ? <a href={`/jobs/${encodeURIComponent(nb.jobId)}`} class="mono">{nb.jobId}</a> : "—"}</td>
                   <td>
                     <div class="actions-cell">
                       {nb.state === "Running" ? (
