@@ -232,6 +232,14 @@ ATTEMPTS: dict[str, Attempt] = {
         body=service("mine", "speech-q"),
         like=("speech-q", "nosuch-q"),
     ),
+    # before the member has a service of that name of its own (the attempt below makes one)
+    "call B's service's chat route": Attempt(
+        "POST",
+        "/api/v1/services/speech-svc/openai/chat/completions",
+        404,
+        body={"model": "m", "messages": []},
+        like=("speech-svc", "nosuch-svc"),
+    ),
     "apply a service under B's service's name": Attempt(
         "POST", "/api/v1/services", 201, body=service("speech-svc", "vision-q")
     ),
@@ -258,13 +266,6 @@ ATTEMPTS: dict[str, Attempt] = {
     "usage history": Attempt("GET", "/api/v1/usage/history", 200, params={"hours": 2}),
     "a page of jobs naming B": Attempt(
         "GET", "/api/v1/jobs", 200, params={"tenant": "speech", "offset": 0, "limit": 1}
-    ),
-    "call B's service's chat route": Attempt(
-        "POST",
-        "/api/v1/services/speech-svc/openai/chat/completions",
-        404,
-        body={"model": "m", "messages": []},
-        like=("speech-svc", "nosuch-svc"),
     ),
 }
 
