@@ -23,11 +23,13 @@ from kiban.api.routers import (
     metrics,
     node_health,
     node_health_views,
+    notebooks,
     policy,
     services,
 )
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
+from kiban.web import notebook_proxy
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 HEALTHY = {"status": "ok"}
@@ -79,6 +81,8 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(node_health.router)
     app.include_router(health_sweeps.router)
+    app.include_router(notebooks.router)
+    app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     app.state.limits = limits or AdmissionLimits()
     return app
 
