@@ -69,7 +69,8 @@ def test_a_job_submitted_from_the_form_runs_and_its_page_shows_it(
     )
     job = web.job(job_id)
     assert job["name"] == "web-form" and job["gpus"] == 1
-    assert job["spec"]["tasks"][0]["command"] == ["echo", "submitted-from-the-form"]
+    manifest = job["spec"]  # the manifest as submitted: the form wrote a kiban Job
+    assert manifest["spec"]["tasks"][0]["command"] == ["echo", "submitted-from-the-form"]
     expect(page.get_by_test_id("job-spec")).to_contain_text("submitted-from-the-form")
     expect(
         page.get_by_test_id("job-placement").get_by_test_id("placement-node").first
@@ -192,12 +193,14 @@ def test_a_waiting_job_shows_its_reason_and_eta_in_the_jobs_list(
 def test_a_member_following_a_link_to_another_tenants_job_sees_not_found(
     page: Page, web: Web, shot: Screenshots
 ) -> None:
-    admins = web.submit(job_manifest("web-admins-own", ["true"]))
+    admins = web.submit(job_manifest("web-admins-own", ["echo", "admins-own-argument"]))
     sign_in(page, web.member_token)
     page.goto(f"/jobs/{admins}")
     expect(page.get_by_test_id("not-found")).to_be_visible(timeout=UI_TIMEOUT_MS)
     expect(page.get_by_test_id("job-spec")).to_have_count(0)
-    expect(page.locator("body")).not_to_contain_text("web-admins-own")
+    # Nothing of the job itself: not its command, not its state (the id is the link's own).
+    expect(page.locator("body")).not_to_contain_text("admins-own-argument")
+    expect(page.get_by_test_id("job-state")).to_have_count(0)
     shot(page, "not-found")
 
 
