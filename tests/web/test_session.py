@@ -119,9 +119,7 @@ def test_a_change_on_the_cookie_with_the_csrf_token_is_made(
     browser: TestClient, api: TestClient
 ) -> None:
     csrf = sign_in(browser, (api.headers["Authorization"]).removeprefix("Bearer "))
-    response = browser.post(
-        "/api/v1/jobs", json=manifest("mine"), headers={"X-CSRF-Token": csrf}
-    )
+    response = browser.post("/api/v1/jobs", json=manifest("mine"), headers={"X-CSRF-Token": csrf})
     assert response.status_code == 201, response.text
     assert browser.get("/api/v1/jobs").json()[0]["name"] == "mine"  # reads need no header
 

@@ -20,12 +20,14 @@ from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
     cluster,
+    dashboard,
     health_sweeps,
     jobs,
     metrics,
     node_health,
     node_health_views,
     notebooks,
+    playground,
     policy,
     services,
 )
@@ -87,6 +89,8 @@ def create_app(
     app.include_router(health_sweeps.router)
     app.include_router(notebooks.router)
     app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
+    app.include_router(dashboard.router)
+    app.include_router(playground.router)
     app.include_router(session.router)
     pages.install_pages(app, web_assets)
     app.state.limits = limits or AdmissionLimits()
