@@ -23,9 +23,13 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     echo "$want" >"$stamp"
 fi
 
-# the sources, config and lock as one hash: when the assets were built from exactly these, done
-sources="$(cd "$web" && find src index.html tsconfig.json package-lock.json -type f -print0 \
-    | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+# the sources, config, lock and this script as one hash: when the assets were built from
+# exactly these, there is nothing to do
+sources="$({
+    (cd "$web" && find src index.html tsconfig.json package-lock.json -type f -print0 \
+        | sort -z | xargs -0 sha256sum)
+    sha256sum <"$root/scripts/build-web.sh"
+} | sha256sum | cut -d' ' -f1)"
 built="$out/.sources-sha256"
 if [[ -f "$built" && "$(cat "$built")" == "$sources" ]] \
     && [[ -f "$out/index.html" && -f "$out/app.js" && -f "$out/app.css" && -f "$out/uPlot.min.css" ]]; then
@@ -42,6 +46,13 @@ mkdir -p "$out"
     --outfile="$out/app.js" --log-level=warning)
 cp "$web/src/app.css" "$out/app.css"
 cp "$web/node_modules/uplot/dist/uPlot.min.css" "$out/uPlot.min.css"
-cp "$web/index.html" "$out/index.html"
+# the bundle's name in index.html carries its content hash, so a browser never runs a stale one
+js_hash="$(sha256sum "$out/app.js" | cut -c1-12)"
+css_hash="$(cat "$out/app.css" "$out/uPlot.min.css" | sha256sum | cut -c1-12)"
+sed -e "s|/assets/app.js\"|/assets/app.js?v=$js_hash\"|" \
+    -e "s|/assets/app.css\"|/assets/app.css?v=$css_hash\"|" \
+    -e "s|/assets/uPlot.min.css\"|/assets/uPlot.min.css?v=$css_hash\"|" \
+    "$web/index.html" >"$out/index.html.tmp"
+mv "$out/index.html.tmp" "$out/index.html"
 echo "$sources" >"$built"
 echo "build-web: dashboard built in ${out#"$root"/}"

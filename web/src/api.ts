@@ -100,12 +100,14 @@ export async function getJson<T>(path: string, signal?: AbortSignal): Promise<T>
   return (await res.json()) as T;
 }
 
-/** A page of a list and how many items match in all (the `X-Total-Count` header). */
-export async function getPage<T>(path: string): Promise<{ items: T[]; total: number }> {
+/** A page of a list and how many items match in all (the `X-Total-Count` header; null when
+ * the server does not say). */
+export async function getPage<T>(path: string): Promise<{ items: T[]; total: number | null }> {
   const res = await request("GET", path);
   const items = (await res.json()) as T[];
   const header = res.headers.get("X-Total-Count");
-  return { items, total: header === null ? items.length : Number(header) };
+  const total = header === null ? NaN : Number(header);
+  return { items, total: Number.isFinite(total) ? total : null };
 }
 
 export async function send<T>(method: string, path: string, body?: unknown, contentType?: string): Promise<T> {

@@ -40,3 +40,41 @@ export function bytes(n: number): string {
 export function fixed(n: number | null | undefined, digits = 1): string {
   return n === null || n === undefined ? "—" : n.toFixed(digits);
 }
+
+/** Strings YAML reads back as the same string without quotes: a safe first character (or a
+ * dash before a non-space, as in `-c`), no ": ", no trailing ":" or space. */
+const PLAIN = /^([A-Za-z0-9_./]|-[A-Za-z0-9_./-])[A-Za-z0-9_./@:+ -]*$/;
+const RESERVED = /^(true|false|null|yes|no|on|off|~|-?\d+(\.\d+)?([eE][-+]?\d+)?)$/i;
+
+function scalar(value: unknown): string {
+  if (typeof value === "string") {
+    return PLAIN.test(value) && !RESERVED.test(value) && !/[ :]$/.test(value) && !value.includes(": ") ? value : JSON.stringify(value);
+  }
+  return JSON.stringify(value) ?? "null";
+}
+
+/** A JSON value written the way a manifest reads in YAML (block style; strings quoted only
+ * where YAML would read them otherwise), for showing a job's spec. */
+export function yamlish(value: unknown, indent = ""): string {
+  if (Array.isArray(value)) {
+    if (value.length === 0) return "[]";
+    if (value.every((v) => v === null || typeof v !== "object")) return `[${value.map(scalar).join(", ")}]`;
+    return value
+      .map((item) => {
+        const body = yamlish(item, `${indent}  `);
+        return `\n${indent}- ${body.startsWith("\n") ? body.trimStart() : body}`;
+      })
+      .join("");
+  }
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>);
+    if (entries.length === 0) return "{}";
+    return entries
+      .map(([key, item]) => {
+        const body = yamlish(item, `${indent}  `);
+        return `\n${indent}${scalar(key)}:${body.startsWith("\n") ? body : ` ${body}`}`;
+      })
+      .join("");
+  }
+  return scalar(value);
+}

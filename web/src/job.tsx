@@ -3,7 +3,7 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, getJson, readText, request, send } from "./api";
 import { ErrorLine, StateBadge } from "./components";
-import { clock, relative } from "./format";
+import { clock, relative, yamlish } from "./format";
 import { useLive } from "./live";
 import { navigate } from "./router";
 import { TERMINAL_STATES, type Job, type JobEvent, type Node, type Replica } from "./types";
@@ -62,7 +62,7 @@ export function JobPage({ id }: { id: string }) {
         <div class="card span2">
           <h3>Spec</h3>
           <pre data-testid="job-spec" class="spec">
-            {JSON.stringify(j.spec ?? {}, null, 2)}
+            {yamlish(j.spec ?? {}).trimStart()}
           </pre>
         </div>
       </div>

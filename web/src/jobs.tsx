@@ -42,10 +42,17 @@ export function JobsPage({ query }: { query: URLSearchParams }) {
 
   useEffect(() => {
     const timer = window.setTimeout(() => {
-      if (queueText !== filters.queue || nameText !== filters.name) set({ queue: queueText.trim(), name: nameText.trim() });
+      const now = filtersOf(new URLSearchParams(location.search)); // the URL may have moved on
+      const queue = queueText.trim();
+      const name = nameText.trim();
+      if (queue !== now.queue || name !== now.name) navigate(urlOf({ ...now, offset: 0, queue, name }), true);
     }, 300);
     return () => window.clearTimeout(timer);
   }, [queueText, nameText]);
+
+  // a link to /jobs?queue=... while on this page: the inputs show what the URL filters by
+  useEffect(() => setQueueText((t) => (t.trim() === filters.queue ? t : filters.queue)), [filters.queue]);
+  useEffect(() => setNameText((t) => (t.trim() === filters.name ? t : filters.name)), [filters.name]);
 
   const api = `/api/v1/jobs${q({
     state: filters.state,
@@ -153,17 +160,20 @@ function JobsTable({ jobs }: { jobs: Job[] }) {
   );
 }
 
-function Pager({ offset, count, total, go }: { offset: number; count: number; total: number; go: (offset: number) => void }) {
+function Pager({ offset, count, total, go }: { offset: number; count: number; total: number | null; go: (offset: number) => void }) {
   const first = count ? offset + 1 : 0;
+  // without a total, a full page may have more behind it
+  const more = total === null ? count === PAGE_SIZE : offset + count < total;
   return (
     <div class="pager">
       <button type="button" data-testid="jobs-prev" disabled={offset === 0} onClick={() => go(Math.max(0, offset - PAGE_SIZE))}>
         ← Newer
       </button>
-      <span data-testid="jobs-total" data-total={total}>
-        {first}–{offset + count} of {total}
+      <span data-testid="jobs-total" data-total={total ?? ""}>
+        {first}–{offset + count}
+        {total === null ? "" : ` of ${total}`}
       </span>
-      <button type="button" data-testid="jobs-next" disabled={offset + count >= total} onClick={() => go(offset + PAGE_SIZE)}>
+      <button type="button" data-testid="jobs-next" disabled={!more} onClick={() => go(offset + PAGE_SIZE)}>
         Older →
       </button>
     </div>

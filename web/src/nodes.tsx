@@ -3,7 +3,7 @@
 import { useState } from "preact/hooks";
 import { getJson, send } from "./api";
 import { ErrorLine, Loaded, Meter } from "./components";
-import { bytes } from "./format";
+import { bytes, clock, relative } from "./format";
 import { useLive } from "./live";
 import { useWhoAmI } from "./session";
 import type { Condition, Node } from "./types";
@@ -129,11 +129,56 @@ function Conditions({ conditions }: { conditions: Condition[] }) {
   );
 }
 
+interface HealthCondition extends Condition {
+  message: string;
+  lastTransitionTime: number | null;
+}
+
+interface NodeHealth {
+  conditions: HealthCondition[];
+  history: (Condition & { message: string; at: number })[];
+  actions: unknown[];
+  agent: { address: string; reportedAt: number | null; stale: boolean } | null;
+}
+
+/** A node's health report: each check's status with its message, the agent, recent changes. */
 function Health({ node }: { node: string }) {
-  const live = useLive(() => getJson<unknown>(`/api/v1/nodes/${encodeURIComponent(node)}/health`), [node]);
+  const live = useLive(() => getJson<NodeHealth>(`/api/v1/nodes/${encodeURIComponent(node)}/health`), [node]);
   return (
     <Loaded data={live.data} error={live.error}>
-      {(health) => <pre class="spec">{JSON.stringify(health, null, 2)}</pre>}
+      {(health) => (
+        <div class="health">
+          <p class="muted">
+            {health.agent
+              ? `agent ${health.agent.address}, last report ${relative(health.agent.reportedAt)}${health.agent.stale ? " (stale)" : ""}`
+              : "no agent reports"}
+          </p>
+          <table>
+            <thead>
+              <tr>
+                <th>Check</th>
+                <th>Status</th>
+                <th>Reason</th>
+                <th>Message</th>
+                <th>Since</th>
+              </tr>
+            </thead>
+            <tbody>
+              {health.conditions.map((c) => (
+                <tr key={c.type}>
+                  <td>{c.type}</td>
+                  <td>
+                    <span class={`badge cond-${c.status.toLowerCase()}`}>{c.status}</span>
+                  </td>
+                  <td>{c.reason}</td>
+                  <td>{c.message}</td>
+                  <td title={clock(c.lastTransitionTime)}>{relative(c.lastTransitionTime)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
     </Loaded>
   );
 }

@@ -282,6 +282,8 @@ function Chat({ service }: { service: Service }) {
       });
     } catch (e) {
       if (!controller.signal.aborted) setError(e);
+      // a reply that never began leaves no empty bubble behind
+      setMessages((ms) => (ms.length && (ms[ms.length - 1] as Message).content === "" ? ms.slice(0, -1) : ms));
     } finally {
       setStreaming(false);
       abort.current = null;

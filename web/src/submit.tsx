@@ -1,10 +1,10 @@
 /** Submit a job from a form (which builds a kiban manifest) or a pasted / uploaded manifest
  * (kiban or Volcano, sent as YAML); the API's field errors show next to their fields. */
-import { useState } from "preact/hooks";
-import { send } from "./api";
+import { useEffect, useState } from "preact/hooks";
+import { getJson, send } from "./api";
 import { FieldErrors, OtherErrors, problemsOf } from "./components";
 import { navigate } from "./router";
-import type { Job } from "./types";
+import type { Job, Queue } from "./types";
 
 /** The form's inputs and the manifest field each one fills. */
 const FIELD_OF = {
@@ -17,6 +17,16 @@ const FIELD_OF = {
 } as const;
 
 type FormKey = keyof typeof FIELD_OF;
+
+/** Each input's test id, spelled out (the browser tests and the bundle check search for them). */
+const TESTID: Record<FormKey, string> = {
+  name: "submit-name",
+  command: "submit-command",
+  nodes: "submit-nodes",
+  gpus: "submit-gpus",
+  queue: "submit-queue",
+  priority: "submit-priority",
+};
 
 /** Split a command line into words as a shell would for plain words and quotes (no expansion). */
 export function splitCommand(line: string): string[] {
@@ -117,8 +127,21 @@ function useSubmit(): [boolean, unknown, (body: unknown, contentType?: string) =
 }
 
 function JobForm() {
-  const [form, setForm] = useState<Record<FormKey, string>>({ name: "", command: "", nodes: "1", gpus: "1", queue: "default", priority: "" });
+  const [form, setForm] = useState<Record<FormKey, string>>({ name: "", command: "", nodes: "1", gpus: "1", queue: "", priority: "" });
+  const [queues, setQueues] = useState<Queue[]>([]);
   const [busy, error, submit] = useSubmit();
+
+  // the queues the user may submit to: offered in a list, the first ("default" if theirs) filled in
+  useEffect(() => {
+    getJson<Queue[]>("/api/v1/queues").then(
+      (qs) => {
+        setQueues(qs);
+        const pick = qs.find((q) => q.name === "default") ?? qs[0];
+        if (pick) setForm((f) => (f.queue ? f : { ...f, queue: pick.name }));
+      },
+      () => setQueues([]),
+    );
+  }, []);
   const problems = problemsOf(error);
   const fields = Object.values(FIELD_OF) as string[];
   const shown = (field: string): boolean => fields.some((f) => field === f || field.startsWith(`${f}.`) || field.startsWith(`${f}[`));
@@ -127,7 +150,7 @@ function JobForm() {
     <label class={problems.some((p) => shown(p.field) && p.field.startsWith(FIELD_OF[key])) ? "invalid" : ""}>
       {label}
       <input
-        data-testid={`submit-${key}`}
+        data-testid={TESTID[key]}
         name={key}
         value={form[key]}
         onInput={(e) => setForm({ ...form, [key]: (e.target as HTMLInputElement).value })}
@@ -152,9 +175,14 @@ function JobForm() {
         {input("gpus", "GPUs per node", { inputmode: "numeric" })}
       </div>
       <div class="row">
-        {input("queue", "Queue")}
+        {input("queue", "Queue", { list: "queue-names", placeholder: "default" })}
         {input("priority", "Priority class", { placeholder: "the queue's default", list: "priority-classes" })}
       </div>
+      <datalist id="queue-names">
+        {queues.map((q) => (
+          <option value={q.name}>{q.tenant}</option>
+        ))}
+      </datalist>
       <datalist id="priority-classes">
         <option value="low" />
         <option value="normal" />
