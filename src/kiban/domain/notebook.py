@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import field_serializer, field_validator
 
 from kiban.domain.declarations import Duration, GpuCount
 from kiban.domain.jobspec import CpuMillis, JobManifest, SpecModel, check_dns_label
@@ -53,6 +53,11 @@ class NotebookSpec(SpecModel):
     idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT_S
     max_lifetime: Duration = DEFAULT_MAX_LIFETIME_S
 
+    @field_serializer("cpus", when_used="json")
+    def _cpus_out(self, value: int) -> str:
+        """Millicores written as ``500m``: a stored spec reads back as the same spec."""
+        return f"{value}m"
+
     @field_validator("idle_timeout", "max_lifetime")
     @classmethod
     def _positive(cls, value: float) -> float:
@@ -72,7 +77,7 @@ class NotebookRequest(NotebookSpec):
         return check_dns_label(value, "notebook name")
 
     def spec(self) -> NotebookSpec:
-        return NotebookSpec.model_validate(self.model_dump(exclude={"name"}))
+        return NotebookSpec.model_validate(self.model_dump(mode="json", exclude={"name"}, by_alias=True))
 
 
 def notebook_url(tenant: str, name: str) -> str:
@@ -132,6 +137,7 @@ def notebook_job_manifest(
                 "resources": {"gpu": spec.gpus, "cpu": f"{spec.cpus}m"},
             }
         ],
+        "workingDir": str(root_dir),
         "restartPolicy": "Never",
         "maxRuntime": f"{spec.max_lifetime:g}s",
     }

@@ -7,6 +7,7 @@ queues, counts against quotas and is placed like any other; the notebook control
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from kiban.domain.notebook import (
 )
 from kiban.domain.states import JobState
 from kiban.domain.stop_intents import StopIntent
+from kiban.executors.base import Executor
+from kiban.executors.local.executor import LocalExecutor
+from kiban.executors.local.isolation import HOME_MODE
 from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import NotFound, invalid
@@ -85,6 +89,7 @@ def start(
     request: NotebookRequest,
     *,
     home: Path,
+    executor: Executor,
     facts: ClusterFacts,
     policy: ClusterPolicy,
     at: float,
@@ -112,7 +117,7 @@ def start(
         tenant=tenant,
         name=request.name,
         spec=spec,
-        root_dir=notebook_dir(home, tenant, owner, request.name),
+        root_dir=prepare_dir(executor, home, tenant, owner, request.name),
         priority_class=policy.notebook_class(),
         job_name=job_name_of(request.name),
     )
@@ -142,6 +147,21 @@ def start(
     row.reason = None
     session.flush()
     return row
+
+
+def prepare_dir(executor: Executor, home: Path, tenant: str, owner: str, name: str) -> Path:
+    """Make the notebook's persistent directory; where local jobs run as their tenant's user,
+    it is that user's (0700) and the directories above it may be passed through (0711)."""
+    path = notebook_dir(home, tenant, owner, name)
+    path.mkdir(parents=True, exist_ok=True)
+    isolation = executor.isolation if isinstance(executor, LocalExecutor) else None
+    if isolation is not None:
+        above = path.parent
+        while above != home:
+            os.chmod(above, HOME_MODE)
+            above = above.parent
+        isolation.give(path, isolation.user_for(tenant))
+    return path
 
 
 def _may_use(principal: Principal, row: NotebookRow) -> bool:

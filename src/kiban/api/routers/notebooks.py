@@ -34,6 +34,7 @@ def start_notebook(
         principal,
         body,
         home=platform.home,
+        executor=platform.executor,
         facts=platform.facts,
         policy=platform.policy,
         at=platform.clock.now(),
