@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
-from browser_support import ASSETS, Screenshots, Web, chat_service_manifest
+from browser_support import ASSETS, Screenshots, Web, chat_service_manifest, job_manifest
 from e2e_support import (
     KibanServer,
     open_to_tenant_users,
@@ -115,3 +115,18 @@ def page(chromium: Browser, web: Web) -> Iterator[Page]:
 def shot(request: pytest.FixtureRequest) -> Screenshots:
     """``shot(page, "step")`` saves ``test-artifacts/screenshots/<test>-<step>.png``."""
     return Screenshots(request.node.name)
+
+
+@pytest.fixture
+def waiting_job(web: Web) -> Iterator[tuple[str, str]]:
+    """A job that holds all four GPUs for a bounded time (so the forecast has an end to count
+    from), and a two-GPU job waiting behind it: (holder id, waiting id); both cancelled after."""
+    holder = web.submit(
+        job_manifest("web-holder", ["sleep", "600"], gpu=2, replicas=2, maxRuntime=600)
+    )
+    waiting = web.submit(job_manifest("web-waiting", ["true"], gpu=2))
+    try:
+        yield holder, waiting
+    finally:
+        web.cancel(waiting)
+        web.cancel(holder)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 
 import pytest
 from browser_support import JOB_TIMEOUT_MS, UI_TIMEOUT_MS, Screenshots, Web, job_manifest, sign_in
@@ -141,21 +140,6 @@ def test_cancel_from_the_job_page(admin_page: Page, web: Web, shot: Screenshots)
     )
     assert web.job(job_id)["state"] == "Cancelled"
     shot(page, "cancelled")
-
-
-@pytest.fixture
-def waiting_job(web: Web) -> Iterator[tuple[str, str]]:
-    """A job that holds all four GPUs for a bounded time (so the forecast has an end to count
-    from), and a two-GPU job waiting behind it: (holder id, waiting id); both cancelled after."""
-    holder = web.submit(
-        job_manifest("web-holder", ["sleep", "600"], gpu=2, replicas=2, maxRuntime=600)
-    )
-    waiting = web.submit(job_manifest("web-waiting", ["true"], gpu=2))
-    try:
-        yield holder, waiting
-    finally:
-        web.cancel(waiting)
-        web.cancel(holder)
 
 
 def test_a_waiting_job_shows_its_reason_and_eta_in_the_jobs_list(

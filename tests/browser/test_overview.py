@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from browser_support import UI_TIMEOUT_MS, Screenshots, Web, sign_in
+from e2e_support import eventually
 from playwright.sync_api import Page, expect
 
 
-def test_the_admin_sees_every_flavor_queue_and_tenant_the_api_reports(
-    page: Page, web: Web, shot: Screenshots
+def test_the_admin_sees_every_flavor_queue_pending_reason_and_tenant_the_api_reports(
+    page: Page, web: Web, waiting_job: tuple[str, str], shot: Screenshots
 ) -> None:
+    holder, waiting = waiting_job
+
+    def settled() -> bool:
+        reason = web.job(waiting)["reason"]
+        return web.job(holder)["state"] == "Running" and reason["code"] != "QueueBacklog"
+
+    eventually(settled, what="the holder to run and the waiting job to have its reason")
     with web.api() as api:
-        overview = api.get("/api/v1/overview")
-    assert overview.status_code == 200, overview.text
-    facts = overview.json()
+        answer = api.get("/api/v1/overview")
+    assert answer.status_code == 200, answer.text
+    facts: dict[str, Any] = answer.json()
+    assert facts["pendingByReason"]
     assert facts["flavors"] and facts["queues"]
     sign_in(page, web.admin_token)
     page.get_by_test_id("nav-overview").click()
@@ -26,7 +37,10 @@ def test_the_admin_sees_every_flavor_queue_and_tenant_the_api_reports(
     for queue in facts["queues"]:
         bar = queues.locator(f'[data-testid="queue-bar"][data-queue="{queue["name"]}"]')
         expect(bar.first).to_be_visible()
-    expect(page.get_by_test_id("overview-pending")).to_be_visible()
+    pending = page.get_by_test_id("overview-pending")
+    for waiting in facts["pendingByReason"]:
+        row = pending.locator(f'[data-testid="pending-reason"][data-reason="{waiting["reason"]}"]')
+        expect(row).to_contain_text(str(waiting["count"]), timeout=UI_TIMEOUT_MS)
     tenants = page.get_by_test_id("overview-tenants")
     for tenant in facts["tenants"]:
         row = tenants.locator(f'[data-testid="tenant-row"][data-tenant="{tenant["name"]}"]')
