@@ -88,7 +88,7 @@ def test_a_small_run_measures_every_figure() -> None:
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1, done.stdout
     report: dict[str, Any] = json.loads(lines[0])
-    assert report["listed_total"] == 200  # the holder and 199 waiting
+    assert report["listed_total"] == 201  # the holder, 199 waiting, and the notebook's job
     assert measured(report["ttfb"], 5)
     assert measured(report["render"], 3)
     assert measured(report["list_api"], 20) and report["list_api"]["page_rows"] == 50
