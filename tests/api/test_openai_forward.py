@@ -20,6 +20,7 @@ from kiban.api.app import create_app
 from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
+from kiban.serving.router.table import Endpoint, Route
 from kiban.web.csrf import CSRF_COOKIE
 
 ALICE = Principal(name="alice", tenant="vision", is_admin=False)
@@ -38,12 +39,16 @@ class Router:
 def router_app(router: Router) -> FastAPI:
     app = FastAPI()
 
+    @app.post("/openai/v1/{path:path}")  # a replica behind the real router
+    async def replica(path: str, request: Request) -> Response:
+        return await answer("", "", path, request)
+
     @app.post("/s/{tenant}/{name}/openai/v1/{path:path}")
     async def answer(tenant: str, name: str, path: str, request: Request) -> Response:
         body = await request.json()
         router.seen.append(
             {
-                "path": f"/s/{tenant}/{name}/openai/v1/{path}",
+                "path": request.url.path,
                 "authorization": request.headers.get("authorization"),
                 "body": body,
             }
@@ -167,7 +172,25 @@ def test_another_tenants_service_is_404_and_reaches_no_router(
     assert router.seen == []
 
 
-def test_without_a_router_the_call_is_503(api: TestClient, alice: str) -> None:
+def test_without_a_router_the_call_is_409(api: TestClient, alice: str) -> None:
     answer = api.post("/api/v1/services/chat/openai/chat/completions", json=CHAT)
-    assert answer.status_code == 503
+    assert answer.status_code == 409
     assert "router" in answer.json()["error"]["message"]
+
+
+def test_the_call_goes_through_the_real_serving_router(platform: Platform, alice: str) -> None:
+    """The path the API forwards to is one the router serves, and the router takes the
+    caller's token as its tenant's."""
+    replica = Router()
+    replica.release.set()
+    platform.start_router("127.0.0.1", 0)
+    with serve_in_thread(router_app(replica)) as server:
+        endpoint = Endpoint("r1", f"{server.host}:{server.port}", ready=True)
+        platform.routes.set(Route("vision", "chat", {"r1": 100}, (endpoint,)))
+        with TestClient(
+            create_app(platform), headers={"Authorization": f"Bearer {alice}"}
+        ) as client:
+            answer = client.post("/api/v1/services/chat/openai/chat/completions", json=CHAT)
+    assert answer.status_code == 200, answer.text
+    assert answer.text.endswith("data: [DONE]\n\n")
+    assert [c["path"] for c in replica.seen] == ["/openai/v1/chat/completions"]

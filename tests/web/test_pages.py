@@ -58,3 +58,15 @@ def test_without_a_build_a_page_says_how_to_build_it(platform: Platform, tmp_pat
     assert "make setup" in response.text and "scripts/build-web.sh" in response.text
     assert response.text.count("\n") == 1
     assert asset.status_code == 404
+
+
+def test_a_method_a_page_does_not_take_is_405_naming_those_it_does(
+    platform: Platform, built: Path
+) -> None:
+    with TestClient(create_app(platform, web_assets=built)) as browser:
+        page = browser.post("/jobs")
+        session = browser.get("/web/session")
+    assert page.status_code == 405
+    assert page.headers["allow"] == "GET, HEAD, OPTIONS"
+    assert session.status_code == 405
+    assert session.headers["allow"] == "DELETE, OPTIONS, POST"

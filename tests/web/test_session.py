@@ -157,3 +157,28 @@ def test_a_members_cookie_cannot_see_another_tenants_job(
     )
     assert cancel.status_code == 404
     assert browser.get("/api/v1/jobs").json() == []
+
+
+@pytest.mark.parametrize(
+    "body", [b"", b"{}", b'{"token": 5}', b"not json", b'{"token": "x", "more": 1}']
+)
+def test_a_sign_in_body_that_is_not_a_token_names_the_field(
+    browser: TestClient, body: bytes
+) -> None:
+    response = browser.post(
+        "/web/session", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["problems"]
+    assert SESSION_COOKIE not in browser.cookies
+
+
+def test_a_huge_sign_in_body_is_refused_before_it_is_all_read(browser: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"token": "'
+        for _ in range(1000):
+            yield b"x" * 1024
+
+    response = browser.post("/web/session", content=chunks())
+    assert response.status_code == 413
+    assert response.json()["error"]["status"] == 413

@@ -91,7 +91,7 @@ def create_app(
     app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     app.include_router(dashboard.router)
     app.include_router(playground.router)
-    app.include_router(session.router)
+    session.install_session(app)
     pages.install_pages(app, web_assets)
     app.state.limits = limits or AdmissionLimits()
     return app

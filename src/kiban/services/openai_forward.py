@@ -15,7 +15,7 @@ from enum import StrEnum
 
 import httpx
 
-from kiban.services.errors import ServiceError, Unavailable
+from kiban.services.errors import Conflict, ServiceError
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0
@@ -64,9 +64,10 @@ class Upstream:
 
 
 def service_openai_url(service_url: str | None, path: OpenAIPath) -> str:
-    """Where on the router a service's OpenAI route is (Unavailable without a router)."""
+    """Where on the router a service's OpenAI route is (Conflict while no router runs: the
+    control plane's state refuses the call, as for a service that is not there yet)."""
     if service_url is None:
-        raise Unavailable("the serving router is not running, so no service can be called", 5)
+        raise Conflict("the serving router is not running here, so no service can be called")
     return f"{service_url}/openai/v1/{path.value}"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 
 from kiban.services.errors import NotFound
@@ -56,10 +56,9 @@ def install_pages(app: FastAPI, assets: Path = ASSETS) -> None:
             raise NotFound(f"asset {file} not found")
         return FileResponse(wanted)
 
-    router = APIRouter(tags=["web"])
+    # on the app itself, not an included router: its plain routes are what a 405's Allow lists
     for path in PAGES:
-        router.add_api_route(path, page, methods=["GET", "HEAD"], include_in_schema=False)
-    router.add_api_route(
+        app.add_api_route(path, page, methods=["GET", "HEAD"], include_in_schema=False)
+    app.add_api_route(
         "/assets/{file:path}", asset, methods=["GET", "HEAD"], include_in_schema=False
     )
-    app.include_router(router)

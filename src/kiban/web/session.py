@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import secrets
 
-from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import FastAPI, HTTPException, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from starlette.concurrency import run_in_threadpool
 
+from kiban.domain.manifests import problems_from_validation
 from kiban.platform import Platform
 from kiban.services.auth import MAX_TOKEN_CHARS, Principal, authenticate
-from kiban.services.errors import Unauthorized
+from kiban.services.errors import InvalidInput, Unauthorized
 from kiban.web.csrf import CSRF_COOKIE, SESSION_COOKIE
 
 SESSION_PATH = "/web/session"
-
-router = APIRouter(tags=["web"])
+MAX_SIGN_IN_BYTES = 4096
+"""A sign-in body is a token in a line of JSON: more is refused (413) before it is all read."""
 
 
 class SignIn(BaseModel):
@@ -46,9 +47,23 @@ def _principal(platform: Platform, token: str) -> Principal:
         return authenticate(session, f"Bearer {token.strip()}")
 
 
-@router.post(SESSION_PATH, response_model=SignedIn, include_in_schema=False)
-async def sign_in(body: SignIn, request: Request, response: Response) -> SignedIn:
+async def _body(request: Request) -> SignIn:
+    """The sign-in body, read up to ``MAX_SIGN_IN_BYTES`` (this path is outside admission's
+    bound on bodies): 413 past it, 422 naming the field for a body that is not one."""
+    read = b""
+    async for chunk in request.stream():
+        read += chunk
+        if len(read) > MAX_SIGN_IN_BYTES:
+            raise HTTPException(413, f"a sign-in body is at most {MAX_SIGN_IN_BYTES} bytes")
+    try:
+        return SignIn.model_validate_json(read or b"null")
+    except ValidationError as exc:
+        raise InvalidInput(problems_from_validation(exc)) from None
+
+
+async def sign_in(request: Request, response: Response) -> SignedIn:
     """Check the token and set the session and CSRF cookies (401 for a token that is not one)."""
+    body = await _body(request)
     platform: Platform = request.app.state.platform
     principal = await run_in_threadpool(_principal, platform, body.token)
     if principal.job_id is not None:
@@ -69,10 +84,20 @@ async def sign_in(body: SignIn, request: Request, response: Response) -> SignedI
     return SignedIn(name=principal.name, tenant=principal.tenant, is_admin=principal.is_admin)
 
 
-@router.delete(SESSION_PATH, status_code=204, include_in_schema=False)
 async def sign_out() -> Response:
     """Clear both cookies (signing out needs no token: it only forgets one)."""
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     response.delete_cookie(CSRF_COOKIE, path="/", samesite="strict")
     return response
+
+
+def install_session(app: FastAPI) -> None:
+    """Serve ``/web/session`` on ``app`` (on the app itself, not an included router: its plain
+    routes are what a 405's ``Allow`` lists)."""
+    app.add_api_route(
+        SESSION_PATH, sign_in, methods=["POST"], response_model=SignedIn, include_in_schema=False
+    )
+    app.add_api_route(
+        SESSION_PATH, sign_out, methods=["DELETE"], status_code=204, include_in_schema=False
+    )
