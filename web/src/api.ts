@@ -85,7 +85,13 @@ export async function request(method: string, path: string, opts: RequestOptions
   const init: RequestInit = { method, headers, credentials: "same-origin" };
   if (body !== undefined) init.body = body;
   if (opts.signal) init.signal = opts.signal;
-  const res = await fetch(path, init);
+  let res: Response;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    if (e instanceof DOMException && e.name === "AbortError") throw e;
+    throw new ApiError(0, `cannot reach the kiban server (${e instanceof Error ? e.message : String(e)})`);
+  }
   if (res.status === 401 && !opts.allowUnauthorized) {
     const here = location.pathname + location.search;
     navigate(location.pathname === "/signin" ? here : `/signin?next=${encodeURIComponent(here)}`, true);
@@ -119,10 +125,12 @@ export async function send<T>(method: string, path: string, body?: unknown, cont
   return (text ? JSON.parse(text) : null) as T;
 }
 
-/** Read a streamed response as text pieces as they arrive, until it ends or `signal` aborts. */
-export async function readText(res: Response, onText: (text: string) => void): Promise<void> {
+/** Read a streamed response as text pieces as they arrive (with how many bytes each took),
+ * until it ends or the request's signal aborts. */
+export async function readText(res: Response, onText: (text: string, bytes: number) => void): Promise<void> {
   if (!res.body) {
-    onText(await res.text());
+    const buffer = await res.arrayBuffer();
+    onText(new TextDecoder().decode(buffer), buffer.byteLength);
     return;
   }
   const reader = res.body.getReader();
@@ -130,10 +138,21 @@ export async function readText(res: Response, onText: (text: string) => void): P
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    onText(decoder.decode(value, { stream: true }));
+    onText(decoder.decode(value, { stream: true }), value.byteLength);
   }
   const tail = decoder.decode();
-  if (tail) onText(tail);
+  if (tail) onText(tail, 0);
+}
+
+/** Resolve after `ms`, or at once when `signal` aborts. */
+export function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = window.setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      window.clearTimeout(timer);
+      resolve();
+    });
+  });
 }
 
 /** The message to show for an error of any kind. */

@@ -1,10 +1,10 @@
 /** One job: state, reason and ETA, its spec, placement on nodes and topology blocks, events,
  * live logs per rank, and cancel / checkpoint / resubmit. */
 import { useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, getJson, readText, request, send } from "./api";
+import { ApiError, getJson, pause, readText, request, send } from "./api";
 import { ErrorLine, StateBadge } from "./components";
 import { clock, relative, yamlish } from "./format";
-import { useLive } from "./live";
+import { LIVE_INTERVAL_MS, useLive } from "./live";
 import { navigate } from "./router";
 import { TERMINAL_STATES, type Job, type JobEvent, type Node, type Replica } from "./types";
 
@@ -244,21 +244,35 @@ function Logs({ job }: { job: Job }) {
   useEffect(() => {
     if (!started) return;
     const abort = new AbortController();
+    const jobPath = `/api/v1/jobs/${encodeURIComponent(job.id)}`;
+    let received = 0; // bytes of the log so far: a dropped stream resumes from there
     setText("");
     setStatus(undefined);
-    const url = `/api/v1/jobs/${encodeURIComponent(job.id)}/logs?rank=${rank}&follow=true`;
-    request("GET", url, { signal: abort.signal })
-      .then((res) =>
-        readText(res, (piece) => {
-          setText((t) => {
-            const next = t + piece;
-            return next.length > LOG_KEEP ? next.slice(next.length - LOG_KEEP) : next;
-          });
-        }),
-      )
-      .catch((e: unknown) => {
-        if (!abort.signal.aborted) setStatus(e);
+    const append = (piece: string, bytes: number): void => {
+      received += bytes;
+      setText((t) => {
+        const next = t + piece;
+        return next.length > LOG_KEEP ? next.slice(next.length - LOG_KEEP) : next;
       });
+    };
+    const follow = async (): Promise<void> => {
+      while (!abort.signal.aborted) {
+        try {
+          const res = await request("GET", `${jobPath}/logs?rank=${rank}&follow=true&offset=${received}`, { signal: abort.signal });
+          setStatus(undefined);
+          await readText(res, append);
+        } catch (e) {
+          if (abort.signal.aborted) return;
+          setStatus(e);
+          if (e instanceof ApiError && e.status < 500 && e.status !== 429) return; // asking again changes nothing
+        }
+        // the stream ended: with the job, or because the connection dropped while it runs
+        const now = await getJson<Job>(jobPath).catch(() => null);
+        if (!now || TERMINAL_STATES.has(now.state)) return;
+        await pause(LIVE_INTERVAL_MS, abort.signal);
+      }
+    };
+    void follow();
     return () => abort.abort();
   }, [job.id, rank, started, job.attempt]);
 

@@ -62,7 +62,8 @@ export function JobsPage({ query }: { query: URLSearchParams }) {
     offset: filters.offset,
     limit: PAGE_SIZE,
   })}`;
-  const live = useLive(() => getPage<Job>(api), [api]);
+  // the page remembers its own offset: until the next page arrives, the last one shows as itself
+  const live = useLive(async () => ({ ...(await getPage<Job>(api)), offset: filters.offset }), [api]);
 
   return (
     <section>
@@ -101,7 +102,7 @@ export function JobsPage({ query }: { query: URLSearchParams }) {
         {(page) => (
           <>
             <JobsTable jobs={page.items} />
-            <Pager offset={filters.offset} count={page.items.length} total={page.total} go={(offset) => navigate(urlOf({ ...filters, offset }))} />
+            <Pager offset={page.offset} count={page.items.length} total={page.total} go={(offset) => navigate(urlOf({ ...filters, offset }))} />
           </>
         )}
       </Loaded>

@@ -2,6 +2,7 @@
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, request } from "./api";
+import { ErrorLine } from "./components";
 import { JobPage } from "./job";
 import { JobsPage } from "./jobs";
 import { NodesPage } from "./nodes";
@@ -53,6 +54,7 @@ function isActive(href: string, path: string): boolean {
 function App() {
   const { path, query } = useLocation();
   const [who, setWho] = useState<WhoAmI | null | undefined>(undefined);
+  const [bootError, setBootError] = useState<unknown>(undefined);
 
   useEffect(() => {
     if (path === "/signin") {
@@ -63,10 +65,16 @@ function App() {
     let live = true;
     request("GET", "/api/v1/whoami", { allowUnauthorized: true })
       .then((res) => res.json() as Promise<WhoAmI>)
-      .then((w) => live && setWho(w))
+      .then((w) => {
+        if (live) {
+          setWho(w);
+          setBootError(undefined);
+        }
+      })
       .catch((e: unknown) => {
         if (!live) return;
         setWho(null);
+        setBootError(e);
         if (e instanceof ApiError && e.status === 401) {
           navigate(`/signin?next=${encodeURIComponent(location.pathname + location.search)}`, true);
         }
@@ -96,7 +104,19 @@ function App() {
       />
     );
   }
-  if (!who) return <p class="muted boot">Loading…</p>;
+  if (!who) {
+    if (bootError && !(bootError instanceof ApiError && bootError.status === 401)) {
+      return (
+        <main class="boot">
+          <ErrorLine error={bootError} />
+          <button type="button" onClick={() => location.reload()}>
+            Try again
+          </button>
+        </main>
+      );
+    }
+    return <p class="muted boot">Loading…</p>;
+  }
 
   return (
     <Session.Provider value={who}>
@@ -106,7 +126,7 @@ function App() {
         </a>
         <nav>
           {NAV.map(([href, label, testid]) => (
-            <a href={href} data-testid={testid} class={isActive(href, path) ? "active" : ""}>
+            <a href={href} data-testid={testid} class={isActive(href, path) ? "active" : ""} aria-current={isActive(href, path) ? "page" : undefined}>
               {label}
             </a>
           ))}

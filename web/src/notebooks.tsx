@@ -2,11 +2,17 @@
 import { useState } from "preact/hooks";
 import { getJson, send } from "./api";
 import { ErrorLine, FieldErrors, Loaded, OtherErrors, StateBadge, problemsOf } from "./components";
-import { clock, relative } from "./format";
+import { clock, duration, relative } from "./format";
 import { useLive } from "./live";
 import type { Notebook } from "./types";
 
 const FIELDS = ["name", "gpus", "idleTimeout"];
+
+/** A timeout as the API gives it (seconds) or as typed ("1h"). */
+function span(value: number | string | null): string {
+  if (value === null) return "—";
+  return typeof value === "number" ? duration(value) : value;
+}
 
 export function NotebooksPage() {
   const live = useLive(() => getJson<Notebook[]>("/api/v1/notebooks"), []);
@@ -39,6 +45,7 @@ export function NotebooksPage() {
                 <th class="num">GPUs</th>
                 <th>Queue</th>
                 <th>Idle timeout</th>
+                <th>Max lifetime</th>
                 <th>Last activity</th>
                 <th>Job</th>
                 <th />
@@ -54,7 +61,8 @@ export function NotebooksPage() {
                   </td>
                   <td class="num">{nb.gpus}</td>
                   <td>{nb.queue}</td>
-                  <td>{nb.idleTimeout ?? "—"}</td>
+                  <td>{span(nb.idleTimeout)}</td>
+                  <td>{span(nb.maxLifetime)}</td>
                   <td title={clock(nb.lastActivity)}>{relative(nb.lastActivity)}</td>
                   <td>{nb.jobId ? <a href={`/jobs/${encodeURIComponent(nb.jobId)}`} class="mono">{nb.jobId}</a> : "—"}</td>
                   <td>

@@ -115,7 +115,8 @@ function Pending({ o }: { o: Overview }) {
   return (
     <div class="card">
       <h3>Pending jobs by reason</h3>
-      <ul data-testid="overview-pending" class="reasons">
+      <div data-testid="overview-pending">
+      <ul class="reasons">
         {o.pendingByReason.map((r) => (
           <li data-testid="pending-reason" data-reason={r.reason} key={r.reason}>
             <a href={`/jobs?state=Pending&reason=${encodeURIComponent(r.reason)}`}>{r.reason}</a>
@@ -125,6 +126,7 @@ function Pending({ o }: { o: Overview }) {
         ))}
       </ul>
       {o.pendingByReason.length === 0 ? <p class="muted">Nothing is waiting.</p> : null}
+      </div>
     </div>
   );
 }

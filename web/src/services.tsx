@@ -129,6 +129,7 @@ export function ServicePage({ name }: { name: string }) {
                     <span class="num">{percent}%</span>
                   </div>
                 ))}
+                {Object.keys(s.traffic).length === 0 ? <p class="muted">No revision takes traffic.</p> : null}
               </div>
             </div>
             <div class="card">

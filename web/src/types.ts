@@ -152,8 +152,9 @@ export interface Notebook {
   jobId: string | null;
   gpus: number;
   queue: string;
-  idleTimeout: string | null;
-  maxLifetime: string | null;
+  /** Seconds (the API's answer; "1h" and the like are accepted when starting one). */
+  idleTimeout: number | string | null;
+  maxLifetime: number | string | null;
   lastActivity: number | null;
   reason: string | null;
 }

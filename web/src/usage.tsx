@@ -1,9 +1,10 @@
-/** Usage: each tenant's GPU-hours and decayed GPU-hours over time (uPlot), and a table. */
+/** Usage: each tenant's GPU-hours per step and its decayed GPU-hours (what fair share weighs)
+ * over time (uPlot), and a table of both. */
 import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import { getJson, q } from "./api";
 import { Loaded } from "./components";
-import { clock, fixed } from "./format";
+import { clock, duration, fixed } from "./format";
 import { useLive } from "./live";
 import type { UsageHistory } from "./types";
 
@@ -38,7 +39,7 @@ export function UsagePage() {
           <>
             <div class="grid2">
               <div class="card">
-                <h3>GPU-hours</h3>
+                <h3>GPU-hours per {duration(history.step)}</h3>
                 <Chart history={history} pick="gpuHours" testid="usage-chart-gpu-hours" />
               </div>
               <div class="card">
@@ -117,7 +118,7 @@ function UsageTable({ history }: { history: UsageHistory }) {
         <thead>
           <tr>
             <th>Tenant</th>
-            <th class="num">GPU-hours (latest)</th>
+            <th class="num">GPU-hours in the range</th>
             <th class="num">Decayed GPU-hours (latest)</th>
             <th>As of</th>
           </tr>
@@ -125,10 +126,11 @@ function UsageTable({ history }: { history: UsageHistory }) {
         <tbody>
           {history.tenants.map((t) => {
             const last = t.points[t.points.length - 1];
+            const inRange = t.points.reduce((sum, p) => sum + p.gpuHours, 0);
             return (
               <tr key={t.tenant} data-tenant={t.tenant}>
                 <td>{t.tenant}</td>
-                <td class="num">{fixed(last?.gpuHours, 2)}</td>
+                <td class="num">{fixed(inRange, 2)}</td>
                 <td class="num">{fixed(last?.decayedGpuHours, 2)}</td>
                 <td>{clock(last?.at)}</td>
               </tr>
