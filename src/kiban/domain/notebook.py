@@ -116,7 +116,8 @@ def notebook_job_manifest(
     python: str = sys.executable,
 ) -> dict[str, Any]:
     """The job manifest (a document, as a user would submit it) that runs the notebook: one
-    ``jupyter`` replica with the spec's resources, at the notebook priority class, stopped at ``maxLifetime`` (its ``maxRuntime``).
+    ``jupyter`` replica with the spec's resources, at the notebook priority class, stopped at
+    ``maxLifetime`` (its ``maxRuntime``).
 
     The command is an argument list; the port (``$MASTER_PORT``) and Jupyter's token
     (``$JUPYTER_TOKEN``, added at launch) reach the server by environment, never argv.
