@@ -77,7 +77,9 @@ class NotebookRequest(NotebookSpec):
         return check_dns_label(value, "notebook name")
 
     def spec(self) -> NotebookSpec:
-        return NotebookSpec.model_validate(self.model_dump(mode="json", exclude={"name"}, by_alias=True))
+        return NotebookSpec.model_validate(
+            self.model_dump(mode="json", exclude={"name"}, by_alias=True)
+        )
 
 
 def notebook_url(tenant: str, name: str) -> str:
@@ -112,9 +114,10 @@ def notebook_job_manifest(
     priority_class: str | None,
     job_name: str,
     python: str = sys.executable,
-) -> JobManifest:
-    """The job that runs the notebook: one ``jupyter`` replica with the spec's resources, at
-    the notebook priority class, stopped at ``maxLifetime`` (its ``maxRuntime``).
+) -> dict[str, Any]:
+    """The job manifest (a document, as a user would submit it) that runs the notebook: one
+    ``jupyter`` replica with the spec's resources, at the notebook priority class, stopped at
+    ``maxLifetime`` (its ``maxRuntime``).
 
     The command is an argument list; the port (``$MASTER_PORT``) and Jupyter's token
     (``$JUPYTER_TOKEN``, added at launch) reach the server by environment, never argv.
@@ -151,7 +154,8 @@ def notebook_job_manifest(
         "metadata": {"name": job_name, "labels": {NOTEBOOK_LABEL: name}},
         "spec": job_spec,
     }
-    return JobManifest.model_validate(document)
+    JobManifest.model_validate(document)  # a bad name or spec fails here, not at submission
+    return document
 
 
 def job_name_of(name: str) -> str:

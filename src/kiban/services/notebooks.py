@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
+from kiban.domain.errors import FieldProblem
 from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.notebook import (
     NOTEBOOK_LABEL,
@@ -34,7 +35,7 @@ from kiban.executors.local.executor import LocalExecutor
 from kiban.executors.local.isolation import HOME_MODE
 from kiban.services import jobs
 from kiban.services.auth import Principal
-from kiban.services.errors import NotFound, invalid
+from kiban.services.errors import InvalidInput, NotFound, invalid
 from kiban.services.jobs import ClusterFacts
 from kiban.services.transitions import transition
 from kiban.store.models import Job, NotebookKey, NotebookRow, Queue, Replica
@@ -113,7 +114,7 @@ def start(
         before = NotebookSpec.model_validate(row.spec)
         spec = before.model_copy(update={k: getattr(spec, k) for k in fields_set - {"name"}})
     owner = row.owner if row is not None else principal.name
-    manifest = notebook_job_manifest(
+    document = notebook_job_manifest(
         tenant=tenant,
         name=request.name,
         spec=spec,
@@ -121,10 +122,14 @@ def start(
         priority_class=policy.notebook_class(),
         job_name=job_name_of(request.name),
     )
-    document = manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
-    prepared = jobs.prepare_submission(
-        session, principal, document, facts=facts, at=at, policy=policy
-    )
+    try:
+        prepared = jobs.prepare_submission(
+            session, principal, document, facts=facts, at=at, policy=policy
+        )
+    except InvalidInput as exc:  # the job's fields are the notebook's: name the notebook's
+        raise InvalidInput(
+            [FieldProblem(_own_field(p.field), p.message) for p in exc.problems]
+        ) from None
     if prepared.job.tenant != tenant:
         raise invalid("queue", f"queue {prepared.job.queue} is not tenant {tenant}'s")
     session.add(prepared.job)
@@ -162,6 +167,17 @@ def prepare_dir(executor: Executor, home: Path, tenant: str, owner: str, name: s
             above = above.parent
         isolation.give(path, isolation.user_for(tenant))
     return path
+
+
+_FIELDS = {
+    "spec.queue": "queue",
+    "spec.tasks[0].resources.gpu": "gpus",
+    "spec.tasks[0].resources.cpu": "cpus",
+}
+
+
+def _own_field(field: str) -> str:
+    return _FIELDS.get(field, field)
 
 
 def _may_use(principal: Principal, row: NotebookRow) -> bool:

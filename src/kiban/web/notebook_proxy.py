@@ -73,8 +73,6 @@ class Refused(Exception):
 class Upstream:
     """Where a running notebook's server is, and the token it takes."""
 
-    tenant: str
-    owner: str
     address: str  # host:port
     token: str
 
@@ -109,52 +107,61 @@ def _principal(platform: Platform, connection: HTTPConnection, method: str) -> P
     return principal
 
 
-def _upstream(platform: Platform, tenant: str, name: str) -> Upstream:
-    """The notebook's server now (Refused 404 / 503), from the store at most every few s."""
+@dataclass(frozen=True)
+class Found:
+    """A notebook as the route found it: whose it is, and its server or why there is none."""
 
-    def load() -> Upstream | Refused:
+    tenant: str
+    owner: str
+    upstream: Upstream | None
+    refusal: str = ""
+
+
+def _find(platform: Platform, tenant: str, name: str) -> Found | None:
+    """The notebook (None: no such notebook); a running one's is reused for a few seconds."""
+
+    def load() -> Found | None:
         with platform.sessions() as session:
             row = session.query(NotebookRow).filter_by(tenant=tenant, name=name).one_or_none()
             if row is None:
-                return Refused(404, f"notebook {name} not found")
+                return None
             running = notebooks.running_replica(session, row)
             if running is None or row.state != NotebookState.RUNNING.value:
-                return Refused(503, f"notebook {name} is {row.state}, not Running")
+                return Found(row.tenant, row.owner, None, f"notebook {name} is {row.state}")
             job, replica = running
             assert job.master_port is not None
             address = platform.executor.replica_address(replica_ref(replica), job.master_port)
             if address is None or address.startswith("unix:"):
-                return Refused(503, f"notebook {name} has no address yet")
+                return Found(row.tenant, row.owner, None, f"notebook {name} has no address yet")
             token = notebooks.token_of(session, tenant, name, job.id)
             session.commit()
-            return Upstream(row.tenant, row.owner, address, token)
+            return Found(row.tenant, row.owner, Upstream(address, token))
 
-    found = platform.lookups.get(("notebook", tenant, name), lambda: _ok_only(load()))
-    if found is None:
-        refused = load()
-        if isinstance(refused, Refused):
-            raise refused
-        return refused
-    return found
+    found = platform.lookups.get(("notebook", tenant, name), lambda: _running_only(load()))
+    return found if found is not None else load()
 
 
-def _ok_only(value: Upstream | Refused) -> Upstream | None:
-    return value if isinstance(value, Upstream) else None
+def _running_only(found: Found | None) -> Found | None:
+    return found if found is not None and found.upstream is not None else None
 
 
 def _resolve(
     platform: Platform, connection: HTTPConnection, method: str
 ) -> tuple[Principal, Upstream]:
+    """The caller and the notebook's server; Refused: 401/403 (who), 404 (not the owner's nor
+    an admin's, said before anything else of it), 503 (not running)."""
     tenant = connection.path_params["tenant"]
     name = connection.path_params["name"]
     principal = _principal(platform, connection, method)
-    upstream = _upstream(platform, tenant, name)
-    may = principal.is_admin or (
-        principal.tenant == upstream.tenant and principal.name == upstream.owner
+    found = _find(platform, tenant, name)
+    may = found is not None and (
+        principal.is_admin or (principal.tenant == found.tenant and principal.name == found.owner)
     )
-    if not may:
+    if found is None or not may:
         raise Refused(404, f"notebook {name} not found")
-    return principal, upstream
+    if found.upstream is None:
+        raise Refused(503, f"{found.refusal}, not Running: start it with kiban notebook start")
+    return principal, found.upstream
 
 
 def _client(platform: Platform) -> httpx.AsyncClient:
