@@ -9,6 +9,7 @@ without a subprotocol), which is all a round trip needs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -49,6 +50,7 @@ class KernelClient:
     kernel_id: str = ""
     session: str = field(default_factory=lambda: uuid.uuid4().hex)
     _socket: ClientConnection | None = None
+    _exits: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def _url(self, path: str) -> str:
         return self.base.rstrip("/") + "/" + path.lstrip("/")
@@ -62,11 +64,13 @@ class KernelClient:
             )
         self.kernel_id = str(answer.json()["id"])
         ws_base = self._url(f"api/kernels/{self.kernel_id}/channels").replace("http", "ws", 1)
-        self._socket = connect(
-            f"{ws_base}?session_id={self.session}",
-            additional_headers=self.headers,
-            open_timeout=self.timeout_s,
-            max_size=None,
+        self._socket = self._exits.enter_context(
+            connect(
+                f"{ws_base}?session_id={self.session}",
+                additional_headers=self.headers,
+                open_timeout=self.timeout_s,
+                max_size=None,
+            )
         )
         return self
 
@@ -120,7 +124,7 @@ class KernelClient:
     def close(self) -> None:
         """Close the websocket and shut the kernel down (so the server goes idle)."""
         if self._socket is not None:
-            self._socket.close()
+            self._exits.close()  # closes the websocket
             self._socket = None
         if self.kernel_id:
             with httpx.Client(headers=self.headers, timeout=self.timeout_s) as http:
