@@ -74,6 +74,8 @@ def test_a_notebook_started_from_the_dashboard_runs_a_cell_and_is_culled_when_id
     # JupyterLab itself, through the route, with the browser's session cookie.
     page.goto(route)
     expect(page).to_have_title(re.compile("JupyterLab"), timeout=60_000)
+    # JupyterLab's own shell (its DOM, not the dashboard's contract), drawn over its websockets.
+    expect(page.locator("#jp-main-dock-panel")).to_be_visible(timeout=60_000)
     shot(page, "jupyterlab")
     page.goto("/notebooks")
 
