@@ -67,3 +67,14 @@ def test_a_bad_offset_or_reason_names_the_field(api: TestClient) -> None:
         assert response.status_code == 422, response.text
         problems = response.json()["error"]["problems"]
         assert any(field in p["field"] for p in problems), problems
+
+
+def test_jobs_no_pass_has_judged_are_found_by_the_reason_the_api_shows(
+    api: TestClient, clock: ManualClock
+) -> None:
+    submit(api, clock, 2)  # no scheduling pass yet
+    shown = {j["reason"]["code"] for j in api.get("/api/v1/jobs").json()}
+    assert shown == {"QueueBacklog"}
+    listed = api.get("/api/v1/jobs", params={"reason": "QueueBacklog"})
+    assert len(listed.json()) == 2
+    assert listed.headers["X-Total-Count"] == "2"

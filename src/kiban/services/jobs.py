@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
@@ -485,7 +485,8 @@ def job_filters(
     """The conditions that select the jobs the caller may see and asked for (checked: a bad
     value is InvalidInput naming its field). States are matched in any case (``running`` is
     ``Running``); ``submitted_by`` is the name of the token that submitted; ``reason`` a
-    waiting job's reason code."""
+    waiting job's reason code as the API shows it (``QueueBacklog`` for a job no pass has
+    judged yet, ``reasons.awaiting_pass``)."""
     wanted = []
     for i, state in enumerate(states):
         try:
@@ -521,7 +522,10 @@ def job_filters(
         where.append(Job.name == name)
     if submitted_by:
         where.append(Job.submitted_by == submitted_by)
-    if reason:
+    if reason == ReasonCode.QUEUE_BACKLOG.value:  # given at read time to the unjudged
+        backlog = and_(Job.state == JobState.PENDING.value, Job.reason_code.is_(None))
+        where.append(or_(Job.reason_code == reason, backlog))
+    elif reason:
         where.append(Job.reason_code == reason)
     return where
 
