@@ -1,12 +1,12 @@
 /** Notebooks: the user's JupyterLab sessions, a start form, open links and stop buttons. */
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import { getJson, send } from "./api";
 import { ErrorLine, FieldErrors, Loaded, OtherErrors, StateBadge, problemsOf } from "./components";
 import { clock, duration, relative } from "./format";
 import { useLive } from "./live";
-import type { Notebook } from "./types";
+import type { Notebook, Queue } from "./types";
 
-const FIELDS = ["name", "gpus", "idleTimeout"];
+const FIELDS = ["name", "gpus", "idleTimeout", "queue", "spec.queue"];
 
 /** A timeout as the API gives it (seconds) or as typed ("1h"). */
 function span(value: number | string | null): string {
@@ -54,17 +54,17 @@ export function NotebooksPage() {
             <tbody>
               {notebooks.map((nb) => (
                 <tr data-testid="notebook-row" data-notebook={nb.name} data-state={nb.state} key={nb.name}>
-                  <td>{nb.name}</td>
+                  <td class="nowrap">{nb.name}</td>
                   <td>
                     <StateBadge state={nb.state} />
                     {nb.reason ? <span class="muted"> {nb.reason}</span> : null}
                   </td>
                   <td class="num">{nb.gpus}</td>
-                  <td>{nb.queue}</td>
+                  <td class="nowrap">{nb.queue}</td>
                   <td>{span(nb.idleTimeout)}</td>
                   <td>{span(nb.maxLifetime)}</td>
                   <td title={clock(nb.lastActivity)}>{relative(nb.lastActivity)}</td>
-                  <td>{nb.jobId ? <a href={`/jobs/${encodeURIComponent(nb.jobId)}`} class="mono">{nb.jobId}</a> : "—"}</td>
+                  <td class="nowrap">{nb.jobId ? <a href={`/jobs/${encodeURIComponent(nb.jobId)}`} class="mono">{nb.jobId}</a> : "—"}</td>
                   <td>
                     <div class="actions-cell">
                       {nb.state === "Running" ? (
@@ -98,6 +98,20 @@ function StartForm({ started }: { started: () => void }) {
   const [name, setName] = useState("");
   const [gpus, setGpus] = useState("1");
   const [idle, setIdle] = useState("1h");
+  const [queue, setQueue] = useState("");
+  const [queues, setQueues] = useState<Queue[]>([]);
+
+  // the user's queues, offered in a list; theirs filled in ("default" if they may use it)
+  useEffect(() => {
+    getJson<Queue[]>("/api/v1/queues").then(
+      (qs) => {
+        setQueues(qs);
+        const pick = qs.find((q) => q.name === "default") ?? qs[0];
+        if (pick) setQueue((current) => current || pick.name);
+      },
+      () => setQueues([]),
+    );
+  }, []);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(undefined);
   const problems = problemsOf(error);
@@ -109,6 +123,7 @@ function StartForm({ started }: { started: () => void }) {
     const body: Record<string, unknown> = { name: name.trim() };
     if (gpus.trim()) body["gpus"] = /^\d+$/.test(gpus.trim()) ? Number(gpus) : gpus;
     if (idle.trim()) body["idleTimeout"] = idle.trim();
+    if (queue.trim()) body["queue"] = queue.trim();
     try {
       await send("POST", "/api/v1/notebooks", body);
       started();
@@ -135,6 +150,17 @@ function StartForm({ started }: { started: () => void }) {
         Idle timeout
         <input data-testid="notebook-idle-timeout" value={idle} placeholder="1h" onInput={(e) => setIdle((e.target as HTMLInputElement).value)} />
         <FieldErrors problems={problems} field="idleTimeout" />
+      </label>
+      <label>
+        Queue
+        <input data-testid="notebook-queue" value={queue} list="notebook-queues" onInput={(e) => setQueue((e.target as HTMLInputElement).value)} />
+        <datalist id="notebook-queues">
+          {queues.map((q) => (
+            <option value={q.name}>{q.tenant}</option>
+          ))}
+        </datalist>
+        <FieldErrors problems={problems} field="queue" />
+        <FieldErrors problems={problems} field="spec.queue" />
       </label>
       <button type="submit" class="primary" data-testid="notebook-start" disabled={busy}>
         {busy ? "Starting…" : "Start notebook"}
