@@ -161,3 +161,16 @@ def test_bad_input_names_the_field_and_starts_nothing(
     assert field in [p["field"] for p in answer.json()["error"]["problems"]]
     assert alice.get("/api/v1/notebooks").json() == []
     assert alice.get("/api/v1/jobs").json() == []
+
+
+def test_an_admin_names_the_queue_of_a_new_notebook_not_of_one_that_exists(
+    api: TestClient, platform: Platform, jupyter: FakeJupyter
+) -> None:
+    refused = api.post("/api/v1/notebooks", json={"name": "ops"})
+    assert refused.status_code == 422
+    assert [p["field"] for p in refused.json()["error"]["problems"]] == ["queue"]
+    started = api.post("/api/v1/notebooks", json={"name": "ops", "queue": "default"})
+    assert started.status_code == 201, started.text
+    assert api.post("/api/v1/notebooks/ops/stop").json()["state"] == "Stopped"
+    again = api.post("/api/v1/notebooks", json={"name": "ops"})
+    assert again.status_code == 201 and again.json()["tenant"] == "default"

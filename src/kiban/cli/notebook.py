@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from kiban.cli.output import Output, OutputOpt, print_document
-from kiban.domain.notebook import DEFAULT_NAME
+
+DEFAULT_NAME = "notebook"  # as kiban.domain.notebook (not imported: start-up stays light)
 
 notebook_app = typer.Typer(
     help="Notebooks: JupyterLab on the cluster at KIBAN_URL/nb/TENANT/NAME/, stopped "

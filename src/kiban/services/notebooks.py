@@ -73,12 +73,17 @@ def launch_env(session: Session, job: Job) -> dict[str, str]:
     return {"JUPYTER_TOKEN": token_of(session, job.tenant, name, job.id)}
 
 
-def _tenant_of(principal: Principal, spec: NotebookSpec, session: Session) -> str:
-    """The notebook's tenant: the caller's, or for an admin the named queue's."""
+def _tenant_of(principal: Principal, request: NotebookRequest, session: Session) -> str:
+    """The notebook's tenant: the caller's; for an admin the named queue's, or that of the one
+    notebook of that name."""
     if principal.tenant is not None:
         return principal.tenant
-    if spec.queue is not None:
-        row = session.get(Queue, spec.queue)
+    if request.queue is None:
+        named = list(session.scalars(select(NotebookRow).where(NotebookRow.name == request.name)))
+        if len(named) == 1:
+            return named[0].tenant
+    if request.queue is not None:
+        row = session.get(Queue, request.queue)
         if row is not None:
             return row.tenant
     raise invalid("queue", "an admin token has no tenant: name the queue the notebook runs in")
@@ -100,7 +105,7 @@ def start(
     fields given replace those of its last spec). One still running is returned as it is.
     Not committed."""
     spec = request.spec()
-    tenant = _tenant_of(principal, spec, session)
+    tenant = _tenant_of(principal, request, session)
     row = session.scalar(
         select(NotebookRow)
         .where(NotebookRow.tenant == tenant, NotebookRow.name == request.name)
