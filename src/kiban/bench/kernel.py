@@ -76,7 +76,8 @@ class KernelClient:
 
     def execute(self, code: str) -> Executed:
         """Send ``code`` as an ``execute_request`` and read messages until its
-        ``execute_reply``; the time is from the send to that reply."""
+        ``execute_reply`` and the kernel's idle status (outputs come on iopub, which may trail
+        the reply); the time is from the send to the reply."""
         if self._socket is None:
             raise KernelError("the kernel is not started")
         msg_id = uuid.uuid4().hex
@@ -103,6 +104,9 @@ class KernelClient:
             "buffers": [],
         }
         stdout: list[str] = []
+        elapsed: float | None = None  # to the execute_reply (shell channel)
+        status = ""
+        idle = False  # the kernel's idle status (iopub): every output of the cell has come
         started = time.perf_counter()
         self._socket.send(json.dumps(request))
         deadline = started + self.timeout_s
@@ -114,11 +118,15 @@ class KernelClient:
             if message.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             kind = message.get("header", {}).get("msg_type") or message.get("msg_type")
+            content = message.get("content", {})
             if kind == "stream":
-                stdout.append(str(message["content"].get("text", "")))
+                stdout.append(str(content.get("text", "")))
             elif kind == "execute_reply":
                 elapsed = time.perf_counter() - started
-                status = str(message["content"].get("status", ""))
+                status = str(content.get("status", ""))
+            elif kind == "status" and content.get("execution_state") == "idle":
+                idle = True
+            if elapsed is not None and idle:
                 return Executed(status=status, stdout="".join(stdout), seconds=elapsed)
 
     def close(self) -> None:
