@@ -30,6 +30,7 @@ test: setup
 	bash scripts/ensure-postgres.sh
 	bash scripts/ensure-kube.sh
 	bash scripts/ensure-prometheus.sh
+	bash scripts/ensure-chromium.sh
 	$(BIN)/ruff check src tests examples
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy
@@ -37,7 +38,7 @@ test: setup
 	KIBAN_ROUTER_NATIVE=0 $(BIN)/pytest -q tests/serving/router
 
 unit: setup
-	$(BIN)/pytest -m "not e2e and not postgres and not kube and not prometheus"
+	$(BIN)/pytest -m "not e2e and not postgres and not kube and not prometheus and not browser"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -12,8 +12,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from kiban.clock import Clock, SystemClock
 from kiban.control.loop import ControlLoop
 from kiban.control.loop_settings import LoopSettings
+from kiban.control.notebook_controller import NotebookController
 from kiban.control.serving_controller import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
+from kiban.domain.notebook import DEFAULT_READY_TIMEOUT_S
 from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
 from kiban.services import events
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
@@ -62,6 +64,7 @@ class Platform:
     connections requests cannot take (None: they share ``engine``)."""
     services: ServiceController = field(init=False)
     sweeps: HealthSweeps | None = None  # allreduce sweeps (set by build_platform)
+    notebooks: NotebookController | None = None  # readiness and culling (set by build_platform)
 
     def __post_init__(self) -> None:
         self.services = ServiceController(
@@ -155,6 +158,7 @@ def build_platform(
     clock: Clock | None = None,
     loop_settings: LoopSettings | None = None,
     admin_token_in_home: bool = True,
+    notebook_ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
 ) -> Platform:
     """Open (and migrate) the store, register nodes, apply the policy, make the admin token
     (written to ``<home>/token``; not ``admin_token_in_home``: only returned, when new).
@@ -204,7 +208,10 @@ def build_platform(
     platform.sweeps = HealthSweeps(
         control, executor, lambda: platform.facts, every_s=loop.settings.sweep_every_s
     )
-    loop.health_hooks += [platform.sweeps.tick, Epilogue(control).tick]
+    platform.notebooks = NotebookController(
+        control, executor, ready_timeout_s=notebook_ready_timeout_s
+    )
+    loop.health_hooks += [platform.sweeps.tick, Epilogue(control).tick, platform.notebooks.tick]
     loop.on_nodes_changed = platform.refresh_facts  # submission checks against the nodes now
     platform.refresh_policy()
     return platform

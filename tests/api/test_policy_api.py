@@ -82,7 +82,8 @@ def test_anyone_signed_in_reads_the_policy(member: TestClient) -> None:
     )
     effective = body["effective"]
     assert [q["name"] for q in effective["queues"]] == ["default"]
-    assert [c["name"] for c in effective["priorityClasses"]] == ["low", "normal", "serving", "high"]
+    classes = ["low", "interactive", "normal", "serving", "high"]
+    assert [c["name"] for c in effective["priorityClasses"]] == classes
     assert effective["fairShare"]["halfLife"] == 7 * 86400
 
 

@@ -168,6 +168,7 @@ def test_an_empty_policy_gets_the_defaults() -> None:
     ]
     assert [(c.name, c.value, c.default, c.preempts) for c in policy.priority_classes] == [
         ("low", 100, False, False),
+        ("interactive", 500, False, False),  # notebooks: below the default, never preempting
         ("normal", 1000, True, False),
         ("serving", 5000, False, True),
         ("high", 10000, False, True),

@@ -26,13 +26,14 @@ from kiban.api.routers import (
     metrics,
     node_health,
     node_health_views,
+    notebooks,
     playground,
     policy,
     services,
 )
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
-from kiban.web import pages, session
+from kiban.web import notebook_proxy, pages, session
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 HEALTHY = {"status": "ok"}
@@ -86,6 +87,8 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(node_health.router)
     app.include_router(health_sweeps.router)
+    app.include_router(notebooks.router)
+    app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     app.include_router(dashboard.router)
     app.include_router(playground.router)
     session.install_session(app)

@@ -508,3 +508,56 @@ def api(
         as_json,
         "interrupted; the benchmark's server is stopped",
     )
+
+
+@bench_app.command("web")
+def web(
+    jobs: Annotated[int, typer.Option(help="jobs in the store while the page is timed")] = 10_000,
+    loads: Annotated[int, typer.Option(help="loads of the jobs page in headless Chromium")] = 7,
+    list_samples: Annotated[
+        int, typer.Option(help="requests of the list API (pages of 50 across the list)")
+    ] = 200,
+    ttfb_samples: Annotated[int, typer.Option(help="requests of GET /jobs for first byte")] = 50,
+    kernel_samples: Annotated[
+        int, typer.Option(help="kernel round trips through the notebook route, and as many direct")
+    ] = 100,
+    notebook: Annotated[
+        bool, typer.Option(help="time the notebook route (starts a notebook: JupyterLab)")
+    ] = True,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """The dashboard with many jobs: first byte and a rendered jobs page (headless Chromium),
+    the list API behind it, and what the notebook route adds to a kernel round trip.
+
+    1. a fresh `kiban up`; a member starts a notebook, and `execute_request` -> `execute_reply`
+    is timed through `/nb/<tenant>/<name>/` and directly on its Jupyter, alternating;
+
+    2. --jobs jobs submitted (one holds the GPU, the rest wait);
+
+    3. GET /jobs to its first byte; the jobs page in Chromium from navigation start to its first
+    job row; `GET /api/v1/jobs?limit=50&offset=...` across the list.
+    """
+    from kiban.bench.loadgen import BenchError
+    from kiban.bench.web import WebBenchOptions, run_web_bench, web_table
+
+    try:
+        options = WebBenchOptions(
+            jobs=jobs,
+            loads=loads,
+            list_samples=list_samples,
+            ttfb_samples=ttfb_samples,
+            kernel_samples=kernel_samples,
+            notebook=notebook,
+        )
+    except ValueError as exc:
+        _bad_option(exc)
+    _report(
+        lambda: run_web_bench(options, say=render.say),
+        (BenchError,),
+        web_table,
+        as_json,
+        "interrupted; the benchmark's server is stopped",
+    )

@@ -30,6 +30,7 @@ from kiban.cli.health import health_app
 from kiban.cli.health_sweep import DEFAULT_SWEEP_EVERY_S
 from kiban.cli.manifest_files import read_text
 from kiban.cli.node_agent import node_agent_command
+from kiban.cli.notebook import notebook_app
 from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.cli.policy import policy_app
 from kiban.cli.serving import (
@@ -64,6 +65,7 @@ app.add_typer(admin_app, name="admin")
 app.add_typer(bench_app, name="bench")
 app.add_typer(dev_app, name="dev")
 app.add_typer(health_app, name="health")
+app.add_typer(notebook_app, name="notebook")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
 app.command("node-agent")(node_agent_command)

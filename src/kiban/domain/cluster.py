@@ -64,9 +64,10 @@ class ClusterPolicy(SpecModel):
     """The scheduling policy: flavors, cohorts, queues, priority classes, fair share, topology.
 
     Absent parts get defaults: no flavors (one implicit flavor, ``default``, of every node), one
-    ``default`` queue without quota, the built-in priority classes (low 100, normal 1000 as the
-    default, high 10000 with PreemptLowerPriority), fair share with a 7-day half-life priced
-    by GPUs, no topology levels, the default health rules (``kiban.domain.remediation``).
+    ``default`` queue without quota, the built-in priority classes (low 100, interactive 500
+    for notebooks, normal 1000 as the default, serving 5000 and high 10000 with
+    PreemptLowerPriority), fair share with a 7-day half-life priced by GPUs, no topology
+    levels, the default health rules (``kiban.domain.remediation``).
     ``queues: []`` (written out) means no queues at all.
     """
 
@@ -80,6 +81,15 @@ class ClusterPolicy(SpecModel):
     topology: TopologyDecl = Field(default_factory=TopologyDecl)
     idle_gpus: IdleGpusDecl = Field(default_factory=IdleGpusDecl)
     health: HealthPolicyDecl = Field(default_factory=HealthPolicyDecl)
+    notebook_priority_class: str | None = None
+    """The class notebooks' jobs run at (None: ``interactive`` where declared, else the
+    default class)."""
+
+    def notebook_class(self) -> str | None:
+        """The priority class a notebook's job names (None: the policy's default)."""
+        if self.notebook_priority_class is not None:
+            return self.notebook_priority_class
+        return "interactive" if self.priority_class("interactive") is not None else None
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterPolicy:
@@ -96,6 +106,12 @@ class ClusterPolicy(SpecModel):
         for i, queue in enumerate(self.queues):
             yield from self._queue_problems(i, queue)
         defaults = [c.name for c in self.priority_classes if c.default]
+        notebooks = self.notebook_priority_class
+        if notebooks is not None and self.priority_class(notebooks) is None:
+            message = unknown_name(
+                "priority class", notebooks, [c.name for c in self.priority_classes]
+            )
+            yield ("notebookPriorityClass",), message, notebooks
         for i, cls in enumerate(self.priority_classes):
             if cls.default and cls.name != defaults[0]:
                 message = f"only one priority class may be the default; {defaults[0]} already is"

@@ -31,4 +31,7 @@ class JobEventReason(StrEnum):
     GPUS_IDLE = "GpusIdle"  # its GPUs read under the idle threshold for the idle window
     PREFLIGHT_FAILED = "PreflightFailed"  # a placed node failed its check: excluded, re-placed
     EPILOGUE_CHECK = "EpilogueCheck"  # it failed on a node that saw a new Xid or ECC event
+    CULLED = "Culled"  # a notebook idle longer than its idleTimeout: stopped, its directory kept
+    NOTEBOOK_NOT_READY = "NotebookNotReady"  # a notebook's server did not answer in time
+    NOTEBOOK_STOPPED = "NotebookStopped"  # its owner (or an admin) stopped the notebook
     STOP_INTENT_UNKNOWN = "StopIntentUnknown"  # written by migration 0013 for a stored intent

@@ -151,6 +151,22 @@ class Client:
             )
         return dict(self._request("POST", "/api/v1/services", json=manifest))
 
+    def start_notebook(self, name: str, **options: Any) -> dict[str, Any]:
+        """Start a notebook (or start a stopped one again); ``options``: the API's camelCase
+        fields (``gpus``, ``queue``, ``cpus``, ``idleTimeout``, ``maxLifetime``)."""
+        body = {"name": name, **{k: v for k, v in options.items() if v is not None}}
+        return dict(self._request("POST", "/api/v1/notebooks", json=body))
+
+    def notebooks(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/api/v1/notebooks"))
+
+    def notebook(self, name: str) -> dict[str, Any]:
+        return dict(self._request("GET", resource_path("notebooks", name, "notebook name")))
+
+    def stop_notebook(self, name: str) -> dict[str, Any]:
+        path = resource_path("notebooks", name, "notebook name", "/stop")
+        return dict(self._request("POST", path))
+
     def services(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/api/v1/services"))
 

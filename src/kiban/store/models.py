@@ -417,3 +417,34 @@ class ServiceReplica(Base):
     ready: Mapped[bool] = mapped_column(Boolean, default=False)
     ever_ready: Mapped[bool] = mapped_column(Boolean, default=False)
     ended: Mapped[bool] = mapped_column(Boolean, default=False)  # its job's end was accounted
+
+
+class NotebookRow(Base):
+    """A notebook: its tenant's name for it, its owner, its spec (``NotebookSpec``), the job of
+    its current or last run, where it stands, Jupyter's last activity, and why it stopped."""
+
+    __tablename__ = "notebooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    name: Mapped[str] = mapped_column(String(63))
+    owner: Mapped[str] = mapped_column(String(128))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    job_id: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))  # NotebookState
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float)  # when its current run was asked for
+    ready_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_activity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (Index("ux_notebooks_tenant_name", "tenant", "name", unique=True),)
+
+
+class NotebookKey(Base):
+    """The server-side key Jupyter tokens are derived from (one row; never shown to anyone)."""
+
+    __tablename__ = "notebook_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(128))

@@ -1,0 +1,111 @@
+"""A notebook end to end on the local executor: real JupyterLab behind kiban's /nb/ route.
+
+Start one with 1 GPU and a 20 s idle timeout; run a cell through the route (a kernel made by
+REST, an ``execute_request`` over its websocket); a busy kernel is not culled; once idle it is,
+its GPU freed; ``kiban notebook start`` brings it back with its files.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from e2e_support import KibanServer, eventually
+from websockets.sync.client import connect
+
+pytestmark = pytest.mark.e2e
+
+START_TIMEOUT = 90.0  # JupyterLab's start on a loaded 2-core machine
+
+
+def execute(base: str, token: str, code: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Run ``code`` in a new kernel through the route; the reply's result or error message."""
+    headers = {"Authorization": f"Bearer {token}"}
+    kernel = httpx.post(f"{base}api/kernels", headers=headers, json={"name": "python3"}, timeout=60)
+    assert kernel.status_code == 201, kernel.text
+    url = base.replace("http", "ws", 1) + f"api/kernels/{kernel.json()['id']}/channels"
+    msg_id = uuid.uuid4().hex
+    request = {
+        "header": {
+            "msg_id": msg_id,
+            "msg_type": "execute_request",
+            "username": "e2e",
+            "session": uuid.uuid4().hex,
+            "version": "5.3",
+            "date": "",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
+        "channel": "shell",
+        "buffers": [],
+    }
+    with connect(url, additional_headers=headers, open_timeout=30) as ws:
+        ws.send(json.dumps(request))
+        while True:
+            message = json.loads(ws.recv(timeout=timeout))
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] in ("execute_result", "error"):
+                return dict(message)
+
+
+def test_notebook_runs_a_cell_through_the_route_is_culled_when_idle_and_comes_back(
+    kiban: KibanServer,
+) -> None:
+    admin = httpx.Client(base_url=kiban.url, headers={"Authorization": f"Bearer {kiban.token}"})
+    assert admin.post("/api/v1/tenants", json={"name": "lab"}).status_code == 201
+    queue = {"name": "lab-q", "tenant": "lab", "quota": {"gpu": 2}}
+    assert admin.post("/api/v1/queues", json=queue).status_code == 201
+    token = admin.post("/api/v1/tenants/lab/tokens", json={"name": "ada"}).json()["token"]
+    env = {"KIBAN_URL": kiban.url, "KIBAN_TOKEN": token}
+
+    out = kiban.ok("notebook", "start", "nb", "--gpus", "1", "--idle-timeout", "20s", env=env)
+    base = f"{kiban.url}/nb/lab/nb/"
+    assert base in out
+
+    def state(wanted: str) -> dict[str, Any] | None:
+        found = json.loads(kiban.ok("notebook", "ls", "-o", "json", env=env))
+        return found[0] if found and found[0]["state"] == wanted else None
+
+    eventually(lambda: state("Running"), timeout=START_TIMEOUT, interval=0.5, what="Running")
+    result = execute(base, token, "open('kept.txt', 'w').write('from the first run'); 6 * 7")
+    assert result["content"]["data"]["text/plain"] == "42"
+
+    # A kernel executing for longer than the idle timeout keeps the notebook.
+    busy: dict[str, Any] = {}
+    worker = threading.Thread(
+        target=lambda: busy.update(execute(base, token, "import time; time.sleep(25); 1", 90))
+    )
+    worker.start()
+    worker.join(timeout=90)
+    assert busy.get("msg_type") == "execute_result", busy
+    assert state("Running") is not None, "a notebook with a busy kernel was culled"
+
+    stopped = eventually(lambda: state("Stopped"), timeout=60, interval=0.5, what="culled")
+    assert "idleTimeout" in stopped["reason"]
+    events = admin.get(f"/api/v1/jobs/{stopped['jobId']}/events").json()
+    assert "Culled" in [e["reason"] for e in events]
+
+    def gpus_free() -> bool | None:
+        nodes = admin.get("/api/v1/nodes").json()
+        return sum(n["gpusInUse"] for n in nodes) == 0 or None
+
+    eventually(gpus_free, timeout=30, interval=0.5, what="its GPU freed")
+
+    kiban.ok("notebook", "start", "nb", env=env)
+    eventually(lambda: state("Running"), timeout=START_TIMEOUT, interval=0.5, what="back")
+    again = execute(base, token, "open('kept.txt').read()")
+    assert again["content"]["data"]["text/plain"] == "'from the first run'"
+    kiban.ok("notebook", "stop", "nb", env=env)
