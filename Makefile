@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: setup demo test lint typecheck unit clean
 
 setup: $(STAMP)
+	bash scripts/build-web.sh
 	$(BIN)/python -m kiban.devtools.router_native || echo "(optional: needs a C compiler)"
 
 $(STAMP): pyproject.toml

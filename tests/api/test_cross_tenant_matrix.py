@@ -253,6 +253,19 @@ ATTEMPTS: dict[str, Attempt] = {
         "POST", "/api/v1/tenants/vision/tokens", 403, body={"name": "mallory"}
     ),
     "who am I": Attempt("GET", "/api/v1/whoami", 200),
+    # the dashboard's reads and the chat playground (issue 24)
+    "the overview": Attempt("GET", "/api/v1/overview", 200),
+    "usage history": Attempt("GET", "/api/v1/usage/history", 200, params={"hours": 2}),
+    "a page of jobs naming B": Attempt(
+        "GET", "/api/v1/jobs", 200, params={"tenant": "speech", "offset": 0, "limit": 1}
+    ),
+    "call B's service's chat route": Attempt(
+        "POST",
+        "/api/v1/services/speech-svc/openai/chat/completions",
+        404,
+        body={"model": "m", "messages": []},
+        like=("speech-svc", "nosuch-svc"),
+    ),
 }
 
 

@@ -18,12 +18,14 @@ from kiban.control.settle_rules import (
     Observations,
     Relaunch,
     ReplicaEnded,
+    ReplicaStop,
     ReplicaView,
     Settlement,
     SettleRefused,
     Succeed,
     WaitingChanged,
     settle,
+    stops_of,
 )
 from kiban.domain.event_reasons import JobEventReason as R
 from kiban.domain.states import JobState, ReplicaState
@@ -427,3 +429,67 @@ def test_only_the_jobs_own_failures_count_against_its_backoff_limit(
 )
 def test_the_event_that_begins_a_stop_says_what_follows(intent: StopIntent, message: str) -> None:
     assert BeginStop(intent, R.PREEMPTED, "boom").event_message == message
+
+
+# -- the executor stops a settlement asks for ----------------------------------------------------
+
+
+def polite(*ranks: int) -> tuple[ReplicaStop, ...]:
+    return tuple(ReplicaStop(rank + 1, force=False) for rank in ranks)
+
+
+def forced(*ranks: int) -> tuple[ReplicaStop, ...]:
+    return tuple(ReplicaStop(rank + 1, force=True) for rank in ranks)
+
+
+@pytest.mark.parametrize(
+    ("view", "settlement", "stops"),
+    [
+        pytest.param(
+            running_job(replica(0), replica(1)), Settlement(), (), id="nothing to do: no stop"
+        ),
+        pytest.param(
+            running_job(replica(0), replica(1)),
+            Settlement(ended=(exited(0, 1),), actions=(begin(StopIntent.FAIL),)),
+            polite(1),
+            id="a failure begins a stop: the replica still running is asked",
+        ),
+        pytest.param(
+            stopping_job(StopIntent.CANCEL, replica(0), replica(1)),
+            Settlement(actions=(AskToStop(),)),
+            polite(0, 1),
+            id="a cancel: every running replica asked",
+        ),
+        pytest.param(
+            stopping_job(StopIntent.CANCEL, replica(0), replica(1, ReplicaState.EXITED)),
+            Settlement(actions=(Kill(1),)),
+            forced(0),
+            id="grace over: the one still running killed",
+        ),
+        pytest.param(
+            running_job(replica(0), replica(1)),
+            Settlement(ended=(exited(0, 0), exited(1, 0)), actions=(Succeed(),)),
+            forced(0, 1),
+            id="success: every replica of the attempt made sure of",
+        ),
+        pytest.param(
+            running_job(replica(0, ReplicaState.EXITED), replica(1)),
+            Settlement(ended=(exited(1, 1),), actions=(Relaunch(),)),
+            forced(0, 1),
+            id="a relaunch: nothing of the last attempt left",
+        ),
+        pytest.param(
+            stopping_job(StopIntent.PREEMPT, replica(0), replica(1)),
+            Settlement(
+                ended=(lost(0, stopping=True), lost(1, stopping=True)),
+                actions=(FinishStop(StopIntent.PREEMPT),),
+            ),
+            forced(0, 1),
+            id="a stop finished: every replica made sure of",
+        ),
+    ],
+)
+def test_the_stops_a_settlement_asks_for(
+    view: JobView, settlement: Settlement, stops: tuple[ReplicaStop, ...]
+) -> None:
+    assert stops_of(view, settlement) == stops

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
+from fastapi.testclient import TestClient
 from loop_support import events, get, state
-from sqlalchemy import text
+from sqlalchemy import Connection, event, text
 
 from kiban.control.loop_settings import LoopSettings, LoopSettingsError
+from kiban.executors.base import ReplicaRef
 from kiban.platform import Platform
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
@@ -107,3 +110,63 @@ def test_loop_settings_cannot_change_once_given() -> None:
     settings = LoopSettings(window=8, node_sync_s=None)
     with pytest.raises(AttributeError):
         settings.window = 9  # type: ignore[misc]
+
+
+class TransactionWatch:
+    """Counts the store's open transactions (engine events) and, at each executor stop, how
+    many were open: a stop is network I/O on Kubernetes and must hold no row lock."""
+
+    def __init__(self, platform: Platform, executor: FakeExecutor) -> None:
+        self.open = 0
+        self.at_stops: list[int] = []
+        engines = {platform.engine, platform.control_engine or platform.engine}
+        for engine in engines:
+            for name, step in (("begin", 1), ("commit", -1), ("rollback", -1)):
+                event.listen(engine, name, self._counter(step))
+        stop = executor.stop
+
+        def watched(replica: ReplicaRef, *, force: bool) -> None:
+            self.at_stops.append(self.open)
+            stop(replica, force=force)
+
+        executor.stop = watched  # type: ignore[method-assign]
+
+    def _counter(self, step: int) -> Callable[[Connection], None]:
+        def count(_connection: Connection) -> None:
+            self.open += step
+
+        return count
+
+
+def test_no_executor_stop_is_made_with_a_transaction_open(
+    platform: Platform, executor: FakeExecutor, api: TestClient, clock: ManualClock
+) -> None:
+    """Success, a cancel with its grace period run out, a failure restarted, a preemption: each
+    stop of each replica is made with no transaction of the store open."""
+    done = submit_to_platform(platform, manifest("done", replicas=2))
+    cancelled = submit_to_platform(
+        platform, manifest("cancelled", replicas=2, terminationGracePeriod="30s")
+    )
+    retried = submit_to_platform(platform, manifest("retried", restartPolicy="OnFailure"))
+    platform.loop.run_once()
+    watch = TransactionWatch(platform, executor)
+
+    executor.finish_all(done, 0)
+    for rank in (0, 1):
+        executor.replicas[(cancelled, 1, rank)].ignores_sigterm = True
+    assert api.post(f"/api/v1/jobs/{cancelled}/cancel").status_code == 200
+    executor.finish(retried, 0, 1)
+    platform.loop.run_once()  # done released, cancelled asked, retried relaunched
+    clock.advance(31)
+    platform.loop.run_once()  # cancelled killed
+    platform.loop.run_once()  # cancelled finished: released
+    assert (state(platform, done), state(platform, cancelled)) == ("Succeeded", "Cancelled")
+    assert get(platform, retried).attempt == 2
+    low = submit_to_platform(platform, manifest("low", replicas=2, gpu=2))
+    platform.loop.run_once()
+    submit_to_platform(platform, manifest("high", replicas=3, gpu=2, priorityClass="high"))
+    platform.loop.run_once()  # low preempted: stop_for
+    assert state(platform, low) in ("Stopping", "Pending")
+
+    assert len(watch.at_stops) >= 9, watch.at_stops  # 2 + 2 + 2 + 2 + 1 + 2 at least
+    assert set(watch.at_stops) == {0}, watch.at_stops

@@ -15,7 +15,7 @@ from kube_support import eventually
 from kiban.devtools.kube import ControlPlane
 from kiban.health.conditions import CheckType
 from kiban.platform import Platform
-from kiban.services import node_health
+from kiban.services import node_health, remediation
 from kiban.services.policy import apply_policy
 from kiban.testing.health_reports import health_report
 
@@ -62,8 +62,8 @@ def test_a_taint_rule_taints_the_node_and_it_gets_nothing_new(
         with platform.sessions() as session:
             node_health.ingest(session, bad, report, now)
             session.commit()
-            done = node_health.remediate(session, platform.policy.health, [bad], now)
-        node_health.carry_out(
+            done = remediation.remediate(session, platform.policy.health, [bad], now)
+        remediation.carry_out(
             platform.sessions, done.work, platform.executor.offers.taints, platform.clock.now
         )
         taints = core.read_node(bad).spec.taints or []

@@ -49,3 +49,17 @@ def test_names_are_quoted_and_bad_ones_never_sent() -> None:
         assert caught.value.status == 400
         assert what in caught.value.message
     assert len(sent) == 2
+
+
+def test_jobs_sends_offset_and_reason_as_the_api_names_them() -> None:
+    seen: list[httpx.QueryParams] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.params)
+        return httpx.Response(200, json=[])
+
+    client = client_answering(httpx.MockTransport(answer))
+    client.jobs(offset=200, limit=100, reason="QueueQuotaExhausted")
+    client.jobs()
+    assert dict(seen[0]) == {"limit": "100", "offset": "200", "reason": "QueueQuotaExhausted"}
+    assert dict(seen[1]) == {"limit": "100"}

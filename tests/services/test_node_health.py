@@ -211,11 +211,11 @@ def test_a_drain_cut_short_by_a_restart_is_finished_by_the_next_control_plane(
     # The drain is recorded (cordon committed, action pending), and the control plane dies
     # before its loop runs: a new loop over the same store finishes it.
     with platform.sessions() as session:
-        from kiban.services import node_health
+        from kiban.services import node_health, remediation
 
         node_health.ingest(session, bad, health_report(bad, clock.now(), ECC), clock.now())
         session.commit()
-        node_health.remediate(session, platform.policy.health, [bad], clock.now())
+        remediation.remediate(session, platform.policy.health, [bad], clock.now())
     assert actions(platform, bad) == [(bad, "drain", "GpuEcc", "pending")]
     from kiban.control.loop import ControlLoop
 
@@ -226,6 +226,30 @@ def test_a_drain_cut_short_by_a_restart_is_finished_by_the_next_control_plane(
     assert actions(platform, bad) == [(bad, "drain", "GpuEcc", "done")]
     assert job_row(platform, job_id).state in ("Pending", "Running")
     assert bad not in job_nodes(platform, job_id)
+
+
+def test_pending_drains_are_read_when_one_is_recorded_not_on_every_pass(
+    api: TestClient, platform: Platform, clock: ManualClock
+) -> None:
+    from kiban.services import node_health, remediation
+    from kiban.services.health_pass import DRAIN_SWEEP_S
+
+    job_id = submit_to_platform(platform, manifest(replicas=1, gpu=2))
+    platform.loop.run_once()
+    (bad,) = job_nodes(platform, job_id)
+    # Recorded behind the loop's back (no report through the API tells it): the passes that
+    # follow do not read the store for drains until the sweep comes round.
+    with platform.sessions() as session:
+        node_health.ingest(session, bad, health_report(bad, clock.now(), ECC), clock.now())
+        session.commit()
+        remediation.remediate(session, platform.policy.health, [bad], clock.now())
+    clock.advance(1)
+    platform.loop.run_once()
+    assert actions(platform, bad) == [(bad, "drain", "GpuEcc", "pending")]
+    clock.advance(DRAIN_SWEEP_S)
+    platform.loop.run_once()
+    assert actions(platform, bad) == [(bad, "drain", "GpuEcc", "done")]
+    assert job_row(platform, job_id).state == "Stopping"
 
 
 # -- circuit breaker ---------------------------------------------------------------------------
@@ -512,12 +536,12 @@ def test_a_hook_left_pending_by_a_stopped_control_plane_is_failed_not_run_again(
     }
     set_health_policy(api, {"rules": [rule]})
     with platform.sessions() as session:  # recorded, then the control plane died
-        from kiban.services import node_health
+        from kiban.services import node_health, remediation
 
         report = health_report("node-1", clock.now(), {CheckType.GPU_XID: "Xid 79"})
         node_health.ingest(session, "node-1", report, clock.now())
         session.commit()
-        node_health.remediate(session, platform.policy.health, ["node-1"], clock.now())
+        remediation.remediate(session, platform.policy.health, ["node-1"], clock.now())
     assert actions(platform, "node-1") == [("node-1", "hook", "GpuXid", "pending")]
     clock.advance(5)
     from kiban.control.loop import ControlLoop

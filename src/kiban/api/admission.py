@@ -3,9 +3,11 @@ body is read and before it takes a worker thread or a store connection.
 
 For every request under ``/api/``, in this order:
 
-1. the bearer token: a principal cached a moment ago is taken on the event loop; otherwise one
-   short store read on a worker thread, shared by the requests that carry the same token at
-   once. No token or a bad one: 401; a job's token beyond its job: 403. Nothing of the body is
+1. the bearer token (the ``Authorization`` header, else the dashboard's session cookie): a
+   principal cached a moment ago is taken on the event loop; otherwise one short store read
+   on a worker thread, shared by the requests that carry the same token at once. No token or
+   a bad one: 401; a job's token beyond its job: 403; a change made on the cookie without the
+   CSRF header that matches it, 403 (``kiban.web.csrf``). Nothing of the body is
    read for either, and the connection is closed after the answer when a body was on its way.
    A refused request whose method and path name no operation of the API is routed instead,
    as any caller's would be (404, 405 with ``Allow``, a redirect): no endpoint runs for it;
@@ -43,6 +45,7 @@ from kiban.api.slots import Slots
 from kiban.platform import Platform
 from kiban.services.auth import Principal, authenticate, bearer_token
 from kiban.services.errors import ServiceError, Unavailable
+from kiban.web.csrf import check_csrf, credentials
 
 API_PREFIX = "/api/"
 HEALTH_PATH = "/healthz"
@@ -98,10 +101,12 @@ class Admission:
         ):
             await self.app(scope, receive, send)
             return
-        authorization, length, chunked = _request_headers(scope)
+        offered = credentials(scope["headers"])
+        length, chunked = _request_headers(scope)
         has_body = chunked or (length is not None and length.strip() not in ("", "0"))
         try:
-            principal = allowed(await self._principal(authorization), scope["method"], path)
+            principal = allowed(await self._principal(offered.authorization), scope["method"], path)
+            check_csrf(scope["method"], offered)
             _check_length(length, self.limits.max_body_bytes)
         except ServiceError as exc:
             if not self._operation(scope):  # routing answers it, with no caller: no endpoint
@@ -250,19 +255,17 @@ async def _healthy(scope: Scope, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _request_headers(scope: Scope) -> tuple[str | None, str | None, bool]:
-    """The request's ``Authorization`` and ``Content-Length``, and whether it is chunked (one
-    pass over the raw headers: this runs for every request, refused ones first)."""
-    authorization = length = None
+def _request_headers(scope: Scope) -> tuple[str | None, bool]:
+    """The request's ``Content-Length``, and whether it is chunked (one pass over the raw
+    headers: this runs for every request, refused ones first)."""
+    length = None
     chunked = False
     for name, value in scope["headers"]:
-        if name == b"authorization":
-            authorization = value.decode("latin-1")
-        elif name == b"content-length":
+        if name == b"content-length":
             length = value.decode("latin-1")
         elif name == b"transfer-encoding":
             chunked = True
-    return authorization, length, chunked
+    return length, chunked
 
 
 def _check_length(length: str | None, limit: int) -> None:

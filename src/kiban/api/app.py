@@ -1,10 +1,12 @@
-"""The FastAPI application: routers under ``/api/v1``, ``/healthz``, JSON errors, admission."""
+"""The FastAPI application: routers under ``/api/v1``, ``/healthz``, JSON errors, admission; the
+web dashboard's sign-in, pages and assets (``kiban.web``) on the same port."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 
 from anyio import to_thread
 from fastapi import FastAPI
@@ -18,18 +20,20 @@ from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
     cluster,
+    dashboard,
     health_sweeps,
     jobs,
     metrics,
     node_health,
     node_health_views,
     notebooks,
+    playground,
     policy,
     services,
 )
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
-from kiban.web import notebook_proxy
+from kiban.web import notebook_proxy, pages, session
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 HEALTHY = {"status": "ok"}
@@ -39,9 +43,11 @@ def create_app(
     platform: Platform,
     lifespan: Lifespan | None = None,
     limits: AdmissionLimits | None = None,
+    web_assets: Path = pages.ASSETS,
 ) -> FastAPI:
     """The app over ``platform``; ``lifespan`` starts and stops what the server runs beside it;
-    ``limits``: how much it takes at once (see ``kiban.api.admission``)."""
+    ``limits``: how much it takes at once (see ``kiban.api.admission``); ``web_assets``: the
+    dashboard's built bundle."""
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[None]:
@@ -81,8 +87,12 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(node_health.router)
     app.include_router(health_sweeps.router)
+    app.include_router(dashboard.router)
+    app.include_router(playground.router)
     app.include_router(notebooks.router)
     app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
+    session.install_session(app)
+    pages.install_pages(app, web_assets)
     app.state.limits = limits or AdmissionLimits()
     return app
 

@@ -21,7 +21,7 @@ from typer._click.core import Context as ClickContext
 from typer.core import TyperCommand
 
 from kiban.api.limits import AdmissionLimits
-from kiban.cli import HELP_MARKUP, coercion, complete
+from kiban.cli import HELP_MARKUP, INTERRUPTED_EXIT, coercion, complete
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
@@ -280,7 +280,7 @@ def up(
         from kiban.server import ServerOptions, serve
     except KeyboardInterrupt:  # Ctrl-C while the server's modules load: nothing started yet
         render.err.print("kiban up: interrupted while starting; stopped, nothing left running")
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPTED_EXIT) from None
     options = ServerOptions(
         home=home,
         host=host,
@@ -854,10 +854,19 @@ def skip_httpx_command_line() -> None:
 
 
 def main() -> None:
-    """Entry point: turn API and spec errors into one readable line and a non-zero exit."""
+    """Entry point: turn API and spec errors into one readable line and a non-zero exit, and
+    Ctrl-C that no command caught (while its modules load, or an error line is written) into
+    the shell's exit code for it, without a traceback."""
+    try:
+        _run(sys.argv[1:])
+    except KeyboardInterrupt:
+        sys.exit(INTERRUPTED_EXIT)
+
+
+def _run(args: list[str]) -> None:
     skip_httpx_command_line()
     try:
-        invoked_app(sys.argv[1:])(prog_name="kiban")
+        invoked_app(args)(prog_name="kiban")
     except ApiError as exc:
         message = exc.message
         if exc.status == 401:

@@ -53,7 +53,7 @@ from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Preempt
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import NodeView, RunningJob, Snapshot
-from kiban.services.node_health import HealthPass
+from kiban.services.health_pass import HealthPass
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition

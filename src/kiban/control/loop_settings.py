@@ -52,9 +52,7 @@ class LoopSettings:
         if not isinstance(self.engine_policy, Policy):
             raise LoopSettingsError(f"engine_policy: must be a Policy, not {self.engine_policy!r}")
         if not isinstance(self.preflight, PreflightSettings):
-            raise LoopSettingsError(
-                f"preflight: must be PreflightSettings, not {self.preflight!r}"
-            )
+            raise LoopSettingsError(f"preflight: must be PreflightSettings, not {self.preflight!r}")
 
 
 def seconds(name: str, value: object) -> float:

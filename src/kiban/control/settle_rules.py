@@ -158,6 +158,34 @@ class Settlement:
         return not (self.ended or self.waiting or self.actions) and self.checkpoint_at is None
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaStop:
+    """An executor stop that a settlement asks for: politely, or at once with ``force``."""
+
+    replica_id: int
+    force: bool
+
+
+def stops_of(view: JobView, settlement: Settlement) -> tuple[ReplicaStop, ...]:
+    """The executor stops ``settlement`` of ``view``'s job asks for, in order: politely the
+    replicas still running when a stop begins or is asked for; at once those still running
+    when the grace period is over, and every replica of an attempt that is over (succeeded,
+    finished stopping, or relaunched: nothing of it may be left). Carried out with no
+    transaction open."""
+    ended = {end.replica_id for end in settlement.ended}
+    running = [r.id for r in view.replicas if r.state is ReplicaState.RUNNING and r.id not in ended]
+    every = [r.id for r in view.replicas]
+    stops: list[ReplicaStop] = []
+    for action in settlement.actions:
+        if isinstance(action, BeginStop | AskToStop):
+            stops += [ReplicaStop(i, force=False) for i in running]
+        elif isinstance(action, Kill):
+            stops += [ReplicaStop(i, force=True) for i in running]
+        else:  # Succeed, FinishStop, Relaunch: the attempt is over
+            stops += [ReplicaStop(i, force=True) for i in every]
+    return tuple(dict.fromkeys(stops))
+
+
 NOT_RETRIED = "; not retried, as every attempt starts the same container"
 
 

@@ -3,9 +3,12 @@
 Each pass of the control loop settles before it schedules, in three steps per job: observe
 (the replicas' states from the executor, the newest checkpoint), decide (the pure
 ``settle_rules.settle``), apply (a short transaction: replicas' exits recorded, the job
-finished, failed, restarted, requeued or stopped: a grace period, then force). The
-scheduling half of the loop stops jobs through here too (``stop_for``), so every stop goes
-through the same steps.
+finished, failed, restarted, requeued or stopped: a grace period, then force). The executor's
+stops that a settlement asks for (``settle_rules.stops_of``) are made with no transaction
+open: before it, from the decision on what was read, so that a stop that fails leaves
+nothing written and the next pass tries again; any that only the locked read adds, after the
+commit. The scheduling half of the loop stops jobs through here too (``stop_for``), so every
+stop goes through the same steps.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from kiban.control.settle_rules import (
     Kill,
     Observations,
     Relaunch,
+    ReplicaStop,
     ReplicaView,
     Settlement,
     SettleRefused,
     Succeed,
     settle,
+    stops_of,
 )
 from kiban.control.snapshot_builder import SpecCache
 from kiban.domain.event_reasons import JobEventReason
@@ -103,18 +108,22 @@ class JobSettler:
 
         1. Read every active job and its active replicas at once, without locks; observe them
            and decide: most jobs still run as they did, and need nothing written.
-        2. Each job with something to do is settled in its own transaction, locked and read
-           again, decided again on the same observations, and the settlement applied.
+        2. The executor stops those decisions ask for are made, with no transaction open.
+        3. Each job with something to do is settled in its own transaction, locked and read
+           again, decided again on the same observations, and the settlement applied; a stop
+           that only this second decision asks for is made after the commit.
         """
         changed = False
         with self.sessions() as session:
             active = self._active_jobs(session)  # read, then observed with no session open
-        due: list[tuple[str, Observations]] = []
+        due: list[tuple[str, Observations, set[ReplicaStop]]] = []
         for job, replicas in active:
             seen = self._observe(job, replicas)
-            if self._decide(job, replicas, seen, now) is not None:
-                due.append((job.id, seen))
-        for job_id, seen in due:
+            settlement = self._decide(job, replicas, seen, now)
+            if settlement is not None:
+                made = self._stop(replicas, stops_of(self.view(job, replicas), settlement))
+                due.append((job.id, seen, made))
+        for job_id, seen, made in due:
             with self.sessions() as session:
                 locked = session.get(Job, job_id, with_for_update=True)
                 if locked is None or locked.state not in ACTIVE_STATES:
@@ -125,10 +134,22 @@ class JobSettler:
                 settlement = self._decide(locked, replicas, more, now)
                 if settlement is None:
                     continue
+                stops = stops_of(self.view(locked, replicas), settlement)
+                refs = {r.id: replica_ref(r) for r in replicas}
                 self._apply(session, locked, replicas, settlement, now)
                 changed = changed or locked.state != before
                 session.commit()
+            for stop in stops:
+                if stop not in made:  # replicas the first read did not see running
+                    self.executor.stop(refs[stop.replica_id], force=stop.force)
         return changed
+
+    def _stop(self, replicas: list[Replica], stops: tuple[ReplicaStop, ...]) -> set[ReplicaStop]:
+        """Make ``stops`` (no transaction open); those made."""
+        by_id = {r.id: r for r in replicas}
+        for stop in stops:
+            self.executor.stop(replica_ref(by_id[stop.replica_id]), force=stop.force)
+        return set(stops)
 
     # -- observe -------------------------------------------------------------------------------
     def _observe(self, job: Job, replicas: list[Replica]) -> Observations:
@@ -227,7 +248,6 @@ class JobSettler:
         if settlement.checkpoint_at is not None:
             job.last_checkpoint_at = settlement.checkpoint_at
         for action in settlement.actions:
-            running = [r for r in replicas if r.state == ReplicaState.RUNNING.value]
             if isinstance(action, Succeed):
                 self._release(job, replicas)
                 transition(
@@ -240,15 +260,11 @@ class JobSettler:
                 )
                 self.specs.forget(job.id)
             elif isinstance(action, BeginStop):
-                self._begin_stop(session, job, running, action, now)
+                self._begin_stop(session, job, action, now)
             elif isinstance(action, AskToStop):
-                # Stopped from outside the loop (a cancel): ask politely first.
-                for replica in running:
-                    self.executor.stop(replica_ref(replica), force=False)
+                # Stopped from outside the loop (a cancel): asked politely first (stops_of).
                 self._signalled.add((job.id, job.attempt))
             elif isinstance(action, Kill):
-                for replica in running:
-                    self.executor.stop(replica_ref(replica), force=True)
                 job.stop_deadline = None  # killed once; their exits are seen in later passes
                 events.record_for_job(
                     session, job, JobEventReason.KILLED, action.message, now, warning=True
@@ -289,14 +305,12 @@ class JobSettler:
                 by_job[replica.job_id].append(replica)
         return [(job, by_job[job.id]) for job in jobs]
 
-    def _begin_stop(
-        self, session: Session, job: Job, running: list[Replica], stop: BeginStop, now: float
-    ) -> None:
+    def _begin_stop(self, session: Session, job: Job, stop: BeginStop, now: float) -> None:
+        """The job is Stopping, with its intent and grace period (its replicas are asked to
+        stop by the caller, with no transaction open)."""
         spec = self.specs.get(job)
         job.stop_intent = stop.intent
         job.stop_deadline = now + (spec.termination_grace_period or 0.0)
-        for replica in running:
-            self.executor.stop(replica_ref(replica), force=False)
         self._signalled.add((job.id, job.attempt))
         transition(
             session,
@@ -309,9 +323,9 @@ class JobSettler:
         )
 
     def _release(self, job: Job, replicas: list[Replica]) -> None:
-        """Free the replicas' resources and make sure no process of theirs is left."""
+        """Free the replicas' resources (no process of theirs is left: ``stops_of`` stops each
+        at once before the transaction)."""
         for replica in replicas:
-            self.executor.stop(replica_ref(replica), force=True)
             replica.active = False
 
     def _end_stop(self, job: Job, replicas: list[Replica], intent: StopIntent) -> None:
@@ -370,13 +384,15 @@ class JobSettler:
             if cause.preemptor is not None:
                 job.preempted_by = cause.preemptor
             running = [
-                r
+                replica_ref(r)
                 for r in self.active_replicas(session, job)
                 if r.state == ReplicaState.RUNNING.value
             ]
             stop = BeginStop(cause.intent, cause.reason, cause.message)
-            self._begin_stop(session, job, running, stop, now)
+            self._begin_stop(session, job, stop, now)
             session.commit()
+        for ref in running:  # asked politely after the commit; the grace period's end forces
+            self.executor.stop(ref, force=False)
 
 
 def newest_checkpoint_at(executor: Executor, job_id: str) -> float | None:

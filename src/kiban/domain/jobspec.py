@@ -408,9 +408,7 @@ class JobManifest(SpecModel):
     def pod_affinity(self, index: int) -> PodAffinity:
         """What task ``index``'s pod (anti-)affinity means, its pods labelled as kiban labels
         them (the job's labels and its task's name)."""
-        labels = [
-            {**self.metadata.labels, POD_TASK_LABEL: task.name} for task in self.spec.tasks
-        ]
+        labels = [{**self.metadata.labels, POD_TASK_LABEL: task.name} for task in self.spec.tasks]
         others = labels[:index] + labels[index + 1 :]
         return read_pod_affinity(self.spec.tasks[index].affinity, labels[index], others)
 

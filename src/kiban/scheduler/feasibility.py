@@ -146,9 +146,7 @@ class EmptyCluster:
         levels: Sequence[str] = (),
     ) -> None:
         self.levels = tuple(levels)
-        self._flavors = {
-            name: _Flavor(nodes, sizes) for name, (nodes, sizes) in flavors.items()
-        }
+        self._flavors = {name: _Flavor(nodes, sizes) for name, (nodes, sizes) in flavors.items()}
         self._verdicts: dict[str, tuple[Hashable, PendingReason | None]] = {}
         self._slots: dict[tuple[str, _TaskKey], int] = {}
         self._sized: dict[tuple[str, NodeConstraint | None], Counter[NodeSize]] = {}
@@ -362,9 +360,7 @@ def _task_shortfall(
         details["excluded_nodes"] = sorted(task.nodes.excluded)
     what = f"task {task.name} ({replica_size(task)})"
     if held == 0:
-        if task.nodes is not None and any(
-            per_node(task, size) for size in cluster.sizes(flavor)
-        ):
+        if task.nodes is not None and any(per_node(task, size) for size in cluster.sizes(flavor)):
             matching = sum(cluster.sizes(flavor, task.nodes).values())
             has = f"no node{_of(flavor)} matches"
             if matching:

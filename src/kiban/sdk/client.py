@@ -225,10 +225,15 @@ class Client:
         tenant: str | None = None,
         name: str | None = None,
         submitted_by: str | None = None,
+        reason: str | None = None,
+        offset: int = 0,
         limit: int = 100,
     ) -> list[dict[str, Any]]:
-        """Jobs the token may see, newest first; ``state`` in any case (``running``)."""
+        """Jobs the token may see, newest first, ``limit`` of them from the ``offset``-th on;
+        ``state`` in any case (``running``); ``reason``, a waiting job's reason code."""
         params: dict[str, Any] = {"limit": limit}
+        if offset:
+            params["offset"] = offset
         if state:
             params["state"] = state
         for key, value in (
@@ -236,6 +241,7 @@ class Client:
             ("tenant", tenant),
             ("name", name),
             ("submittedBy", submitted_by),
+            ("reason", reason),
         ):
             if value:
                 params[key] = value

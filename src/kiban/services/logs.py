@@ -107,9 +107,7 @@ async def open_logs(
         start = 0
         if query.tail_lines is not None or since is not None:
             found = await _on_thread(
-                lambda r=rank: logs.log_start(
-                    job_id, r, tail_lines=query.tail_lines, since=since
-                )
+                lambda r=rank: logs.log_start(job_id, r, tail_lines=query.tail_lines, since=since)
             )
             if found is None:
                 field = "since_time" if query.since_time is not None else "since_seconds"

@@ -16,6 +16,7 @@ from kiban.api.params import TOKEN, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.states import JobState
 from kiban.platform import Platform
+from kiban.scheduler.reasons import ReasonCode
 from kiban.services import events, job_intake, jobs, logs, queue_status
 from kiban.services.auth import JOBS_PATH
 from kiban.services.errors import invalid
@@ -69,11 +70,30 @@ def _standings(platform: Platform, session: Session) -> dict[str, float]:
     return {tenant: share.standing for tenant, share in shares.items()}
 
 
-@router.get("", response_model=list[JobOut], responses=responses.READ)
+TOTAL_COUNT = "X-Total-Count"
+
+
+@router.get(
+    "",
+    response_model=list[JobOut],
+    responses={
+        **responses.READ,
+        200: {
+            "description": "the page of jobs, newest first",
+            "headers": {
+                TOTAL_COUNT: {
+                    "description": "how many jobs match the filters, on all pages",
+                    "schema": {"type": "integer"},
+                }
+            },
+        },
+    },
+)
 def list_jobs(
     platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
+    response: Response,
     state: Annotated[
         list[JobState] | None, Query(description="only jobs in these states (repeatable)")
     ] = None,
@@ -88,20 +108,28 @@ def list_jobs(
             description="only jobs submitted with the token of this name",
         ),
     ] = None,
+    reason: Annotated[
+        ReasonCode | None, Query(description="only waiting jobs with this reason")
+    ] = None,
+    offset: Annotated[
+        int,
+        Query(ge=0, le=jobs.MAX_LIST_OFFSET, description="skip this many (newest first)"),
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
-    """Jobs the caller may see, newest first; a member's are its tenant's whatever ``tenant``
-    says."""
-    rows = jobs.list_jobs(
-        session,
+    """Jobs the caller may see, newest first, a page of them; a member's are its tenant's
+    whatever ``tenant`` says. ``X-Total-Count`` says how many match on all pages."""
+    where = jobs.job_filters(
         principal,
         states=[s.value for s in state or ()],
         queue=queue,
         tenant=tenant,
         name=name,
         submitted_by=submitted_by,
-        limit=limit,
+        reason=None if reason is None else reason.value,
     )
+    rows = jobs.list_page(session, where, offset=offset, limit=limit)
+    response.headers[TOTAL_COUNT] = str(jobs.count_jobs(session, where))
     standing = _standings(platform, session) if rows else {}
     return [job_out(j, standing=standing.get(j.tenant)) for j in rows]
 

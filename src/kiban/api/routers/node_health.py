@@ -12,7 +12,7 @@ from kiban.api.params import TOKEN, NodeName
 from kiban.health.conditions import Condition
 from kiban.health.report import NodeHealthReply, NodeHealthReport
 from kiban.platform import Platform
-from kiban.services import node_health
+from kiban.services import node_health, remediation
 
 router = APIRouter(prefix="/api/v1", tags=["health"], dependencies=TOKEN, route_class=SessionRoute)
 
@@ -75,11 +75,12 @@ def check_node(
 def _remediate(
     platform: Platform, session: Session, name: str, background: BackgroundTasks
 ) -> None:
-    done = node_health.remediate(session, platform.policy.health, [name], platform.clock.now())
+    done = remediation.remediate(session, platform.policy.health, [name], platform.clock.now())
     if done.work:  # taints and hooks after the answer, with no transaction open
         taints = platform.executor.offers.taints
         background.add_task(
-            node_health.carry_out, platform.sessions, done.work, taints, platform.clock.now
+            remediation.carry_out, platform.sessions, done.work, taints, platform.clock.now
         )
     if done.drains:
-        platform.loop.wake()  # a drain's requeues are the loop's
+        platform.loop.health.drain_recorded()  # a drain's requeues are the loop's
+        platform.loop.wake()

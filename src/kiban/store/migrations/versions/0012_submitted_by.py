@@ -46,9 +46,9 @@ def upgrade() -> None:
             found.append({"job": job_id, "by": by})
     if found:
         bind.execute(
-            jobs.update().where(jobs.c.id == sa.bindparam("job")).values(
-                submitted_by=sa.bindparam("by")
-            ),
+            jobs.update()
+            .where(jobs.c.id == sa.bindparam("job"))
+            .values(submitted_by=sa.bindparam("by")),
             found,
         )
 
