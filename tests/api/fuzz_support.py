@@ -24,6 +24,7 @@ SERVER_RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/jobs"): "a manifest's spec is checked against kiban's rules and the "
     "cluster (its queue must exist, its resources fit a node)",
     ("POST", "/api/v1/services"): "as for jobs: the spec, its queue, its resources",
+    ("POST", "/api/v1/notebooks"): "as for jobs: its name, durations, queue and resources",
     ("PUT", "/api/v1/policy"): "rules across entries (a queue's cohort, a flavor's queues must "
     "be declared)",
     ("POST", "/api/v1/queues"): "its tenant must exist, and the policy's rules across entries",

@@ -87,10 +87,10 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(node_health.router)
     app.include_router(health_sweeps.router)
-    app.include_router(notebooks.router)
-    app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     app.include_router(dashboard.router)
     app.include_router(playground.router)
+    app.include_router(notebooks.router)
+    app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     session.install_session(app)
     pages.install_pages(app, web_assets)
     app.state.limits = limits or AdmissionLimits()

@@ -2,7 +2,8 @@
 
 Who: ``Authorization: Bearer <kiban token>``, else the dashboard's ``kiban_session`` cookie;
 a request authenticated by the cookie with an unsafe method carries ``X-CSRF-Token`` equal to
-the ``kiban_csrf`` cookie (403 otherwise), and a websocket opened with the cookie comes from
+the ``kiban_csrf`` cookie (403 otherwise; the dashboard's own check, ``kiban.web.csrf``), and a
+websocket opened with the cookie comes from
 kiban's own origin. Only the notebook's owner or an admin gets in; anyone else gets 404.
 
 HTTP is forwarded with httpx, streamed both ways; websockets (kernels, terminals) with the
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -33,13 +33,16 @@ from kiban.domain.notebook import ROUTE_PREFIX, NotebookState
 from kiban.platform import Platform
 from kiban.services import notebooks
 from kiban.services.auth import Principal, authenticate
-from kiban.services.errors import ServiceError
+from kiban.services.errors import Forbidden, ServiceError
 from kiban.store.models import NotebookRow
+from kiban.web.csrf import (
+    CSRF_COOKIE,
+    SAFE_METHODS,
+    SESSION_COOKIE,
+    check_csrf,
+    credentials,
+)
 
-SESSION_COOKIE = "kiban_session"
-CSRF_COOKIE = "kiban_csrf"
-CSRF_HEADER = "x-csrf-token"
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -54,7 +57,7 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-DROPPED_IN = HOP_BY_HOP | {"authorization", "cookie", CSRF_HEADER, "accept-encoding", "origin"}
+DROPPED_IN = HOP_BY_HOP | {"authorization", "cookie", "x-csrf-token", "accept-encoding", "origin"}
 TEXT_TYPES = ("text/", "application/json", "application/javascript", "application/xml")
 ROUTE_TTL_S = 2.0  # how long a notebook's address and token are reused between requests
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -78,19 +81,17 @@ class Upstream:
 
 
 def _principal(platform: Platform, connection: HTTPConnection, method: str) -> Principal:
-    """The caller (Refused 401/403 otherwise); the cookie's unsafe methods need the CSRF header."""
-    header = connection.headers.get("authorization")
-    by_cookie = False
-    if not header:
-        cookie = connection.cookies.get(SESSION_COOKIE)
-        if not cookie:
-            raise Refused(401, "missing token: send 'Authorization: Bearer <token>' or sign in")
-        header, by_cookie = f"Bearer {cookie}", True
-    if by_cookie and method not in SAFE_METHODS:
-        sent = connection.headers.get(CSRF_HEADER, "")
-        expected = connection.cookies.get(CSRF_COOKIE, "")
-        if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
-            raise Refused(403, "missing or wrong CSRF token: send the kiban_csrf cookie's value")
+    """The caller (Refused 401/403 otherwise), by the dashboard's rule (``kiban.web.csrf``):
+    the ``Authorization`` header, else the session cookie, whose unsafe methods need the CSRF
+    header."""
+    offered = credentials(connection.scope["headers"])
+    header = offered.authorization
+    if header is None:
+        raise Refused(401, "missing token: send 'Authorization: Bearer <token>' or sign in")
+    try:
+        check_csrf(method, offered)
+    except Forbidden as exc:
+        raise Refused(403, str(exc)) from None
 
     def load() -> Principal | None:
         with platform.sessions() as session:

@@ -22,7 +22,11 @@ router = APIRouter(
     "",
     response_model=NotebookOut,
     status_code=201,
-    responses={**responses.SUBMIT, 201: {"model": NotebookOut, "description": "started"}},
+    responses={
+        **responses.SUBMIT,
+        400: responses.UNREADABLE,
+        201: {"model": NotebookOut, "description": "started"},
+    },
 )
 def start_notebook(
     body: NotebookRequest, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
