@@ -9,56 +9,24 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from typing import Any
 
 import httpx
 import pytest
 from e2e_support import KibanServer, eventually
-from websockets.sync.client import connect
+
+from kiban.bench.kernel import Executed, KernelClient
 
 pytestmark = pytest.mark.e2e
 
 START_TIMEOUT = 90.0  # JupyterLab's start on a loaded 2-core machine
 
 
-def execute(base: str, token: str, code: str, timeout: float = 60.0) -> dict[str, Any]:
-    """Run ``code`` in a new kernel through the route; the reply's result or error message."""
+def execute(base: str, token: str, code: str, timeout: float = 60.0) -> Executed:
+    """Run ``code`` in a new kernel through the route (kernel REST, then its websocket)."""
     headers = {"Authorization": f"Bearer {token}"}
-    kernel = httpx.post(f"{base}api/kernels", headers=headers, json={"name": "python3"}, timeout=60)
-    assert kernel.status_code == 201, kernel.text
-    url = base.replace("http", "ws", 1) + f"api/kernels/{kernel.json()['id']}/channels"
-    msg_id = uuid.uuid4().hex
-    request = {
-        "header": {
-            "msg_id": msg_id,
-            "msg_type": "execute_request",
-            "username": "e2e",
-            "session": uuid.uuid4().hex,
-            "version": "5.3",
-            "date": "",
-        },
-        "parent_header": {},
-        "metadata": {},
-        "content": {
-            "code": code,
-            "silent": False,
-            "store_history": False,
-            "user_expressions": {},
-            "allow_stdin": False,
-            "stop_on_error": True,
-        },
-        "channel": "shell",
-        "buffers": [],
-    }
-    with connect(url, additional_headers=headers, open_timeout=30) as ws:
-        ws.send(json.dumps(request))
-        while True:
-            message = json.loads(ws.recv(timeout=timeout))
-            if message.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if message["msg_type"] in ("execute_result", "error"):
-                return dict(message)
+    with KernelClient(base, headers, timeout_s=timeout).start() as kernel:
+        return kernel.execute(code)
 
 
 def test_notebook_runs_a_cell_through_the_route_is_culled_when_idle_and_comes_back(
@@ -80,17 +48,17 @@ def test_notebook_runs_a_cell_through_the_route_is_culled_when_idle_and_comes_ba
         return found[0] if found and found[0]["state"] == wanted else None
 
     eventually(lambda: state("Running"), timeout=START_TIMEOUT, interval=0.5, what="Running")
-    result = execute(base, token, "open('kept.txt', 'w').write('from the first run'); 6 * 7")
-    assert result["content"]["data"]["text/plain"] == "42"
+    result = execute(base, token, "open('kept.txt', 'w').write('from the first run'); print(6 * 7)")
+    assert (result.status, result.stdout) == ("ok", "42\n")
 
     # A kernel executing for longer than the idle timeout keeps the notebook.
-    busy: dict[str, Any] = {}
+    busy: list[Executed] = []
     worker = threading.Thread(
-        target=lambda: busy.update(execute(base, token, "import time; time.sleep(25); 1", 90))
+        target=lambda: busy.append(execute(base, token, "import time; time.sleep(25)", 90))
     )
     worker.start()
     worker.join(timeout=90)
-    assert busy.get("msg_type") == "execute_result", busy
+    assert [done.status for done in busy] == ["ok"], busy
     assert state("Running") is not None, "a notebook with a busy kernel was culled"
 
     stopped = eventually(lambda: state("Stopped"), timeout=60, interval=0.5, what="culled")
@@ -106,6 +74,6 @@ def test_notebook_runs_a_cell_through_the_route_is_culled_when_idle_and_comes_ba
 
     kiban.ok("notebook", "start", "nb", env=env)
     eventually(lambda: state("Running"), timeout=START_TIMEOUT, interval=0.5, what="back")
-    again = execute(base, token, "open('kept.txt').read()")
-    assert again["content"]["data"]["text/plain"] == "'from the first run'"
+    again = execute(base, token, "print(open('kept.txt').read())")
+    assert again.stdout == "from the first run\n"
     kiban.ok("notebook", "stop", "nb", env=env)

@@ -38,6 +38,7 @@ import httpx
 import psutil
 from rich.table import Table
 
+from kiban.bench.api_burst import job_document
 from kiban.bench.kernel import KernelClient, KernelError
 from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, prepare_request
 from kiban.bench.machine import describe_machine, machine_line
@@ -100,25 +101,6 @@ class WebBenchOptions:
         for name in ("loads", "list_samples", "ttfb_samples", "kernel_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1")
-
-
-def job_document(name: str, queue: str, command: list[str], gpu: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "kiban/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "queue": queue,
-            "tasks": [
-                {
-                    "name": "worker",
-                    "replicas": 1,
-                    "resources": {"gpu": gpu, "cpu": 0.1, "memory": "64Mi"},
-                    "command": command,
-                }
-            ],
-        },
-    }
 
 
 def summary_ms(seconds: list[float]) -> dict[str, Any]:
@@ -281,9 +263,10 @@ def _jupyter_of(job_id: str) -> tuple[str, str]:
         if env.get("KIBAN_JOB_ID") != job_id:
             continue
         folders = [env.get("JUPYTER_RUNTIME_DIR")]
-        data = env.get("JUPYTER_DATA_DIR") or (
-            env.get("XDG_DATA_HOME") or (env.get("HOME", "") + "/.local/share")
-        ) + "/jupyter"
+        data = (
+            env.get("JUPYTER_DATA_DIR")
+            or (env.get("XDG_DATA_HOME") or (env.get("HOME", "") + "/.local/share")) + "/jupyter"
+        )
         folders.append(f"{data}/runtime")
         for folder in filter(None, folders):
             found = Path(folder) / f"jpserver-{proc.pid}.json"
