@@ -1,13 +1,16 @@
 """The browser tier: Debian's chromium, driven by Playwright, against one real ``kiban up``.
 
-One server (two virtual nodes of two GPUs) is shared by every test of the session; it has an
-admin, and a member of tenant ``team-web`` with a queue of its own. Skipped, with the reason,
-where chromium or the dashboard's built assets (``make setup``) are missing; under ``CI=true``
-the root conftest turns that skip into a failure.
+One server (two virtual nodes of two GPUs) is shared by every test of the tier and stopped
+when the tier's last test is done (with the model server and notebooks it started, which
+would otherwise load the machine until the whole run ends); it has an admin, and a member of
+tenant ``team-web`` with a queue of its own. Skipped, with the reason, where chromium or the
+dashboard's built assets (``make setup``) are missing; under ``CI=true`` the root conftest
+turns that skip into a failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from collections.abc import Iterator
@@ -51,16 +54,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.browser)
 
 
+TIER = contextlib.ExitStack()
+"""What the tier's shared server and browser left to undo: undone after the tier's last test
+(``pytest_runtest_teardown``), or at the end of the run if that never came."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the tier's last test (and its own fixtures), stop the shared server and browser."""
+    here = Path(__file__).parent
+    if nextitem is None or here not in Path(str(nextitem.fspath)).parents:
+        TIER.close()
+
+
+def _still_running(server: KibanServer) -> None:
+    assert server.running, f"the shared server died:\n{server.log_tail()}"
+
+
 @pytest.fixture(scope="session")
 def kiban_web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KibanServer]:
     reason = _missing()
     if reason is not None:
         pytest.skip(reason)
     open_to_tenant_users(Path(sys.executable), Path(KIBAN_PACKAGE))
-    with server_factory(tmp_path_factory) as start:
-        server = start(nodes=2, gpus_per_node=2)
-        yield server
-        assert server.running, f"the shared server died:\n{server.log_tail()}"
+    start = TIER.enter_context(server_factory(tmp_path_factory))
+    server = start(nodes=2, gpus_per_node=2)
+    TIER.callback(_still_running, server)  # checked first, before the server is stopped
+    yield server
+    TIER.close()
 
 
 @pytest.fixture(scope="session")
@@ -95,10 +116,13 @@ def chromium() -> Iterator[Browser]:
     reason = _missing()
     if reason is not None:
         pytest.skip(reason)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=shutil.which("chromium"))
-        yield browser
-        browser.close()
+    # Playwright's sync API runs an event loop on this thread while it is open: it is closed
+    # with the tier (a later test's asyncio.run() would find that loop running)
+    playwright = TIER.enter_context(sync_playwright())
+    browser = playwright.chromium.launch(executable_path=shutil.which("chromium"))
+    TIER.callback(browser.close)
+    yield browser
+    TIER.close()
 
 
 @pytest.fixture
