@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from kiban import testing
+from kiban.bench.servers import kill_replica_groups
 from kiban.executors.local.isolation import blocking_directories
 from kiban.sdk.client import Client
 
@@ -351,16 +352,7 @@ class KibanServer:
 
     def kill_leftovers(self) -> list[str]:
         """SIGKILL every replica process group and stray process; returns what was found."""
-        found: list[str] = []
-        for pid_file in sorted((self.home / "jobs").glob("*/attempt-*/rank-*.pid")):
-            with contextlib.suppress(ValueError, OSError, psutil.Error):
-                pid_text, start_text = pid_file.read_text().split()
-                pid, started = int(pid_text), float(start_text)
-                proc = psutil.Process(pid)
-                if abs(proc.create_time() - started) < 0.05 and proc.status() != "zombie":
-                    found.append(f"group {pid} ({pid_file.relative_to(self.home)})")
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(pid, signal.SIGKILL)
+        found = kill_replica_groups(self.home)
         for proc in self.replica_processes():
             found.append(f"process {proc.pid} {proc.info.get('name', '')}")
             with contextlib.suppress(psutil.Error):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -143,7 +144,26 @@ class KibanServer:
         return self.start()
 
     def __exit__(self, *_: object) -> None:
-        self.stop()
+        try:
+            self.stop()
+        finally:  # a stopped kiban leaves its jobs' replicas running; a bench leaves nothing
+            kill_replica_groups(self.home)
+
+
+def kill_replica_groups(home: Path) -> list[str]:
+    """SIGKILL the process group of every replica a local ``kiban up`` on ``home`` started and
+    that still runs (its pid file names the pid and its start time, so a reused pid is left
+    alone); what was killed, as ``group PID (path)``."""
+    killed: list[str] = []
+    for pid_file in sorted((home / "jobs").glob("*/attempt-*/rank-*.pid")):
+        with contextlib.suppress(ValueError, OSError, psutil.Error):
+            pid_text, start_text = pid_file.read_text().split()
+            proc = psutil.Process(int(pid_text))
+            if abs(proc.create_time() - float(start_text)) < 0.05 and proc.status() != "zombie":
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                killed.append(f"group {proc.pid} ({pid_file.relative_to(home)})")
+    return killed
 
 
 def postgres_processes(data_dir: Path) -> list[psutil.Process]:
