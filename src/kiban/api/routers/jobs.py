@@ -17,7 +17,7 @@ from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.states import JobState
 from kiban.platform import Platform
 from kiban.scheduler.reasons import ReasonCode
-from kiban.services import events, job_intake, jobs, logs, queue_status
+from kiban.services import events, job_intake, job_listing, jobs, logs, queue_status
 from kiban.services.auth import JOBS_PATH
 from kiban.services.errors import invalid
 from kiban.services.job_intake import SubmissionBody, SubmissionContext
@@ -113,13 +113,13 @@ def list_jobs(
     ] = None,
     offset: Annotated[
         int,
-        Query(ge=0, le=jobs.MAX_LIST_OFFSET, description="skip this many (newest first)"),
+        Query(ge=0, le=job_listing.MAX_LIST_OFFSET, description="skip this many (newest first)"),
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
     """Jobs the caller may see, newest first, a page of them; a member's are its tenant's
     whatever ``tenant`` says. ``X-Total-Count`` says how many match on all pages."""
-    where = jobs.job_filters(
+    where = job_listing.job_filters(
         principal,
         states=[s.value for s in state or ()],
         queue=queue,
@@ -128,8 +128,8 @@ def list_jobs(
         submitted_by=submitted_by,
         reason=None if reason is None else reason.value,
     )
-    rows = jobs.list_page(session, where, offset=offset, limit=limit)
-    response.headers[TOTAL_COUNT] = str(jobs.count_jobs(session, where))
+    rows = job_listing.list_page(session, where, offset=offset, limit=limit)
+    response.headers[TOTAL_COUNT] = str(job_listing.count_jobs(session, where))
     standing = _standings(platform, session) if rows else {}
     return [job_out(j, standing=standing.get(j.tenant)) for j in rows]
 
