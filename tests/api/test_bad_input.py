@@ -129,7 +129,7 @@ CASES: list[tuple[str, tuple[bytes, str], str]] = [
     ("unknown-queue", as_yaml(job(queue="nonexistent")), "spec.queue"),
     ("bad-queue-name", as_yaml(job(queue="Not A Queue")), "spec.queue"),
     ("unknown-priorityClass", as_yaml(job(priorityClass="urgent")), "spec.priorityClass"),
-    ("unknown-launcher", as_yaml(job(launcher="mpirun")), "spec.launcher"),
+    ("unknown-launcher", as_yaml(job(launcher="mpich")), "spec.launcher"),
     ("minAvailable-above-replicas", as_yaml(job(minAvailable=5)), "spec.minAvailable"),
     ("reserved-env", as_yaml(job(tasks=task(env={"RANK": "3"}))), "spec.tasks[0].env"),
     ("duplicate-task-names", as_yaml(job(tasks=task() + task())), "spec.tasks"),

@@ -353,7 +353,7 @@ INVALID = [
         "spec.restartPolicy",
         "'Never' or 'OnFailure'",
     ),
-    ("launcher-unknown", "spec.launcher", "mpi", "spec.launcher", "'torchrun' or 'none'"),
+    ("launcher-unknown", "spec.launcher", "mpi", "spec.launcher", "'torchrun', 'mpirun' or 'none'"),
     ("backoff-negative", "spec.backoffLimit", -1, "spec.backoffLimit", "greater than or equal"),
     ("min-available-zero", "spec.minAvailable", 0, "spec.minAvailable", "greater than or equal"),
     ("missing-spec", "spec", DELETE, "spec", "required field is missing"),

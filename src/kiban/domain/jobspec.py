@@ -10,13 +10,19 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from kiban.domain.extended_resources import is_extended_name, parse_extended
+from kiban.domain.job_relations import ArraySpec, Dependency
+from kiban.domain.mpi import MpiSpec
 from kiban.domain.node_affinity import (
     POD_TASK_LABEL,
     PodAffinity,
@@ -55,6 +61,17 @@ CpuMillis = Annotated[int, BeforeValidator(_cpu), Field(le=10**7)]  # at most 10
 Seconds = Annotated[float | None, BeforeValidator(_duration)]
 
 
+def field_error(
+    title: str, loc: tuple[str | int, ...], message: str, value: Any
+) -> ValidationError:
+    """A validation error located at ``loc`` (relative to the model validated), so a rule
+    checked across fields names the field at fault."""
+    details = InitErrorDetails(
+        type=PydanticCustomError("spec", "{message}", {"message": message}), loc=loc, input=value
+    )
+    return ValidationError.from_exception_data(title, [details])
+
+
 class SpecModel(BaseModel):
     """Base for manifest parts: camelCase keys, unknown keys rejected, immutable."""
 
@@ -71,11 +88,42 @@ def check_dns_label(value: str, what: str) -> str:
 
 
 class Resources(SpecModel):
-    """What one replica needs: whole GPUs, CPU in millicores, memory in bytes."""
+    """What one replica needs: whole GPUs, CPU in millicores, memory in bytes, and extended
+    resources (``nvidia.com/hostdev: 8``, ``hugepages-2Mi: 1Gi``) written beside them, kept in
+    ``extended`` and written back beside them."""
 
     gpu: int = Field(default=0, ge=0, le=1024)
     cpu: CpuMillis = 1000
     memory: MemoryBytes = 2**30
+    extended: dict[str, int] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_extended(cls, data: Any) -> Any:
+        """Keys shaped as extended resource names go into ``extended``; others stay (and an
+        unknown plain key is refused as an unknown field)."""
+        if not isinstance(data, dict):
+            return data
+        named = {k: v for k, v in data.items() if isinstance(k, str) and is_extended_name(k)}
+        if not named and "nvidia.com/gpu" not in data:
+            return data
+        rest = {k: v for k, v in data.items() if k not in named}
+        if "nvidia.com/gpu" in rest:
+            raise ValueError("write GPUs as gpu: N (nvidia.com/gpu is what kiban puts on pods)")
+        return {**rest, "extended": {**dict(rest.get("extended") or {}), **named}}
+
+    @field_validator("extended", mode="before")
+    @classmethod
+    def _extended(cls, value: Any) -> Any:
+        return parse_extended(value)
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Extended resources beside gpu, cpu and memory, as they were written."""
+        data: dict[str, Any] = handler(self)
+        extended = data.pop("extended", None) or {}
+        data.update(extended)
+        return data
 
     @field_serializer("cpu", when_used="json")
     def _cpu_out(self, value: int) -> str:
@@ -284,7 +332,8 @@ class JobSpec(SpecModel):
     tasks: list[TaskSpec] = Field(min_length=1, max_length=64)
     queue: str = "default"
     priority_class: str | None = None
-    launcher: Literal["torchrun", "none"] = "none"
+    launcher: Literal["torchrun", "mpirun", "none"] = "none"
+    mpi: MpiSpec | None = None
     min_available: int | None = Field(default=None, ge=1)
     max_runtime: Seconds = None
     restart_policy: Literal["Never", "OnFailure"] = "Never"
@@ -294,6 +343,39 @@ class JobSpec(SpecModel):
     topology: TopologySpec | None = None
     master_port: int | None = Field(default=None, ge=1, le=65535)
     index_env: list[str] = Field(default_factory=list, max_length=16)
+    array: ArraySpec | None = None
+    depends_on: list[Dependency] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _mpi_shape(self) -> JobSpec:
+        """An ``mpirun`` job has one launcher replica and a worker task; ``spec.mpi`` only with
+        it; slots bound to GPUs are at most the worker's GPUs."""
+        if self.launcher != "mpirun":
+            if self.mpi is not None:
+                raise ValueError("spec.mpi is only for launcher: mpirun")
+            return self
+        mpi = self.mpi or MpiSpec()
+        by_name = {t.name: t for t in self.tasks}
+        launcher = by_name.get(mpi.launcher_task)
+        worker = by_name.get(mpi.worker_task)
+        if launcher is None:
+            message = f"launcher: mpirun needs a task named {mpi.launcher_task!r}"
+            raise field_error("JobSpec", ("tasks",), message, [t.name for t in self.tasks])
+        if launcher.replicas != 1:
+            index = self.tasks.index(launcher)
+            message = f"task {mpi.launcher_task!r} (the MPI launcher) must have 1 replica"
+            raise field_error("JobSpec", ("tasks", index, "replicas"), message, launcher.replicas)
+        if worker is None and not mpi.run_launcher_as_worker:
+            message = f"launcher: mpirun needs a worker task named {mpi.worker_task!r}"
+            raise field_error("JobSpec", ("tasks",), message, [t.name for t in self.tasks])
+        gpus = worker.resources.gpu if worker is not None else launcher.resources.gpu
+        if mpi.slots_per_worker is not None and gpus and mpi.slots_per_worker > gpus:
+            message = (
+                f"{mpi.slots_per_worker} slots is more than the worker's GPUs ({gpus}): "
+                "each slot is bound to a GPU"
+            )
+            raise field_error("JobSpec", ("mpi", "slotsPerWorker"), message, mpi.slots_per_worker)
+        return self
 
     @field_validator("index_env")
     @classmethod
