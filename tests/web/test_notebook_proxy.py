@@ -68,7 +68,7 @@ def test_the_dashboard_cookie_needs_the_csrf_header_on_unsafe_methods(
     with TestClient(create_app(platform), cookies=cookies) as client:
         assert client.get("/nb/vision/lab/api/contents").status_code == 200
         refused = client.post("/nb/vision/lab/api/contents", json={})
-        assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+        assert refused.status_code == 403 and "CSRF" in refused.json()["error"]["message"]
         wrong = client.post("/nb/vision/lab/api/contents", headers={"X-CSRF-Token": "no"})
         assert wrong.status_code == 403
         sent = client.post("/nb/vision/lab/api/contents", headers={"X-CSRF-Token": "c5rf"})

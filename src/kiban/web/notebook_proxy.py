@@ -23,7 +23,7 @@ import httpx
 import websockets
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
@@ -63,8 +63,8 @@ ROUTE_TTL_S = 2.0  # how long a notebook's address and token are reused between 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-class Refused(Exception):
-    """The answer to a request that does not reach the notebook."""
+class Refused(ServiceError):
+    """The answer to a request that does not reach the notebook (the API's error shape)."""
 
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail)
@@ -191,10 +191,7 @@ def scrub(text: bytes, token: str) -> bytes:
 
 async def proxy_http(request: Request) -> Response:
     platform: Platform = request.app.state.platform
-    try:
-        _, upstream = await run_in_threadpool(_resolve, platform, request, request.method)
-    except Refused as refused:
-        return JSONResponse({"detail": refused.detail}, status_code=refused.status)
+    _, upstream = await run_in_threadpool(_resolve, platform, request, request.method)
     url = f"http://{upstream.address}{request.url.path}"
     if request.url.query:
         url += f"?{request.url.query}"
@@ -206,7 +203,7 @@ async def proxy_http(request: Request) -> Response:
     try:
         answer = await client.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
-        return JSONResponse({"detail": f"the notebook did not answer: {exc}"}, status_code=502)
+        raise Refused(502, f"the notebook did not answer: {exc}") from exc
     headers = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in HOP_BY_HOP]
     kind = answer.headers.get("content-type", "")
     if kind.startswith(TEXT_TYPES):
