@@ -63,6 +63,7 @@ def test_apply_creates_then_changes_and_reports_ignored_kserve_fields(api: TestC
         "Loading",
     )
     assert [r["name"] for r in body["revisions"]] == ["llm-00001"]
+    assert body["task"] == "auto"  # no --task: as the model's configuration says
     assert any("deploymentMode" in w for w in body["warnings"])
     again = api.post(
         "/api/v1/services",
@@ -72,6 +73,13 @@ def test_apply_creates_then_changes_and_reports_ignored_kserve_fields(api: TestC
     assert again.status_code == 200
     assert [r["name"] for r in again.json()["revisions"]] == ["llm-00001"]  # scaling only
     assert api.get("/api/v1/services/llm").json()["maxReplicas"] == 3
+    embedder = INFERENCE_SERVICE.replace(
+        "--model_id=org/llm]", "--model_id=org/e, --task=text_embedding]"
+    )
+    answer = api.post(
+        "/api/v1/services", content=embedder, headers={"Content-Type": "application/yaml"}
+    )
+    assert answer.json()["task"] == "text_embedding"  # the dashboard offers embeddings only
     reasons = [e["reason"] for e in api.get("/api/v1/services/llm/events").json()]
     assert reasons[:2] == ["Created", "AppliedWithWarnings"]
 

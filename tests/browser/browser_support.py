@@ -95,7 +95,11 @@ def chat_service_manifest(model_dir: Path) -> dict[str, Any]:
         "kind": "Service",
         "metadata": {"name": CHAT_SERVICE},
         "spec": {
-            "model": {"name": CHAT_MODEL, "storageUri": f"file://{model_dir}"},
+            "model": {
+                "name": CHAT_MODEL,
+                "storageUri": f"file://{model_dir}",
+                "task": "text_generation",
+            },
             "resources": {"gpu": 0, "cpu": 0.5, "memory": "1Gi"},
         },
     }

@@ -44,6 +44,7 @@ def test_the_chat_playground_streams_a_reply_from_the_tiny_model(
     page.goto(f"/services/{CHAT_SERVICE}")
     expect(page.get_by_test_id("service-revisions")).to_be_visible(timeout=UI_TIMEOUT_MS)
     expect(page.get_by_test_id("service-replicas")).to_be_visible()
+    expect(page.get_by_test_id("embed-input")).to_have_count(0)  # a text-generation model
     page.get_by_test_id("chat-input").fill("Tell me a story about GPUs.")
     with page.expect_response(lambda r: "/openai/chat/completions" in r.url) as answered:
         page.get_by_test_id("chat-send").click()

@@ -192,14 +192,18 @@ export function ServicePage({ name }: { name: string }) {
                 </tbody>
               </table>
             </div>
-            <div class="card span2">
-              <h3>Chat</h3>
-              <Chat service={s} />
-            </div>
-            <div class="card span2">
-              <h3>Embeddings</h3>
-              <Embeddings service={s} />
-            </div>
+            {s.task !== "text_embedding" && (
+              <div class="card span2">
+                <h3>Chat</h3>
+                <Chat service={s} />
+              </div>
+            )}
+            {s.task !== "text_generation" && (
+              <div class="card span2">
+                <h3>Embeddings</h3>
+                <Embeddings service={s} />
+              </div>
+            )}
           </div>
         )}
       </Loaded>

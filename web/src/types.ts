@@ -130,6 +130,7 @@ export interface Service {
   queue: string;
   runtime: string;
   model: string;
+  task: "auto" | "text_generation" | "text_embedding";
   minReplicas: number;
   maxReplicas: number;
   traffic: Record<string, number>;

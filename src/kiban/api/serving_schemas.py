@@ -101,6 +101,9 @@ class ServiceOut(ApiModel):
     priority_class: str | None
     runtime: str
     model: str
+    task: Literal["auto", "text_generation", "text_embedding"]
+    """What the model does (``auto``: as its configuration says); the dashboard offers a chat
+    box for text generation and a try-it box for embeddings."""
     min_replicas: int
     max_replicas: int
     scale_metric: str
@@ -137,6 +140,7 @@ def service_out(
         priority_class=spec.priority_class,
         runtime=spec.runtime,
         model=spec.model_name,
+        task=spec.task,
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,
         scale_metric=spec.scale_metric,
