@@ -133,7 +133,8 @@ def launcher_environment(
     if rsh_agent is not None:
         if len(rsh_agent) != 1 or not rsh_agent[0]:
             words = list(rsh_agent)
-            raise ValueError(f"{implementation.value}'s remote-start program is one program: {words}")
+            flavor = implementation.value
+            raise ValueError(f"{flavor}'s remote-start program is one program: {words}")
         if implementation is MpiImplementation.MPICH:
             env["HYDRA_LAUNCHER"] = "rsh"
             env["HYDRA_LAUNCHER_EXEC"] = rsh_agent[0]
