@@ -19,7 +19,8 @@ OpenMPI refuses to run as root unless told twice (``OMPI_ALLOW_RUN_AS_ROOT`` and
 ``..._CONFIRM``): set only when the launcher does run as root. With a remote-start program of
 its own (``rsh_agent``), OpenMPI is also told to keep its daemons attached (not
 ``--daemonize``, which would leave the process group the executor stops) and to start every
-daemon from the launcher (no tree spawn: a worker never starts another's).
+daemon from the launcher (no tree spawn: a worker never starts another's). Checked against
+Open MPI 4.1 (Debian's); the ``PRTE_MCA_*`` names of 5.x are set alike but untried here.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def launcher_environment(
             env["OMPI_MCA_plm_rsh_no_tree_spawn"] = "1"
             env["PRTE_MCA_plm_ssh_no_tree_spawn"] = "1"
             env["OMPI_MCA_orte_leave_session_attached"] = "1"
+            env["PRTE_MCA_prte_leave_session_attached"] = "1"
         if as_root:
             env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
             env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"

@@ -1,5 +1,6 @@
 """An MPI job straight on the local executor (no control plane): the launcher holding ranks too
-(``runLauncherAsWorker``), the hostfile kiban wrote, and what the worker's own command becomes."""
+(``runLauncherAsWorker``), the hostfile kiban wrote, each rank with its replica's GPUs, and what
+the worker's own command becomes."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.skipif(
 
 RANKS = (
     "from mpi4py import MPI; import os; c = MPI.COMM_WORLD; "
-    "print('RANK', c.rank, c.allreduce(1), os.environ['KIBAN_MPI_HOST'], flush=True)"
+    "print('RANK', c.rank, c.allreduce(1), os.environ['KIBAN_MPI_HOST'], "
+    "repr(os.environ['CUDA_VISIBLE_DEVICES']), flush=True)"
 )
 
 
@@ -36,15 +38,20 @@ def test_the_launcher_holds_ranks_too_when_asked(tmp_path: Path) -> None:
             "mpi": {"runLauncherAsWorker": True, "slotsPerWorker": 1},
             "tasks": [
                 {"name": "launcher", "command": ["mpirun", "-n", "2", "python3", "-c", RANKS]},
-                {"name": "worker", "replicas": 1, "command": ["no-such-sshd", "-De"]},
+                {
+                    "name": "worker",
+                    "replicas": 1,
+                    "resources": {"gpu": 2},
+                    "command": ["no-such-sshd", "-De"],
+                },
             ],
         },
     }
     spec = parse_job_manifest(document).spec
-    executor = LocalExecutor(tmp_path / "home", virtual_nodes(2, 0))
+    executor = LocalExecutor(tmp_path / "home", virtual_nodes(2, 2))
     placements = (
         ReplicaPlacement("launcher", 0, 0, "node-0", (), 100, 2**26),
-        ReplicaPlacement("worker", 0, 1, "node-1", (), 100, 2**26),
+        ReplicaPlacement("worker", 0, 1, "node-1", (0, 1), 100, 2**26),
     )
     launched = executor.launch(LaunchRequest("lw-1", "lw", "t", 1, spec, placements, 29500))
     refs = [
@@ -60,7 +67,11 @@ def test_the_launcher_holds_ranks_too_when_asked(tmp_path: Path) -> None:
         log = (tmp_path / "home" / "jobs" / "lw-1" / "rank-0.log").read_text()
         assert [executor.observe(r).exit_code for r in refs] == [0, 0], log
         ranks = sorted(line.split()[1:] for line in log.splitlines() if line.startswith("RANK"))
-        assert ranks == [["0", "2", "lw-launcher-0"], ["1", "2", "lw-worker-0"]], log
+        # each rank in its replica, with that replica's GPUs (the launcher has none)
+        assert ranks == [
+            ["0", "2", "lw-launcher-0", "''"],
+            ["1", "2", "lw-worker-0", "'0,1'"],
+        ], log
         hostfile = tmp_path / "home" / "jobs" / "lw-1" / "attempt-1" / "mpi" / "hostfile"
         assert hostfile.read_text() == "lw-launcher-0 slots=1\nlw-worker-0 slots=1\n"
         # the worker ran kiban's agent, not its own (absent) command
