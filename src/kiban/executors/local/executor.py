@@ -237,16 +237,16 @@ class LocalExecutor:
         programs = []
         for i, task in enumerate(spec.tasks):
             env = {**base_env, **task.env}
-            if mpi is not None and mpi.is_worker(task.name):
+            if mpi is not None and mpi.is_worker(task.name):  # sshd's place: not run here
                 logger.info(
                     "job %s: MPI workers run kiban's agent in place of their command %s",
                     request.job_id,
                     task.command,
                 )
-                continue
-            programs.append(
-                (task.command[0], self._check_program(task.command[0], working_dir, env))
-            )
+            else:
+                programs.append(
+                    (task.command[0], self._check_program(task.command[0], working_dir, env))
+                )
             ignored = task.container_fields()
             if ignored:
                 logger.warning(
