@@ -148,7 +148,7 @@ class WorkerAgent:
         self._listener.bind(agent_address(self.secret, self.host))
         self._listener.listen(64)
         self._children: dict[int, subprocess.Popen[bytes]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # also taken by terminate(), a signal handler
         self._done = threading.Event()
         self._graceful = True
 
@@ -191,7 +191,8 @@ class WorkerAgent:
             with contextlib.suppress(ProcessLookupError):
                 child.terminate()
         self._graceful = False
-        self._done.set()
+        with self._lock:
+            self._done.set()
 
     def _handle(self, conn: socket.socket) -> None:
         reader = LineReader(conn)
@@ -207,8 +208,9 @@ class WorkerAgent:
                 if op is Op.PING:
                     conn.sendall(encode({"ok": True, "host": self.host}))
                 elif op is Op.EXIT:
+                    with self._lock:
+                        self._done.set()
                     conn.sendall(encode({"ok": True}))
-                    self._done.set()
                 else:
                     self._run(conn, command, reader.fds)
         except ProtocolError as exc:
@@ -224,18 +226,20 @@ class WorkerAgent:
     def _run(self, conn: socket.socket, command: list[str], fds: list[int]) -> None:
         if len(fds) != STDIO_FDS:
             raise ProtocolError(f"run needs stdin, stdout and stderr sent along ({len(fds)} came)")
-        try:
-            child = subprocess.Popen(
-                shell_line(command), stdin=fds[0], stdout=fds[1], stderr=fds[2], close_fds=True
-            )
-        except OSError as exc:
-            conn.sendall(encode({"exit": 127, "error": str(exc)}))
-            return
+        with self._lock:  # started and noted together: an ending agent kills all it started
+            if self._done.is_set():
+                raise ProtocolError("the agent is ending")
+            try:
+                child = subprocess.Popen(
+                    shell_line(command), stdin=fds[0], stdout=fds[1], stderr=fds[2], close_fds=True
+                )
+            except OSError as exc:
+                conn.sendall(encode({"exit": 127, "error": str(exc)}))
+                return
+            self._children[child.pid] = child
         for fd in fds:
             os.close(fd)
         fds.clear()
-        with self._lock:
-            self._children[child.pid] = child
         try:
             conn.sendall(encode({"pid": child.pid}))
             while True:
