@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 
 setup: $(STAMP)
 	bash scripts/build-web.sh
+	bash scripts/ensure-openmpi.sh || echo "(optional: MPI jobs need Open MPI: openmpi-bin)"
 	$(BIN)/python -m kiban.devtools.router_native || echo "(optional: needs a C compiler)"
 
 $(STAMP): pyproject.toml
@@ -28,6 +29,7 @@ typecheck: setup
 
 test: setup
 	bash scripts/ensure-postgres.sh
+	bash scripts/ensure-openmpi.sh
 	bash scripts/ensure-kube.sh
 	bash scripts/ensure-prometheus.sh
 	bash scripts/ensure-chromium.sh

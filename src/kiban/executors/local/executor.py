@@ -8,6 +8,8 @@ Layout under the kiban home::
                                             (the replica's handle holds the same)
     jobs/<job>/attempt-<A>/rank-<R>.exit    exit code, written by the shim when the command ends
     jobs/<job>/attempt-<A>/rank-<R>.sock    a Unix socket kiban's model server listens on too
+    jobs/<job>/attempt-<A>/mpi/             an MPI job's hostfile and remote-start script
+                                            (``mpi_replicas``; isolated: run/<job>/mpi-<A>/)
     checkpoints/<job>/                      KIBAN_CHECKPOINT_DIR, kept across attempts
 
 With ``isolation`` (kiban runs as root) each replica's command runs as its tenant's user, and
@@ -50,6 +52,8 @@ from kiban.executors.checkpoints import newest_file_mtime
 from kiban.executors.environment import replica_command, replica_environment
 from kiban.executors.local.isolation import JOB_UMASK, Isolation, TenantRun
 from kiban.executors.local.log_index import INDEX_FD_ENV, LogMarks, marks_path
+from kiban.executors.local.mpi_replicas import MpiRun
+from kiban.executors.local.process_tree import kill_descendants
 from kiban.executors.local.reaper import Reaper
 from kiban.executors.log_streams import Mark, line_start_from, tail_start
 from kiban.serving.runtime.options import HOST_ENV, SOCKET_ENV
@@ -227,12 +231,22 @@ class LocalExecutor:
             raise LaunchError(f"working directory {working_dir} does not exist")
         if spec.launcher == "torchrun" and Capability.TORCHRUN not in self.capabilities:
             raise LaunchError("launcher torchrun needs PyTorch installed where kiban runs")
+        mpi = None
+        if spec.launcher == "mpirun":
+            mpi = self._prepare_mpi(request, attempt_dir, tenant)
         programs = []
         for i, task in enumerate(spec.tasks):
             env = {**base_env, **task.env}
-            programs.append(
-                (task.command[0], self._check_program(task.command[0], working_dir, env))
-            )
+            if mpi is not None and mpi.is_worker(task.name):  # sshd's place: not run here
+                logger.info(
+                    "job %s: MPI workers run kiban's agent in place of their command %s",
+                    request.job_id,
+                    task.command,
+                )
+            else:
+                programs.append(
+                    (task.command[0], self._check_program(task.command[0], working_dir, env))
+                )
             ignored = task.container_fields()
             if ignored:
                 logger.warning(
@@ -243,7 +257,8 @@ class LocalExecutor:
                     ", ".join(ignored),
                 )
         if tenant is not None:
-            tenant.check_reach(working_dir, programs, torchrun=spec.launcher == "torchrun")
+            python_runs = spec.launcher in ("torchrun", "mpirun")
+            tenant.check_reach(working_dir, programs, torchrun=python_runs)
 
         launched: list[LaunchedReplica] = []
         refs: list[ReplicaRef] = []
@@ -266,6 +281,8 @@ class LocalExecutor:
                         api_env=request.api_env,
                     )
                 )
+                if mpi is not None:
+                    env.update(mpi.environment(placement.task, placement.index))
                 # a service's replica gets a Unix socket to listen on too: the router and the
                 # probes then use it, as it costs far less than loopback TCP (kiban's model
                 # server listens there; a custom one need not)
@@ -286,6 +303,8 @@ class LocalExecutor:
                     master_port=request.master_port,
                     python=sys.executable,
                 )
+                if mpi is not None:
+                    command = mpi.command(placement.task, command)
                 exit_file = attempt_dir / f"rank-{placement.rank}.exit"
                 exit_file.unlink(missing_ok=True)
                 log_path = job_dir / f"rank-{placement.rank}.log"
@@ -334,6 +353,31 @@ class LocalExecutor:
                 self.stop(ref, force=True)
             raise LaunchError(f"could not start a replica: {exc}") from exc
         return launched
+
+    def _prepare_mpi(
+        self, request: LaunchRequest, attempt_dir: Path, tenant: TenantRun | None
+    ) -> MpiRun:
+        """The attempt's MPI directory (hostfile, remote-start script), its user's."""
+        if tenant is None:
+            directory = attempt_dir / "mpi"
+            directory.mkdir(exist_ok=True)
+        else:
+            directory = tenant.own("run", request.job_id) / f"mpi-{request.attempt}"
+            directory.mkdir(exist_ok=True)
+        try:
+            run = MpiRun.prepare(
+                request.spec,
+                request.job_name,
+                sys.executable,
+                directory,
+                as_root=tenant is None and os.geteuid() == 0,
+            )
+        except (OSError, ValueError) as exc:
+            raise LaunchError(f"could not prepare the MPI job: {exc}") from exc
+        if tenant is not None:
+            for path in (directory, *directory.iterdir()):
+                os.chown(path, tenant.user.uid, tenant.user.gid, follow_symlinks=False)
+        return run
 
     def _check_program(self, program: str, working_dir: Path, env: dict[str, str]) -> Path:
         """The file ``program`` names (in ``working_dir``, or on the PATH), checked to be
@@ -442,13 +486,17 @@ class LocalExecutor:
         """Signal the replica's whole process group (SIGTERM, or SIGKILL with ``force``).
 
         With ``force`` the group is killed even when its leader (the shim) is gone, so that
-        children it left behind die too; never when the pid has since been reused.
+        children it left behind die too; never when the pid has since been reused. Processes
+        under the shim that moved to groups of their own (an MPI daemon's ranks) are killed
+        with it.
         """
         identity = self._identity(replica)
         if identity is None or self._pid_reused(replica):
             return
         if not force and not self._alive(replica):
             return
+        if force:  # first what left its group (OpenMPI's ranks each lead their own)
+            kill_descendants(identity[0])
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(identity[0], signal.SIGKILL if force else signal.SIGTERM)
 
