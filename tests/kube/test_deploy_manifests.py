@@ -47,6 +47,11 @@ CALLS = {
     "read_namespaced_pod": ("pods", "get"),
     "delete_namespaced_pod": ("pods", "delete"),
     "read_namespaced_pod_log": ("pods/log", "get"),
+    "create_namespaced_config_map": ("configmaps", "create"),  # an MPI job's hostfile
+    "delete_namespaced_config_map": ("configmaps", "delete"),
+    "create_namespaced_secret": ("secrets", "create"),  # an MPI job's ssh keys
+    "read_namespaced_secret": ("secrets", "get"),  # a restarted kiban's deferred launcher
+    "delete_namespaced_secret": ("secrets", "delete"),
 }
 
 

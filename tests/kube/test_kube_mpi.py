@@ -149,7 +149,7 @@ def run_mpi_job(
     pod events seen so far (the watch goes on)."""
     pod_events = PodEvents(core)
     job_id = submit(platform, document)
-    pods = eventually(
+    pods: list[Any] = eventually(
         lambda: (p := job_pods(core, job_id)) and len(p) == 3 and p,
         what="the launcher's pod beside its two workers",
     )

@@ -119,13 +119,6 @@ class CoreApi:
     def delete_config_map(self, namespace: str, name: str) -> None:
         self._core.delete_namespaced_config_map(name, namespace, _preload_content=False)
 
-    def list_config_maps(self, label_selector: str) -> list[Obj]:
-        return self._items(
-            self._core.list_config_map_for_all_namespaces(
-                label_selector=label_selector, _preload_content=False
-            )
-        )
-
     def create_secret(self, namespace: str, body: Obj) -> Obj:
         return _json(self._core.create_namespaced_secret(namespace, body, _preload_content=False))
 
@@ -134,13 +127,6 @@ class CoreApi:
 
     def delete_secret(self, namespace: str, name: str) -> None:
         self._core.delete_namespaced_secret(name, namespace, _preload_content=False)
-
-    def list_secrets(self, label_selector: str) -> list[Obj]:
-        return self._items(
-            self._core.list_secret_for_all_namespaces(
-                label_selector=label_selector, _preload_content=False
-            )
-        )
 
     def create_pod(self, namespace: str, body: Obj) -> Obj:
         return _json(self._core.create_namespaced_pod(namespace, body, _preload_content=False))

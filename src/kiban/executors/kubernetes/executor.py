@@ -183,7 +183,7 @@ class KubernetesExecutor:
         # ones stopped before they were made, and the attempts that have MPI objects
         self._launchers: dict[tuple[str, str], Obj] = {}
         self._launchers_stopped: set[tuple[str, str]] = set()
-        self._mpi_attempts: set[tuple[str, int]] = set()
+        self._mpi_attempts: dict[tuple[str, int], str] = {}  # their namespaces
         self.offers = Offers(logs=self, revisions=self, closing=self, taints=self)
 
     @classmethod
@@ -302,7 +302,7 @@ class KubernetesExecutor:
             with self._lock:
                 self._launchers[(namespace, body["metadata"]["name"])] = body
         with self._lock:
-            self._mpi_attempts.add((request.job_id, request.attempt))
+            self._mpi_attempts[(request.job_id, request.attempt)] = namespace
         for create, body in (
             (self.api.create_config_map, mpi.config_map),
             (self.api.create_secret, mpi.secret),
@@ -317,7 +317,7 @@ class KubernetesExecutor:
     def _observe_launcher(self, replica: ReplicaRef, namespace: str, name: str) -> Observation:
         """An MPI launcher: its pod once made; before, made now if every worker runs."""
         with self._lock:
-            self._mpi_attempts.add((replica.job_id, replica.attempt))
+            self._mpi_attempts[(replica.job_id, replica.attempt)] = namespace
             stopped = (namespace, name) in self._launchers_stopped
         pod = self.pods.get(namespace, name) or self._read(namespace, name)
         if pod is None and stopped:
@@ -365,9 +365,8 @@ class KubernetesExecutor:
     def _delete_mpi_objects(self, job_id: str, attempt: int, namespace: str) -> None:
         """An MPI attempt's ConfigMap and Secret (none for other attempts: no call made)."""
         with self._lock:
-            if (job_id, attempt) not in self._mpi_attempts:
+            if self._mpi_attempts.pop((job_id, attempt), None) is None:
                 return
-            self._mpi_attempts.discard((job_id, attempt))
         _ignore_gone(
             self.api.delete_config_map, namespace, mpi_objects.config_map_name(job_id, attempt)
         )
@@ -604,10 +603,14 @@ class KubernetesExecutor:
 
     def abandon(self, job_id: str, attempt: int) -> None:
         """Delete every pod and the Service of one attempt, found by their labels (the logs of
-        pods that ended kept first)."""
+        pods that ended kept first), and an MPI attempt's ConfigMap and Secret by name in the
+        namespace of its pods (none is listed: kiban may not list Secrets)."""
         selector = attempt_selector(job_id, attempt)
+        namespaces = set()
         for pod in self.api.list_pods(label_selector=selector).get("items") or []:
             meta = pod["metadata"]
+            if mpi_objects.is_mpi_pod(pod):
+                namespaces.add(meta["namespace"])
             if self.kept is not None and _ended(pod):
                 self._keep(job_id, pod)
             present = self._node_present(pod)
@@ -619,16 +622,11 @@ class KubernetesExecutor:
             meta = service["metadata"]
             _ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
         with self._lock:
-            mpi = (job_id, attempt) in self._mpi_attempts
-        if mpi:  # an attempt kiban made before it restarted is collected with its Service
-            for delete, items in (
-                (self.api.delete_config_map, self.api.list_config_maps(selector)),
-                (self.api.delete_secret, self.api.list_secrets(selector)),
-            ):
-                for item in items:
-                    _ignore_gone(delete, item["metadata"]["namespace"], item["metadata"]["name"])
+            known = self._mpi_attempts.get((job_id, attempt))
+        for namespace in sorted(namespaces | ({known} if known else set())):
             with self._lock:
-                self._mpi_attempts.discard((job_id, attempt))
+                self._mpi_attempts[(job_id, attempt)] = namespace  # or made before a restart
+            self._delete_mpi_objects(job_id, attempt, namespace)
 
     def attempts(self) -> set[tuple[str, int]]:
         """The attempts of kiban's pods in kiban's namespaces, by their job id annotation."""

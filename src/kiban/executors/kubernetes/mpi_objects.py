@@ -72,6 +72,12 @@ def is_deferred(handle: str) -> bool:
     return handle.endswith(f"/{DEFERRED_UID}")
 
 
+def is_mpi_pod(pod: Obj) -> bool:
+    """Whether a pod is an MPI attempt's (it mounts the attempt's keys)."""
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return any(v.get("name") == SSH_VOLUME for v in volumes)
+
+
 def replica_host(job_id: str, attempt: int, rank: int, namespace: str, domain: str) -> str:
     """A replica's DNS name under its attempt's headless Service."""
     service = service_name(job_id, attempt)
