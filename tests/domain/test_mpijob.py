@@ -4,6 +4,7 @@ kiban's ``launcher: mpirun`` Job, and what is refused, where."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -342,3 +343,12 @@ def test_volcano_mpi_job_with_a_third_task_is_refused() -> None:
     with pytest.raises(SpecError) as caught:
         translate_volcano(data)
     assert "monitor" in str(caught.value)
+
+
+def test_the_example_mpijob_translates_without_a_warning() -> None:
+    path = Path(__file__).parents[2] / "examples" / "mpijob-allreduce.yaml"
+    submission = parse_submission(load_document(path.read_text()))
+    spec = submission.manifest.spec
+    assert [(t.name, t.replicas) for t in spec.tasks] == [("launcher", 1), ("worker", 3)]
+    assert spec.tasks[0].command[:3] == ["mpirun", "-n", "3"]
+    assert submission.warnings == ()
