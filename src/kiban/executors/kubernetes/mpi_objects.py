@@ -23,7 +23,8 @@ restarted control plane finds it there: it holds the job's API token) and ``obse
 it once the workers run.
 
 The hostfile text and the launcher's variables are written here for now; the executor-neutral
-``executors/mpi_launch`` (the local executor's) is to replace them.
+``executors/mpi_launch`` (written beside the local executor's MPI, on another branch) is to
+replace ``hostfile_text`` and the hostfile part of ``launcher_environment`` once both are in.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def launcher_environment(implementation: MpiImplementation, hosts: list[str]) ->
         env |= {
             "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
             "OMPI_MCA_orte_default_hostfile": hostfile,
+            "PRTE_MCA_prte_default_hostfile": hostfile,  # Open MPI 5's runtime
             "OMPI_MCA_plm_rsh_args": SSH_RETRIES,
         }
     elif implementation is MpiImplementation.INTEL:
