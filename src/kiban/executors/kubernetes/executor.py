@@ -371,6 +371,13 @@ class KubernetesExecutor:
             self.api.delete_config_map, namespace, mpi_objects.config_map_name(job_id, attempt)
         )
         _ignore_gone(self.api.delete_secret, namespace, mpi_objects.secret_name(job_id, attempt))
+        prefix = f"{service_name(job_id, attempt)}-"  # its pods' names: the launcher's is one
+        with self._lock:  # with its Secret gone, a launcher not made is lost, never made
+            for key in [k for k in self._launchers if k[1].startswith(prefix)]:
+                del self._launchers[key]
+            self._launchers_stopped -= {
+                k for k in self._launchers_stopped if k[1].startswith(prefix)
+            }
 
     def _ensure_namespace(self, namespace: str) -> None:
         if namespace in self._namespaces:

@@ -182,8 +182,11 @@ def prepare(
         else replica_host(request.job_id, request.attempt, p.rank, namespace, domain)
         for p in workers
     ]
-    worker_task = next((t for t in spec.tasks if t.name == mpi.worker_task), None)
-    gpus = (worker_task or spec.tasks[0]).resources.gpu
+    ranks_task = next(  # the workers', or the launcher's when it holds the ranks alone
+        (t for t in spec.tasks if t.name == mpi.worker_task),
+        next(t for t in spec.tasks if t.name == mpi.launcher_task),
+    )
+    gpus = ranks_task.resources.gpu
     slots = mpi.slots_per_worker or gpus or 1
     labels = job_labels(request.job_id, request.tenant, request.attempt)
     annotations = {JOB_ID_ANNOTATION: request.job_id}
