@@ -352,3 +352,28 @@ def test_the_example_mpijob_translates_without_a_warning() -> None:
     assert [(t.name, t.replicas) for t in spec.tasks] == [("launcher", 1), ("worker", 3)]
     assert spec.tasks[0].command[:3] == ["mpirun", "-n", "3"]
     assert submission.warnings == ()
+
+
+def test_workers_kept_apart_by_anti_affinity_on_the_operators_labels_get_one_per_node() -> None:
+    data = doc(MPIJOB)
+    worker = data["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": {
+                            "training.kubeflow.org/job-name": "pi",
+                            "training.kubeflow.org/job-role": "worker",
+                        }
+                    },
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    submission = parse_submission(data)
+    launcher, workers = submission.manifest.spec.tasks
+    assert (launcher.max_replicas_per_node, workers.max_replicas_per_node) == (None, 1)
+    assert submission.pod_affinity(1).one_per_node
+    assert not submission.pod_affinity(0).one_per_node

@@ -161,9 +161,12 @@ def parse_submission(doc: dict[str, Any]) -> JobSubmission:
         )
     if mpijob.is_mpijob(doc):
         translation = mpijob.translate(doc)
-        # pod affinities read as kiban labels the pods (the Operator's labels are not set)
         return JobSubmission(
-            translation.manifest, translation.document, translation.warnings, translation.paths
+            translation.manifest,
+            translation.document,
+            translation.warnings,
+            translation.paths,
+            translation.pod_affinities,
         )
     return JobSubmission(parse_job_manifest(doc), doc)
 

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kiban.domain.mpi import MpiImplementation
-from kiban.domain.volcano import Translation, _pretty, _Translator
+from kiban.domain.node_affinity import read_pod_affinity
+from kiban.domain.volcano import Translation, _pretty, _template, _Translator
 
 API_VERSION = "kubeflow.org/v2beta1"
 KIND = "MPIJob"
@@ -37,6 +38,10 @@ RESTARTS = {"Always", "ExitCode", "OnFailure"}  # a failed launcher runs again
 SPEC_FIELDS = {"slotsPerWorker", "runLauncherAsWorker", "runPolicy", "mpiImplementation"}
 SPEC_FIELDS |= {"launcherCreationPolicy", "sshAuthMountPath", "mpiReplicaSpecs"}
 RUN_POLICY_IGNORED = {"ttlSecondsAfterFinished", "managedBy"}
+# The labels the Operator gives its pods (besides their template's): what a pod (anti-)affinity
+# of a template selects them by.
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 SCHEDULING_IGNORED = {"minResources", "scheduleTimeoutSeconds"}
 
 
@@ -170,11 +175,43 @@ class _MpiJobTranslator(_Translator):
             )
             return []
         tasks: list[dict[str, Any]] = []
-        for kind in (LAUNCHER, WORKER) if worker_replicas else (LAUNCHER,):
+        kinds = (LAUNCHER, WORKER) if worker_replicas else (LAUNCHER,)
+        for kind in kinds:
             index = len(tasks)
             self.paths.append((f"spec.tasks[{index}]", f"{where}.{kind}"))
             tasks.append(self.replica_spec(kind, specs[kind], f"{where}.{kind}", index, out))
+        self.spread_replicas([specs[kind] for kind in kinds], kinds, tasks, where)
         return tasks
+
+    def spread_replicas(
+        self, raw: list[Any], kinds: tuple[str, ...], tasks: list[dict[str, Any]], where: str
+    ) -> None:
+        """What each replica type's pod (anti-)affinity means, its pods labelled as the
+        Operator labels them (the template's labels, the job's name, the role): a task kept one
+        replica per node gets ``maxReplicasPerNode: 1``."""
+        templates = [_template(spec) for spec in raw]
+        labels = [
+            {
+                **template_labels,
+                JOB_NAME_LABEL: str(self.job_name),
+                JOB_ROLE_LABEL: TASK_NAMES[kind],
+            }
+            for kind, (template_labels, _) in zip(kinds, templates, strict=True)
+        ]
+        readings = []
+        for index, kind in enumerate(kinds):
+            others = labels[:index] + labels[index + 1 :]
+            reading = read_pod_affinity(templates[index][1], labels[index], others)
+            if reading.one_per_node:
+                tasks[index]["maxReplicasPerNode"] = 1
+                self.paths.append(
+                    (
+                        f"spec.tasks[{index}].maxReplicasPerNode",
+                        f"{where}.{kind}.template.spec.affinity.podAntiAffinity",
+                    )
+                )
+            readings.append(reading)
+        self.pod_affinities = tuple(readings)
 
     def replica_spec(
         self, kind: str, raw: Any, where: str, index: int, out: dict[str, Any]
