@@ -269,6 +269,20 @@ def test_a_launcher_stopped_before_its_workers_ran_is_never_made(
     assert (NS, LAUNCHER) not in cluster.pods
 
 
+def test_a_launcher_whose_pod_is_deleted_is_lost_not_made_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster()
+    kube = make(monkeypatch, cluster)
+    launcher, *_ = refs(kube.launch(request()))
+    cluster.run(*WORKERS)
+    assert kube.observe(launcher).running
+    del cluster.pods[(NS, LAUNCHER)]  # deleted behind kiban's back (its node gone)
+    seen = kube.observe(launcher)
+    assert (seen.running, seen.lost) == (False, True)
+    assert (NS, LAUNCHER) not in cluster.pods
+
+
 def test_the_attempt_ending_deletes_its_config_map_and_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

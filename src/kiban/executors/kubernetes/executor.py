@@ -183,6 +183,7 @@ class KubernetesExecutor:
         # ones stopped before they were made, and the attempts that have MPI objects
         self._launchers: dict[tuple[str, str], Obj] = {}
         self._launchers_stopped: set[tuple[str, str]] = set()
+        self._launchers_made: set[tuple[str, str]] = set()  # gone now: lost, not made again
         self._mpi_attempts: dict[tuple[str, int], str] = {}  # their namespaces
         self.offers = Offers(logs=self, revisions=self, closing=self, taints=self)
 
@@ -319,9 +320,14 @@ class KubernetesExecutor:
         with self._lock:
             self._mpi_attempts[(replica.job_id, replica.attempt)] = namespace
             stopped = (namespace, name) in self._launchers_stopped
-        pod = self.pods.get(namespace, name) or self._read(namespace, name)
+            made = (namespace, name) in self._launchers_made
+        # the cache only (no read each pass while it waits): a pod it has not seen yet is found
+        # by its creation's 409
+        pod = self.pods.get(namespace, name)
         if pod is None and stopped:
             return Observation(running=False, lost=True, message="stopped before it started")
+        if pod is None and made:
+            return observe_pod(None)
         if pod is None:
             body = self._launcher_body(replica, namespace, name)
             if body is None:
@@ -341,6 +347,7 @@ class KubernetesExecutor:
             self.pods.put(pod)
             with self._lock:
                 self._launchers.pop((namespace, name), None)
+                self._launchers_made.add((namespace, name))
         return observe_pod(pod, node_present=self._node_present(pod), now=self._clock.now())
 
     def _launcher_body(self, replica: ReplicaRef, namespace: str, name: str) -> Obj | None:
@@ -375,9 +382,8 @@ class KubernetesExecutor:
         with self._lock:  # with its Secret gone, a launcher not made is lost, never made
             for key in [k for k in self._launchers if k[1].startswith(prefix)]:
                 del self._launchers[key]
-            self._launchers_stopped -= {
-                k for k in self._launchers_stopped if k[1].startswith(prefix)
-            }
+            for held in (self._launchers_stopped, self._launchers_made):
+                held -= {k for k in held if k[1].startswith(prefix)}
 
     def _ensure_namespace(self, namespace: str) -> None:
         if namespace in self._namespaces:
