@@ -5,7 +5,9 @@ Service (DNS names for the pods; ``MASTER_ADDR`` is replica 0's) unless the atte
 replica, and one pod per replica bound to the node kiban chose (see ``pods`` for why
 ``nodeName``). The Service owns the pods (owner references), and every object carries the job's
 labels, so all of an attempt is found with one selector and deleted together (explicitly: kiban
-does not count on a garbage collector). The log of a pod that ended is kept (``kept_logs``)
+does not count on a garbage collector). An MPI attempt (``launcher: mpirun``) also gets a
+hostfile ConfigMap and an ssh key Secret, and its launcher's pod waits for its workers to run
+(``mpi_objects``). The log of a pod that ended is kept (``kept_logs``)
 before the pod is deleted, in the background, and ``read_log`` serves it after; the log of a
 pod stopped while it runs is followed to its end and kept (``stopping_logs``).
 

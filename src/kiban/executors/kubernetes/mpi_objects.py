@@ -20,7 +20,8 @@ The launcher pod is created only once every worker pod is Running (the Operator'
 ``launcherCreationPolicy: WaitForWorkersReady``): ``launch`` creates the workers and records
 the launcher under a handle whose uid is ``DEFERRED_UID``; its body is kept in the Secret (a
 restarted control plane finds it there: it holds the job's API token) and ``observe`` creates
-it once the workers run.
+it once the workers run. A launcher made whose pod is gone is lost, not made again (known in
+memory: one deleted while kiban was down would be made again).
 
 The hostfile text and the launcher's variables are written here for now; the executor-neutral
 ``executors/mpi_launch`` (written beside the local executor's MPI, on another branch) is to
