@@ -52,6 +52,9 @@ def raw(text: str, content_type: str = YAML) -> tuple[bytes, str]:
 VALID_HEAD = "apiVersion: kiban/v1\nkind: Job\nmetadata: {name: train}\n"
 HEAD_NO_METADATA = "apiVersion: kiban/v1\nkind: Job\n"
 ONE_TASK = "spec: {tasks: [{command: [x]}]}\n"
+MPI_HEAD = "apiVersion: kubeflow.org/v2beta1\nkind: MPIJob\nmetadata: {name: pi}\n"
+MPI_LAUNCHER = "Launcher: {template: {spec: {containers: [{name: l, command: [mpirun]}]}}}"
+MPI_WORKER = "Worker: {replicas: 2, template: {spec: {containers: [{name: w, command: [sshd]}]}}}"
 
 # (case id, (body, content type), the one field path the error must name)
 CASES: list[tuple[str, tuple[bytes, str], str]] = [
@@ -68,6 +71,19 @@ CASES: list[tuple[str, tuple[bytes, str], str]] = [
     ("nested-too-deep-json", raw("[" * 100_000, JSON), ""),
     ("nested-too-deep-yaml", raw("[" * 100_000), ""),
     ("unknown-apiVersion", as_yaml({**job(), "apiVersion": "kiban/v2"}), "apiVersion"),
+    (
+        "mpijob-unknown-implementation",
+        raw(
+            MPI_HEAD
+            + f"spec: {{mpiImplementation: LAM, mpiReplicaSpecs: {{{MPI_LAUNCHER}, {MPI_WORKER}}}}}"
+        ),
+        "spec.mpiImplementation",
+    ),
+    (
+        "mpijob-launcher-without-workers",
+        raw(MPI_HEAD + f"spec: {{mpiReplicaSpecs: {{{MPI_LAUNCHER}}}}}"),
+        "spec.mpiReplicaSpecs.Worker",
+    ),
     (
         "missing-apiVersion",
         as_yaml({k: v for k, v in job().items() if k != "apiVersion"}),

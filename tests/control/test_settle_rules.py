@@ -385,6 +385,65 @@ RUN_CASES = [
 ]
 
 
+def launcher(state: ReplicaState = ReplicaState.RUNNING, **fields: object) -> ReplicaView:
+    """Rank 0 of an MPI job: the task that decides it."""
+    return replace(replica(0, state, **fields), task="launcher")
+
+
+def launched_ended(code: int) -> ReplicaEnded:
+    text = f"replica launcher[0] (rank 0) exited with code {code}"
+    return ReplicaEnded(1, ReplicaState.EXITED, code, text, code != 0)
+
+
+MPI = {"decided_by": "launcher"}
+LAUNCHER_DONE = "task launcher exited with code 0; the others were stopped"
+
+RUN_CASES += [
+    RunCase(
+        "mpi-launcher-exits-0-succeeds-while-workers-run",
+        running_job(launcher(), replica(1), replica(2), **MPI),
+        seen(EXIT_0, RUNNING, RUNNING),
+        Settlement(ended=(launched_ended(0),), actions=(Succeed(LAUNCHER_DONE),)),
+    ),
+    RunCase(
+        "mpi-launcher-exited-0-before-succeeds-now",
+        running_job(launcher(ReplicaState.EXITED, exit_code=0), replica(1), **MPI),
+        seen(RUNNING, RUNNING),
+        Settlement(actions=(Succeed(LAUNCHER_DONE),)),
+    ),
+    RunCase(
+        "mpi-workers-alone-done-wait-for-the-launcher",
+        running_job(launcher(), replica(1), **MPI),
+        seen(RUNNING, EXIT_0),
+        Settlement(ended=(exited(1, 0),)),
+    ),
+    RunCase(
+        "mpi-launcher-fails-the-job",
+        running_job(launcher(), replica(1), grace_period=30, **MPI),
+        seen(EXIT_1, RUNNING),
+        Settlement(
+            ended=(launched_ended(1),),
+            actions=(begin(StopIntent.FAIL, launched_ended(1).message),),
+        ),
+    ),
+    RunCase(
+        "mpi-worker-failing-as-the-launcher-ends-fails-the-job",
+        running_job(launcher(), replica(1), grace_period=30, **MPI),
+        seen(EXIT_0, EXIT_1),
+        Settlement(
+            ended=(launched_ended(0), exited(1, 1)),
+            actions=(begin(StopIntent.FAIL, exited(1, 1).message), FinishStop(StopIntent.FAIL)),
+        ),
+    ),
+    RunCase(
+        "without-a-decider-a-launcher-task-is-one-of-the-replicas",
+        running_job(launcher(), replica(1)),
+        seen(EXIT_0, RUNNING),
+        Settlement(ended=(launched_ended(0),)),
+    ),
+]
+
+
 @pytest.mark.parametrize("case", RUN_CASES, ids=lambda c: c.id)
 def test_a_running_job(case: RunCase) -> None:
     assert settle(case.view, case.observed, NOW) == case.expected

@@ -239,7 +239,7 @@ def test_a_kiban_job_is_stored_as_written_without_warnings() -> None:
             "spec.volumes[0].volumeClaimName",
             "does not create",
         ),
-        (["spec", "plugins"], {"mpi": []}, "spec.plugins.mpi", "not supported"),
+        (["spec", "plugins"], {"ray": []}, "spec.plugins.ray", "not supported"),
         (["spec", "plugins"], {"pytorch": ["--master=chief"]}, "spec.plugins.pytorch", "chief"),
         (["spec", "plugins"], {"pytorch": ["--port=99999"]}, "spec.plugins.pytorch", "port"),
         (["spec", "plugins"], {"pytorch": ["--nnodes=2"]}, "spec.plugins.pytorch[0]", "unknown"),

@@ -19,6 +19,7 @@ from kubernetes.dynamic import DynamicClient
 
 from kiban.control.loop_settings import LoopSettings
 from kiban.devtools.kube import ControlPlane
+from kiban.domain.manifests import load_document
 from kiban.executors.kubernetes import KubernetesExecutor, KubernetesOptions
 from kiban.platform import build_platform
 from kiban.services import jobs
@@ -47,6 +48,11 @@ CALLS = {
     "read_namespaced_pod": ("pods", "get"),
     "delete_namespaced_pod": ("pods", "delete"),
     "read_namespaced_pod_log": ("pods/log", "get"),
+    "create_namespaced_config_map": ("configmaps", "create"),  # an MPI job's hostfile
+    "delete_namespaced_config_map": ("configmaps", "delete"),
+    "create_namespaced_secret": ("secrets", "create"),  # an MPI job's ssh keys
+    "read_namespaced_secret": ("secrets", "get"),  # a restarted kiban's deferred launcher
+    "delete_namespaced_secret": ("secrets", "delete"),
 }
 
 
@@ -193,6 +199,15 @@ def test_the_executor_runs_a_job_under_the_service_accounts_token(
         except ApiException as exc:
             assert exc.status != 403, exc
         eventually(lambda: state(platform, done) == "Succeeded", what="a succeeded job", timeout=30)
+        # an MPI job's hostfile ConfigMap and key Secret are within the role too
+        mpi = submit(platform, load_document(MPIJOB))
+        eventually(lambda: state(platform, mpi) == "Succeeded", what="an MPI job", timeout=30)
+        assert get(platform, mpi).message is None or "forbidden" not in get(platform, mpi).message
+        for made in (core.list_config_map_for_all_namespaces, core.list_secret_for_all_namespaces):
+            eventually(
+                lambda made=made: not made(label_selector=f"kiban.dev/job={mpi}").items,
+                what="the MPI job's objects deleted",
+            )
         with platform.sessions() as session:
             jobs.cancel(session, ADMIN, held, platform.clock.now())
             session.commit()
@@ -209,4 +224,19 @@ def test_the_executor_runs_a_job_under_the_service_accounts_token(
 
 
 SIM_2S = {"kiban.dev/sim-duration": "2s"}
+MPIJOB = """
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {name: rbac-mpi}
+spec:
+  mpiReplicaSpecs:
+    Launcher:
+      template:
+        metadata: {annotations: {kiban.dev/sim-duration: 2s}}
+        spec: {containers: [{name: l, command: [mpirun, hostname]}]}
+    Worker:
+      replicas: 2
+      template:
+        spec: {containers: [{name: w, command: [/usr/sbin/sshd, -De]}]}
+"""
 SIM_LONG = {"kiban.dev/sim-duration": "10m"}

@@ -105,6 +105,21 @@ def test_kiban_queue_fills_a_job_that_names_none(
     assert "queue" not in complete_job_manifest(JOB)["spec"]
 
 
+def test_kiban_queue_goes_into_an_mpijobs_scheduling_policy(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mpijob = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "spec": {}}
+    assert complete_job_manifest(mpijob) is mpijob
+    monkeypatch.setenv("KIBAN_QUEUE", "batch")
+    completed = complete_job_manifest(mpijob)
+    assert completed["spec"]["runPolicy"]["schedulingPolicy"]["queue"] == "batch"
+    assert "queue" not in completed["spec"]  # an MPIJob has no spec.queue
+    named = {**mpijob, "spec": {"runPolicy": {"schedulingPolicy": {"queue": "vision"}}}}
+    assert (
+        complete_job_manifest(named)["spec"]["runPolicy"]["schedulingPolicy"]["queue"] == "vision"
+    )
+
+
 def test_other_documents_are_sent_as_they_are(home: Path) -> None:
     service = {"apiVersion": "kiban/v1", "kind": "Service", "spec": {"model": "x"}}
     assert complete_job_manifest(service) is service

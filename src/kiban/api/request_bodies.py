@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kiban.domain import kserve, service, volcano
+from kiban.domain import kserve, mpijob, service, volcano
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.jobspec import DNS_LABEL
 
@@ -51,7 +51,8 @@ def manifest_body(kinds: list[tuple[str, str]], what: str) -> dict[str, Any]:
 
 
 JOB_MANIFEST = manifest_body(
-    [("kiban/v1", "Job"), (volcano.API_VERSION, volcano.KIND)], "a kiban/v1 or Volcano Job"
+    [("kiban/v1", "Job"), (volcano.API_VERSION, volcano.KIND), (mpijob.API_VERSION, mpijob.KIND)],
+    "a kiban/v1 Job, a Volcano Job or an MPI Operator MPIJob",
 )
 SERVICE_MANIFEST = manifest_body(
     [(service.API_VERSION, service.KIND), (kserve.API_VERSION, kserve.KIND)],

@@ -60,6 +60,10 @@ class JobView:
     max_runtime: float | None = None
     grace_period: float = 0.0
     signalled: bool = False  # this attempt's replicas were asked to stop already
+    decided_by: str | None = None
+    """The task whose replica exiting 0 ends the job in success, the others then stopped: an
+    MPI job's launcher (its workers serve mpirun's remote starts until stopped, as the MPI
+    Operator's do). None: the job succeeds when every replica has exited 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +219,7 @@ def settle(view: JobView, observations: Observations, now: float) -> Settlement:
                 failed.append((end.state, end.message))
         elif replica.exit_code not in (0, None) or replica.state is ReplicaState.LOST:
             failed.append((replica.state, view.message or "replica failed"))
+    decided = decider_succeeded(view, ended)
 
     actions: list[JobAction] = []
     checkpoint_at = None
@@ -225,7 +230,9 @@ def settle(view: JobView, observations: Observations, now: float) -> Settlement:
         newest = observations.newest_checkpoint_at
         if newest is not None and (view.last_checkpoint_at or 0.0) < newest:
             checkpoint_at = newest
-        begin = begin_stop(view, failed, any_running=bool(running), now=now)
+        begin = begin_stop(view, failed, any_running=bool(running) and not decided, now=now)
+        if isinstance(begin, Succeed) and decided and running:
+            begin = Succeed(f"task {view.decided_by} exited with code 0; the others were stopped")
         if isinstance(begin, Succeed):
             return Settlement(tuple(ended), tuple(waiting), checkpoint_at, (begin,))
         if begin is not None:
@@ -270,6 +277,22 @@ def begin_stop(
             f"ran longer than maxRuntime ({limit})",
         )
     return None
+
+
+def decider_succeeded(view: JobView, ended: list[ReplicaEnded]) -> bool:
+    """Whether a replica of the job's deciding task (``decided_by``) has exited 0, in an
+    earlier pass or in this one (``ended``)."""
+    if view.decided_by is None:
+        return False
+    now_ended = {end.replica_id: end for end in ended}
+    for replica in view.replicas:
+        if replica.task != view.decided_by:
+            continue
+        end = now_ended.get(replica.id)
+        state, code = (end.state, end.exit_code) if end else (replica.state, replica.exit_code)
+        if state is ReplicaState.EXITED and code == 0:
+            return True
+    return False
 
 
 def past_max_runtime(view: JobView, now: float) -> bool:

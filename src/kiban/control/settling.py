@@ -38,6 +38,7 @@ from kiban.control.settle_rules import (
 )
 from kiban.control.snapshot_builder import SpecCache
 from kiban.domain.event_reasons import JobEventReason
+from kiban.domain.mpi import MpiSpec
 from kiban.domain.states import JobState, ReplicaState
 from kiban.domain.stop_intents import StopIntent, rule_for
 from kiban.executors.base import Executor, Observation, ReplicaRef, checkpoint_probe
@@ -218,6 +219,7 @@ class JobSettler:
             max_runtime=spec.max_runtime,
             grace_period=spec.termination_grace_period or 0.0,
             signalled=(job.id, job.attempt) in self._signalled,
+            decided_by=(spec.mpi or MpiSpec()).launcher_task if spec.launcher == "mpirun" else None,
         )
 
     # -- apply ---------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Parse manifests (YAML or JSON) and dispatch on ``apiVersion``/``kind`` to their models.
 
 Other manifest kinds (inference services) register here with ``register_kind``. Volcano Jobs
-are translated into kiban Jobs (``parse_submission``), stored and run as such.
+and the MPI Operator's MPIJobs are translated into kiban Jobs (``parse_submission``), stored
+and run as such.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from kiban.domain import mpijob
 from kiban.domain.errors import FieldProblem, SpecError, format_location
 from kiban.domain.foreign import validation_message
 from kiban.domain.jobspec import JobManifest
@@ -157,9 +159,19 @@ def parse_submission(doc: dict[str, Any]) -> JobSubmission:
             translation.paths,
             translation.pod_affinities,
         )
+    if mpijob.is_mpijob(doc):
+        translation = mpijob.translate(doc)
+        return JobSubmission(
+            translation.manifest,
+            translation.document,
+            translation.warnings,
+            translation.paths,
+            translation.pod_affinities,
+        )
     return JobSubmission(parse_job_manifest(doc), doc)
 
 
 register_kind("kiban/v1", "Job", JobManifest.model_validate)
 register_kind(VOLCANO_API, VOLCANO_KIND, lambda doc: translate(doc).manifest)
+register_kind(mpijob.API_VERSION, mpijob.KIND, lambda doc: mpijob.translate(doc).manifest)
 _KINDS.update(SERVICE_KINDS)  # kiban/v1 Service and KServe's InferenceService (service.py)

@@ -50,8 +50,11 @@ EVENTS |= {"TaskCompleted", "TaskFailed", "OutOfSync", "CommandIssued", "JobUpda
 RESTARTS = {"RestartJob", "RestartTask", "RestartPod"}
 ACTIONS = RESTARTS | {"AbortJob", "TerminateJob", "CompleteJob", "ResumeJob", "SyncJob"}
 ACTIONS |= {"EnqueueJob", "RestartPartition"}
-PLUGINS = {"pytorch", "env", "svc"}
-PLUGINS_REFUSED = {"ssh", "mpi", "tensorflow", "ray"}
+PLUGINS = {"pytorch", "env", "svc", "mpi", "ssh"}
+PLUGINS_REFUSED = {"tensorflow", "ray"}
+# The mpi plugin's defaults (Volcano's documented ones): its port is the workers' sshd port.
+MPI_MASTER, MPI_WORKER, MPI_PORT = "master", "worker", 22
+SSH_KEY_PATH = "/root/.ssh"  # the ssh plugin's default sshKeyFilePath
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,8 @@ def _pretty(items: list[str]) -> str:
 
 class _Translator(ManifestReader):
     """One translation: the problems and warnings found on the way, and the path map."""
+
+    api_version = API_VERSION  # what the translation annotation says it came from
 
     def __init__(self) -> None:
         super().__init__()
@@ -183,7 +188,7 @@ class _Translator(ManifestReader):
         out: dict[str, Any] = {"name": meta.get("name")}
         self.job_name = meta.get("name")
         annotations = dict(self.mapping(meta.get("annotations"), "metadata.annotations"))
-        annotations[TRANSLATED_ANNOTATION] = API_VERSION
+        annotations[TRANSLATED_ANNOTATION] = self.api_version
         out["annotations"] = annotations
         if meta.get("labels") is not None:
             out["labels"] = meta["labels"]
@@ -288,6 +293,7 @@ class _Translator(ManifestReader):
         """Apply the plugins; the order of the tasks (the pytorch master's first: rank 0)."""
         order = list(range(len(tasks)))
         names = [t.get("name") if isinstance(t, dict) else None for t in tasks]
+        ssh_arguments: list[Any] | None = None
         for name, args in plugins.items():
             where = f"spec.plugins.{name}"
             arguments = self.items(args, where)
@@ -309,7 +315,115 @@ class _Translator(ManifestReader):
                 )
             elif name == "pytorch":
                 order = self.pytorch(arguments, where, names, out)
+            elif name == "mpi":
+                order = self.mpi(arguments, where, names, out)
+            elif name == "ssh":
+                ssh_arguments = arguments
+        if ssh_arguments is not None:  # after mpi, whatever the order they are written in
+            self.ssh(ssh_arguments, "spec.plugins.ssh", out)
+        if "mpi" in plugins and "pytorch" in plugins:
+            self.problem("spec.plugins.mpi", "the mpi and pytorch plugins exclude each other")
         return order
+
+    def plugin_arguments(
+        self,
+        arguments: list[Any],
+        where: str,
+        defaults: dict[str, str],
+        flags: frozenset[str] = frozenset(),
+    ) -> dict[str, str]:
+        """``--name=value`` or ``--name value`` arguments (``flags`` take no value), over
+        ``defaults``; an unknown argument is a problem naming its position."""
+        values = dict(defaults)
+        known = ", ".join([f"--{k}=..." for k in defaults] + [f"--{f}" for f in sorted(flags)])
+        i = 0
+        while i < len(arguments):
+            arg = str(arguments[i])
+            match = re.fullmatch(r"--?([a-z-]+)(?:=(.*))?", arg)
+            if match is None or match.group(1) not in set(defaults) | flags:
+                self.problem(f"{where}[{i}]", f"unknown argument {arg!r}; known: {known}")
+                i += 1
+                continue
+            value = match.group(2)
+            if match.group(1) in flags:
+                value = "true" if value is None else value
+            elif value is None and i + 1 < len(arguments):
+                i += 1
+                value = str(arguments[i])
+            values[match.group(1)] = value or ""
+            i += 1
+        return values
+
+    def mpi(
+        self, arguments: list[Any], where: str, names: list[Any], out: dict[str, Any]
+    ) -> list[int]:
+        """``--master``/``--worker``/``--port``: the master task is the MPI launcher (kiban's
+        ``launcher: mpirun``, started once every worker runs, with ``MPI_HOST`` naming the
+        workers), the worker task holds the ranks; the port is the workers' sshd port."""
+        values = self.plugin_arguments(
+            arguments,
+            where,
+            {"master": MPI_MASTER, "worker": MPI_WORKER, "port": str(MPI_PORT)},
+        )
+        if values["port"] != str(MPI_PORT):
+            if not values["port"].isdigit() or not 0 < int(values["port"]) < 65536:
+                self.problem(where, f"--port {values['port']!r} is not a TCP port")
+            else:
+                self.notes.append(
+                    f"{where}: --port={values['port']} is the port the workers' sshd listens "
+                    "on; kiban opens no port for it (pods reach each other on any port): "
+                    "pass it to mpirun (e.g. -mca plm_rsh_args '-p PORT')"
+                )
+        for role in ("master", "worker"):
+            if values[role] not in names:
+                self.problem(
+                    where,
+                    f"--{role} names task {values[role]!r}, which the job does not have",
+                )
+        if values["master"] not in names or values["worker"] not in names:
+            return list(range(len(names)))
+        out["launcher"] = "mpirun"
+        mpi = out.setdefault("mpi", {})
+        mpi.update({"launcherTask": values["master"], "workerTask": values["worker"]})
+        self.paths.append(("spec.mpi", where))
+        master, worker = names.index(values["master"]), names.index(values["worker"])
+        others = [i for i in range(len(names)) if i not in (master, worker)]
+        if others:
+            self.problem(
+                where,
+                f"an MPI job has a master and a worker task; this one also has "
+                f"{_pretty([str(names[i]) for i in others])}",
+            )
+        return [master, worker, *others]
+
+    def ssh(self, arguments: list[Any], where: str, out: dict[str, Any]) -> None:
+        """``--ssh-key-file-path``: where the generated keys are mounted (kiban makes them for
+        every MPI job, in a Secret of the job); only with the mpi plugin, which says who
+        connects to whom. Keys given in the file are refused: kiban generates them."""
+        values = self.plugin_arguments(
+            arguments,
+            where,
+            {"ssh-key-file-path": SSH_KEY_PATH, "ssh-private-key": "", "ssh-public-key": ""},
+            frozenset({"no-root"}),
+        )
+        for given in ("ssh-private-key", "ssh-public-key"):
+            if values[given]:
+                self.problem(
+                    where, f"--{given}: kiban generates each job's keys (in a Secret of its own)"
+                )
+        if values.get("no-root"):
+            self.notes.append(
+                f"{where}: --no-root has no counterpart: the keys are mounted at "
+                f"{values['ssh-key-file-path']} whatever user the container runs as"
+            )
+        if "launcher" not in out:
+            self.problem(
+                where,
+                "the ssh plugin is supported with the mpi plugin, which names the master and "
+                "worker tasks: add mpi: [--master=TASK, --worker=TASK]",
+            )
+            return
+        out.setdefault("mpi", {})["sshAuthMountPath"] = values["ssh-key-file-path"]
 
     def pytorch(
         self, arguments: list[Any], where: str, names: list[Any], out: dict[str, Any]

@@ -69,10 +69,13 @@ def complete_job_manifest(
     A ``kiban/v1`` Job that names no ``spec.workingDir`` runs in ``working_dir`` (default: the
     current directory), where it was submitted from, as Slurm runs jobs. A job (kiban's or a
     Volcano Job) that names no ``spec.queue`` goes to ``queue`` (default: ``$KIBAN_QUEUE``;
-    unset, the server chooses the member's queue). Other documents are returned as they are.
+    unset, the server chooses the member's queue), an MPIJob likewise in its scheduling
+    policy. Other documents are returned as they are.
     """
     spec = manifest.get("spec")
     kind = (manifest.get("apiVersion"), manifest.get("kind"))
+    if kind == ("kubeflow.org/v2beta1", "MPIJob"):
+        return _mpijob_queue(manifest, queue)
     if kind not in (("kiban/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job")):
         return manifest
     if not isinstance(spec, dict):
@@ -84,6 +87,21 @@ def complete_job_manifest(
     if queue and "queue" not in spec:
         added["queue"] = queue
     return {**manifest, "spec": {**spec, **added}} if added else manifest
+
+
+def _mpijob_queue(manifest: dict[str, Any], queue: str | None) -> dict[str, Any]:
+    """An MPIJob names its queue in ``spec.runPolicy.schedulingPolicy.queue``: ``queue``
+    (default ``$KIBAN_QUEUE``) goes there when it names none."""
+    queue = queue or env_value("KIBAN_QUEUE")
+    spec = manifest.get("spec")
+    policy = spec.get("runPolicy", {}) if isinstance(spec, dict) else None
+    scheduling = policy.get("schedulingPolicy", {}) if isinstance(policy, dict) else None
+    if not queue or not isinstance(scheduling, dict) or "queue" in scheduling:
+        return manifest
+    assert isinstance(spec, dict) and isinstance(policy, dict)
+    scheduling = {**scheduling, "queue": queue}
+    policy = {**policy, "schedulingPolicy": scheduling}
+    return {**manifest, "spec": {**spec, "runPolicy": policy}}
 
 
 def _as_document(text: str) -> dict[str, Any] | None:

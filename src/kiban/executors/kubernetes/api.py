@@ -111,6 +111,23 @@ class CoreApi:
     def delete_service(self, namespace: str, name: str) -> None:
         self._core.delete_namespaced_service(name, namespace, _preload_content=False)
 
+    def create_config_map(self, namespace: str, body: Obj) -> Obj:
+        return _json(
+            self._core.create_namespaced_config_map(namespace, body, _preload_content=False)
+        )
+
+    def delete_config_map(self, namespace: str, name: str) -> None:
+        self._core.delete_namespaced_config_map(name, namespace, _preload_content=False)
+
+    def create_secret(self, namespace: str, body: Obj) -> Obj:
+        return _json(self._core.create_namespaced_secret(namespace, body, _preload_content=False))
+
+    def read_secret(self, namespace: str, name: str) -> Obj:
+        return _json(self._core.read_namespaced_secret(name, namespace, _preload_content=False))
+
+    def delete_secret(self, namespace: str, name: str) -> None:
+        self._core.delete_namespaced_secret(name, namespace, _preload_content=False)
+
     def create_pod(self, namespace: str, body: Obj) -> Obj:
         return _json(self._core.create_namespaced_pod(namespace, body, _preload_content=False))
 

@@ -5,7 +5,9 @@ Service (DNS names for the pods; ``MASTER_ADDR`` is replica 0's) unless the atte
 replica, and one pod per replica bound to the node kiban chose (see ``pods`` for why
 ``nodeName``). The Service owns the pods (owner references), and every object carries the job's
 labels, so all of an attempt is found with one selector and deleted together (explicitly: kiban
-does not count on a garbage collector). The log of a pod that ended is kept (``kept_logs``)
+does not count on a garbage collector). An MPI attempt (``launcher: mpirun``) also gets a
+hostfile ConfigMap and an ssh key Secret, and its launcher's pod waits for its workers to run
+(``mpi_objects``). The log of a pod that ended is kept (``kept_logs``)
 before the pod is deleted, in the background, and ``read_log`` serves it after; the log of a
 pod stopped while it runs is followed to its end and kept (``stopping_logs``).
 
@@ -47,6 +49,7 @@ from kiban.executors.base import (
     Offers,
     ReplicaRef,
 )
+from kiban.executors.kubernetes import mpi_objects
 from kiban.executors.kubernetes.api import CoreApi, Obj, connect
 from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs
 from kiban.executors.kubernetes.naming import (
@@ -178,6 +181,12 @@ class KubernetesExecutor:
         self.timed = TimedLogs(self.api, CONTAINER, LOG_REFETCH_S)  # --since, --timestamps
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
+        # MPI launchers whose pods wait for their workers (see mpi_objects): their bodies, the
+        # ones stopped before they were made, and the attempts that have MPI objects
+        self._launchers: dict[tuple[str, str], Obj] = {}
+        self._launchers_stopped: set[tuple[str, str]] = set()
+        self._launchers_made: set[tuple[str, str]] = set()  # gone now: lost, not made again
+        self._mpi_attempts: dict[tuple[str, int], str] = {}  # their namespaces
         self.offers = Offers(logs=self, revisions=self, closing=self, taints=self)
 
     @classmethod
@@ -245,18 +254,30 @@ class KubernetesExecutor:
             raise LaunchError(str(exc)) from None
         # Build every manifest first: a bad spec fails before anything is created.
         bodies = [pod_manifest(request, p, namespace, self.options) for p in request.placements]
+        alone = needs_no_service(request)
+        mpi = mpi_objects.prepare(request, bodies, namespace, self.options.cluster_domain, alone)
         try:
             self._ensure_namespace(namespace)
-            if not needs_no_service(request):
+            if not alone:
                 owner = owner_reference(
                     request.job_id, request.attempt, self._ensure_service(request, namespace)
                 )
                 for body in bodies:
                     body["metadata"]["ownerReferences"] = [owner]
+                if mpi is not None:
+                    mpi.with_owner(owner)
+            deferred = self._create_mpi_objects(request, namespace, mpi, bodies)
+            created = iter(
+                self._create_pods(namespace, [b for i, b in enumerate(bodies) if i != deferred])
+            )
             launched = []
-            for placement, pod in zip(
-                request.placements, self._create_pods(namespace, bodies), strict=True
-            ):
+            for index, placement in enumerate(request.placements):
+                if index == deferred:  # its pod is made once the workers run (observe)
+                    name = bodies[index]["metadata"]["name"]
+                    handle = make_handle(namespace, name, mpi_objects.DEFERRED_UID)
+                    launched.append(LaunchedReplica(placement.rank, self._clock.now(), handle))
+                    continue
+                pod = next(created)
                 self.pods.put(pod)
                 meta = pod["metadata"]
                 handle = make_handle(namespace, meta["name"], meta["uid"])
@@ -265,6 +286,106 @@ class KubernetesExecutor:
             self.abandon(request.job_id, request.attempt)
             raise LaunchError(f"the Kubernetes API refused: {_api_message(exc)}") from None
         return launched
+
+    def _create_mpi_objects(
+        self,
+        request: LaunchRequest,
+        namespace: str,
+        mpi: mpi_objects.MpiAttempt | None,
+        bodies: list[Obj],
+    ) -> int | None:
+        """An MPI attempt's ConfigMap and Secret (those of an earlier try of it are kept), the
+        launcher's body kept to be created later when it has workers to wait for: its index."""
+        if mpi is None:
+            return None
+        deferred = mpi.launcher if mpi.workers else None
+        if deferred is not None:
+            body = bodies[deferred]
+            mpi.keep_launcher(body)
+            with self._lock:
+                self._launchers[(namespace, body["metadata"]["name"])] = body
+        with self._lock:
+            self._mpi_attempts[(request.job_id, request.attempt)] = namespace
+        for create, body in (
+            (self.api.create_config_map, mpi.config_map),
+            (self.api.create_secret, mpi.secret),
+        ):
+            try:
+                create(namespace, body)
+            except ApiException as exc:
+                if exc.status != 409:  # 409: made by an earlier try of this attempt
+                    raise
+        return deferred
+
+    def _observe_launcher(self, replica: ReplicaRef, namespace: str, name: str) -> Observation:
+        """An MPI launcher: its pod once made; before, made now if every worker runs."""
+        with self._lock:
+            self._mpi_attempts[(replica.job_id, replica.attempt)] = namespace
+            stopped = (namespace, name) in self._launchers_stopped
+            made = (namespace, name) in self._launchers_made
+        # the cache only (no read each pass while it waits): a pod it has not seen yet is found
+        # by its creation's 409
+        pod = self.pods.get(namespace, name)
+        if pod is None and stopped:
+            return Observation(running=False, lost=True, message="stopped before it started")
+        if pod is None and made:
+            return observe_pod(None)
+        if pod is None:
+            body = self._launcher_body(replica, namespace, name)
+            if body is None:
+                return Observation(
+                    running=False,
+                    lost=True,
+                    message="its pod was never made: the attempt's MPI Secret is gone",
+                )
+            expected = int(body["metadata"]["annotations"][mpi_objects.WORKERS_ANNOTATION])
+            selector = {JOB_LABEL: job_key(replica.job_id), ATTEMPT_LABEL: str(replica.attempt)}
+            _, ready = mpi_objects.workers_running(
+                self.pods.select(selector), replica.rank, expected
+            )
+            if not ready:
+                return Observation(running=True, message="waiting for its workers to run")
+            pod = self._create_pod(namespace, body)
+            self.pods.put(pod)
+            with self._lock:
+                self._launchers.pop((namespace, name), None)
+                self._launchers_made.add((namespace, name))
+        return observe_pod(pod, node_present=self._node_present(pod), now=self._clock.now())
+
+    def _launcher_body(self, replica: ReplicaRef, namespace: str, name: str) -> Obj | None:
+        """The launcher's pod body: kept since launch, or read from the attempt's Secret (a
+        restarted kiban); None when the Secret is gone."""
+        with self._lock:
+            body = self._launchers.get((namespace, name))
+        if body is not None:
+            return body
+        secret = mpi_objects.secret_name(replica.job_id, replica.attempt)
+        try:
+            body = mpi_objects.launcher_body(self.api.read_secret(namespace, secret))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+        if body is not None:
+            with self._lock:
+                self._launchers[(namespace, name)] = body
+        return body
+
+    def _delete_mpi_objects(self, job_id: str, attempt: int, namespace: str) -> None:
+        """An MPI attempt's ConfigMap and Secret (none for other attempts: no call made)."""
+        with self._lock:
+            if self._mpi_attempts.pop((job_id, attempt), None) is None:
+                return
+        _ignore_gone(
+            self.api.delete_config_map, namespace, mpi_objects.config_map_name(job_id, attempt)
+        )
+        _ignore_gone(self.api.delete_secret, namespace, mpi_objects.secret_name(job_id, attempt))
+        prefix = f"{service_name(job_id, attempt)}-"  # its pods' names: the launcher's is one
+        with self._lock:  # with its Secret gone, a launcher not made is lost, never made
+            for key in [k for k in self._launchers if k[1].startswith(prefix)]:
+                del self._launchers[key]
+            for held in (self._launchers_stopped, self._launchers_made):
+                held -= {k for k in held if k[1].startswith(prefix)}
 
     def _ensure_namespace(self, namespace: str) -> None:
         if namespace in self._namespaces:
@@ -328,6 +449,8 @@ class KubernetesExecutor:
         pod = self.pods.get(namespace, name)
         if pod is None:
             pod = self._read(namespace, name)  # not in the cache yet, or gone: ask
+        if uid == mpi_objects.DEFERRED_UID:  # an MPI launcher: its pod, whenever it was made
+            return namespace, name, pod["metadata"]["uid"] if pod else uid, pod
         if pod is not None and pod["metadata"].get("uid") != uid:
             pod = None  # another pod of the same name: ours is gone
         return namespace, name, uid, pod
@@ -341,6 +464,9 @@ class KubernetesExecutor:
             raise
 
     def observe(self, replica: ReplicaRef) -> Observation:
+        if replica.handle is not None and mpi_objects.is_deferred(replica.handle):
+            namespace, name, _ = parse_handle(replica.handle)
+            return self._observe_launcher(replica, namespace, name)
         found = self._pod(replica)
         if found is None:
             return Observation(running=False, lost=True, message="no pod was recorded for it")
@@ -425,6 +551,10 @@ class KubernetesExecutor:
         if found is None:
             return
         namespace, name, uid, pod = found
+        if replica.handle is not None and mpi_objects.is_deferred(replica.handle):
+            with self._lock:  # not to be made after this, whatever its workers do
+                self._launchers_stopped.add((namespace, name))
+                self._launchers.pop((namespace, name), None)
         if pod is not None and not force:
             phase = (pod.get("status") or {}).get("phase")
             if phase in TERMINAL_PHASES or pod["metadata"].get("deletionTimestamp"):
@@ -448,6 +578,7 @@ class KubernetesExecutor:
                 self._in_background(self._end_attempt, replica, namespace, service)
             else:
                 _ignore_gone(self.api.delete_service, namespace, service)
+                self._delete_mpi_objects(replica.job_id, replica.attempt, namespace)
 
     def _in_background(self, task: Callable[..., None], *args: Any) -> None:
         if self._keeper is None:
@@ -467,6 +598,7 @@ class KubernetesExecutor:
             if _ended(pod):
                 self._keep(replica.job_id, pod)
         _ignore_gone(self.api.delete_service, namespace, service)
+        self._delete_mpi_objects(replica.job_id, replica.attempt, namespace)
 
     def _keep(self, job_id: str, pod: Obj) -> None:
         """Keep the log of a pod that ended (once; nothing when its node serves no log)."""
@@ -486,10 +618,14 @@ class KubernetesExecutor:
 
     def abandon(self, job_id: str, attempt: int) -> None:
         """Delete every pod and the Service of one attempt, found by their labels (the logs of
-        pods that ended kept first)."""
+        pods that ended kept first), and an MPI attempt's ConfigMap and Secret by name in the
+        namespace of its pods (none is listed: kiban may not list Secrets)."""
         selector = attempt_selector(job_id, attempt)
+        namespaces = set()
         for pod in self.api.list_pods(label_selector=selector).get("items") or []:
             meta = pod["metadata"]
+            if mpi_objects.is_mpi_pod(pod):
+                namespaces.add(meta["namespace"])
             if self.kept is not None and _ended(pod):
                 self._keep(job_id, pod)
             present = self._node_present(pod)
@@ -500,6 +636,12 @@ class KubernetesExecutor:
         for service in self.api.list_services(selector):
             meta = service["metadata"]
             _ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
+        with self._lock:
+            known = self._mpi_attempts.get((job_id, attempt))
+        for namespace in sorted(namespaces | ({known} if known else set())):
+            with self._lock:
+                self._mpi_attempts[(job_id, attempt)] = namespace  # or made before a restart
+            self._delete_mpi_objects(job_id, attempt, namespace)
 
     def attempts(self) -> set[tuple[str, int]]:
         """The attempts of kiban's pods in kiban's namespaces, by their job id annotation."""
