@@ -21,20 +21,6 @@ HOSTS = ["w-1.svc.ns.svc.cluster.local", "w-2.svc.ns.svc.cluster.local"]
 
 
 @pytest.mark.parametrize(
-    ("implementation", "text"),
-    [
-        (MpiImplementation.OPEN_MPI, f"{HOSTS[0]} slots=4\n{HOSTS[1]} slots=4\n"),
-        (MpiImplementation.MPICH, f"{HOSTS[0]}:4\n{HOSTS[1]}:4\n"),
-        (MpiImplementation.INTEL, f"{HOSTS[0]}:4\n{HOSTS[1]}:4\n"),
-    ],
-)
-def test_the_hostfile_lists_each_worker_with_its_slots(
-    implementation: MpiImplementation, text: str
-) -> None:
-    assert mpi_objects.hostfile_text(HOSTS, 4, implementation) == text
-
-
-@pytest.mark.parametrize(
     ("implementation", "hostfile_variable"),
     [
         (MpiImplementation.OPEN_MPI, "OMPI_MCA_orte_default_hostfile"),

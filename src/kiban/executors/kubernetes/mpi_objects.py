@@ -23,9 +23,8 @@ restarted control plane finds it there: it holds the job's API token) and ``obse
 it once the workers run. A launcher made whose pod is gone is lost, not made again (known in
 memory: one deleted while kiban was down would be made again).
 
-The hostfile text and the launcher's variables are written here for now; the executor-neutral
-``executors/mpi_launch`` (written beside the local executor's MPI, on another branch) is to
-replace ``hostfile_text`` and the hostfile part of ``launcher_environment`` once both are in.
+The hostfile's text, the slots and the hostfile's variables are ``executors.mpi_launch``'s, as
+the local executor's; only ssh's retries and ``MPI_HOST`` are Kubernetes' own.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from kiban.domain.mpi import MpiImplementation, MpiSpec
+from kiban.executors import mpi_launch
 from kiban.executors.base import LaunchRequest
 from kiban.executors.kubernetes.naming import (
     JOB_ID_ANNOTATION,
@@ -86,33 +86,17 @@ def replica_host(job_id: str, attempt: int, rank: int, namespace: str, domain: s
     return f"{pod_name(job_id, attempt, rank)}.{service}.{namespace}.svc.{domain}"
 
 
-def hostfile_text(hosts: list[str], slots: int, implementation: MpiImplementation) -> str:
-    """One line per host with its slots: ``host slots=N`` (Open MPI), ``host:N`` (MPICH and
-    Intel MPI's Hydra)."""
-    if implementation is MpiImplementation.OPEN_MPI:
-        return "".join(f"{host} slots={slots}\n" for host in hosts)
-    return "".join(f"{host}:{slots}\n" for host in hosts)
-
-
 def launcher_environment(implementation: MpiImplementation, hosts: list[str]) -> dict[str, str]:
-    """What the launcher is told: where the hostfile is and that ssh retries, in the
-    implementation's variables, and the workers' names (``MPI_HOST``)."""
-    hostfile = f"{CONFIG_MOUNT}/{HOSTFILE}"
-    env = {HOST_ENV: ",".join(hosts)}
+    """What the launcher is told: where the hostfile is (``mpi_launch``'s variables), that ssh
+    retries while worker DNS names appear, and the workers' names (``MPI_HOST``)."""
+    env = mpi_launch.launcher_environment(implementation, f"{CONFIG_MOUNT}/{HOSTFILE}")
+    env[HOST_ENV] = ",".join(hosts)
     if implementation is MpiImplementation.OPEN_MPI:
-        env |= {
-            "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
-            "OMPI_MCA_orte_default_hostfile": hostfile,
-            "PRTE_MCA_prte_default_hostfile": hostfile,  # Open MPI 5's runtime
-            "OMPI_MCA_plm_rsh_args": SSH_RETRIES,
-        }
+        env["OMPI_MCA_plm_rsh_args"] = SSH_RETRIES
     elif implementation is MpiImplementation.INTEL:
-        env |= {
-            "I_MPI_HYDRA_HOST_FILE": hostfile,
-            "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": SSH_RETRIES,
-        }
+        env["I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS"] = SSH_RETRIES
     else:
-        env |= {"HYDRA_HOST_FILE": hostfile, "HYDRA_LAUNCH_EXTRA_ARGS": SSH_RETRIES}
+        env["HYDRA_LAUNCH_EXTRA_ARGS"] = SSH_RETRIES
     return env
 
 
@@ -183,12 +167,7 @@ def prepare(
         else replica_host(request.job_id, request.attempt, p.rank, namespace, domain)
         for p in workers
     ]
-    ranks_task = next(  # the workers', or the launcher's when it holds the ranks alone
-        (t for t in spec.tasks if t.name == mpi.worker_task),
-        next(t for t in spec.tasks if t.name == mpi.launcher_task),
-    )
-    gpus = ranks_task.resources.gpu
-    slots = mpi.slots_per_worker or gpus or 1
+    slots = mpi_launch.slots_per_worker(spec)
     labels = job_labels(request.job_id, request.tenant, request.attempt)
     annotations = {JOB_ID_ANNOTATION: request.job_id}
 
@@ -203,7 +182,11 @@ def prepare(
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": meta(config),
-            "data": {HOSTFILE: hostfile_text(hosts, slots, mpi.implementation)},
+            "data": {
+                HOSTFILE: mpi_launch.hostfile_text(
+                    mpi.implementation, [mpi_launch.MpiHost(host, slots) for host in hosts]
+                )
+            },
         },
         secret={
             "apiVersion": "v1",
