@@ -34,7 +34,7 @@ from kiban.domain.node_affinity import (
 )
 from kiban.domain.quantity import parse_cpu_millis, parse_duration, parse_memory
 from kiban.scheduler.node_match import NodeConstraint, NodePreference
-from kiban.scheduler.snapshot import TaskDemand
+from kiban.scheduler.snapshot import TaskDemand, extended_of
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -456,6 +456,7 @@ def task_demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDem
             t.node_constraint() if node_constraints else None,
             t.node_preference() if node_constraints else None,
             t.max_replicas_per_node,
+            extended_of(t.resources.extended),
         )
         for t in spec.tasks
     )

@@ -26,6 +26,7 @@ from kiban.scheduler.snapshot import (
     QueueView,
     RunningJob,
     Snapshot,
+    extended_of,
 )
 
 
@@ -87,7 +88,7 @@ class Cycle:
     _cohorts: dict[str, list[QueueView]] | None = None
     cache: CapacityCache = field(default_factory=CapacityCache)
     _empty: EmptyCluster | None = None
-    _queue_terms: dict[str, tuple[str, tuple[str, ...], tuple[int | None, ...]]] = field(
+    _queue_terms: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = field(
         default_factory=dict
     )
 
@@ -207,12 +208,19 @@ class Cycle:
         it has started, so that no other job of this cycle borrows what was freed for it."""
         for victim in victims:
             self.quota.give(victim.queue, flavor, victim.flavor_gpus.get(flavor, 0))
+            if victim.flavor_extended:
+                given = victim.flavor_extended.get(flavor, ())
+                self.quota.give_extended(victim.queue, flavor, given)
         self.quota.take(job.queue, flavor, job.total_gpus)
+        self.quota.take_extended(job.queue, flavor, job.total_extended)
 
     def admit(self, job: PendingJob, flavor: str) -> None:
         """Count an admitted job: its quota on the flavor and its charge to its tenant's
         standing (its placement has already taken the capacity)."""
         self.quota.take(job.queue, flavor, job.total_gpus)
+        extended = job.total_extended
+        if extended:
+            self.quota.take_extended(job.queue, flavor, extended)
         self._charged[job.tenant] = self._charged.get(job.tenant, 0.0) + self.charge(job)
 
     def add_reservation(self, reservation: Reservation) -> None:
@@ -288,7 +296,13 @@ class Cycle:
         if terms is None:
             flavors = self.flavors_for(queue)
             known = queue.name in self.quota.queues
-            ceilings = tuple(self.quota.ceiling(queue.name, f) if known else None for f in flavors)
+            ceilings: tuple[object, ...] = tuple(
+                self.quota.ceiling(queue.name, f) if known else None for f in flavors
+            )
+            if queue.extended_nominal:  # its limits of extended resources decide too
+                ceilings += tuple(
+                    extended_of(self.quota.extended_nominal(queue.name, f)) for f in flavors
+                )
             terms = self._queue_terms[queue.name] = (queue.name, flavors, ceilings)
         asked = (terms, job.tasks, job.gang_size, job.topology)
         return empty.remembered(

@@ -177,7 +177,9 @@ def check_against_cluster(
     )
     flavors = usable_flavors(view, under.flavors)
     reason = never_fits(job, view, flavors, under.cluster, under.quota)
-    if reason is not None:
+    # A resource no node advertises yet may come (a device plugin registering, a node joining):
+    # the job waits, and its reason names the resource (and a close advertised name).
+    if reason is not None and reason.details.get("limit") != Limit.UNADVERTISED:
         raise invalid(_field_at_fault(manifest, reason.details), reason.message)
     if spec.launcher == "torchrun" and Capability.TORCHRUN not in facts.capabilities:
         raise invalid("spec.launcher", "torchrun is not available here (is PyTorch installed?)")
@@ -204,6 +206,8 @@ def _field_at_fault(manifest: JobManifest, details: Mapping[str, Any]) -> str:
         return f"{where}.maxReplicasPerNode"
     if limit is Limit.NODE_CONSTRAINT:
         return f"{where}.nodeSelector" if task.node_selector else f"{where}.affinity"
+    if limit is Limit.NODE_SIZE and "resource" in details:
+        return f"{where}.resources.{details['resource']}"
     if limit is Limit.NODE_SIZE:
         largest = details.get("largest") or {}
         for name, asked, have in (
