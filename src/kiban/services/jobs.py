@@ -33,7 +33,14 @@ from kiban.scheduler.feasibility import (
 )
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import counted
-from kiban.scheduler.snapshot import FlavorView, NodeView, PendingJob, QueueView, TopologyRequest
+from kiban.scheduler.snapshot import (
+    NO_AMOUNTS,
+    FlavorView,
+    NodeView,
+    PendingJob,
+    QueueView,
+    TopologyRequest,
+)
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
@@ -95,6 +102,7 @@ class _PolicyFacts:
                 labels=n.labels,
                 flavor=policy.flavor_of(n.labels),
                 topology=policy.topology_path(n.labels),
+                extended=dict(n.extended) if n.extended else NO_AMOUNTS,
             )
             for n in nodes
         ]
@@ -117,6 +125,7 @@ def _queue_view(queue: QueueDecl, policy: ClusterPolicy) -> QueueView:
         cohort=None if queue.cohort is None else policy.sharing_cohort(queue.cohort),
         borrowing_limit=queue.borrowing,
         lending_limit=queue.lending,
+        extended_nominal=queue.extended_nominal,
     )
 
 

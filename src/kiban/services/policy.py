@@ -403,12 +403,19 @@ def _per_flavor(amounts: dict[str, int]) -> dict[str, Any]:
     return {flavor: {"gpu": gpus} for flavor, gpus in amounts.items()}
 
 
+def _with_extended(quota: dict[str, Any], decl: QueueDecl) -> dict[str, Any]:
+    """The quota with the extended resources it names beside each flavor's GPUs."""
+    for flavor, resources in decl.extended_nominal.items():
+        quota[flavor] = {**quota.get(flavor, {"gpu": 0}), **resources}
+    return quota
+
+
 def _queue_values(decl: QueueDecl) -> dict[str, Any]:
     nominal = decl.nominal
     return {
         "tenant": decl.tenant,
         "cohort": decl.cohort,
-        "quota": None if nominal is None else _per_flavor(nominal),
+        "quota": None if nominal is None else _with_extended(_per_flavor(nominal), decl),
         "borrowing_limit": _per_flavor(decl.borrowing),
         "lending_limit": _per_flavor(decl.lending),
         "strategy": decl.strategy,
