@@ -66,7 +66,7 @@ def test_jobs_go_where_the_resource_is_free_and_the_snapshot_counts_it(
     job = get(platform, third)
     assert job.state == "Pending"
     assert job.reason_code == "InsufficientCapacity"
-    assert "0 nvidia.com/hostdev free of the 1 nvidia.com/hostdev needed" in job.reason_message
+    assert "0 nvidia.com/hostdev free of the 1 nvidia.com/hostdev needed" in str(job.reason_message)
 
 
 def test_a_resource_no_node_advertises_waits_naming_the_close_one(platform: Platform) -> None:
@@ -76,6 +76,6 @@ def test_a_resource_no_node_advertises_waits_naming_the_close_one(platform: Plat
     job = get(platform, job_id)
     assert job.state == "Pending"
     assert job.reason_code == "Unschedulable"
-    assert "no node advertises nvidia.com/hostdevs (did you mean nvidia.com/hostdev?)" in (
+    assert "no node advertises nvidia.com/hostdevs (did you mean nvidia.com/hostdev?)" in str(
         job.reason_message
     )
