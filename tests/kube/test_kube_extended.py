@@ -87,6 +87,13 @@ def rdma_job(name: str, replicas: int, **task: Any) -> dict[str, Any]:
     return document
 
 
+def running_pods(core: Any, job_id: str, count: int) -> list[Any] | None:
+    """The job's pods once ``count`` of them run (None before)."""
+    pods = job_pods(core, job_id)
+    running = len(pods) == count and all(p.status.phase == "Running" for p in pods)
+    return pods if running else None
+
+
 def test_discovery_quota_placement_and_pod_limits(
     platform: Platform, core: Any, rdma_nodes: list[str]
 ) -> None:
@@ -95,15 +102,7 @@ def test_discovery_quota_placement_and_pod_limits(
     assert node_row(platform, "kwok-node-0000").extended == {}
 
     pair = submit(platform, rdma_job("pair", 2))
-    pods = eventually(
-        lambda: (
-            (p := job_pods(core, pair))
-            and len(p) == 2
-            and all(x.status.phase == "Running" for x in p)
-            and p
-        ),
-        what="2 running pods of the RDMA job",
-    )
+    pods = eventually(lambda: running_pods(core, pair, 2), what="2 running pods of the RDMA job")
     assert sorted(p.spec.node_name for p in pods) == sorted(rdma_nodes)
     for pod in pods:
         resources = pod.spec.containers[0].resources
@@ -135,10 +134,7 @@ def test_the_oke_rdma_pod_fields_reach_the_pods(platform: Platform, core: Any) -
             annotations={"kiban.dev/sim-duration": "1h", MULTUS: "sriov-rdma-vf,sriov-rdma-vf"},
         ),
     )
-    (pod,) = eventually(
-        lambda: (p := job_pods(core, job_id)) and p[0].status.phase == "Running" and p,
-        what="the NCCL pod running",
-    )
+    (pod,) = eventually(lambda: running_pods(core, job_id, 1), what="the NCCL pod running")
     container = pod.spec.containers[0]
     assert container.security_context.capabilities.add == ["IPC_LOCK"]
     (shm,) = [v for v in pod.spec.volumes if v.name == "shm"]
