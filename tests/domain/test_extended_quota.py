@@ -139,3 +139,13 @@ def test_a_bad_node_resource_names_its_field(resources: dict[str, Any], message:
     (problem,) = caught.value.problems
     assert problem.field == "nodes[0].resources"
     assert message in problem.message
+
+
+def test_the_local_executor_reports_what_the_cluster_files_nodes_advertise(tmp_path: Any) -> None:
+    from kiban.server import ServerOptions, local_nodes
+
+    config = parse_cluster_config(
+        {"nodes": [{"name": "dgx-0", "gpus": 8, "resources": {"nvidia.com/hostdev": 8}}]}
+    )
+    (node,) = local_nodes(ServerOptions(home=tmp_path, config=config))
+    assert node.extended == {"nvidia.com/hostdev": 8}
