@@ -129,7 +129,7 @@ class CapacityIndex:
             and old.gpus == new.gpus
             and old.cpu_millis == new.cpu_millis
             and old.memory == new.memory
-            and old.extended == new.extended
+            and (old.extended is new.extended or old.extended == new.extended)
         )
         if not same_shape:
             self.remove(old.name)

@@ -149,7 +149,8 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
         for queue, gpus in given_quota.items():
             cycle.quota.take(queue, flavor, gpus)
         for victim, _ground in chosen:  # the spared ones took theirs back already
-            cycle.quota.take_extended(victim.queue, flavor, _extended(victim, flavor))
+            if victim.flavor_extended:
+                cycle.quota.take_extended(victim.queue, flavor, _extended(victim, flavor))
     return None
 
 
@@ -162,7 +163,8 @@ def _release(cycle: Cycle, victim: RunningJob, flavor: str, given: dict[str, int
     gpus = victim.flavor_gpus.get(flavor, 0)
     cycle.quota.give(victim.queue, flavor, gpus)
     given[victim.queue] = given.get(victim.queue, 0) + gpus
-    cycle.quota.give_extended(victim.queue, flavor, _extended(victim, flavor))
+    if victim.flavor_extended:
+        cycle.quota.give_extended(victim.queue, flavor, _extended(victim, flavor))
 
 
 def _extended(victim: RunningJob, flavor: str) -> Extended:
@@ -177,7 +179,8 @@ def _fit(
     overlay = cycle.overlays[flavor]
     if not could_fit(job, overlay) or not cycle.quota.check(job.queue, flavor, job.total_gpus).fits:
         return None
-    if not cycle.quota.check_extended(job.queue, flavor, job.total_extended).fits:
+    extended = job.total_extended
+    if extended and not cycle.quota.check_extended(job.queue, flavor, extended).fits:
         return None
     with overlay.transaction():  # the placement is a what-if too: undone on exit
         attempt = cycle.try_place(job, flavor, allow)
@@ -210,11 +213,12 @@ def _spare_the_unneeded(
                     replica.extended,
                 )
             cycle.quota.take(victim.queue, flavor, gpus)
-            cycle.quota.take_extended(victim.queue, flavor, _extended(victim, flavor))
+            held = _extended(victim, flavor)
+            cycle.quota.take_extended(victim.queue, flavor, held)
             without = _fit(cycle, job, flavor, allow)
             if without is None:
                 cycle.quota.give(victim.queue, flavor, gpus)
-                cycle.quota.give_extended(victim.queue, flavor, _extended(victim, flavor))
+                cycle.quota.give_extended(victim.queue, flavor, held)
                 continue  # needed: the transaction gives its capacity back on exit
             tx.commit()
         given[victim.queue] -= gpus

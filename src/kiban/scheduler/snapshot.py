@@ -21,8 +21,20 @@ NO_AMOUNTS: Mapping[str, int] = MappingProxyType({})
 """The extended resources of a node that advertises none (shared: most nodes)."""
 
 
+NO_HOLDINGS: Mapping[str, Extended] = MappingProxyType({})
+NO_LIMITS: Mapping[str, Mapping[str, int]] = MappingProxyType({})
+
+
 def _no_amounts() -> Mapping[str, int]:
     return NO_AMOUNTS
+
+
+def _no_holdings() -> Mapping[str, Extended]:
+    return NO_HOLDINGS
+
+
+def _no_limits() -> Mapping[str, Mapping[str, int]]:
+    return NO_LIMITS
 
 
 def extended_of(amounts: Mapping[str, int]) -> Extended:
@@ -126,8 +138,8 @@ class QueueView:
     borrowing_limit: Mapping[str, int] = field(default_factory=dict)
     lending_limit: Mapping[str, int] = field(default_factory=dict)
     weight: float = 1.0
-    extended_nominal: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    extended_used: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    extended_nominal: Mapping[str, Mapping[str, int]] = field(default_factory=_no_limits)
+    extended_used: Mapping[str, Mapping[str, int]] = field(default_factory=_no_limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +253,7 @@ class RunningJob:
     stopping: bool = False  # being stopped (cancel, failure, preemption): never a victim
     attained_service: float = 0.0  # GPU-seconds it ran before this attempt
     tasks: tuple[TaskDemand, ...] = ()  # as it asked when admitted (empty: not known)
-    flavor_extended: Mapping[str, Extended] = field(default_factory=dict)  # charged per flavor
+    flavor_extended: Mapping[str, Extended] = field(default_factory=_no_holdings)  # per flavor
 
     @property
     def gpus(self) -> int:
