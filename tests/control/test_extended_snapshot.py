@@ -5,6 +5,7 @@ them start only where enough are free, and the snapshot counts what running repl
 from __future__ import annotations
 
 import pytest
+from fastapi.testclient import TestClient
 from loop_support import get
 
 from kiban.control.snapshot_builder import SpecCache, build_snapshot
@@ -79,3 +80,9 @@ def test_a_resource_no_node_advertises_waits_naming_the_close_one(platform: Plat
     assert "no node advertises nvidia.com/hostdevs (did you mean nvidia.com/hostdev?)" in str(
         job.reason_message
     )
+
+
+def test_the_nodes_listing_shows_what_each_node_advertises(api: TestClient) -> None:
+    listed = {n["name"]: n for n in api.get("/api/v1/nodes").json()}
+    assert listed["rdma-0"]["extended"] == {HOSTDEV: 2}
+    assert listed["plain"]["extended"] == {}

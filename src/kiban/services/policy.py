@@ -427,6 +427,8 @@ def describe_queue(decl: QueueDecl) -> str:
     """``quota h100:16 a100:8, cohort research, BestEffortFIFO``."""
     nominal = decl.nominal
     quota = "none" if nominal is None else " ".join(f"{f}:{n}" for f, n in nominal.items())
+    for flavor, resources in decl.extended_nominal.items():
+        quota += "".join(f" {flavor}:{name}={amount}" for name, amount in resources.items())
     parts = [f"quota {quota or '0'}"]
     if decl.cohort:
         parts.append(f"cohort {decl.cohort}")
