@@ -303,3 +303,20 @@ def test_cached_index_follows_what_is_free() -> None:
     assert waiting(schedule(busy, cache=cache), "j")[0] is ReasonCode.INSUFFICIENT_CAPACITY
     idle = snapshot(nodes=nodes, pending=[job("j").replicas(1, gpu=1, extended={HOSTDEV: 8})])
     assert placed(schedule(idle, cache=cache), "j") == ["node-0"]
+
+
+def test_a_job_that_fails_for_want_of_a_resource_does_not_hold_up_one_that_needs_none() -> None:
+    """The cycle's memo of failed shapes keeps jobs apart by the extended resources they ask
+    for: the same GPUs without the NICs may well fit."""
+    snap = snapshot(
+        nodes=cluster().node("rdma", gpus=8, extended={HOSTDEV: 8}).node("plain", gpus=8),
+        running=[running("old").on("rdma", gpus=1, extended={HOSTDEV: 8})],
+        pending=[
+            job("nics").replicas(1, gpu=1, extended={HOSTDEV: 8}).submitted(1),
+            job("plain").replicas(1, gpu=1).submitted(2),
+        ],
+        queues=[queue("default").best_effort()],
+    )
+    decisions = schedule(snap)
+    assert waiting(decisions, "nics")[0] is ReasonCode.INSUFFICIENT_CAPACITY
+    assert placed(decisions, "plain") == ["rdma"]

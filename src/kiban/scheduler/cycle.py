@@ -21,6 +21,7 @@ from kiban.scheduler.policy import Policy
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import PendingReason
 from kiban.scheduler.snapshot import (
+    Extended,
     FlavorView,
     PendingJob,
     QueueView,
@@ -76,7 +77,7 @@ class Cycle:
     _reserved_by: dict[str, str] = field(default_factory=dict, init=False)
     _victims: set[str] = field(default_factory=set, init=False)
     _preemption_searches: int = field(default=0, init=False)
-    _failed_shapes: dict[tuple[str, NodeConstraint | None], list[_Shape]] = field(
+    _failed_shapes: dict[tuple[str, NodeConstraint | None, Extended], list[_Shape]] = field(
         default_factory=dict, init=False
     )
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
@@ -344,8 +345,10 @@ class Cycle:
         return (task.gpu, task.cpu_millis, task.memory, job.gang_size, spread)
 
     def _failed(self, job: PendingJob, flavor: str) -> list[_Shape]:
-        """The shapes that failed on the flavor among jobs limited to the same nodes."""
-        return self._failed_shapes.setdefault((flavor, job.tasks[0].nodes), [])
+        """The shapes that failed on the flavor among jobs limited to the same nodes and asking
+        for the same extended resources (the same GPUs without them may fit)."""
+        task = job.tasks[0]
+        return self._failed_shapes.setdefault((flavor, task.nodes, task.extended), [])
 
     def known_not_to_fit(self, job: PendingJob, flavor: str) -> bool:
         """A gang at least as large as one that already failed this cycle cannot fit either.
