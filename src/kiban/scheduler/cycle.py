@@ -213,7 +213,9 @@ class Cycle:
                 given = victim.flavor_extended.get(flavor, ())
                 self.quota.give_extended(victim.queue, flavor, given)
         self.quota.take(job.queue, flavor, job.total_gpus)
-        self.quota.take_extended(job.queue, flavor, job.total_extended)
+        extended = job.total_extended
+        if extended:
+            self.quota.take_extended(job.queue, flavor, extended)
 
     def admit(self, job: PendingJob, flavor: str) -> None:
         """Count an admitted job: its quota on the flavor and its charge to its tenant's

@@ -59,8 +59,9 @@ class QuotaBook:
         self._ceilings: dict[tuple[str, str], int | None] = {}
         self._extended_used: dict[tuple[str, str], dict[str, int]] = {}
         for q in self.queues.values():
-            for flavor, amounts in q.extended_used.items():
-                self._extended_used[(q.name, flavor)] = dict(amounts)
+            if q.extended_used:  # most queues' jobs hold none
+                for flavor, amounts in q.extended_used.items():
+                    self._extended_used[(q.name, flavor)] = dict(amounts)
             for flavor, gpus in q.used.items():
                 self._used[(q.name, flavor)] = gpus
             if q.cohort is None:
