@@ -130,7 +130,15 @@ class Platform:
         with self.sessions() as session:
             rows = session.scalars(select(Node)).all()
             nodes = tuple(
-                NodeInfo(n.name, n.gpus, n.cpu_millis, n.memory, dict(n.labels or {})) for n in rows
+                NodeInfo(
+                    n.name,
+                    n.gpus,
+                    n.cpu_millis,
+                    n.memory,
+                    dict(n.labels or {}),
+                    extended=dict(n.extended or {}),
+                )
+                for n in rows
             )
         capabilities = self.executor.capabilities
         if nodes == self.facts.nodes and capabilities == self.facts.capabilities:

@@ -98,6 +98,7 @@ def local_nodes(options: ServerOptions) -> list[NodeInfo]:
                 cpu_millis=n.cpus,
                 memory=n.memory,
                 labels={"kubernetes.io/hostname": n.name, **n.labels},
+                extended=dict(n.resources),
             )
             for n in options.config.nodes
         ]

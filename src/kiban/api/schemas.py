@@ -194,6 +194,7 @@ class NodeOut(ApiModel):
     cordoned: bool
     cordon_source: str = ""
     conditions: list[ConditionSummaryOut] = Field(default_factory=list)
+    extended: dict[str, int] = Field(default_factory=dict)  # extended resources it advertises
 
 
 class TenantOut(ApiModel):
@@ -428,6 +429,7 @@ def node_out(n: Node, gpus_in_use: int, conditions: Sequence[NodeCondition] = ()
         health_message=n.health_message,
         cordoned=n.cordoned,
         cordon_source=n.cordon_source or "",
+        extended=dict(n.extended or {}),
         conditions=[
             ConditionSummaryOut(
                 type=CheckType(c.type), status=ConditionStatus(c.status), reason=c.reason

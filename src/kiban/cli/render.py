@@ -387,6 +387,15 @@ def conditions_text(conditions: list[dict[str, Any]]) -> str:
     return ",".join(shown) or "ok"
 
 
+def extended_text(amounts: dict[str, int]) -> str:
+    """``nvidia.com/hostdev=8,hugepages-2Mi=4 GiB``; ``-`` for none."""
+    shown = [
+        f"{name}={units.size(amount) if name.startswith('hugepages-') else amount}"
+        for name, amount in sorted(amounts.items())
+    ]
+    return ",".join(shown) or "-"
+
+
 def nodes_table(nodes: list[dict[str, Any]], wide: bool = False) -> Table:
     """One row per node, its health checks' conditions that are not False among its columns;
     ``wide`` adds its free GPUs and its health message."""
@@ -396,6 +405,9 @@ def nodes_table(nodes: list[dict[str, Any]], wide: bool = False) -> Table:
     columns = ["NODE", "GPUS", "IN USE", "CPUS", "MEMORY", "STATUS", "CONDITIONS", "LABELS"]
     if wide:
         columns += ["FREE", "HEALTH"]
+    extended = any(n.get("extended") for n in nodes)
+    if extended:  # only where some node advertises extended resources
+        columns.append("RESOURCES")
     for column in columns:
         table.add_column(column)
     for n in nodes:
@@ -412,6 +424,8 @@ def nodes_table(nodes: list[dict[str, Any]], wide: bool = False) -> Table:
         ]
         if wide:
             row += [max(n["gpus"] - n["gpusInUse"], 0), n.get("healthMessage") or "-"]
+        if extended:
+            row.append(extended_text(n.get("extended") or {}))
         table.add_row(*cells(*row))
     return table
 

@@ -17,6 +17,8 @@ from kiban.domain.states import JobState
 from kiban.scheduler.node_match import excluding
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import (
+    NO_EXTENDED,
+    Extended,
     NodeView,
     PendingJob,
     QueueView,
@@ -26,6 +28,7 @@ from kiban.scheduler.snapshot import (
     Snapshot,
     TaskDemand,
     TopologyRequest,
+    extended_of,
     node_view,
 )
 from kiban.services.quota_ledger import queue_view
@@ -179,13 +182,19 @@ def build_snapshot(
     used_gpus: dict[str, set[int]] = {}
     used_cpu: dict[str, int] = {}
     used_memory: dict[str, int] = {}
+    used_extended: dict[str, dict[str, int]] = {}
     queue_used: dict[str, dict[str, int]] = {}
+    queue_extended: dict[str, dict[str, dict[str, int]]] = {}
     by_queue: dict[str, list[RunningJob]] = {}  # handed to the core: it need not regroup them
     for job in running:
         for r in job.replicas:
             used_gpus.setdefault(r.node, set()).update(r.gpu_ids)
             used_cpu[r.node] = used_cpu.get(r.node, 0) + r.cpu_millis
             used_memory[r.node] = used_memory.get(r.node, 0) + r.memory
+            if r.extended:
+                on_node = used_extended.setdefault(r.node, {})
+                for name, amount in r.extended:
+                    on_node[name] = on_node.get(name, 0) + amount
         per_flavor = queue_used.get(job.queue)
         if per_flavor is None:
             per_flavor = queue_used[job.queue] = {}
@@ -194,6 +203,10 @@ def build_snapshot(
             by_queue[job.queue].append(job)
         for flavor, gpus in job.flavor_gpus.items():
             per_flavor[flavor] = per_flavor.get(flavor, 0) + gpus
+        for flavor, held in job.flavor_extended.items():
+            in_flavor = queue_extended.setdefault(job.queue, {}).setdefault(flavor, {})
+            for name, amount in held:
+                in_flavor[name] = in_flavor.get(name, 0) + amount
     stopping = tuple(job for job in running if job.preempted_by is not None)
 
     views = views or NodeViews()
@@ -222,11 +235,16 @@ def build_snapshot(
                     unschedulable_reason=reason,
                     flavor=flavor_of[row.name],
                     topology=policy.topology_path(row.labels or {}),
+                    extended=row.extended or None,
+                    used_extended=used_extended.get(row.name),
                 )
             )
         )
     queue_rows = list(session.scalars(select(Queue).order_by(Queue.name)))
-    queues = tuple(queue_view(q, policy, queue_used.get(q.name)) for q in queue_rows)
+    queues = tuple(
+        queue_view(q, policy, queue_used.get(q.name), queue_extended.get(q.name))
+        for q in queue_rows
+    )
     pending = _pending_jobs(
         session,
         specs,
@@ -262,14 +280,23 @@ def _running_jobs(
     now: float,
 ) -> tuple[RunningJob, ...]:
     replicas: dict[str, list[RunningReplica]] = {}
-    for job_id, node, gpu_ids, cpu, memory in session.execute(
-        select(Replica.job_id, Replica.node, Replica.gpu_ids, Replica.cpu_millis, Replica.memory)
+    tasks: dict[str, list[str]] = {}  # job -> each replica's task, in the same order
+    for job_id, node, gpu_ids, cpu, memory, task in session.execute(
+        select(
+            Replica.job_id,
+            Replica.node,
+            Replica.gpu_ids,
+            Replica.cpu_millis,
+            Replica.memory,
+            Replica.task,
+        )
         .where(Replica.active.is_(True))
         .order_by(Replica.job_id, Replica.rank)
     ).all():
         replicas.setdefault(job_id, []).append(
             RunningReplica(node, tuple(gpu_ids or ()), cpu, memory)
         )
+        tasks.setdefault(job_id, []).append(task)
     if not replicas:
         return ()
     rows = session.execute(
@@ -294,6 +321,7 @@ def _running_jobs(
         if not held:
             continue
         spec = specs.get_by_id(row.id, dict)
+        held, flavor_extended = _with_extended(held, tasks[row.id], spec, flavor_of)
         started = row.started_at or row.admitted_at or now
         level = policy.priority(spec.priority_class)
         flavor_gpus: dict[str, int] = {}
@@ -312,6 +340,7 @@ def _running_jobs(
                 started_at=started,
                 replicas=tuple(held),
                 flavor_gpus=flavor_gpus,
+                flavor_extended=flavor_extended,
                 max_runtime=spec.max_runtime,
                 last_progress_at=row.last_checkpoint_at,
                 protected_until=started + (level.min_runtime_s if level else 0.0),
@@ -320,6 +349,30 @@ def _running_jobs(
             )
         )
     return tuple(result)
+
+
+def _with_extended(
+    held: list[RunningReplica],
+    tasks: list[str],
+    spec: JobSpec,
+    flavor_of: dict[str, str | None],
+) -> tuple[list[RunningReplica], dict[str, Extended]]:
+    """The replicas with the extended resources their tasks ask for (from the stored spec), and
+    what the job holds of them per flavor; the replicas as they are when it asks for none."""
+    asked = {t.name: extended_of(t.resources.extended) for t in spec.tasks if t.resources.extended}
+    if not asked:
+        return held, {}
+    with_extended = []
+    per_flavor: dict[str, dict[str, int]] = {}
+    for replica, task in zip(held, tasks, strict=True):
+        extended = asked.get(task, NO_EXTENDED)
+        with_extended.append(replace(replica, extended=extended) if extended else replica)
+        flavor = flavor_of.get(replica.node)
+        if extended and flavor is not None:
+            in_flavor = per_flavor.setdefault(flavor, {})
+            for name, amount in extended:
+                in_flavor[name] = in_flavor.get(name, 0) + amount
+    return with_extended, {f: extended_of(amounts) for f, amounts in per_flavor.items()}
 
 
 def _pending_jobs(

@@ -22,6 +22,11 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from kiban.domain.extended_resources import (
+    is_extended_name,
+    parse_extended,
+    parse_extended_amount,
+)
 from kiban.domain.jobspec import CpuMillis, MemoryBytes, Seconds, SpecModel, check_dns_label
 from kiban.domain.priority import (
     DEFAULT_PRIORITY_CLASS,
@@ -88,32 +93,69 @@ def check_label_key(value: str) -> str:
 
 
 class NodeDecl(SpecModel):
-    """A virtual node of the local executor."""
+    """A virtual node of the local executor; ``resources`` are the extended resources it
+    advertises (``{nvidia.com/hostdev: 8, hugepages-2Mi: 4Gi}``)."""
 
     name: str
     gpus: int = Field(default=0, ge=0, le=1024)
     cpus: CpuMillis = 8000
     memory: MemoryBytes = 32 * 2**30
     labels: dict[str, str] = Field(default_factory=dict)
+    resources: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("resources", mode="plain")
+    @classmethod
+    def _resources(cls, value: Any) -> dict[str, int]:
+        return {} if value is None else parse_extended(value)
+
+    @field_serializer("resources")
+    def _dump_resources(self, value: dict[str, int]) -> dict[str, int]:
+        return dict(value)
 
 
 class GpuAmount(SpecModel):
-    """GPUs of one flavor. Quotas and limits count GPUs; CPU and memory come with the node."""
+    """GPUs of one flavor, and in a quota the extended resources it limits (``extended``,
+    written flat beside ``gpu``: ``{gpu: 64, nvidia.com/hostdev: 64}``). CPU and memory come
+    with the node; a resource a quota does not name is not limited."""
 
     gpu: GpuCount
+    extended: dict[str, int] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
-    def _only_gpus(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = [key for key in data if key != "gpu"]
-            if unknown:
-                problems = [
-                    ((str(key),), f"unknown resource {key!r}; quotas count gpu", data[key])
-                    for key in unknown
-                ]
-                raise problems_error(cls.__name__, problems)
-        return data
+    def _gpus_and_extended(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "extended" in data:
+            return data
+        problems: list[tuple[Loc, str, Any]] = []
+        extended: dict[str, int] = {}
+        for key, value in data.items():
+            name = str(key)
+            if name == "gpu":
+                continue
+            if not is_extended_name(name):
+                problems.append(
+                    (
+                        (name,),
+                        f"unknown resource {name!r}; quotas count gpu and extended resources "
+                        "(nvidia.com/hostdev, rdma/hca, hugepages-2Mi)",
+                        value,
+                    )
+                )
+                continue
+            try:
+                extended[name] = parse_extended_amount(name, value)
+            except ValueError as error:
+                problems.append(((name,), str(error), value))
+        if problems:
+            raise problems_error(cls.__name__, problems)
+        out: dict[str, Any] = {"extended": extended}
+        if "gpu" in data:
+            out["gpu"] = data["gpu"]
+        return out
+
+    def as_written(self) -> dict[str, Any]:
+        """``{gpu: N, <resource>: M, ...}``: the flat form it was written in."""
+        return {"gpu": self.gpu, **self.extended}
 
 
 _GPUS_BY_FLAVOR: TypeAdapter[dict[str, GpuAmount]] = TypeAdapter(dict[str, GpuAmount])
@@ -131,6 +173,15 @@ def _gpus_by_flavor(value: Any) -> GpusByFlavor | None:
     ):
         return GpuAmount.model_validate(value)
     return _GPUS_BY_FLAVOR.validate_python(value)
+
+
+def extended_per_flavor(amounts: GpusByFlavor | None) -> dict[str, dict[str, int]]:
+    """``{flavor: {resource: amount}}`` of the extended resources a quota names."""
+    if amounts is None:
+        return {}
+    if isinstance(amounts, GpuAmount):
+        return {DEFAULT_FLAVOR: dict(amounts.extended)} if amounts.extended else {}
+    return {flavor: dict(a.extended) for flavor, a in amounts.items() if a.extended}
 
 
 def gpus_per_flavor(amounts: GpusByFlavor | None) -> dict[str, int]:
@@ -224,18 +275,31 @@ class QueueDecl(SpecModel):
     @field_validator("borrowing_limit", "lending_limit", mode="plain")
     @classmethod
     def _limits(cls, value: Any) -> GpusByFlavor | None:
-        return _gpus_by_flavor(value)
+        amounts = _gpus_by_flavor(value)
+        named = extended_per_flavor(amounts)
+        if named:
+            flavor, resources = next(iter(named.items()))
+            raise ValueError(
+                f"{flavor}: {next(iter(resources))} may not be lent or borrowed: a queue's "
+                "quota of an extended resource is its nominal amount (limits count gpu only)"
+            )
+        return amounts
 
     @field_serializer("quota", "borrowing_limit", "lending_limit")
     def _dump_amounts(self, amounts: GpusByFlavor | None) -> dict[str, Any] | None:
         if amounts is None or isinstance(amounts, GpuAmount):
-            return None if amounts is None else {"gpu": amounts.gpu}
-        return {flavor: {"gpu": amount.gpu} for flavor, amount in amounts.items()}
+            return None if amounts is None else amounts.as_written()
+        return {flavor: amount.as_written() for flavor, amount in amounts.items()}
 
     @property
     def nominal(self) -> dict[str, int] | None:
         """GPUs per flavor it may use, in the order written; None: no quota (any flavor)."""
         return None if self.quota is None else gpus_per_flavor(self.quota)
+
+    @property
+    def extended_nominal(self) -> dict[str, dict[str, int]]:
+        """The extended resources its quota limits, per flavor (none named: not limited)."""
+        return extended_per_flavor(self.quota)
 
     @property
     def borrowing(self) -> dict[str, int]:

@@ -34,7 +34,7 @@ from kiban.domain.node_affinity import (
 )
 from kiban.domain.quantity import parse_cpu_millis, parse_duration, parse_memory
 from kiban.scheduler.node_match import NodeConstraint, NodePreference
-from kiban.scheduler.snapshot import TaskDemand
+from kiban.scheduler.snapshot import TaskDemand, extended_of
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -146,11 +146,25 @@ LABEL_KEY = re.compile(
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
+class EmptyDirSpec(SpecModel):
+    """A scratch directory of the pod: on the node's disk, or in memory (``medium: Memory``,
+    what NCCL and MPI need at ``/dev/shm``), at most ``sizeLimit`` bytes."""
+
+    medium: Literal["", "Memory"] = ""
+    size_limit: MemoryBytes | None = None
+
+    @field_serializer("size_limit")
+    def _size_out(self, value: int | None) -> str | None:
+        return None if value is None else str(value)
+
+
 class VolumeSpec(SpecModel):
-    """A persistent volume claim mounted into the container (e.g. a shared ``/data``)."""
+    """A volume mounted into the container: a persistent volume claim (``claimName``, e.g. a
+    shared ``/data``) or a scratch ``emptyDir`` (``{medium: Memory}`` at ``/dev/shm``)."""
 
     name: str
-    claim_name: str = Field(min_length=1, max_length=253)
+    claim_name: str | None = Field(default=None, min_length=1, max_length=253)
+    empty_dir: EmptyDirSpec | None = None
     mount_path: str = Field(min_length=1, max_length=4096)
     read_only: bool = False
 
@@ -158,6 +172,17 @@ class VolumeSpec(SpecModel):
     @classmethod
     def _name(cls, value: str) -> str:
         return check_dns_label(value, "volume name")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> VolumeSpec:
+        if (self.claim_name is None) == (self.empty_dir is None):
+            raise field_error(
+                "VolumeSpec",
+                ("claimName",),
+                "give exactly one of claimName (a persistent volume claim) and emptyDir",
+                self.claim_name,
+            )
+        return self
 
     @field_validator("mount_path")
     @classmethod
@@ -167,8 +192,50 @@ class VolumeSpec(SpecModel):
         return value
 
 
+CAPABILITY = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+
+
+class CapabilitiesSpec(SpecModel):
+    """Linux capabilities added to or dropped from the container (``IPC_LOCK`` lets RDMA pin
+    memory), named as Kubernetes names them: without ``CAP_``."""
+
+    add: list[str] = Field(default_factory=list, max_length=64)
+    drop: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("add", "drop")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not CAPABILITY.match(name) or name.startswith("CAP_"):
+                raise ValueError(
+                    f"{name!r} is not a capability name (examples: IPC_LOCK, SYS_RESOURCE)"
+                )
+        return value
+
+
+class SecurityContextSpec(SpecModel):
+    """The container's securityContext as Kubernetes writes it (the fields RDMA and MPI jobs
+    use); passed to the pods unchanged."""
+
+    capabilities: CapabilitiesSpec | None = None
+    privileged: bool | None = None
+    allow_privilege_escalation: bool | None = None
+    run_as_user: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    run_as_group: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    run_as_non_root: bool | None = None
+    read_only_root_filesystem: bool | None = None
+
+
 # Fields that only a container executor (Kubernetes) uses; the local executor ignores them.
-CONTAINER_FIELDS = ("image", "volumes", "nodeSelector", "affinity", "hostNetwork", "annotations")
+CONTAINER_FIELDS = (
+    "image",
+    "volumes",
+    "nodeSelector",
+    "affinity",
+    "hostNetwork",
+    "annotations",
+    "securityContext",
+)
 
 
 class TaskSpec(SpecModel):
@@ -196,6 +263,7 @@ class TaskSpec(SpecModel):
     affinity: dict[str, Any] | None = None
     host_network: bool = False
     annotations: dict[str, str] = Field(default_factory=dict)
+    security_context: SecurityContextSpec | None = None
 
     def container_fields(self) -> list[str]:
         """The container-only fields this task sets (for the local executor's warning)."""
@@ -206,6 +274,7 @@ class TaskSpec(SpecModel):
             "affinity": self.affinity,
             "hostNetwork": self.host_network,
             "annotations": self.annotations,
+            "securityContext": self.security_context,
         }
         return [name for name in CONTAINER_FIELDS if values[name]]
 
@@ -456,6 +525,7 @@ def task_demands(spec: JobSpec, node_constraints: bool = False) -> tuple[TaskDem
             t.node_constraint() if node_constraints else None,
             t.node_preference() if node_constraints else None,
             t.max_replicas_per_node,
+            extended_of(t.resources.extended),
         )
         for t in spec.tasks
     )

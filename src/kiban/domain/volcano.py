@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kiban.domain.errors import FieldProblem, SpecError, format_location
+from kiban.domain.extended_resources import is_extended_name
 from kiban.domain.foreign import ManifestReader, validation_message
 from kiban.domain.jobspec import JobManifest
 from kiban.domain.node_affinity import PodAffinity, read_pod_affinity
@@ -568,7 +569,7 @@ class _Translator(ManifestReader):
             return out, restart, grace
         cpath = f"{pod_path}.containers[0]"
         self.container(self.mapping(containers[0], cpath), cpath, out)
-        for key in ("command", "args", "env", "image", "resources"):
+        for key in ("command", "args", "env", "image", "resources", "securityContext"):
             self.paths.append((f"{kiban}.{key}", f"{cpath}.{key}"))
         for key in ("volumes", "nodeSelector", "affinity", "hostNetwork"):
             self.paths.append((f"{kiban}.{key}", f"{pod_path}.{key}"))
@@ -595,6 +596,7 @@ class _Translator(ManifestReader):
                 "env",
                 "resources",
                 "volumeMounts",
+                "securityContext",
             }:
                 self.ignored.append(f"{cpath}.{key}")
         if not container.get("command"):
@@ -622,9 +624,13 @@ class _Translator(ManifestReader):
         out["resources"] = self.resources(
             self.mapping(container.get("resources"), f"{cpath}.resources"), f"{cpath}.resources"
         )
+        if container.get("securityContext") is not None:  # capabilities (IPC_LOCK for RDMA)
+            out["securityContext"] = container["securityContext"]
 
     def resources(self, resources: dict[str, Any], where: str) -> dict[str, Any]:
-        """Requests (else limits) of cpu and memory; nvidia.com/gpu from limits (or requests)."""
+        """Requests (else limits) of cpu and memory; nvidia.com/gpu and extended resources
+        (``nvidia.com/hostdev``, ``rdma/hca``, ``hugepages-2Mi``) from limits (or requests),
+        which must agree where both are given."""
         self.leftovers(resources, where, {"requests", "limits"}, {"claims"})
         requests = self.mapping(resources.get("requests"), f"{where}.requests")
         limits = self.mapping(resources.get("limits"), f"{where}.limits")
@@ -639,16 +645,23 @@ class _Translator(ManifestReader):
         gpu = gpu_limit if gpu_limit is not None else gpu_request
         if gpu is not None:
             out["gpu"] = int(gpu) if isinstance(gpu, str) and gpu.isdigit() else gpu
-        for part, values in (("requests", requests), ("limits", limits)):
-            for key in values:
-                if key not in ("cpu", "memory", GPU):
-                    self.ignored.append(f"{where}.{part}.{key}")
+        for key in sorted({*requests, *limits} - {"cpu", "memory", GPU}):
+            if not is_extended_name(str(key)):
+                for part, values in (("requests", requests), ("limits", limits)):
+                    if key in values:
+                        self.ignored.append(f"{where}.{part}.{key}")
+                continue
+            limit, request = limits.get(key), requests.get(key)
+            if limit is not None and request is not None and str(limit) != str(request):
+                self.problem(f"{where}.requests.{key}", f"must equal limits.{key} ({limit})")
+            out[key] = limit if limit is not None else request
         return out
 
     def pod_volumes(
         self, volumes: list[Any], mounts: list[Any], pod_path: str
     ) -> list[dict[str, Any]]:
-        """The claims the container mounts; emptyDir is ignored, other volume kinds refused."""
+        """The claims and emptyDir volumes (``/dev/shm`` in memory) the container mounts; other
+        volume kinds refused."""
         by_name = {}
         for i, raw in enumerate(volumes):
             if isinstance(raw, dict) and isinstance(raw.get("name"), str):
@@ -677,12 +690,19 @@ class _Translator(ManifestReader):
                     }
                 )
             elif "emptyDir" in volume:
-                self.ignored.append(f"{pod_path}.volumes[{i}] (emptyDir)")
+                empty = self.mapping(volume["emptyDir"] or {}, f"{pod_path}.volumes[{i}].emptyDir")
+                out.append(
+                    {
+                        "name": volume["name"],
+                        "emptyDir": empty,
+                        "mountPath": mount.get("mountPath"),
+                        "readOnly": bool(mount.get("readOnly")),
+                    }
+                )
             else:
                 kind = next((k for k in volume if k != "name"), "?")
                 self.problem(
                     f"{pod_path}.volumes[{i}].{kind}",
-                    "not supported: kiban mounts persistentVolumeClaim volumes "
-                    "(and ignores emptyDir)",
+                    "not supported: kiban mounts persistentVolumeClaim and emptyDir volumes",
                 )
         return out

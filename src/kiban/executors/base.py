@@ -45,6 +45,8 @@ class NodeInfo:
     # Why a healthy node takes no new work (a cordon or taint in the executor's cluster); unlike
     # an unhealthy node, its running jobs stay. Empty: it takes new work.
     unschedulable: str = ""
+    # The extended resources it advertises (nvidia.com/hostdev, hugepages-2Mi in bytes, ...).
+    extended: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

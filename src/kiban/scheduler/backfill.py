@@ -36,7 +36,13 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
         for k, (end, _id, running) in enumerate(ending):
             assert end is not None
             for replica in running.replicas:
-                overlay.give(replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory)
+                overlay.give(
+                    replica.node,
+                    replica.gpu_ids,
+                    replica.cpu_millis,
+                    replica.memory,
+                    replica.extended,
+                )
             if k + 1 < len(ending) and ending[k + 1][0] == end:
                 continue  # jobs ending at the same time are released together
             if not could_fit(job, overlay):

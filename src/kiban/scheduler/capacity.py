@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kiban.scheduler.capacity_index import CapacityIndex
 from kiban.scheduler.node_match import NodeConstraint, NodePreference
-from kiban.scheduler.snapshot import NodeView
+from kiban.scheduler.snapshot import NO_EXTENDED, Extended, NodeView
 
 NodeFilter = Callable[[NodeView], bool]
 
@@ -26,6 +26,7 @@ class _Change:
     gpu_ids: tuple[int, ...]
     cpu_millis: int
     memory: int
+    extended: Extended = NO_EXTENDED
 
 
 @dataclass(slots=True)
@@ -55,6 +56,7 @@ class CapacityOverlay:
         self._gpu_ids = dict(index.gpu_ids)  # lists are replaced, never changed in place
         self._cpu = dict(index.cpu)
         self._memory = dict(index.memory)
+        self._extended = dict(index.extended)  # a node's dict is replaced, never changed
         self._buckets = dict(index.buckets)  # a bucket's list is copied before its first change
         self._own_buckets: set[int] = set()
         self._total_free = index.total_free
@@ -62,7 +64,9 @@ class CapacityOverlay:
         self._domain_free = [dict(level) for level in index.domain_free]
         self._transactions: list[Transaction] = []
         self._undoing = False
-        self._constrained_fits: dict[tuple[int, int, int, NodeConstraint], tuple[bool, int]] = {}
+        self._constrained_fits: dict[
+            tuple[int, int, int, NodeConstraint, Extended], tuple[bool, int]
+        ] = {}
 
     @classmethod
     def of(cls, nodes: Collection[NodeView]) -> CapacityOverlay:
@@ -95,7 +99,12 @@ class CapacityOverlay:
         )
 
     def nodes_with_room(
-        self, gpus: int, cpu_millis: int, memory: int, allow: NodeFilter | None = None
+        self,
+        gpus: int,
+        cpu_millis: int,
+        memory: int,
+        allow: NodeFilter | None = None,
+        extended: Extended = NO_EXTENDED,
     ) -> int:
         """How many schedulable nodes (of those ``allow`` admits) could take one replica of this
         size now: visits the nodes with enough free GPUs, so only for explaining a failure."""
@@ -104,10 +113,41 @@ class CapacityOverlay:
             for name in self._buckets.get(free, ()):
                 if self._cpu[name] < cpu_millis or self._memory[name] < memory:
                     continue
+                if not self.extended_fits(name, extended):
+                    continue
                 if allow is not None and not allow(self.nodes[name]):
                     continue
                 count += 1
         return count
+
+    def free_extended(self, node: str, name: str) -> int:
+        """Free units of an extended resource on a schedulable node (0: it advertises none)."""
+        return self._extended.get(node, {}).get(name, 0)
+
+    def extended_fits(self, node: str, extended: Extended) -> bool:
+        """Whether the node has ``extended`` free (always, when nothing is asked)."""
+        if not extended:
+            return True
+        free = self._extended.get(node)
+        if free is None:
+            return False
+        return all(free.get(name, 0) >= amount for name, amount in extended)
+
+    def extended_filter(self, extended: Extended, allow: NodeFilter | None) -> NodeFilter | None:
+        """``allow``, narrowed to the nodes with ``extended`` free now (``allow`` itself when
+        nothing is asked: the common job's placement takes no extra step)."""
+        if not extended:
+            return allow
+        fits = self.extended_fits
+
+        def admits(node: NodeView) -> bool:
+            return fits(node.name, extended) and (allow is None or allow(node))
+
+        return admits
+
+    def total_free_extended(self, name: str) -> int:
+        """Free units of an extended resource on all schedulable nodes together."""
+        return sum(free.get(name, 0) for free in self._extended.values())
 
     def domains(self, level: int) -> dict[tuple[str, ...], int]:
         """Free GPUs of each domain of a topology level (0 = outermost)."""
@@ -194,16 +234,23 @@ class CapacityOverlay:
         return None if best is None else best[2]
 
     def constrained_fit(
-        self, gpus: int, cpu_millis: int, memory: int, nodes: NodeConstraint
+        self,
+        gpus: int,
+        cpu_millis: int,
+        memory: int,
+        nodes: NodeConstraint,
+        extended: Extended = NO_EXTENDED,
     ) -> tuple[bool, int]:
         """Whether an idle schedulable node the constraint admits could hold a replica of this
         size, and how many unschedulable ones could (visits every node once per cycle)."""
-        key = (gpus, cpu_millis, memory, nodes)
+        key = (gpus, cpu_millis, memory, nodes, extended)
         known = self._constrained_fits.get(key)
         if known is None:
             fits, blocked = False, 0
             for node in self.nodes.values():
                 if node.gpus < gpus or node.cpu_millis < cpu_millis or node.memory < memory:
+                    continue
+                if extended and any(node.extended.get(n, 0) < a for n, a in extended):
                     continue
                 if not nodes.allows(node.name, node.labels):
                     continue
@@ -214,18 +261,39 @@ class CapacityOverlay:
             known = self._constrained_fits[key] = (fits, blocked)
         return known
 
-    def take(self, node: str, gpus: int, cpu_millis: int, memory: int) -> tuple[int, ...]:
+    def take(
+        self,
+        node: str,
+        gpus: int,
+        cpu_millis: int,
+        memory: int,
+        extended: Extended = NO_EXTENDED,
+    ) -> tuple[int, ...]:
         """Take capacity on ``node`` (lowest free GPU ids first) and return the GPU ids taken."""
         taken = tuple(self._gpu_ids[node][:gpus])
-        self._take_ids(node, taken, cpu_millis, memory)
+        self._take_ids(node, taken, cpu_millis, memory, extended)
         return taken
 
-    def take_ids(self, node: str, gpu_ids: tuple[int, ...], cpu_millis: int, memory: int) -> None:
+    def take_ids(
+        self,
+        node: str,
+        gpu_ids: tuple[int, ...],
+        cpu_millis: int,
+        memory: int,
+        extended: Extended = NO_EXTENDED,
+    ) -> None:
         """Take these very GPUs back (undoing a ``give``; ignored for nodes not scheduled)."""
         if node in self._gpu_ids:
-            self._take_ids(node, gpu_ids, cpu_millis, memory)
+            self._take_ids(node, gpu_ids, cpu_millis, memory, extended)
 
-    def give(self, node: str, gpu_ids: tuple[int, ...], cpu_millis: int, memory: int) -> None:
+    def give(
+        self,
+        node: str,
+        gpu_ids: tuple[int, ...],
+        cpu_millis: int,
+        memory: int,
+        extended: Extended = NO_EXTENDED,
+    ) -> None:
         """Return capacity to ``node`` (ignored for nodes this overlay does not schedule)."""
         if node not in self._gpu_ids:
             return
@@ -235,16 +303,35 @@ class CapacityOverlay:
         self._gpu_ids[node] = merged
         self._cpu[node] += cpu_millis
         self._memory[node] += memory
-        self._record(_Change(False, node, gpu_ids, cpu_millis, memory))
+        if extended:
+            self._shift_extended(node, extended, 1)
+        self._record(_Change(False, node, gpu_ids, cpu_millis, memory, extended))
 
-    def _take_ids(self, node: str, gpu_ids: tuple[int, ...], cpu_millis: int, memory: int) -> None:
+    def _take_ids(
+        self,
+        node: str,
+        gpu_ids: tuple[int, ...],
+        cpu_millis: int,
+        memory: int,
+        extended: Extended = NO_EXTENDED,
+    ) -> None:
         ids = self._gpu_ids[node]
         rest = [i for i in ids if i not in gpu_ids] if gpu_ids else ids
         self._resize(node, len(ids), len(rest))
         self._gpu_ids[node] = rest
         self._cpu[node] -= cpu_millis
         self._memory[node] -= memory
-        self._record(_Change(True, node, gpu_ids, cpu_millis, memory))
+        if extended:
+            self._shift_extended(node, extended, -1)
+        self._record(_Change(True, node, gpu_ids, cpu_millis, memory, extended))
+
+    def _shift_extended(self, node: str, extended: Extended, sign: int) -> None:
+        """Add (``sign`` 1) or take (-1) extended resources on a node, in a new dict: the
+        index's and other overlays' copies stay as they were."""
+        free = dict(self._extended.get(node, {}))
+        for name, amount in extended:
+            free[name] = free.get(name, 0) + sign * amount
+        self._extended[node] = free
 
     def _record(self, change: _Change) -> None:
         if self._transactions and not self._undoing:
@@ -274,9 +361,21 @@ class CapacityOverlay:
         try:
             for change in reversed(changes):
                 if change.taken:
-                    self.give(change.node, change.gpu_ids, change.cpu_millis, change.memory)
+                    self.give(
+                        change.node,
+                        change.gpu_ids,
+                        change.cpu_millis,
+                        change.memory,
+                        change.extended,
+                    )
                 else:
-                    self._take_ids(change.node, change.gpu_ids, change.cpu_millis, change.memory)
+                    self._take_ids(
+                        change.node,
+                        change.gpu_ids,
+                        change.cpu_millis,
+                        change.memory,
+                        change.extended,
+                    )
         finally:
             self._undoing = False
 

@@ -15,11 +15,17 @@ from collections.abc import Iterable, Sequence
 from itertools import compress
 from operator import is_not
 
-from kiban.scheduler.feasibility import EmptyCluster
-from kiban.scheduler.snapshot import NodeView
+from kiban.scheduler.feasibility import EmptyCluster, NodeSize
+from kiban.scheduler.snapshot import Extended, NodeView, extended_of
 
-NodeShape = tuple[int, int, int, bool]
-"""A node's capacity (GPUs, CPU millis, memory) and whether it is schedulable."""
+NodeShape = tuple[int, int, int, bool, Extended]
+"""A node's capacity (GPUs, CPU millis, memory), whether it is schedulable, and the extended
+resources it advertises."""
+
+
+def node_shape(node: NodeView) -> NodeShape:
+    extended = extended_of(node.extended) if node.extended else ()
+    return (node.gpus, node.cpu_millis, node.memory, node.schedulable, extended)
 
 
 def _insert(items: list[str], name: str) -> None:
@@ -43,6 +49,9 @@ class CapacityIndex:
         self.gpu_ids: dict[str, list[int]] = {}  # schedulable nodes only, as are the next ones
         self.cpu: dict[str, int] = {}
         self.memory: dict[str, int] = {}
+        # free extended resources of the schedulable nodes that advertise any (most do not);
+        # a node's dict is replaced, never changed in place, so overlays may share it
+        self.extended: dict[str, dict[str, int]] = {}
         self.buckets: dict[int, list[str]] = {}
         self.total_free = 0
         self.max_free = 0
@@ -57,13 +66,15 @@ class CapacityIndex:
     def add(self, node: NodeView) -> None:
         """Index a node not indexed yet."""
         self.nodes[node.name] = node
-        self.shapes[(node.gpus, node.cpu_millis, node.memory, node.schedulable)] += 1
+        self.shapes[node_shape(node)] += 1
         if not node.schedulable:
             return
         free = sorted(node.free_gpu_ids)
         self.gpu_ids[node.name] = free
         self.cpu[node.name] = node.free_cpu_millis
         self.memory[node.name] = node.free_memory
+        if node.extended:
+            self.extended[node.name] = dict(node.free_extended)
         _insert(self.buckets.setdefault(len(free), []), node.name)
         self.total_free += len(free)
         self.max_free = max(self.max_free, len(free))
@@ -81,7 +92,7 @@ class CapacityIndex:
     def remove(self, name: str) -> None:
         """Forget a node (it changed, moved to another flavor, or left the cluster)."""
         node = self.nodes.pop(name)
-        shape = (node.gpus, node.cpu_millis, node.memory, node.schedulable)
+        shape = node_shape(node)
         self.shapes[shape] -= 1
         if not self.shapes[shape]:
             del self.shapes[shape]
@@ -89,6 +100,7 @@ class CapacityIndex:
             return
         free = len(self.gpu_ids.pop(name))
         del self.cpu[name], self.memory[name]
+        self.extended.pop(name, None)
         bucket = self.buckets[free]
         _remove(bucket, name)
         if not bucket:
@@ -117,6 +129,7 @@ class CapacityIndex:
             and old.gpus == new.gpus
             and old.cpu_millis == new.cpu_millis
             and old.memory == new.memory
+            and (old.extended is new.extended or old.extended == new.extended)
         )
         if not same_shape:
             self.remove(old.name)
@@ -129,6 +142,8 @@ class CapacityIndex:
         self.gpu_ids[name] = free
         self.cpu[name] = new.free_cpu_millis
         self.memory[name] = new.free_memory
+        if new.extended:
+            self.extended[name] = dict(new.free_extended)
         delta = len(free) - before
         if not delta:
             return
@@ -149,6 +164,7 @@ def same_node(a: NodeView, b: NodeView) -> bool:
         a.gpus == b.gpus
         and a.cpu_millis == b.cpu_millis
         and a.memory == b.memory
+        and a.extended == b.extended
         and a.flavor == b.flavor
         and a.topology == b.topology
         and a.labels == b.labels
@@ -179,9 +195,9 @@ class CapacityCache:
             for flavor, index in self._indexes.items():
                 if flavor is None or not index.nodes:
                     continue
-                sizes: Counter[tuple[int, int, int]] = Counter()
-                for (gpus, cpu_millis, memory, _schedulable), count in index.shapes.items():
-                    sizes[(gpus, cpu_millis, memory)] += count
+                sizes: Counter[NodeSize] = Counter()
+                for (gpus, cpu_millis, memory, _up, extended), count in index.shapes.items():
+                    sizes[(gpus, cpu_millis, memory, extended)] += count
                 # The index's own table: its views change only in what is free while this
                 # holds (any other change forgets it).
                 flavors[flavor] = (index.nodes.values(), sizes)

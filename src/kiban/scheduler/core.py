@@ -26,6 +26,7 @@ from kiban.scheduler.reasons import (
     PendingReason,
     ReasonCode,
     counted,
+    extended_amount,
     gpus,
     replica_size,
     spread_phrase,
@@ -185,6 +186,8 @@ def _admit_or_explain(
     capacity_short: list[str] = []
     for flavor in flavors:
         verdict = cycle.quota.check(queue.name, flavor, job.total_gpus)
+        if verdict.fits and queue.extended_nominal:
+            verdict = cycle.quota.check_extended(queue.name, flavor, job.total_extended)
         if not verdict.fits:
             assert verdict.reason is not None
             reasons.append((flavor, verdict.reason))
@@ -352,6 +355,18 @@ def _capacity_reason(
     }
     if placed is not None:
         details["placeable_now"] = placed
+    extended = job.total_extended
+    short_of = ""
+    if extended:  # the numbers of each extended resource: needed together, free now
+        free_extended = {n: overlay.total_free_extended(n) for n, _a in extended}
+        details["needed_extended"] = dict(extended)
+        details["free_extended"] = free_extended
+        short_of = "".join(
+            f"; {extended_amount(n, free_extended[n])} free of the {extended_amount(n, a)} "
+            "needed"
+            for n, a in extended
+            if free_extended[n] < a
+        )
     excluded = sorted({n for t in job.tasks if t.nodes is not None for n in t.nodes.excluded})
     if excluded:
         details["excluded_nodes"] = excluded
@@ -363,7 +378,7 @@ def _capacity_reason(
         ReasonCode.INSUFFICIENT_CAPACITY,
         f"needs {needed} ({shape}){where}; {fit_now}"
         f"{gpus(free, flavor)} free on {counted(overlay.schedulable_count(), 'schedulable node')}"
-        f"{constrained}",
+        f"{short_of}{constrained}",
         details,
     )
 
@@ -380,7 +395,9 @@ def _spread_short(job: PendingJob, overlay: CapacityOverlay, flavor: str) -> Pen
             continue
         needed = -(-take // limit)
         allow = task_filter(task, None)
-        with_room = overlay.nodes_with_room(task.gpu, task.cpu_millis, task.memory, allow)
+        with_room = overlay.nodes_with_room(
+            task.gpu, task.cpu_millis, task.memory, allow, task.extended
+        )
         if with_room >= needed:
             continue
         return PendingReason(

@@ -21,11 +21,13 @@ from kiban.scheduler.policy import Policy
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import PendingReason
 from kiban.scheduler.snapshot import (
+    Extended,
     FlavorView,
     PendingJob,
     QueueView,
     RunningJob,
     Snapshot,
+    extended_of,
 )
 
 
@@ -75,7 +77,7 @@ class Cycle:
     _reserved_by: dict[str, str] = field(default_factory=dict, init=False)
     _victims: set[str] = field(default_factory=set, init=False)
     _preemption_searches: int = field(default=0, init=False)
-    _failed_shapes: dict[tuple[str, NodeConstraint | None], list[_Shape]] = field(
+    _failed_shapes: dict[tuple[str, NodeConstraint | None, Extended], list[_Shape]] = field(
         default_factory=dict, init=False
     )
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
@@ -87,7 +89,7 @@ class Cycle:
     _cohorts: dict[str, list[QueueView]] | None = None
     cache: CapacityCache = field(default_factory=CapacityCache)
     _empty: EmptyCluster | None = None
-    _queue_terms: dict[str, tuple[str, tuple[str, ...], tuple[int | None, ...]]] = field(
+    _queue_terms: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = field(
         default_factory=dict
     )
 
@@ -207,12 +209,21 @@ class Cycle:
         it has started, so that no other job of this cycle borrows what was freed for it."""
         for victim in victims:
             self.quota.give(victim.queue, flavor, victim.flavor_gpus.get(flavor, 0))
+            if victim.flavor_extended:
+                given = victim.flavor_extended.get(flavor, ())
+                self.quota.give_extended(victim.queue, flavor, given)
         self.quota.take(job.queue, flavor, job.total_gpus)
+        extended = job.total_extended
+        if extended:
+            self.quota.take_extended(job.queue, flavor, extended)
 
     def admit(self, job: PendingJob, flavor: str) -> None:
         """Count an admitted job: its quota on the flavor and its charge to its tenant's
         standing (its placement has already taken the capacity)."""
         self.quota.take(job.queue, flavor, job.total_gpus)
+        extended = job.total_extended
+        if extended:
+            self.quota.take_extended(job.queue, flavor, extended)
         self._charged[job.tenant] = self._charged.get(job.tenant, 0.0) + self.charge(job)
 
     def add_reservation(self, reservation: Reservation) -> None:
@@ -288,7 +299,13 @@ class Cycle:
         if terms is None:
             flavors = self.flavors_for(queue)
             known = queue.name in self.quota.queues
-            ceilings = tuple(self.quota.ceiling(queue.name, f) if known else None for f in flavors)
+            ceilings: tuple[object, ...] = tuple(
+                self.quota.ceiling(queue.name, f) if known else None for f in flavors
+            )
+            if queue.extended_nominal:  # its limits of extended resources decide too
+                ceilings += tuple(
+                    extended_of(self.quota.extended_nominal(queue.name, f)) for f in flavors
+                )
             terms = self._queue_terms[queue.name] = (queue.name, flavors, ceilings)
         asked = (terms, job.tasks, job.gang_size, job.topology)
         return empty.remembered(
@@ -330,8 +347,10 @@ class Cycle:
         return (task.gpu, task.cpu_millis, task.memory, job.gang_size, spread)
 
     def _failed(self, job: PendingJob, flavor: str) -> list[_Shape]:
-        """The shapes that failed on the flavor among jobs limited to the same nodes."""
-        return self._failed_shapes.setdefault((flavor, job.tasks[0].nodes), [])
+        """The shapes that failed on the flavor among jobs limited to the same nodes and asking
+        for the same extended resources (the same GPUs without them may fit)."""
+        task = job.tasks[0]
+        return self._failed_shapes.setdefault((flavor, task.nodes, task.extended), [])
 
     def known_not_to_fit(self, job: PendingJob, flavor: str) -> bool:
         """A gang at least as large as one that already failed this cycle cannot fit either.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kiban.scheduler.reasons import PendingReason
-from kiban.scheduler.snapshot import DEFAULT_FLAVOR
+from kiban.scheduler.snapshot import DEFAULT_FLAVOR, NO_EXTENDED, Extended
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,7 @@ class ReplicaPlacement:
     gpu_ids: tuple[int, ...]
     cpu_millis: int
     memory: int
+    extended: Extended = NO_EXTENDED
 
 
 @dataclass(frozen=True, slots=True)

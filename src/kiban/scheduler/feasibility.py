@@ -21,6 +21,7 @@ and shape, so a submission or a cycle pays for a shape once while the nodes stay
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,16 @@ from kiban.scheduler.reasons import (
     replica_size,
     spread_phrase,
 )
-from kiban.scheduler.snapshot import FlavorView, NodeView, PendingJob, QueueView, TaskDemand
+from kiban.scheduler.snapshot import (
+    NO_EXTENDED,
+    Extended,
+    FlavorView,
+    NodeView,
+    PendingJob,
+    QueueView,
+    TaskDemand,
+    extended_of,
+)
 
 
 class Limit(StrEnum):
@@ -51,12 +61,13 @@ class Limit(StrEnum):
     SPREAD = "spread"  # too few nodes for its replicas per node
     CAPACITY = "capacity"  # more than the flavor's nodes hold together
     TOPOLOGY = "topology"  # no domain of its topology level could hold the gang
+    UNADVERTISED = "unadvertised"  # an extended resource no node of the cluster advertises
 
 
 MAX_REMEMBERED = 65536
 """Verdicts kept per set of nodes; past it they are forgotten and worked out again."""
 _UNBOUNDED = 1 << 40  # replicas a node could hold of a task that asks for none of a resource
-NodeSize = tuple[int, int, int]  # GPUs, CPU millis, memory
+NodeSize = tuple[int, int, int, Extended]  # GPUs, CPU millis, memory, extended resources
 
 
 def usable_flavors(queue: QueueView, flavors: Mapping[str, FlavorView]) -> tuple[str, ...]:
@@ -73,12 +84,16 @@ def usable_flavors(queue: QueueView, flavors: Mapping[str, FlavorView]) -> tuple
 
 def per_node(task: TaskDemand, size: NodeSize) -> int:
     """How many of the task's replicas an idle node of this size could hold."""
-    node_gpus, node_cpu, node_memory = size
+    node_gpus, node_cpu, node_memory, node_extended = size
     fits = min(
         node_gpus // task.gpu if task.gpu > 0 else _UNBOUNDED,
         node_cpu // task.cpu_millis if task.cpu_millis > 0 else _UNBOUNDED,
         node_memory // task.memory if task.memory > 0 else _UNBOUNDED,
     )
+    if task.extended:
+        has = dict(node_extended)
+        for name, amount in task.extended:
+            fits = min(fits, has.get(name, 0) // amount)
     return fits if task.max_per_node is None else min(fits, task.max_per_node)
 
 
@@ -103,7 +118,7 @@ class _Flavor:
         if self.domains is None:
             domains: list[dict[tuple[str, ...], Counter[NodeSize]]] = []
             for node in self.nodes:
-                size = (node.gpus, node.cpu_millis, node.memory)
+                size = _size(node)
                 for level in range(len(node.topology)):
                     while len(domains) <= level:
                         domains.append({})
@@ -113,11 +128,16 @@ class _Flavor:
         return self.domains
 
 
-_TaskKey = tuple[int, int, int, int | None, NodeConstraint | None]
+_TaskKey = tuple[int, int, int, int | None, NodeConstraint | None, Extended]
 
 
 def _key(task: TaskDemand) -> _TaskKey:
-    return (task.gpu, task.cpu_millis, task.memory, task.max_per_node, task.nodes)
+    return (task.gpu, task.cpu_millis, task.memory, task.max_per_node, task.nodes, task.extended)
+
+
+def _size(node: NodeView) -> NodeSize:
+    extended = extended_of(node.extended) if node.extended else NO_EXTENDED
+    return (node.gpus, node.cpu_millis, node.memory, extended)
 
 
 def empty_cluster(nodes: Iterable[NodeView], levels: Sequence[str] = ()) -> EmptyCluster:
@@ -128,7 +148,7 @@ def empty_cluster(nodes: Iterable[NodeView], levels: Sequence[str] = ()) -> Empt
             by_flavor.setdefault(node.flavor, []).append(node)
     return EmptyCluster(
         {
-            flavor: (members, Counter((n.gpus, n.cpu_millis, n.memory) for n in members))
+            flavor: (members, Counter(_size(n) for n in members))
             for flavor, members in by_flavor.items()
         },
         levels,
@@ -151,6 +171,19 @@ class EmptyCluster:
         self._slots: dict[tuple[str, _TaskKey], int] = {}
         self._sized: dict[tuple[str, NodeConstraint | None], Counter[NodeSize]] = {}
         self._domain_slots: dict[tuple[str, int, _TaskKey], dict[tuple[str, ...], int]] = {}
+        self._advertised: dict[str, int] | None = None
+
+    def advertised(self) -> dict[str, int]:
+        """Each extended resource any node of any flavor advertises, with the most one node
+        has (worked out once: most clusters advertise none)."""
+        if self._advertised is None:
+            most: dict[str, int] = {}
+            for found in self._flavors.values():
+                for size in found.sizes:
+                    for name, amount in size[3]:
+                        most[name] = max(most.get(name, 0), amount)
+            self._advertised = most
+        return self._advertised
 
     def remembered(
         self, job_id: str, asked: Hashable, verdict: Callable[[], PendingReason | None]
@@ -187,11 +220,7 @@ class EmptyCluster:
         key = (flavor, nodes)
         sized = self._sized.get(key)
         if sized is None:
-            sized = Counter(
-                (n.gpus, n.cpu_millis, n.memory)
-                for n in found.nodes
-                if nodes.allows(n.name, n.labels)
-            )
+            sized = Counter(_size(n) for n in found.nodes if nodes.allows(n.name, n.labels))
             self._sized[key] = sized
         return sized
 
@@ -224,7 +253,7 @@ class EmptyCluster:
                 for node in found.nodes:
                     if len(node.topology) <= level or not task.nodes.allows(node.name, node.labels):
                         continue
-                    held = per_node(task, (node.gpus, node.cpu_millis, node.memory))
+                    held = per_node(task, _size(node))
                     if held:
                         domain = node.topology[: level + 1]
                         result[domain] = result.get(domain, 0) + held
@@ -294,6 +323,17 @@ def _shortfall(
                 "nominal_gpus": nominal,
             },
         )
+    if queue.extended_nominal and queue.name in quota.queues:
+        limits = quota.extended_nominal(queue.name, flavor)
+        for name, amount in job.total_extended:
+            limit = limits.get(name)
+            if limit is not None and amount > limit:
+                return _Shortfall(
+                    Limit.QUOTA,
+                    f"needs {amount} {name}{_of(flavor)}",
+                    f"queue {queue.name} can never hold more than {limit}",
+                    details={"queue": queue.name, "resource": name, "needed": amount},
+                )
     left = job.gang_size
     takes: list[tuple[TaskDemand, int]] = []
     for task in job.tasks:
@@ -355,6 +395,10 @@ def _task_shortfall(
     held = cluster.slots(flavor, task)
     if held >= take:
         return None
+    if task.extended:
+        unadvertised = _unadvertised(task, cluster)
+        if unadvertised is not None:
+            return unadvertised
     details: dict[str, object] = {"needed_replicas": take, "replicas_the_nodes_hold": held}
     if task.nodes is not None and task.nodes.excluded:
         details["excluded_nodes"] = sorted(task.nodes.excluded)
@@ -374,6 +418,16 @@ def _task_shortfall(
                 {**details, "nodes": str(task.nodes), "matching_nodes": matching},
             )
         largest = _largest(cluster.sizes(flavor))
+        if task.extended and cluster.node_count(flavor):
+            short = _extended_short(task, flavor, cluster)
+            if short is not None:
+                return _Shortfall(
+                    Limit.NODE_SIZE,
+                    f"needs a node that can hold a replica of {what}",
+                    short[0],
+                    task.name,
+                    {**details, **short[1]},
+                )
         has = (
             f"the largest{_of(flavor)} node has {_largest_text(largest)}"
             if cluster.node_count(flavor)
@@ -425,18 +479,66 @@ def _task_shortfall(
 
 def _unlimited(task: TaskDemand) -> TaskDemand:
     return TaskDemand(
-        task.name, task.replicas, task.gpu, task.cpu_millis, task.memory, task.nodes, task.prefers
+        task.name,
+        task.replicas,
+        task.gpu,
+        task.cpu_millis,
+        task.memory,
+        task.nodes,
+        task.prefers,
+        extended=task.extended,
     )
 
 
-def _largest(sizes: Counter[NodeSize]) -> NodeSize:
+def _unadvertised(task: TaskDemand, cluster: EmptyCluster) -> _Shortfall | None:
+    """The task asks for an extended resource that no node of the cluster advertises (None:
+    every one it asks for is advertised somewhere); a close name that is advertised is offered
+    as the likely one meant."""
+    advertised = cluster.advertised()
+    for name, amount in task.extended:
+        if name in advertised:
+            continue
+        close = difflib.get_close_matches(name, sorted(advertised), n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        details: dict[str, object] = {"resource": name, "needed": amount}
+        if close:
+            details["did_you_mean"] = close[0]
+        return _Shortfall(
+            Limit.UNADVERTISED,
+            f"task {task.name} needs {amount} {name} per replica",
+            f"no node advertises {name}{hint}",
+            task.name,
+            details,
+        )
+    return None
+
+
+def _extended_short(
+    task: TaskDemand, flavor: str, cluster: EmptyCluster
+) -> tuple[str, dict[str, object]] | None:
+    """The first extended resource of which no node of the flavor has enough for one replica
+    (what the most any node has, and the numbers), or None if every one fits some node."""
+    sizes = cluster.sizes(flavor, task.nodes)
+    for name, amount in task.extended:
+        most = max((dict(size[3]).get(name, 0) for size in sizes), default=0)
+        if most < amount:
+            has = (
+                f"no node{_of(flavor)} advertises {name}"
+                if not most
+                else f"the most any node{_of(flavor)} has is {most} {name}"
+            )
+            return has, {"resource": name, "needed": amount, "most_on_a_node": most}
+    return None
+
+
+def _largest(sizes: Counter[NodeSize]) -> tuple[int, int, int]:
     """The most GPUs, CPUs and memory of any node (each on its own)."""
     if not sizes:
         return (0, 0, 0)
     return (max(s[0] for s in sizes), max(s[1] for s in sizes), max(s[2] for s in sizes))
 
 
-def _largest_text(largest: NodeSize) -> str:
+def _largest_text(largest: tuple[int, int, int]) -> str:
     return (
         f"{counted(largest[0], 'GPU')}, {cpus(largest[1])} and {units.size(largest[2])} of memory"
     )

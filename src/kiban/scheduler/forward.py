@@ -10,6 +10,7 @@ behind one with no maxRuntime gets no estimate.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from kiban.scheduler.capacity_index import CapacityCache
@@ -115,9 +116,11 @@ def _as_running(job: PendingJob, admit: Admit, snapshot: Snapshot, protect_s: fl
         submitted_at=job.submitted_at,
         started_at=snapshot.now,
         replicas=tuple(
-            RunningReplica(p.node, p.gpu_ids, p.cpu_millis, p.memory) for p in admit.placements
+            RunningReplica(p.node, p.gpu_ids, p.cpu_millis, p.memory, p.extended)
+            for p in admit.placements
         ),
         flavor_gpus={admit.flavor: sum(len(p.gpu_ids) for p in admit.placements)},
+        flavor_extended={admit.flavor: job.total_extended} if job.total_extended else {},
         max_runtime=job.max_runtime,
         protected_until=snapshot.now + protect_s,
         attained_service=job.attained_service,
@@ -129,7 +132,7 @@ def as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
     """A preempted job back in its queue, keeping its submit time; its tasks as it asked when
     admitted (node constraints and spread included), else its shape from its replicas."""
     tasks = job.tasks or tuple(
-        TaskDemand(f"r{i}", 1, len(r.gpu_ids), r.cpu_millis, r.memory)
+        TaskDemand(f"r{i}", 1, len(r.gpu_ids), r.cpu_millis, r.memory, extended=r.extended)
         for i, r in enumerate(job.replicas)
     )
     return PendingJob(
@@ -146,6 +149,14 @@ def as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
     )
 
 
+def _queue(snapshot: Snapshot, name: str, flavor: str) -> Mapping[str, int]:
+    """The extended resources a queue uses of a flavor in the snapshot."""
+    for q in snapshot.queues:
+        if q.name == name:
+            return q.extended_used.get(flavor, {})
+    return {}
+
+
 def _changed(
     snapshot: Snapshot,
     running: list[RunningJob],
@@ -160,7 +171,9 @@ def _changed(
     gpu_ids: dict[str, set[int]] = {}
     cpu: dict[str, int] = {}
     memory: dict[str, int] = {}
+    extended: dict[str, dict[str, int]] = {}
     used = {q.name: dict(q.used) for q in snapshot.queues}
+    used_extended: dict[str, dict[str, dict[str, int]]] = {}
     for jobs, sign in ((started, -1), (stopped, 1)):
         for job in jobs:
             for r in job.replicas:
@@ -177,22 +190,40 @@ def _changed(
                     gpu_ids[r.node].update(r.gpu_ids)
                 cpu[r.node] += sign * r.cpu_millis
                 memory[r.node] += sign * r.memory
+                if r.extended:
+                    free = extended.setdefault(r.node, dict(by_name[r.node].free_extended))
+                    for name, amount in r.extended:
+                        free[name] = free.get(name, 0) + sign * amount
             per_flavor = used.setdefault(job.queue, {})
             for flavor, gpus in job.flavor_gpus.items():
                 per_flavor[flavor] = per_flavor.get(flavor, 0) - sign * gpus
+            for flavor, amounts in job.flavor_extended.items():
+                queue_used = used_extended.setdefault(job.queue, {})
+                if flavor not in queue_used:
+                    queue_used[flavor] = dict(_queue(snapshot, job.queue, flavor))
+                for name, amount in amounts:
+                    queue_used[flavor][name] = queue_used[flavor].get(name, 0) - sign * amount
     nodes = tuple(
         replace(
             n,
             free_gpu_ids=tuple(sorted(gpu_ids[n.name])),
             free_cpu_millis=cpu[n.name],
             free_memory=memory[n.name],
+            free_extended=extended.get(n.name, n.free_extended),
         )
         if n.name in gpu_ids
         else n
         for n in snapshot.nodes
     )
     queues = tuple(
-        replace(q, used=used[q.name]) if used[q.name] != q.used else q for q in snapshot.queues
+        replace(
+            q,
+            used=used[q.name],
+            extended_used={**q.extended_used, **used_extended.get(q.name, {})},
+        )
+        if used[q.name] != q.used or q.name in used_extended
+        else q
+        for q in snapshot.queues
     )
     return replace(
         snapshot, nodes=nodes, queues=queues, running=tuple(running), pending=tuple(pending)

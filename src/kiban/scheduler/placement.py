@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
 from kiban.scheduler.decisions import ReplicaPlacement
-from kiban.scheduler.snapshot import NodeView, PendingJob, TaskDemand, TopologyRequest
+from kiban.scheduler.snapshot import (
+    Extended,
+    NodeView,
+    PendingJob,
+    TaskDemand,
+    TopologyRequest,
+)
 
 MAX_DOMAIN_TRIES = 8
 """Domains tried per level, smallest free first; past them a gang is taken not to fit there."""
@@ -42,6 +48,9 @@ def place_gang(
         rank = 0
         for task in job.tasks:
             task_allow = task_filter(task, allow)
+            extended = task.extended
+            if extended:
+                task_allow = overlay.extended_filter(extended, task_allow)
             held: dict[str, int] | None = None
             if task.max_per_node is not None:
                 held = {}
@@ -54,7 +63,7 @@ def place_gang(
                     break
                 if held is not None:
                     held[node] = held.get(node, 0) + 1
-                gpu_ids = overlay.take(node, task.gpu, task.cpu_millis, task.memory)
+                gpu_ids = overlay.take(node, task.gpu, task.cpu_millis, task.memory, extended)
                 placements.append(
                     ReplicaPlacement(
                         task=task.name,
@@ -64,6 +73,7 @@ def place_gang(
                         gpu_ids=gpu_ids,
                         cpu_millis=task.cpu_millis,
                         memory=task.memory,
+                        extended=extended,
                     )
                 )
                 rank += 1
@@ -139,6 +149,12 @@ def _place_in_some_domain(
     return NO_FIT
 
 
+def holds_extended(has: Extended, needs: Extended) -> bool:
+    """Whether capacity ``has`` covers one replica's ``needs`` (both sorted pairs)."""
+    advertised = dict(has)
+    return all(advertised.get(name, 0) >= amount for name, amount in needs)
+
+
 def could_fit(job: PendingJob, overlay: CapacityOverlay) -> bool:
     """A quick necessary condition for the gang to fit the overlay's free GPUs (no placement
     search): enough GPUs in all, and enough room for the replicas of each task's size, at most
@@ -195,11 +211,15 @@ def domain_could_hold(job: PendingJob, overlay: CapacityOverlay, level: int) -> 
 def task_fits_some_node(task: TaskDemand, overlay: CapacityOverlay) -> tuple[bool, int]:
     """Whether an idle schedulable node could hold one replica, and how many unschedulable could."""
     if task.nodes is not None:
-        return overlay.constrained_fit(task.gpu, task.cpu_millis, task.memory, task.nodes)
+        return overlay.constrained_fit(
+            task.gpu, task.cpu_millis, task.memory, task.nodes, task.extended
+        )
     fits = False
     blocked = 0
-    for (gpus, cpu_millis, memory, schedulable), count in overlay.index.shapes.items():
+    for (gpus, cpu_millis, memory, schedulable, has), count in overlay.index.shapes.items():
         if gpus < task.gpu or cpu_millis < task.cpu_millis or memory < task.memory:
+            continue
+        if task.extended and not holds_extended(has, task.extended):
             continue
         if schedulable:
             fits = True

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from kiban.scheduler.capacity import NodeFilter
 from kiban.scheduler.cycle import Cycle, loss_order
 from kiban.scheduler.placement import GangAttempt, could_fit
-from kiban.scheduler.snapshot import PendingJob, RunningJob
+from kiban.scheduler.snapshot import Extended, PendingJob, RunningJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +148,9 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     finally:
         for queue, gpus in given_quota.items():
             cycle.quota.take(queue, flavor, gpus)
+        for victim, _ground in chosen:  # the spared ones took theirs back already
+            if victim.flavor_extended:
+                cycle.quota.take_extended(victim.queue, flavor, _extended(victim, flavor))
     return None
 
 
@@ -155,11 +158,18 @@ def _release(cycle: Cycle, victim: RunningJob, flavor: str, given: dict[str, int
     """What-if: the victim's capacity and quota are free."""
     for replica in victim.replicas:
         cycle.overlays[flavor].give(
-            replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory
+            replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory, replica.extended
         )
     gpus = victim.flavor_gpus.get(flavor, 0)
     cycle.quota.give(victim.queue, flavor, gpus)
     given[victim.queue] = given.get(victim.queue, 0) + gpus
+    if victim.flavor_extended:
+        cycle.quota.give_extended(victim.queue, flavor, _extended(victim, flavor))
+
+
+def _extended(victim: RunningJob, flavor: str) -> Extended:
+    """The extended resources the victim counts against its queue's quota of the flavor."""
+    return victim.flavor_extended.get(flavor, ()) if victim.flavor_extended else ()
 
 
 def _fit(
@@ -168,6 +178,9 @@ def _fit(
     """Where the job would go now (quota and placement), without taking anything."""
     overlay = cycle.overlays[flavor]
     if not could_fit(job, overlay) or not cycle.quota.check(job.queue, flavor, job.total_gpus).fits:
+        return None
+    extended = job.total_extended
+    if extended and not cycle.quota.check_extended(job.queue, flavor, extended).fits:
         return None
     with overlay.transaction():  # the placement is a what-if too: undone on exit
         attempt = cycle.try_place(job, flavor, allow)
@@ -192,11 +205,20 @@ def _spare_the_unneeded(
         gpus = victim.flavor_gpus.get(flavor, 0)
         with overlay.transaction() as tx:
             for replica in victim.replicas:
-                overlay.take_ids(replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory)
+                overlay.take_ids(
+                    replica.node,
+                    replica.gpu_ids,
+                    replica.cpu_millis,
+                    replica.memory,
+                    replica.extended,
+                )
             cycle.quota.take(victim.queue, flavor, gpus)
+            held = _extended(victim, flavor)
+            cycle.quota.take_extended(victim.queue, flavor, held)
             without = _fit(cycle, job, flavor, allow)
             if without is None:
                 cycle.quota.give(victim.queue, flavor, gpus)
+                cycle.quota.give_extended(victim.queue, flavor, held)
                 continue  # needed: the transaction gives its capacity back on exit
             tx.commit()
         given[victim.queue] -= gpus

@@ -6,6 +6,11 @@ cohort's shared pool. A queue's use beyond its own part draws on the pool, and t
 never exceed its size, so a lender's nominal quota is there for it once borrowers give it back
 (reclaim). A queue may exceed its nominal by at most its ``borrowing_limit``. The pool's totals
 are kept incrementally, so a check costs the same with 5 or 1,000 queues in a cohort.
+
+Extended resources a queue's quota names (``quota: {h100: {gpu: 64, nvidia.com/hostdev: 64}}``)
+are limited to the nominal amount: they are neither lent nor borrowed (they come with the GPUs
+of a node, and a queue that borrows GPUs in its cohort borrows the nodes' NICs with them only
+up to what it was given). A resource the quota does not name is not limited.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 
 from kiban.scheduler.reasons import PendingReason, ReasonCode
 from kiban.scheduler.reasons import gpus as gpu_phrase
-from kiban.scheduler.snapshot import QueueView
+from kiban.scheduler.snapshot import Extended, QueueView
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +57,11 @@ class QuotaBook:
         self._version = 0  # bumped by every change; refusals are remembered per version
         self._refusals: dict[tuple[str, str, int], tuple[int, QuotaVerdict]] = {}
         self._ceilings: dict[tuple[str, str], int | None] = {}
+        self._extended_used: dict[tuple[str, str], dict[str, int]] = {}
         for q in self.queues.values():
+            if q.extended_used:  # most queues' jobs hold none
+                for flavor, amounts in q.extended_used.items():
+                    self._extended_used[(q.name, flavor)] = dict(amounts)
             for flavor, gpus in q.used.items():
                 self._used[(q.name, flavor)] = gpus
             if q.cohort is None:
@@ -227,6 +236,75 @@ class QuotaBook:
             ),
         )
 
+    def extended_nominal(self, queue: str, flavor: str) -> dict[str, int]:
+        """The extended resources the queue's quota of a flavor limits, and to how much."""
+        q = self.queues.get(queue)
+        if q is None or q.nominal is None:
+            return {}
+        return dict(q.extended_nominal.get(flavor, {}))
+
+    def extended_used(self, queue: str, flavor: str, name: str) -> int:
+        return self._extended_used.get((queue, flavor), {}).get(name, 0)
+
+    def check_extended(self, queue: str, flavor: str, extended: Extended) -> QuotaVerdict:
+        """Whether the queue may take these extended resources more of a flavor now (only
+        those its quota names are limited, to the nominal amount: never borrowed)."""
+        q = self.queues.get(queue)
+        if not extended or q is None or q.nominal is None:
+            return FITS
+        limits = q.extended_nominal.get(flavor)
+        if not limits:
+            return FITS
+        for name, amount in extended:
+            nominal = limits.get(name)
+            if nominal is None:
+                continue
+            used = self.extended_used(queue, flavor, name)
+            if used + amount <= nominal:
+                continue
+            details: dict[str, object] = {
+                "queue": queue,
+                "flavor": flavor,
+                "resource": name,
+                "needed": amount,
+                "nominal": nominal,
+                "in_use": used,
+                "free": max(nominal - used, 0),
+            }
+            if amount > nominal:
+                return QuotaVerdict(
+                    False,
+                    PendingReason(
+                        ReasonCode.EXCEEDS_QUEUE_QUOTA,
+                        f"needs {amount} {name}{_on(flavor)}; queue {queue} can never hold "
+                        f"more than {nominal}",
+                        details,
+                    ),
+                )
+            return QuotaVerdict(
+                False,
+                PendingReason(
+                    ReasonCode.QUEUE_QUOTA_EXHAUSTED,
+                    f"needs {amount} {name}{_on(flavor)}; queue {queue} has "
+                    f"{max(nominal - used, 0)} free of {nominal}",
+                    details,
+                ),
+            )
+        return FITS
+
+    def take_extended(self, queue: str, flavor: str, extended: Extended) -> None:
+        self._change_extended(queue, flavor, extended, 1)
+
+    def give_extended(self, queue: str, flavor: str, extended: Extended) -> None:
+        self._change_extended(queue, flavor, extended, -1)
+
+    def _change_extended(self, queue: str, flavor: str, extended: Extended, sign: int) -> None:
+        if not extended or queue not in self.queues:
+            return
+        used = self._extended_used.setdefault((queue, flavor), {})
+        for name, amount in extended:
+            used[name] = used.get(name, 0) + sign * amount
+
     # -- changing --------------------------------------------------------------------------------
     def take(self, queue: str, flavor: str, gpus: int) -> None:
         self._change(queue, flavor, gpus)
@@ -245,3 +323,7 @@ class QuotaBook:
             return
         key = (q.cohort, flavor)
         self._drawn[key] = self._drawn.get(key, 0) + self.draw(queue, flavor) - before
+
+
+def _on(flavor: str) -> str:
+    return "" if flavor == "default" else f" of flavor {flavor}"

@@ -48,7 +48,17 @@ def cpus(millis: int) -> str:
 def replica_size(task: TaskDemand) -> str:
     """What one replica of a task asks for: "1 GPU, 2 CPUs, 16 GiB of memory"."""
     memory = units.size(task.memory)
-    return f"{counted(task.gpu, 'GPU')}, {cpus(task.cpu_millis)}, {memory} of memory"
+    size = f"{counted(task.gpu, 'GPU')}, {cpus(task.cpu_millis)}, {memory} of memory"
+    for name, amount in task.extended:
+        size += f", {extended_amount(name, amount)}"
+    return size
+
+
+def extended_amount(name: str, amount: int) -> str:
+    """ "8 nvidia.com/hostdev", "1 GiB of hugepages-2Mi" (hugepages are counted in bytes)."""
+    if name.startswith("hugepages-"):
+        return f"{units.size(amount)} of {name}"
+    return f"{amount} {name}"
 
 
 def spread_phrase(nodes: int, task: TaskDemand, limit: int) -> str:

@@ -5,11 +5,41 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from kiban.scheduler.node_match import NodeConstraint, NodePreference
 
 DEFAULT_FLAVOR = "default"
 """The flavor of every node when the policy declares none."""
+
+Extended = tuple[tuple[str, int], ...]
+"""Amounts of extended resources (``nvidia.com/hostdev``, ``hugepages-2Mi``, ...), sorted by
+name, none of them zero: hashable, and empty (falsy) for the common job that asks for none."""
+
+NO_EXTENDED: Extended = ()
+NO_AMOUNTS: Mapping[str, int] = MappingProxyType({})
+"""The extended resources of a node that advertises none (shared: most nodes)."""
+
+
+NO_HOLDINGS: Mapping[str, Extended] = MappingProxyType({})
+NO_LIMITS: Mapping[str, Mapping[str, int]] = MappingProxyType({})
+
+
+def _no_amounts() -> Mapping[str, int]:
+    return NO_AMOUNTS
+
+
+def _no_holdings() -> Mapping[str, Extended]:
+    return NO_HOLDINGS
+
+
+def _no_limits() -> Mapping[str, Mapping[str, int]]:
+    return NO_LIMITS
+
+
+def extended_of(amounts: Mapping[str, int]) -> Extended:
+    """The sorted, hashable form of ``{name: amount}`` (zero amounts left out)."""
+    return tuple(sorted((name, amount) for name, amount in amounts.items() if amount))
 
 
 class QueueStrategy(StrEnum):
@@ -35,6 +65,8 @@ class NodeView:
     unschedulable_reason: str = ""
     flavor: str | None = DEFAULT_FLAVOR  # None: matches no declared flavor
     topology: tuple[str, ...] = ()  # its domain at each topology level, outermost first
+    extended: Mapping[str, int] = field(default_factory=_no_amounts)  # what it advertises
+    free_extended: Mapping[str, int] = field(default_factory=_no_amounts)  # of it, what is free
 
 
 def node_view(
@@ -51,8 +83,12 @@ def node_view(
     unschedulable_reason: str = "",
     flavor: str | None = DEFAULT_FLAVOR,
     topology: tuple[str, ...] = (),
+    extended: Mapping[str, int] | None = None,
+    used_extended: Mapping[str, int] | None = None,
 ) -> NodeView:
     """A node's view from its capacity and what running replicas use of it."""
+    advertised = dict(extended) if extended else NO_AMOUNTS
+    used = used_extended or NO_AMOUNTS
     return NodeView(
         name=name,
         gpus=gpus,
@@ -66,6 +102,12 @@ def node_view(
         unschedulable_reason=unschedulable_reason,
         flavor=flavor,
         topology=topology,
+        extended=advertised,
+        free_extended=(
+            {name: amount - used.get(name, 0) for name, amount in advertised.items()}
+            if advertised
+            else NO_AMOUNTS
+        ),
     )
 
 
@@ -96,6 +138,8 @@ class QueueView:
     borrowing_limit: Mapping[str, int] = field(default_factory=dict)
     lending_limit: Mapping[str, int] = field(default_factory=dict)
     weight: float = 1.0
+    extended_nominal: Mapping[str, Mapping[str, int]] = field(default_factory=_no_limits)
+    extended_used: Mapping[str, Mapping[str, int]] = field(default_factory=_no_limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +148,8 @@ class TaskDemand:
     those it would rather have (None: best fit alone), and how many of its replicas one node
     may hold (``max_per_node``, the manifest's ``maxReplicasPerNode``; None: no limit).
 
-    ``max_per_node`` holds within the task: replicas of the job's other tasks do not count."""
+    ``max_per_node`` holds within the task: replicas of the job's other tasks do not count.
+    ``extended`` is what each replica needs of extended resources (empty for most jobs)."""
 
     name: str
     replicas: int
@@ -114,6 +159,7 @@ class TaskDemand:
     nodes: NodeConstraint | None = None
     prefers: NodePreference | None = None
     max_per_node: int | None = None
+    extended: Extended = NO_EXTENDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +204,18 @@ class PendingJob:
             return tasks[0].replicas * tasks[0].gpu
         return sum(t.replicas * t.gpu for t in tasks)
 
+    @property
+    def total_extended(self) -> Extended:
+        """The extended resources of all its replicas together (empty for most jobs)."""
+        tasks = self.tasks
+        if len(tasks) == 1 and not tasks[0].extended:
+            return NO_EXTENDED
+        totals: dict[str, int] = {}
+        for task in tasks:
+            for name, amount in task.extended:
+                totals[name] = totals.get(name, 0) + amount * task.replicas
+        return extended_of(totals)
+
 
 @dataclass(frozen=True, slots=True)
 class RunningReplica:
@@ -167,6 +225,7 @@ class RunningReplica:
     gpu_ids: tuple[int, ...]
     cpu_millis: int
     memory: int
+    extended: Extended = NO_EXTENDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +253,7 @@ class RunningJob:
     stopping: bool = False  # being stopped (cancel, failure, preemption): never a victim
     attained_service: float = 0.0  # GPU-seconds it ran before this attempt
     tasks: tuple[TaskDemand, ...] = ()  # as it asked when admitted (empty: not known)
+    flavor_extended: Mapping[str, Extended] = field(default_factory=_no_holdings)  # per flavor
 
     @property
     def gpus(self) -> int:

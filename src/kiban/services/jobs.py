@@ -33,7 +33,14 @@ from kiban.scheduler.feasibility import (
 )
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import counted
-from kiban.scheduler.snapshot import FlavorView, NodeView, PendingJob, QueueView, TopologyRequest
+from kiban.scheduler.snapshot import (
+    NO_AMOUNTS,
+    FlavorView,
+    NodeView,
+    PendingJob,
+    QueueView,
+    TopologyRequest,
+)
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound, invalid
@@ -95,6 +102,7 @@ class _PolicyFacts:
                 labels=n.labels,
                 flavor=policy.flavor_of(n.labels),
                 topology=policy.topology_path(n.labels),
+                extended=dict(n.extended) if n.extended else NO_AMOUNTS,
             )
             for n in nodes
         ]
@@ -117,6 +125,7 @@ def _queue_view(queue: QueueDecl, policy: ClusterPolicy) -> QueueView:
         cohort=None if queue.cohort is None else policy.sharing_cohort(queue.cohort),
         borrowing_limit=queue.borrowing,
         lending_limit=queue.lending,
+        extended_nominal=queue.extended_nominal,
     )
 
 
@@ -177,7 +186,9 @@ def check_against_cluster(
     )
     flavors = usable_flavors(view, under.flavors)
     reason = never_fits(job, view, flavors, under.cluster, under.quota)
-    if reason is not None:
+    # A resource no node advertises yet may come (a device plugin registering, a node joining):
+    # the job waits, and its reason names the resource (and a close advertised name).
+    if reason is not None and reason.details.get("limit") != Limit.UNADVERTISED:
         raise invalid(_field_at_fault(manifest, reason.details), reason.message)
     if spec.launcher == "torchrun" and Capability.TORCHRUN not in facts.capabilities:
         raise invalid("spec.launcher", "torchrun is not available here (is PyTorch installed?)")
@@ -204,6 +215,8 @@ def _field_at_fault(manifest: JobManifest, details: Mapping[str, Any]) -> str:
         return f"{where}.maxReplicasPerNode"
     if limit is Limit.NODE_CONSTRAINT:
         return f"{where}.nodeSelector" if task.node_selector else f"{where}.affinity"
+    if limit is Limit.NODE_SIZE and "resource" in details:
+        return f"{where}.resources.{details['resource']}"
     if limit is Limit.NODE_SIZE:
         largest = details.get("largest") or {}
         for name, asked, have in (

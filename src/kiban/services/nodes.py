@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from kiban.executors.base import NodeInfo
 from kiban.health.remediation import CordonSource
 from kiban.scheduler import units
-from kiban.scheduler.reasons import counted, cpus
+from kiban.scheduler.reasons import counted, cpus, extended_amount
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import NotFound
@@ -85,6 +85,10 @@ def sync_nodes(session: Session, nodes: Sequence[NodeInfo], at: float) -> None:
                 message=(
                     f"{counted(info.gpus, 'GPU')}, {cpus(info.cpu_millis)}, "
                     f"{units.size(info.memory)} of memory"
+                    + "".join(
+                        f", {extended_amount(name, amount)}"
+                        for name, amount in sorted(info.extended.items())
+                    )
                 ),
                 at=at,
             )
@@ -93,6 +97,8 @@ def sync_nodes(session: Session, nodes: Sequence[NodeInfo], at: float) -> None:
         row.memory = info.memory
         row.labels = dict(info.labels)
         row.gpus_used_elsewhere = info.gpus_used_elsewhere
+        if dict(info.extended) != (row.extended or {}):
+            row.extended = dict(info.extended)
         row.unschedulable_reason = info.unschedulable
         row.updated_at = at
         _record_health(session, row, info.healthy, info.health_message, at)

@@ -403,12 +403,19 @@ def _per_flavor(amounts: dict[str, int]) -> dict[str, Any]:
     return {flavor: {"gpu": gpus} for flavor, gpus in amounts.items()}
 
 
+def _with_extended(quota: dict[str, Any], decl: QueueDecl) -> dict[str, Any]:
+    """The quota with the extended resources it names beside each flavor's GPUs."""
+    for flavor, resources in decl.extended_nominal.items():
+        quota[flavor] = {**quota.get(flavor, {"gpu": 0}), **resources}
+    return quota
+
+
 def _queue_values(decl: QueueDecl) -> dict[str, Any]:
     nominal = decl.nominal
     return {
         "tenant": decl.tenant,
         "cohort": decl.cohort,
-        "quota": None if nominal is None else _per_flavor(nominal),
+        "quota": None if nominal is None else _with_extended(_per_flavor(nominal), decl),
         "borrowing_limit": _per_flavor(decl.borrowing),
         "lending_limit": _per_flavor(decl.lending),
         "strategy": decl.strategy,
@@ -420,6 +427,8 @@ def describe_queue(decl: QueueDecl) -> str:
     """``quota h100:16 a100:8, cohort research, BestEffortFIFO``."""
     nominal = decl.nominal
     quota = "none" if nominal is None else " ".join(f"{f}:{n}" for f, n in nominal.items())
+    for flavor, resources in decl.extended_nominal.items():
+        quota += "".join(f" {flavor}:{name}={amount}" for name, amount in resources.items())
     parts = [f"quota {quota or '0'}"]
     if decl.cohort:
         parts.append(f"cohort {decl.cohort}")

@@ -106,9 +106,15 @@ def ledger(book: QuotaBook, flavor: str) -> dict[str, Share]:
 
 
 # -- reading the book from the store ------------------------------------------------------------
-def queue_view(q: Queue, policy: ClusterPolicy, used: Mapping[str, int] | None = None) -> QueueView:
+def queue_view(
+    q: Queue,
+    policy: ClusterPolicy,
+    used: Mapping[str, int] | None = None,
+    extended_used: Mapping[str, Mapping[str, int]] | None = None,
+) -> QueueView:
     """The queue as the scheduler sees it; its cohort is the one whose pool it shares (the
-    root of a nested cohort's tree)."""
+    root of a nested cohort's tree). ``extended_used``: extended resources its jobs hold, per
+    flavor."""
     return QueueView(
         name=q.name,
         tenant=q.tenant,
@@ -119,6 +125,8 @@ def queue_view(q: Queue, policy: ClusterPolicy, used: Mapping[str, int] | None =
         borrowing_limit=q.borrowing,
         lending_limit=q.lending,
         weight=q.fair_share_weight,
+        extended_nominal=q.extended_nominal,
+        extended_used=dict(extended_used or {}),
     )
 
 

@@ -93,6 +93,16 @@ class Queue(Base):
         return None if self.quota is None else _gpus(self.quota)
 
     @property
+    def extended_nominal(self) -> dict[str, dict[str, int]]:
+        """The extended resources its quota limits, per flavor: the quota's other keys than
+        ``gpu`` (``{"h100": {"gpu": 64, "nvidia.com/hostdev": 64}}``)."""
+        return {
+            flavor: {k: int(v) for k, v in amount.items() if k != "gpu"}
+            for flavor, amount in (self.quota or {}).items()
+            if any(k != "gpu" for k in amount)
+        }
+
+    @property
     def borrowing(self) -> dict[str, int]:
         """Borrowing limit in GPUs per flavor (a flavor not listed: no limit)."""
         return _gpus(self.borrowing_limit)
@@ -133,6 +143,8 @@ class Node(Base):
     # The node agent: where it serves /metrics and /check, and when it last reported.
     agent_address: Mapped[str] = mapped_column(String(255), default="", server_default="")
     agent_reported_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The extended resources it advertises, {name: amount} (hugepages in bytes).
+    extended: Mapped[dict[str, int]] = mapped_column(JSON, default=dict, server_default="{}")
 
 
 class NodeCondition(Base):

@@ -19,6 +19,7 @@ from typing import Self
 from kiban.scheduler.node_match import NodeConstraint, NodePreference, excluding
 from kiban.scheduler.snapshot import (
     DEFAULT_FLAVOR,
+    Extended,
     FlavorView,
     NodeView,
     PendingJob,
@@ -29,6 +30,7 @@ from kiban.scheduler.snapshot import (
     Snapshot,
     TaskDemand,
     TopologyRequest,
+    extended_of,
     node_view,
 )
 
@@ -48,6 +50,7 @@ class _NodeSpec:
     unschedulable_reason: str = ""
     flavor: str | None = DEFAULT_FLAVOR
     topology: tuple[str, ...] = ()
+    extended: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -67,6 +70,7 @@ class ClusterBuilder:
         prefix: str = "node",
         flavor: str | None = DEFAULT_FLAVOR,
         topology: tuple[str, ...] = (),
+        extended: Mapping[str, int] | None = None,
     ) -> Self:
         """Add ``count`` alike nodes named ``{prefix}-{i}`` with the lowest unused numbers.
 
@@ -85,6 +89,7 @@ class ClusterBuilder:
                 labels=labels,
                 flavor=flavor,
                 topology=(*topology, name) if topology else (),
+                extended=extended,
             )
         return self
 
@@ -98,8 +103,10 @@ class ClusterBuilder:
         labels: Mapping[str, str] | None = None,
         flavor: str | None = DEFAULT_FLAVOR,
         topology: tuple[str, ...] = (),
+        extended: Mapping[str, int] | None = None,
     ) -> Self:
-        """Add one node (or replace the one of that name)."""
+        """Add one node (or replace the one of that name); ``extended``: the extended
+        resources it advertises (``{"nvidia.com/hostdev": 8}``)."""
         self._nodes[name] = _NodeSpec(
             name,
             gpus,
@@ -108,6 +115,7 @@ class ClusterBuilder:
             dict(labels or {}),
             flavor=flavor,
             topology=tuple(topology),
+            extended=dict(extended or {}),
         )
         return self
 
@@ -163,6 +171,7 @@ class ClusterBuilder:
                     unschedulable_reason=spec.unschedulable_reason,
                     flavor=spec.flavor,
                     topology=spec.topology,
+                    extended=spec.extended,
                 )
             )
         return tuple(views)
@@ -183,6 +192,7 @@ class QueueBuilder:
     _borrowing: dict[str, int] = field(default_factory=dict)
     _lending: dict[str, int] = field(default_factory=dict)
     _weight: float = 1.0
+    _extended: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def tenant(self, name: str) -> Self:
         self._tenant = name
@@ -210,6 +220,12 @@ class QueueBuilder:
 
     def cohort(self, name: str) -> Self:
         self._cohort = name
+        return self
+
+    def limits(self, resource: str, amount: int, flavor: str = DEFAULT_FLAVOR) -> Self:
+        """Nominal quota of an extended resource on a flavor (counted only in a queue that
+        has a GPU quota: ``quota`` or ``nominal``)."""
+        self._extended.setdefault(flavor, {})[resource] = amount
         return self
 
     def borrowing_limit(self, flavor: str, gpus: int) -> Self:
@@ -240,10 +256,15 @@ class QueueBuilder:
         used = dict(self._used)
         if self._in_use:
             used[DEFAULT_FLAVOR] = used.get(DEFAULT_FLAVOR, 0) + self._in_use
+        extended_used: dict[str, dict[str, int]] = {}
         for r in running:
             if r.queue == self.name:
                 for flavor, gpus in r.flavor_gpus.items():
                     used[flavor] = used.get(flavor, 0) + gpus
+                for flavor, amounts in r.flavor_extended.items():
+                    in_flavor = extended_used.setdefault(flavor, {})
+                    for resource, amount in amounts:
+                        in_flavor[resource] = in_flavor.get(resource, 0) + amount
         return QueueView(
             self.name,
             self._tenant,
@@ -254,6 +275,8 @@ class QueueBuilder:
             borrowing_limit=dict(self._borrowing),
             lending_limit=dict(self._lending),
             weight=self._weight,
+            extended_nominal={f: dict(limits) for f, limits in self._extended.items()},
+            extended_used=extended_used,
         )
 
 
@@ -329,11 +352,22 @@ class JobBuilder:
         nodes: NodeConstraint | None = None,
         prefers: NodePreference | None = None,
         max_per_node: int | None = None,
+        extended: Mapping[str, int] | None = None,
     ) -> Self:
         """Make the job one task ``worker`` of ``count`` replicas, each needing this much, at
         most ``max_per_node`` of them on a node (None: no limit)."""
         self._tasks = [
-            TaskDemand("worker", count, gpu, cpu_millis, memory, nodes, prefers, max_per_node)
+            TaskDemand(
+                "worker",
+                count,
+                gpu,
+                cpu_millis,
+                memory,
+                nodes,
+                prefers,
+                max_per_node,
+                extended_of(extended or {}),
+            )
         ]
         return self
 
@@ -348,10 +382,21 @@ class JobBuilder:
         nodes: NodeConstraint | None = None,
         prefers: NodePreference | None = None,
         max_per_node: int | None = None,
+        extended: Mapping[str, int] | None = None,
     ) -> Self:
         """Add a task (ranks follow the order tasks were added)."""
         self._tasks.append(
-            TaskDemand(name, replicas, gpu, cpu_millis, memory, nodes, prefers, max_per_node)
+            TaskDemand(
+                name,
+                replicas,
+                gpu,
+                cpu_millis,
+                memory,
+                nodes,
+                prefers,
+                max_per_node,
+                extended_of(extended or {}),
+            )
         )
         return self
 
@@ -395,7 +440,7 @@ class RunningBuilder:
     _checkpoint: float | None = None
     _protected_until: float = 0.0
     _preempted_by: str | None = None
-    _replicas: list[tuple[str, int]] = field(default_factory=list)
+    _replicas: list[tuple[str, int, Extended]] = field(default_factory=list)
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -433,9 +478,15 @@ class RunningBuilder:
         self._preempted_by = job_id
         return self
 
-    def on(self, node: str, gpus: int = 1, replicas: int = 1) -> Self:
-        """``replicas`` replicas of ``gpus`` GPUs each on ``node``."""
-        self._replicas.extend([(node, gpus)] * replicas)
+    def on(
+        self,
+        node: str,
+        gpus: int = 1,
+        replicas: int = 1,
+        extended: Mapping[str, int] | None = None,
+    ) -> Self:
+        """``replicas`` replicas of ``gpus`` GPUs (and ``extended`` resources) each on ``node``."""
+        self._replicas.extend([(node, gpus, extended_of(extended or {}))] * replicas)
         return self
 
     def build(
@@ -443,15 +494,19 @@ class RunningBuilder:
     ) -> RunningJob:
         replicas = []
         flavor_gpus: dict[str, int] = {}
-        for node, gpus in self._replicas:
+        flavor_extended: dict[str, dict[str, int]] = {}
+        for node, gpus, extended in self._replicas:
             ids = free_ids[node][:gpus]
             if len(ids) < gpus:
                 raise ValueError(f"node {node} has no {gpus} free GPUs left for {self.id}")
             del free_ids[node][:gpus]
-            replicas.append(RunningReplica(node, tuple(ids), 1000, GIB))
+            replicas.append(RunningReplica(node, tuple(ids), 1000, GIB, extended))
             flavor = flavors[node]
             if flavor is not None:
                 flavor_gpus[flavor] = flavor_gpus.get(flavor, 0) + gpus
+                held = flavor_extended.setdefault(flavor, {})
+                for resource, amount in extended:
+                    held[resource] = held.get(resource, 0) + amount
         return RunningJob(
             id=self.id,
             queue=self._queue,
@@ -461,6 +516,7 @@ class RunningBuilder:
             started_at=self._started_at,
             replicas=tuple(replicas),
             flavor_gpus=flavor_gpus,
+            flavor_extended={f: extended_of(held) for f, held in flavor_extended.items() if held},
             max_runtime=self._max_runtime,
             last_progress_at=self._checkpoint,
             protected_until=self._protected_until,
@@ -525,6 +581,7 @@ def snapshot(
                 free_gpu_ids=tuple(free_ids[n.name]),
                 free_cpu_millis=n.free_cpu_millis - _held(running_jobs, n.name, "cpu"),
                 free_memory=n.free_memory - _held(running_jobs, n.name, "memory"),
+                free_extended=_free_extended(n, running_jobs),
             )
             for n in node_views
         )
@@ -552,6 +609,19 @@ def snapshot(
         standings=dict(standings or {}),
         topology_levels=topology_levels,
     )
+
+
+def _free_extended(node: NodeView, jobs: tuple[RunningJob, ...]) -> Mapping[str, int]:
+    """What is free of the node's extended resources once the running jobs hold theirs."""
+    if not node.extended:
+        return node.free_extended
+    free = dict(node.free_extended)
+    for j in jobs:
+        for r in j.replicas:
+            if r.node == node.name:
+                for resource, amount in r.extended:
+                    free[resource] = free.get(resource, 0) - amount
+    return free
 
 
 def _held(jobs: tuple[RunningJob, ...], node: str, what: str) -> int:

@@ -97,3 +97,26 @@ def test_the_node_agents_failing_checks_make_a_node_unhealthy_by_default() -> No
     for check in CHECKS:
         sick = node(conditions=[{"type": check.value, "status": "True", "reason": "X"}])
         assert node_info(sick, KubernetesOptions()).healthy is (check in WARNING_ONLY), check
+
+
+def test_extended_resources_come_from_allocatable() -> None:
+    dgx = node()
+    dgx["status"]["allocatable"].update(
+        {
+            "nvidia.com/hostdev": "8",
+            "nvidia-dgx-h100/nic0": "1",
+            "nvidia.com/mig-1g.10gb": "7",
+            "hugepages-2Mi": "2Gi",
+            "hugepages-1Gi": "0",  # none reserved: left out
+            "ephemeral-storage": "100Gi",  # not an extended resource
+            "pods": "110",
+            "rdma/hca": "lots",  # unreadable: left out, with a warning
+        }
+    )
+    assert node_info(dgx, OPTIONS).extended == {
+        "nvidia.com/hostdev": 8,
+        "nvidia-dgx-h100/nic0": 1,
+        "nvidia.com/mig-1g.10gb": 7,
+        "hugepages-2Mi": 2 * 2**30,
+    }
+    assert node_info(node(), OPTIONS).extended == {}  # GPUs, CPU and memory are not extended

@@ -122,6 +122,46 @@ def test_container_fields_of_the_spec_reach_the_pod() -> None:
     assert pod["metadata"]["annotations"]["example.com/team"] == "vision"
 
 
+MULTUS = "k8s.v1.cni.cncf.io/networks"
+RDMA_TASK: dict[str, Any] = {
+    "resources": {"gpu": 2, "nvidia.com/hostdev": 8, "hugepages-2Mi": "1Gi", "memory": "16Gi"},
+    "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+    "volumes": [
+        {"name": "shm", "mountPath": "/dev/shm", "emptyDir": {"medium": "Memory"}},
+        {"name": "scratch", "mountPath": "/scratch", "emptyDir": {"sizeLimit": "10Gi"}},
+        {"name": "data", "claimName": "shared", "mountPath": "/data"},
+    ],
+    "annotations": {MULTUS: "sriov-rdma-vf,sriov-rdma-vf"},
+}
+
+
+def test_the_rdma_fields_of_an_oke_job_reach_the_pod() -> None:
+    req = request(RDMA_TASK)
+    pod = pod_manifest(req, req.placements[0], "ns", OPTIONS)
+    container = pod["spec"]["containers"][0]
+    resources = container["resources"]
+    for part in ("limits", "requests"):
+        assert resources[part]["nvidia.com/hostdev"] == "8"
+        assert resources[part]["hugepages-2Mi"] == str(2**30)
+        assert resources[part]["nvidia.com/gpu"] == "2"
+    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert pod["spec"]["volumes"] == [
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        {"name": "scratch", "emptyDir": {"sizeLimit": str(10 * 2**30)}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "shared", "readOnly": False}},
+    ]
+    assert {"name": "shm", "mountPath": "/dev/shm", "readOnly": False} in container["volumeMounts"]
+    assert pod["metadata"]["annotations"][MULTUS] == "sriov-rdma-vf,sriov-rdma-vf"
+
+
+def test_a_pod_without_extended_resources_asks_for_none() -> None:
+    req = request()
+    pod = pod_manifest(req, req.placements[0], "ns", OPTIONS)
+    container = pod["spec"]["containers"][0]
+    assert set(container["resources"]["limits"]) == {"memory", "nvidia.com/gpu"}
+    assert "securityContext" not in container
+
+
 def service_replica_request(spec: ServiceSpec) -> LaunchRequest:
     """The request the control plane makes for replica 0 of a service's revision."""
     job = replica_job_manifest(service="llm", revision="llm-00001", index=0, spec=spec)

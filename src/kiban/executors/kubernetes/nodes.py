@@ -4,7 +4,9 @@ A node is unhealthy (its jobs return to their queues) when it is not Ready, when
 named in ``unhealthy_conditions`` is True, or when it has a NoExecute taint kiban's pods do not
 tolerate. It takes no new work, though healthy, when cordoned (``spec.unschedulable``) or
 tainted NoSchedule with a key kiban does not tolerate. GPUs requested by pods kiban did not
-create are reported as ``gpus_used_elsewhere``.
+create are reported as ``gpus_used_elsewhere``. Extended resources (``nvidia.com/hostdev``,
+``rdma/hca``, ``hugepages-2Mi``, MIG slices) are read from ``status.allocatable`` too: every
+countable name of that shape with a non-zero amount.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kiban.domain.extended_resources import is_extended_name, parse_extended_amount
 from kiban.domain.quantity import parse_cpu_millis, parse_memory
 from kiban.executors.base import NodeInfo
 from kiban.executors.kubernetes.naming import MANAGED_BY, MANAGER
@@ -53,7 +56,25 @@ def node_info(
         health_message="; ".join(problems),
         gpus_used_elsewhere=gpus_used_elsewhere,
         unschedulable="" if problems else unschedulable_reason(spec, options),
+        extended=extended_allocatable(name, allocatable),
     )
+
+
+def extended_allocatable(node: str, allocatable: Mapping[str, Any]) -> dict[str, int]:
+    """The extended resources of a node's allocatable (zero amounts left out: a device plugin
+    that found no device, or hugepages of a size not reserved)."""
+    found: dict[str, int] = {}
+    for name, value in allocatable.items():
+        if not is_extended_name(str(name)):
+            continue
+        try:
+            amount = parse_extended_amount(str(name), value)
+        except ValueError:
+            log.warning("node %s: cannot read allocatable %s %r; left out", node, name, value)
+            continue
+        if amount:
+            found[str(name)] = amount
+    return found
 
 
 def health_problems(node: Mapping[str, Any], options: KubernetesOptions) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kiban.domain.jobspec import TaskSpec
+from kiban.domain.jobspec import TaskSpec, VolumeSpec
 from kiban.executors.base import (
     CANNOT_START,
     EXIT_CANNOT_START,
@@ -151,6 +151,21 @@ def revision_service_manifest(
     }
 
 
+def _pod_volume(volume: VolumeSpec) -> dict[str, Any]:
+    """A volume of the pod: its claim, or its emptyDir (in memory for ``/dev/shm``)."""
+    if volume.empty_dir is not None:
+        empty: dict[str, Any] = {}
+        if volume.empty_dir.medium:
+            empty["medium"] = volume.empty_dir.medium
+        if volume.empty_dir.size_limit is not None:
+            empty["sizeLimit"] = str(volume.empty_dir.size_limit)
+        return {"name": volume.name, "emptyDir": empty}
+    return {
+        "name": volume.name,
+        "persistentVolumeClaim": {"claimName": volume.claim_name, "readOnly": volume.read_only},
+    }
+
+
 def pod_manifest(
     request: LaunchRequest,
     placement: ReplicaPlacement,
@@ -210,6 +225,10 @@ def pod_manifest(
     limits: dict[str, str] = {"memory": str(placement.memory)}
     if gpus:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
+    # Extended resources: requests equal limits (Kubernetes requires it of them; hugepages
+    # in bytes), so the kubelet's device plugins hand the pod exactly what kiban counted.
+    for resource, amount in sorted(task.resources.extended.items()):
+        requests[resource] = limits[resource] = str(amount)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -217,6 +236,10 @@ def pod_manifest(
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "resources": {"requests": requests, "limits": limits},
     }
+    if task.security_context is not None:
+        container["securityContext"] = task.security_context.model_dump(
+            by_alias=True, exclude_none=True, exclude_defaults=True
+        )
     if task.volumes:
         container["volumeMounts"] = [
             {"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only}
@@ -248,13 +271,7 @@ def pod_manifest(
     if not alone:
         spec["subdomain"] = service_name(request.job_id, request.attempt)
     if task.volumes:
-        spec["volumes"] = [
-            {
-                "name": v.name,
-                "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only},
-            }
-            for v in task.volumes
-        ]
+        spec["volumes"] = [_pod_volume(v) for v in task.volumes]
     if task.node_selector:
         spec["nodeSelector"] = dict(task.node_selector)
     if task.affinity:
