@@ -21,6 +21,7 @@ pytestmark = [
 ]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "mpi-allreduce.yaml"
+MPIJOB_EXAMPLE = Path(__file__).parents[2] / "examples" / "mpijob-allreduce.yaml"
 
 WAITING_ALLREDUCE = """
 import os, pathlib, sys, time
@@ -86,6 +87,16 @@ def test_allreduce_across_three_workers_on_three_nodes(kiban: KibanServer) -> No
     assert len(workers) == 3
     # the launcher began once every worker's agent answered
     assert log.index("every MPI worker is up") < log.index("rank 0 of 3")
+
+
+def test_an_mpi_operator_mpijob_runs_unchanged_on_the_local_executor(kiban: KibanServer) -> None:
+    """examples/mpijob-allreduce.yaml (kubeflow.org/v2beta1) as written: its image and the
+    workers' sshd are Kubernetes' business; here the agents stand in for sshd."""
+    job_id = kiban.submit(MPIJOB_EXAMPLE.read_text())
+    kiban.wait_for_state(job_id, "Succeeded", timeout=120)
+    log = kiban.log_text(job_id, 0)
+    found = re.findall(r"^rank (\d) of 3: allreduce (\d+)$", log, re.MULTILINE)
+    assert sorted(found) == [("0", "3"), ("1", "3"), ("2", "3")], log
 
 
 def test_cancel_leaves_no_orted_or_rank_behind(kiban: KibanServer) -> None:
