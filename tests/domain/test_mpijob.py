@@ -132,10 +132,12 @@ def test_an_mpijob_becomes_an_mpirun_job_of_a_launcher_and_workers() -> None:
     for ignored in (
         "spec.runPolicy.ttlSecondsAfterFinished",
         "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
-        "securityContext",
         "metadata.namespace",
     ):
         assert ignored in warnings
+    assert "securityContext" not in warnings  # the container's passes through to its pod
+    assert launcher.security_context is not None
+    assert launcher.security_context.run_as_user == 1000
 
 
 def test_an_mpijob_is_dispatched_by_kind_and_stored_as_a_kiban_job() -> None:
