@@ -214,6 +214,10 @@ def up(
             min=0,
         ),
     ] = DEFAULT_SWEEP_EVERY_S,
+    max_array_size: Annotated[
+        int,
+        typer.Option(help="the most indices one job array may have (spec.array)", min=1),
+    ] = 10_000,  # kiban.domain.job_relations.DEFAULT_MAX_ARRAY_SIZE (pydantic: not imported here)
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -302,6 +306,7 @@ def up(
         agent_readings_dir=agent_readings_dir.resolve() if agent_readings_dir else None,
         health_interval_s=health_interval,
         sweep_every_s=sweep_every or None,
+        max_array_size=max_array_size,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)

@@ -19,6 +19,7 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.declarations import DEFAULT_QUEUE, QueueDecl
 from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.event_reasons import JobEventReason
+from kiban.domain.job_relations import Relations
 from kiban.domain.jobspec import JobManifest, task_demands
 from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manifest, parse_submission
 from kiban.domain.states import JobState
@@ -42,7 +43,7 @@ from kiban.services.transitions import transition
 from kiban.store.models import Event, Job, Queue, Replica
 
 _ID_CHARS = string.ascii_lowercase + string.digits
-_ID_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")  # what new_job_id can make
+_ID_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,69}(_[0-9]{1,9})?$")  # new_job_id's, an index's
 NAME_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")  # job, queue and tenant names
 
 
@@ -239,6 +240,7 @@ class Prepared:
     job: Job
     events: tuple[Event, ...]
     warnings: tuple[str, ...] = ()
+    relations: Relations | None = None  # an array, or dependencies: set where the store is read
 
 
 def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[str]:
@@ -459,10 +461,15 @@ def prepare_parsed(
     return Prepared(job, tuple(made), tuple(warnings))
 
 
+def is_job_id(text: str) -> bool:
+    """Whether ``text`` has the shape of an id kiban makes (a job's, an array's, an array
+    index's): others are never looked up (PostgreSQL refuses NUL characters, for one)."""
+    return len(text) <= 80 and _ID_PATTERN.match(text) is not None
+
+
 def get_visible(session: Session, principal: Principal, job_id: str) -> Job:
     """The job if the caller may see it; NotFound otherwise (never reveals other tenants' jobs)."""
-    # An id new_job_id cannot make is not looked up (PostgreSQL refuses NUL characters, for one).
-    job = session.get(Job, job_id) if _ID_PATTERN.match(job_id) else None
+    job = session.get(Job, job_id) if is_job_id(job_id) else None
     if job is None or not principal.can_see(job.tenant):
         raise NotFound(f"job {job_id} not found")
     return job
