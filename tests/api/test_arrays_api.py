@@ -63,8 +63,8 @@ def test_an_array_runs_one_job_per_index_at_most_parallelism_at_once(
     assert (answer["size"], answer["parallelism"], answer["indices"]) == (10, 3, "0-9")
     passes(platform)
     running = sorted(r.request.job_id for r in executor.running())
-    assert running == [f"{array_id}_0", f"{array_id}_1", f"{array_id}_2"]
-    held = job(api, f"{array_id}_5")
+    assert running == [f"{array_id}-0", f"{array_id}-1", f"{array_id}-2"]
+    held = job(api, f"{array_id}-5")
     assert held["state"] == "Pending"
     assert held["reason"]["code"] == "WaitingForArraySlot"
     assert "at most 3" in held["reason"]["message"]
@@ -72,11 +72,11 @@ def test_an_array_runs_one_job_per_index_at_most_parallelism_at_once(
     assert array(api, array_id)["counts"] == {"Running": 3, "Pending": 7}
     assert array(api, array_id)["held"] == {"ArraySlot": 7}
 
-    executor.finish_all(f"{array_id}_1")
+    executor.finish_all(f"{array_id}-1")
     passes(platform)
-    assert state(api, f"{array_id}_1") == "Succeeded"
-    assert state(api, f"{array_id}_3") == "Running"
-    assert state(api, f"{array_id}_4") == "Pending"
+    assert state(api, f"{array_id}-1") == "Succeeded"
+    assert state(api, f"{array_id}-3") == "Running"
+    assert state(api, f"{array_id}-4") == "Pending"
     described = array(api, array_id, indices=True)
     assert described["indicesByState"] == {
         "Running": "0,2-3",
@@ -251,7 +251,7 @@ def test_a_job_may_wait_for_a_whole_array_and_an_array_for_a_job(
     passes(platform)
     assert array(api, array_id)["counts"] == {"Running": 3}
     for index in range(3):
-        executor.finish_all(f"{array_id}_{index}")
+        executor.finish_all(f"{array_id}-{index}")
         passes(platform)
         expected = "Running" if index == 2 else "Pending"
         assert state(api, after) == expected
@@ -263,7 +263,7 @@ def test_a_failed_index_fails_a_job_waiting_for_the_array_to_succeed(
     array_id = submit(api, manifest("sweep", array={"indices": "0-1"}))["id"]
     after = submit(api, manifest("gather", dependsOn=[{"job": array_id}]))["id"]
     passes(platform)
-    executor.finish_all(f"{array_id}_0", exit_code=1)
+    executor.finish_all(f"{array_id}-0", exit_code=1)
     passes(platform)
     found = job(api, after)
     assert found["state"] == "Failed"
@@ -288,7 +288,7 @@ def test_a_dependency_on_itself_is_refused(
     error = problem(api.post(JOBS, json=manifest("me", dependsOn=[{"job": "me-fixed1"}])), 422)
     assert error["problems"][0]["field"] == "spec.dependsOn[0].job"
     assert "itself" in error["problems"][0]["message"]
-    document = manifest("arr", array={"indices": "0-3"}, dependsOn=[{"job": "arr-fixed1_2"}])
+    document = manifest("arr", array={"indices": "0-3"}, dependsOn=[{"job": "arr-fixed1-2"}])
     assert problem(api.post(JOBS, json=document), 422)["problems"][0]["field"] == (
         "spec.dependsOn[0].job"
     )
@@ -309,7 +309,7 @@ def test_a_dependency_on_another_tenants_job_or_array_is_not_found(
 ) -> None:
     theirs = submit(api, manifest("admins"))["id"]
     their_array = submit(api, manifest("admins", array={"indices": "0-1"}))["id"]
-    for target in (theirs, their_array, f"{their_array}_0"):
+    for target in (theirs, their_array, f"{their_array}-0"):
         document = manifest("mine", queue="speech", dependsOn=[{"job": target}])
         error = problem(other_tenant.post(JOBS, json=document), 404)
         assert "spec.dependsOn[0].job" in error["message"]

@@ -42,7 +42,7 @@ def test_run_array_submits_one_job_per_index_and_ls_folds_them(
     assert "8 for ArraySlot" in described.out
     as_json = json.loads(kiban("describe", array_id, "-o", "json").out)
     assert as_json["indicesByState"] == {"Running": "0-1", "Pending": "2-9"}
-    index = json.loads(kiban("describe", f"{array_id}_3", "-o", "json").out)
+    index = json.loads(kiban("describe", f"{array_id}-3", "-o", "json").out)
     assert index["reason"]["code"] == "WaitingForArraySlot"
 
 
@@ -51,7 +51,7 @@ def test_submitting_an_array_says_what_its_jobs_are(kiban: Run) -> None:
     assert done.code == 0, done.err
     array_id = done.out.strip()
     assert (
-        f"5 jobs {array_id}_<index> for indices 1,3,5-7, at most 2 at once" in done.err
+        f"5 jobs {array_id}-<index> for indices 1,3,5-7, at most 2 at once" in done.err
     )
 
 
@@ -80,9 +80,9 @@ def test_wait_for_an_array_exits_0_only_if_every_index_succeeded(
     bad = run(kiban, "--array", "0-1")
     platform.loop.run_once()
     platform.loop.run_once()
-    for job_id in (f"{good}_0", f"{good}_1", f"{bad}_0"):
+    for job_id in (f"{good}-0", f"{good}-1", f"{bad}-0"):
         executor.finish_all(job_id)
-    executor.finish_all(f"{bad}_1", exit_code=2)
+    executor.finish_all(f"{bad}-1", exit_code=2)
     platform.loop.run_once()
     done = kiban("wait", good)
     assert done.code == 0, done.err

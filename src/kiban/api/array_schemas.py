@@ -19,7 +19,7 @@ class ArrayDependencyOut(ApiModel):
 
 
 class ArrayOut(ApiModel):
-    """A job array: its indices (``<id>_<index>`` are its jobs), how many may run at once,
+    """A job array: its indices (``<id>-<index>`` are its jobs), how many may run at once,
     its indices counted by state, the held ones by what holds them (``Dependency``,
     ``ArraySlot``), and with ``indices=true`` which indices are in each state (ranges).
     ``done``: every index has ended; ``succeeded``: every index succeeded."""

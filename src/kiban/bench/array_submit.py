@@ -132,8 +132,8 @@ def _single_way(server: KibanServer, options: ArrayBenchOptions) -> dict[str, fl
     with httpx.Client(
         base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=30
     ) as api:
-        params: list[tuple[str, str | int | float | bool | None]] = [("state", s) for s in NOT_PENDING]
-        params.append(("limit", 1))
+        params: list[tuple[str, str | int | float | bool | None]] = [("limit", 1)]
+        params += [("state", s) for s in NOT_PENDING]
 
         def scheduled() -> int:
             return int(api.get("/api/v1/jobs", params=params).headers["X-Total-Count"])

@@ -64,7 +64,7 @@ def submitted_line(array: dict[str, Any]) -> str:
     at_once = f", at most {limit} at once" if limit else ""
     return (
         f"array {first} submitted to queue {array['queue']}: {size} jobs "
-        f"{first}_<index> for indices {array['indices']}{at_once}"
+        f"{first}-<index> for indices {array['indices']}{at_once}"
     )
 
 
@@ -123,7 +123,7 @@ def description(array: dict[str, Any]) -> RenderableType:
         ("Name", array["name"]),
         ("Tenant", array["tenant"]),
         ("Queue", array["queue"]),
-        ("Indices", f"{array['indices']} ({array['size']} jobs {array['id']}_<index>)"),
+        ("Indices", f"{array['indices']} ({array['size']} jobs {array['id']}-<index>)"),
         ("Parallelism", str(limit) if limit else "no limit"),
         ("States", counts_text(array["counts"]) or "-"),
     ):
@@ -145,8 +145,6 @@ def array_instead(
     raised again when no array has it either)."""
     from kiban.sdk.errors import ApiError
 
-    if "_" in array_id:  # an index's id: a job, never an array
-        raise error
     try:
         return api.array(array_id, indices=indices)
     except ApiError as exc:

@@ -20,9 +20,9 @@ DEFAULT_MAX_ARRAY_SIZE = 10_000
 ARRAY_SIZE_CEILING = 1_000_000
 """The most a manifest may ever ask for: what the spec's shape check allows, whatever the
 server's limit (the server then applies its own, ``parse_indices(text, limit)``)."""
-ARRAY_INDEX_SEPARATOR = "_"
-"""An array index's job id is the array's id, this, and the index (Slurm's ``1234_7``)."""
-_INDEX_ID = re.compile(r"^(.+)_([0-9]{1,9})$")
+ARRAY_INDEX_SEPARATOR = "-"
+"""An array index's job id is the array's id, this, and the index: ``train-x7k2p9-7`` (Slurm
+writes ``1234_7``; job ids here are DNS labels, the names of pods and Services)."""
 _RANGE = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9}))?)?$")
 
 
@@ -72,15 +72,14 @@ def check_indices_shape(text: str) -> None:
 
 
 def array_index_id(array_id: str, index: int) -> str:
-    """The job id of an array's index: ``<array id>_<index>``."""
+    """The job id of an array's index: ``<array id>-<index>``."""
     return f"{array_id}{ARRAY_INDEX_SEPARATOR}{index}"
 
 
-def split_index_id(job_id: str) -> tuple[str, int] | None:
-    """The array id and index of an array index's job id; None for any other job's id (only
-    arrays make ids with ``_``)."""
-    match = _INDEX_ID.match(job_id)
-    return None if match is None else (match.group(1), int(match.group(2)))
+def is_index_of(job_id: str, array_id: str) -> bool:
+    """Whether ``job_id`` is the id of an index of the array ``array_id``."""
+    prefix = array_id + ARRAY_INDEX_SEPARATOR
+    return job_id.startswith(prefix) and job_id[len(prefix) :].isdigit()
 
 
 class ArraySpec(_Part):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kiban.domain.job_relations import split_index_id
 from kiban.domain.jobspec import TaskSpec
 from kiban.scheduler.decisions import ReplicaPlacement
 
@@ -26,8 +25,7 @@ def replica_environment(
     """The job's variables for one replica, on top of the task's own ``env``.
 
     Each name in ``index_env`` is set to the replica's index within its task; ``api_env``
-    (``KIBAN_URL``, ``KIBAN_TOKEN``) says how to reach kiban's API as the job itself. An
-    array's index gets ``KIBAN_ARRAY_JOB_ID`` and ``KIBAN_ARRAY_INDEX``.
+    (``KIBAN_URL``, ``KIBAN_TOKEN``) says how to reach kiban's API as the job itself.
 
     A replica without GPUs sees none: ``CUDA_VISIBLE_DEVICES`` is empty and
     ``NVIDIA_VISIBLE_DEVICES=none``; one with GPUs sees only its own.
@@ -53,9 +51,6 @@ def replica_environment(
         }
     )
     env.update(dict.fromkeys(index_env, str(placement.index)))
-    array = split_index_id(job_id)  # only an array's index has such an id: <array>_<index>
-    if array is not None:
-        env.update({"KIBAN_ARRAY_JOB_ID": array[0], "KIBAN_ARRAY_INDEX": str(array[1])})
     env.update(api_env or {})
     return env
 

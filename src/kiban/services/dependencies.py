@@ -26,7 +26,7 @@ from kiban.domain.job_relations import (
     DependencyCondition,
     DependencyTarget,
     JobGate,
-    split_index_id,
+    is_index_of,
 )
 from kiban.domain.states import TERMINAL, JobState
 from kiban.scheduler.reasons import ReasonCode
@@ -61,8 +61,7 @@ def resolve_targets(
     for i, dependency in enumerate(depends_on):
         field = where(f"spec.dependsOn[{i}].job")
         name = dependency.job
-        index_of = split_index_id(name)
-        if name == own_id or (index_of is not None and index_of[0] == own_id):
+        if name == own_id or is_index_of(name, own_id):
             raise invalid(field, f"{name} is this submission itself: a job cannot wait for itself")
         if any(t.id == name for t in targets):
             raise invalid(field, f"{name} is named twice in dependsOn")

@@ -1,8 +1,9 @@
 """Job arrays (``spec.array``, ``kiban run --array 0-99%8``): one job per index, stored together.
 
-An array's id is a job id (``train-x7k2p9``); its index ``i`` is the job ``<id>_<i>``
-(Slurm's ``1234_7``), an ordinary job under its queue's quota and fair share, whose replicas
-get ``KIBAN_ARRAY_JOB_ID`` and ``KIBAN_ARRAY_INDEX``. All indices are written in one
+An array's id is a job id (``train-x7k2p9``); its index ``i`` is the job ``<id>-<i>``
+(``train-x7k2p9-7``; Slurm writes ``1234_7``, but ids here are DNS labels), an ordinary job
+under its queue's quota and fair share, whose replicas get ``KIBAN_ARRAY_JOB_ID`` and
+``KIBAN_ARRAY_INDEX`` (``launch_env``). All indices are written in one
 transaction (bulk inserts): 10,000 of them are accepted at once, or none on error. With a
 ``parallelism``, the indices beyond it are held (``JobGate.ARRAY_SLOT``) and let through as
 the earlier ones end (``release_slots``, each scheduling pass, for open arrays only).
@@ -151,6 +152,13 @@ def _write(session: Session, prepared: Prepared, relations: Relations, array_id:
             dependencies.dependency_rows(array_id, True, relations.targets),
         )
     return array
+
+
+def launch_env(job: Job) -> dict[str, str]:
+    """What an array's index adds to its replicas' environment (nothing for other jobs)."""
+    if job.array_id is None:
+        return {}
+    return {"KIBAN_ARRAY_JOB_ID": job.array_id, "KIBAN_ARRAY_INDEX": str(job.array_index)}
 
 
 def hold_for_dependencies(prepared: Prepared) -> Callable[[Session, Job], None] | None:

@@ -43,7 +43,7 @@ from kiban.services.transitions import transition
 from kiban.store.models import Event, Job, Queue, Replica
 
 _ID_CHARS = string.ascii_lowercase + string.digits
-_ID_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,69}(_[0-9]{1,9})?$")  # new_job_id's, an index's
+_ID_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")  # what new_job_id (and arrays) make
 NAME_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")  # job, queue and tenant names
 
 

@@ -1,5 +1,5 @@
 """Job arrays: list, read (counts by state, indices), cancel. An array is submitted as a job
-manifest with ``spec.array`` (``POST /api/v1/jobs``); its indices are jobs, ``<id>_<index>``
+manifest with ``spec.array`` (``POST /api/v1/jobs``); its indices are jobs, ``<id>-<index>``
 (``GET /api/v1/jobs?array=ID`` lists them). The logic is ``kiban.services.job_arrays``."""
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ MAX_SINCE_S = 1e11  # seconds: any time people mean
         404: responses.error("A job or array of `spec.dependsOn` is not one the caller may see."),
         201: {
             "description": "the job; for a manifest with `spec.array`, the array (`ArrayOut`: "
-            '`kind` is `"JobArray"`) whose indices are the jobs `<id>_<index>`',
+            '`kind` is `"JobArray"`) whose indices are the jobs `<id>-<index>`',
         },
     },
     openapi_extra=request_bodies.JOB_MANIFEST,
