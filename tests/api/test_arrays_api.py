@@ -134,9 +134,7 @@ def test_an_array_that_cannot_be_stored_whole_leaves_nothing(
 
     monkeypatch.setattr("kiban.services.job_arrays.dependencies.dependency_rows", broken)
     with pytest.raises(RuntimeError):
-        api.post(
-            JOBS, json=manifest("half", array={"indices": "0-99"}, dependsOn=[{"job": first}])
-        )
+        api.post(JOBS, json=manifest("half", array={"indices": "0-99"}, dependsOn=[{"job": first}]))
     assert [j["id"] for j in api.get(JOBS).json()] == [first]
     assert api.get(ARRAYS).json() == []
 
@@ -189,9 +187,9 @@ def test_a_dependency_chain_runs_in_order(
 ) -> None:
     first = submit(api, manifest("prepare"))["id"]
     second = submit(api, manifest("train", dependsOn=[{"job": first}]))["id"]
-    third = submit(
-        api, manifest("report", dependsOn=[{"job": second, "condition": "Finished"}])
-    )["id"]
+    third = submit(api, manifest("report", dependsOn=[{"job": second, "condition": "Finished"}]))[
+        "id"
+    ]
     passes(platform)
     assert state(api, first) == "Running"
     waiting = job(api, second)
@@ -237,9 +235,9 @@ def test_a_job_may_wait_for_a_whole_array_and_an_array_for_a_job(
     api: TestClient, platform: Platform, executor: FakeExecutor
 ) -> None:
     first = submit(api, manifest("prepare"))["id"]
-    array_id = submit(
-        api, manifest("sweep", array={"indices": "0-2"}, dependsOn=[{"job": first}])
-    )["id"]
+    array_id = submit(api, manifest("sweep", array={"indices": "0-2"}, dependsOn=[{"job": first}]))[
+        "id"
+    ]
     after = submit(api, manifest("gather", dependsOn=[{"job": array_id}]))["id"]
     passes(platform)
     assert array(api, array_id)["held"] == {"Dependency": 3}

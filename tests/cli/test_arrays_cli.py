@@ -50,9 +50,7 @@ def test_submitting_an_array_says_what_its_jobs_are(kiban: Run) -> None:
     done = kiban("run", "--array", "1,3,5-7%2", "--", "train")
     assert done.code == 0, done.err
     array_id = done.out.strip()
-    assert (
-        f"5 jobs {array_id}-<index> for indices 1,3,5-7, at most 2 at once" in done.err
-    )
+    assert f"5 jobs {array_id}-<index> for indices 1,3,5-7, at most 2 at once" in done.err
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,13 @@ For each store, two measures each way:
    written in one transaction); the single jobs are N POSTs from ``clients`` keep-alive
    connections back to back (the load generator of ``kiban bench submit``; its warm-up
    submissions count among the N).
-2. **first K scheduled**: from the first POST until K of the jobs have left Pending (admitted
-   by the scheduler and launched by the local executor), polled every 50 ms: for the array
-   through ``GET /api/v1/arrays/ID`` (its counts by state), for the single jobs through
-   ``GET /api/v1/jobs`` (``X-Total-Count`` of those not pending).
+2. **first K scheduled**: the server's one node is cordoned while the jobs are submitted (so
+   that launching them does not compete with taking them: a server busy launching hundreds
+   of processes answers too slowly, and closes connections); once all are stored it is
+   uncordoned, and this measure runs from then until K of the jobs have left Pending
+   (admitted by the scheduler and launched by the local executor), polled every 50 ms: for
+   the array through ``GET /api/v1/arrays/ID`` (its counts by state), for the single jobs
+   through ``GET /api/v1/jobs`` (``X-Total-Count`` of those not pending).
 
 The jobs run ``true`` with no GPU, 5 millicores and 16 MiB, so one virtual node (8 CPUs,
 32 GiB) holds more than K = 1,000 of them at once: what limits how soon they start is kiban,
@@ -34,7 +37,7 @@ import httpx
 from kiban.bench.loadgen import BenchError, HttpConnection, prepare_request
 from kiban.bench.machine import describe_machine
 from kiban.bench.servers import KibanServer, bench_workspace
-from kiban.bench.submit import STORES, closed_loop, postgres_missing
+from kiban.bench.submit import HELD_NODE, STORES, closed_loop, cordon, postgres_missing
 from kiban.devtools.postgres import PostgresUnavailable, ThrowawayPostgres
 
 CLUSTER_FILE = """\
@@ -112,13 +115,21 @@ def _wait_scheduled(count: Callable[[], int], wanted: int, since: float, timeout
     return time.perf_counter() - since
 
 
+def _uncordon(api: httpx.Client) -> float:
+    """Let the node take work again; the time it did (``perf_counter``)."""
+    api.post(f"/api/v1/nodes/{HELD_NODE}/uncordon").raise_for_status()
+    return time.perf_counter()
+
+
 def _array_way(server: KibanServer, options: ArrayBenchOptions) -> dict[str, float]:
     with httpx.Client(
         base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=30
     ) as api:
+        asyncio.run(cordon(server.url, server.token, HELD_NODE))
         start = time.perf_counter()
         array_id = asyncio.run(_submit_array(server.url, server.token, options.size))
         accepted = time.perf_counter() - start
+        start = _uncordon(api)
 
         def scheduled() -> int:
             counts = api.get(f"/api/v1/arrays/{array_id}").raise_for_status().json()["counts"]
@@ -138,6 +149,7 @@ def _single_way(server: KibanServer, options: ArrayBenchOptions) -> dict[str, fl
         def scheduled() -> int:
             return int(api.get("/api/v1/jobs", params=params).headers["X-Total-Count"])
 
+        asyncio.run(cordon(server.url, server.token, HELD_NODE))
         start = time.perf_counter()
         result = asyncio.run(
             closed_loop(
@@ -152,6 +164,7 @@ def _single_way(server: KibanServer, options: ArrayBenchOptions) -> dict[str, fl
         accepted = time.perf_counter() - start
         if result.errors:
             raise BenchError(f"{result.errors} single submissions failed: {result.first_error}")
+        start = _uncordon(api)
         first = _wait_scheduled(scheduled, options.scheduled, start, options.timeout_s)
     return {
         "accept_s": round(accepted, 3),
@@ -252,7 +265,8 @@ def array_table(report: dict[str, Any]) -> Any:
         )
     machine = report["machine"]
     table.caption = (
-        f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores; from the first "
-        "POST; scheduled: left Pending (admitted and launched)"
+        f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores; accepted: from "
+        "the first POST to the last answer; scheduled: from the node's uncordon until that "
+        "many left Pending (admitted and launched)"
     )
     return table
