@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from kiban.api import request_bodies, responses
 from kiban.api.array_schemas import array_out
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
-from kiban.api.params import TOKEN, JobId, NameFilter
+from kiban.api.params import TOKEN, ArrayFilter, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.states import JobState
 from kiban.platform import Platform
@@ -131,9 +131,7 @@ def list_jobs(
     reason: Annotated[
         ReasonCode | None, Query(description="only waiting jobs with this reason")
     ] = None,
-    array: Annotated[
-        str | None, Query(max_length=80, description="only the indices of this array")
-    ] = None,
+    array: ArrayFilter = None,
     array_indices: Annotated[
         bool,
         Query(
