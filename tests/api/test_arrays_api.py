@@ -64,6 +64,9 @@ def test_an_array_runs_one_job_per_index_at_most_parallelism_at_once(
     passes(platform)
     running = sorted(r.request.job_id for r in executor.running())
     assert running == [f"{array_id}-0", f"{array_id}-1", f"{array_id}-2"]
+    given = {r.job_id: r.api_env for r in executor.launches}  # joins each replica's env
+    assert given[f"{array_id}-2"]["KIBAN_ARRAY_INDEX"] == "2"
+    assert given[f"{array_id}-2"]["KIBAN_ARRAY_JOB_ID"] == array_id
     held = job(api, f"{array_id}-5")
     assert held["state"] == "Pending"
     assert held["reason"]["code"] == "WaitingForArraySlot"
@@ -192,6 +195,7 @@ def test_a_dependency_chain_runs_in_order(
     ]
     passes(platform)
     assert state(api, first) == "Running"
+    assert not any(k.startswith("KIBAN_ARRAY") for r in executor.launches for k in r.api_env)
     waiting = job(api, second)
     assert waiting["state"] == "Pending"
     assert waiting["reason"]["code"] == "WaitingForDependency"
