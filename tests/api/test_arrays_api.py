@@ -319,3 +319,22 @@ def test_a_dependency_on_another_tenants_job_or_array_is_not_found(
     assert problem(other_tenant.get(f"{ARRAYS}/{their_array}"), 404)
     assert problem(other_tenant.post(f"{ARRAYS}/{their_array}/cancel"), 404)
     assert other_tenant.get(ARRAYS).json() == []
+
+
+def test_an_index_cancelled_while_held_is_skipped_by_the_slots(
+    api: TestClient, platform: Platform, executor: FakeExecutor
+) -> None:
+    array_id = submit(api, manifest("sweep", array={"indices": "0-4", "parallelism": 2}))["id"]
+    passes(platform)
+    assert api.post(f"{JOBS}/{array_id}-2/cancel").status_code == 200
+    assert array(api, array_id)["held"] == {"ArraySlot": 2}
+    executor.finish_all(f"{array_id}-0")
+    passes(platform)
+    assert state(api, f"{array_id}-3") == "Running"
+    assert state(api, f"{array_id}-4") == "Pending"
+    assert array(api, array_id)["counts"] == {
+        "Succeeded": 1,
+        "Cancelled": 1,
+        "Running": 2,
+        "Pending": 1,
+    }

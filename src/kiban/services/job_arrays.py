@@ -214,7 +214,11 @@ def release_slots(session: Session) -> bool:
         ids = list(
             session.scalars(
                 select(Job.id)
-                .where(Job.array_id == array.id, Job.gate == JobGate.ARRAY_SLOT.value)
+                .where(
+                    Job.array_id == array.id,
+                    Job.gate == JobGate.ARRAY_SLOT.value,
+                    Job.state == JobState.PENDING.value,  # not one cancelled while held
+                )
                 .order_by(Job.array_index)
                 .limit(room)
             )
@@ -282,7 +286,11 @@ def status(session: Session, array: JobArray, with_indices: bool = False) -> Arr
         str(gate): int(n)
         for gate, n in session.execute(
             select(Job.gate, func.count())
-            .where(Job.array_id == array.id, Job.gate.is_not(None))
+            .where(
+                Job.array_id == array.id,
+                Job.gate.is_not(None),
+                Job.state == JobState.PENDING.value,
+            )
             .group_by(Job.gate)
         )
     }

@@ -514,6 +514,7 @@ def cancel(session: Session, principal: Principal, job_id: str, at: float) -> Jo
     if state.terminal:
         raise Conflict(f"job {job.id} has already finished ({job.state})")
     if state is JobState.PENDING:
+        job.gate = None  # held for a dependency or an array slot: no longer
         transition(
             session,
             job,
