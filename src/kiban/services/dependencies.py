@@ -193,8 +193,10 @@ def resolve(session: Session, now: float) -> bool:
         if dependent not in waiting:
             _drop(session, dependent)
             continue
-        verdicts = [(edge, verdict(DependencyCondition(edge.condition), outcomes[edge.target]))
-                    for edge in own]
+        verdicts = [
+            (edge, verdict(DependencyCondition(edge.condition), outcomes[edge.target]))
+            for edge in own
+        ]
         never = next((edge for edge, v in verdicts if v is Verdict.NEVER), None)
         if never is not None:
             _fail(session, own[0].dependent_is_array, dependent, never, outcomes[never.target], now)

@@ -141,8 +141,10 @@ def _write(session: Session, prepared: Prepared, relations: Relations, array_id:
         )
         made.append(
             _values(submitted)
-            | {"object_name": job_id, "message": f"index {index} of array {array_id}: "
-               + submitted.message}
+            | {
+                "object_name": job_id,
+                "message": f"index {index} of array {array_id}: " + submitted.message,
+            }
         )
     session.execute(insert(Job), rows)
     session.execute(insert(Event), made)
