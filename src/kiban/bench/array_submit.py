@@ -60,7 +60,7 @@ class ArrayBenchOptions:
     scheduled: int = 1_000
     clients: int = 32
     stores: tuple[str, ...] = ("sqlite",)
-    timeout_s: float = 300.0
+    timeout_s: float = 900.0  # each wait: the single submissions, the first scheduled
     startup_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
