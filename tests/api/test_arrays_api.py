@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from kiban.api.app import create_app
 from kiban.platform import Platform
 from kiban.services import jobs
+from kiban.store.models import Job
 from kiban.testing import FakeExecutor, manifest, submit
 
 ARRAYS = "/api/v1/arrays"
@@ -338,3 +339,14 @@ def test_an_index_cancelled_while_held_is_skipped_by_the_slots(
         "Running": 2,
         "Pending": 1,
     }
+
+
+def test_the_one_job_path_refuses_an_array_rather_than_drop_it(platform: Platform) -> None:
+    """``jobs.submit`` stores one job: handed an array it says so, and stores nothing."""
+    from kiban.services.errors import InvalidInput
+    from kiban.testing.platform_jobs import submit_to_platform
+
+    with pytest.raises(InvalidInput, match="through the API"):
+        submit_to_platform(platform, manifest("sweep", array={"indices": "0-3"}))
+    with platform.sessions() as session:
+        assert session.query(Job).count() == 0

@@ -227,8 +227,14 @@ def submit(
     at: float,
     policy: ClusterPolicy | None = None,
 ) -> Job:
-    """Validate a job manifest against the cluster and queue it; nothing is stored on error."""
+    """Validate a job manifest against the cluster and queue it; nothing is stored on error.
+    One job only: an array or dependencies go through the API (``job_intake``), never
+    dropped here unsaid."""
     prepared = prepare_submission(session, principal, document, facts=facts, at=at, policy=policy)
+    spec = (document.get("spec") or {}) if isinstance(document, dict) else {}
+    for name in ("array", "dependsOn"):
+        if spec.get(name):
+            raise invalid(f"spec.{name}", "submit arrays and dependencies through the API")
     session.add_all([prepared.job, *prepared.events])
     return prepared.job
 
