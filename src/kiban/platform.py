@@ -15,6 +15,7 @@ from kiban.control.loop_settings import LoopSettings
 from kiban.control.notebook_controller import NotebookController
 from kiban.control.serving_controller import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
+from kiban.domain.job_relations import DEFAULT_MAX_ARRAY_SIZE
 from kiban.domain.notebook import DEFAULT_READY_TIMEOUT_S
 from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
 from kiban.services import events
@@ -65,6 +66,7 @@ class Platform:
     services: ServiceController = field(init=False)
     sweeps: HealthSweeps | None = None  # allreduce sweeps (set by build_platform)
     notebooks: NotebookController | None = None  # readiness and culling (set by build_platform)
+    max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices one array may have (kiban up option)
 
     def __post_init__(self) -> None:
         self.services = ServiceController(
@@ -167,6 +169,7 @@ def build_platform(
     loop_settings: LoopSettings | None = None,
     admin_token_in_home: bool = True,
     notebook_ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    max_array_size: int = DEFAULT_MAX_ARRAY_SIZE,
 ) -> Platform:
     """Open (and migrate) the store, register nodes, apply the policy, make the admin token
     (written to ``<home>/token``; not ``admin_token_in_home``: only returned, when new).
@@ -175,7 +178,7 @@ def build_platform(
     ``apply_startup_policy``); a policy the store's nodes or jobs refuse raises (SpecError or
     ServiceError) and nothing is committed. ``loop_settings``: the control loop's pace (its
     ``node_sync_s``: how often it asks the executor for its nodes again, for a cluster whose
-    nodes change).
+    nodes change). ``max_array_size``: the most indices one job array may have.
     """
     from kiban.store.db import CONTROL_POOL, default_url
 
@@ -211,6 +214,7 @@ def build_platform(
         clock=clock,
         loop=loop,
         admin_token=admin_token,
+        max_array_size=max_array_size,
     )
     platform.refresh_facts()
     platform.sweeps = HealthSweeps(

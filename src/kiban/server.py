@@ -27,6 +27,7 @@ from kiban.control.loop_settings import LoopSettings
 from kiban.control.ownership import Ownership, OwnershipError
 from kiban.domain.cluster import ClusterConfig
 from kiban.domain.errors import SpecError
+from kiban.domain.job_relations import DEFAULT_MAX_ARRAY_SIZE
 from kiban.executors.base import NodeInfo
 from kiban.executors.local import LocalExecutor
 from kiban.executors.local.isolation import Isolation, startup_notes
@@ -67,6 +68,7 @@ class ServerOptions:
     agent_readings_dir: Path | None = None  # the agent reads DIR/<node>.json instead of NVML
     health_interval_s: float = 30.0  # seconds between the agent's checks
     sweep_every_s: float | None = None  # allreduce sweeps of idle nodes (None: only on demand)
+    max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices one job array may have
 
     @property
     def isolated(self) -> bool:
@@ -149,6 +151,7 @@ def start_platform(options: ServerOptions) -> Platform:
                     node_sync_s=kube.node_sync_s,
                     sweep_every_s=options.sweep_every_s,
                 ),
+                max_array_size=options.max_array_size,
             )
         except BaseException:
             kube.close()
@@ -162,6 +165,7 @@ def start_platform(options: ServerOptions) -> Platform:
         config=options.config,
         loop_settings=LoopSettings(tick_s=options.tick_s, sweep_every_s=options.sweep_every_s),
         admin_token_in_home=not options.multi_tenant,
+        max_array_size=options.max_array_size,
     )
 
 

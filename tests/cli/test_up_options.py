@@ -98,3 +98,18 @@ def test_up_refuses_agent_options_that_cannot_work(
     assert result.exit_code == 1
     assert message in result.output
     assert not (tmp_path / "url").exists()
+
+
+def test_up_passes_its_array_limit_to_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--max-array-size`` is the server's limit on an array's indices (default 10,000)."""
+    seen = []
+    monkeypatch.setattr("kiban.server.serve", lambda options, _ownership: seen.append(options))
+    for args, limit in (([], 10_000), (["--max-array-size", "50000"], 50_000)):
+        result = runner.invoke(app, ["up", "--home", str(tmp_path / str(limit)), *args])
+        assert result.exit_code == 0, result.output
+        assert seen.pop().max_array_size == limit
+    refused = runner.invoke(app, ["up", "--home", str(tmp_path), "--max-array-size", "0"])
+    assert refused.exit_code != 0
+    assert "--max-array-size" in refused.output

@@ -26,6 +26,8 @@ PARTIAL_INDEXES = {
     "ix_jobs_pending_judged",
     "ix_jobs_state_submitted",
     "ix_jobs_submitted",
+    "ix_jobs_array_state",
+    "ix_jobs_array_gate",
 }
 
 

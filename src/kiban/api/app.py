@@ -19,6 +19,7 @@ from kiban.api.admission import Admission
 from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
+    arrays,
     cluster,
     dashboard,
     health_sweeps,
@@ -80,6 +81,7 @@ def create_app(
         """``/healthz`` without its body (admission answers it too)."""
 
     app.include_router(jobs.router)
+    app.include_router(arrays.router)
     app.include_router(cluster.router)
     app.include_router(node_health_views.router)
     app.include_router(policy.router)

@@ -16,7 +16,10 @@ from fastapi.security import HTTPBearer
 from kiban.domain.jobspec import DNS_LABEL
 
 JOB_ID = r"^[a-z0-9][-a-z0-9]{0,79}$"
-"""What ``kiban.services.jobs.new_job_id`` makes: the job's name and a random suffix."""
+"""What ``kiban.services.jobs.new_job_id`` makes: the job's name and a random suffix (an
+array's index: its array's id and the index)."""
+ARRAY_FILTER = r"^([a-z0-9][-a-z0-9]{0,79})?$"
+"""A filter by array id: an id, or empty for none."""
 NAME = r"^[a-z0-9][-a-z0-9]{0,62}$"
 """A job's, queue's, tenant's or service's name as lookups and filters take it."""
 FILTER = r"^([a-z0-9][-a-z0-9]{0,62})?$"
@@ -50,4 +53,8 @@ NodeName = Annotated[str, Path(description="the node's name, as its executor rep
 NameFilter = Annotated[
     str | None,
     Query(pattern=FILTER, description="only these (a name; empty: no filter)"),
+]
+ArrayFilter = Annotated[
+    str | None,
+    Query(pattern=ARRAY_FILTER, description="only the indices of this array (its id)"),
 ]

@@ -110,6 +110,9 @@ class JobOut(ApiModel):
     spec: dict[str, Any] | None = None
     replicas: list[ReplicaOut] | None = None
     warnings: list[str] = Field(default_factory=list)
+    array_id: str | None = None
+    """The array it is an index of (``kiban.services.job_arrays``), and which index."""
+    array_index: int | None = None
 
 
 class EventOut(ApiModel):
@@ -346,6 +349,8 @@ def job_out(
         replica_count=demand.replicas,
         spec=job.spec if with_spec else None,
         replicas=None if replicas is None else [replica_out(r) for r in replicas],
+        array_id=job.array_id,
+        array_index=job.array_index,
     )
 
 

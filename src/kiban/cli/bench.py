@@ -97,6 +97,16 @@ def submit(
         bool,
         typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
     ] = False,
+    array: Annotated[
+        int | None,
+        typer.Option(
+            help="instead: time to accept an array of this many indices and to schedule its "
+            "first --scheduled, against as many single jobs (--clients), side by side"
+        ),
+    ] = None,
+    scheduled: Annotated[
+        int, typer.Option(help="with --array: how many jobs to wait for to be scheduled")
+    ] = 1000,
 ) -> None:
     """Submissions/s and latency with concurrent clients, and submission to running.
 
@@ -112,10 +122,16 @@ def submit(
     `--pending` waiting jobs (every node cordoned) and one with an empty store, each taking
     back-to-back submissions for SECONDS: submissions/s and p99, side by side (`--watch 1`:
     while someone reads the queues every second).
+
+    With `--array N`: an array of N indices (one POST) against N single jobs, each on a fresh
+    server: time to accept them all, and until the first `--scheduled` have started.
     """
     from kiban.bench.report import report_table
     from kiban.bench.submit import BenchError, SubmitBenchOptions, run_submit_bench
 
+    if array is not None:
+        _array(array, scheduled, clients, store, as_json)
+        return
     if sustained is not None:
         _sustained(clients, sustained, pending, watch, store, as_json)
         return
@@ -137,6 +153,34 @@ def submit(
         lambda: run_submit_bench(options, say=render.say),
         (BenchError,),
         report_table,
+        as_json,
+        "interrupted; the benchmark's servers are stopped",
+    )
+
+
+def _array(
+    size: int, scheduled: int, clients: str, store: list[str] | None, as_json: bool
+) -> None:
+    """``bench submit --array N``: see ``kiban.bench.array_submit``."""
+    from kiban.bench.array_submit import ArrayBenchOptions, array_table, run_array_bench
+    from kiban.bench.loadgen import BenchError
+
+    try:
+        counts = client_counts(clients)
+        if len(counts) != 1:
+            raise ValueError("--clients takes one number with --array")
+        options = ArrayBenchOptions(
+            size=size,
+            scheduled=scheduled,
+            clients=counts[0],
+            stores=tuple(store) if store else ("sqlite",),
+        )
+    except ValueError as exc:
+        _bad_option(exc)
+    _report(
+        lambda: run_array_bench(options, say=render.say),
+        (BenchError,),
+        array_table,
         as_json,
         "interrupted; the benchmark's servers are stopped",
     )

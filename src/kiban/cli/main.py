@@ -214,6 +214,10 @@ def up(
             min=0,
         ),
     ] = DEFAULT_SWEEP_EVERY_S,
+    max_array_size: Annotated[
+        int,
+        typer.Option(help="the most indices one job array may have (spec.array)", min=1),
+    ] = 10_000,  # kiban.domain.job_relations.DEFAULT_MAX_ARRAY_SIZE (pydantic: not imported here)
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -302,6 +306,7 @@ def up(
         agent_readings_dir=agent_readings_dir.resolve() if agent_readings_dir else None,
         health_interval_s=health_interval,
         sweep_every_s=sweep_every or None,
+        max_array_size=max_array_size,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)
@@ -324,9 +329,15 @@ def model_server(ctx: typer.Context) -> None:
 def submitted(job: dict[str, Any]) -> None:
     """The job id alone on stdout; where it went, and any warnings, on stderr."""
     from kiban.cli import render
+    from kiban.cli.arrays import is_array, submitted_line
 
     print(job["id"])
-    render.err.print(f"job {job['id']} submitted to queue {job['queue']}", markup=False)
+    said = (
+        submitted_line(job)
+        if is_array(job)
+        else f"job {job['id']} submitted to queue {job['queue']}"
+    )
+    render.err.print(said, markup=False)
     for warning in job.get("warnings") or []:
         render.err.print(f"warning: {warning}", markup=False, highlight=False)
 
@@ -392,6 +403,20 @@ def run(
             "secrets and KIBAN_*), or NAME,NAME=VALUE,... (ALL,NAME=VALUE also works)"
         ),
     ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            help="a job array: one job per index, INDICES[%PARALLELISM] (0-99%8: indices 0 to "
+            "99, at most 8 at once); each gets KIBAN_ARRAY_INDEX and KIBAN_ARRAY_JOB_ID"
+        ),
+    ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="start only after job (or array) ID ends: ID[:ok|notok|any], ok (succeeded) "
+            "by default (repeatable)"
+        ),
+    ] = None,
 ) -> None:
     """Run a command as a job: ``kiban run --nodes 2 --gpus-per-node 4 -- torchrun train.py``.
 
@@ -424,6 +449,9 @@ def run(
         max_runtime=max_runtime,
         env=environment.variables,
     )
+    from kiban.cli.arrays import add_relations
+
+    add_relations(document, array, after or [])
     with client() as api:
         job = api.submit(document)
     submitted(job)
@@ -443,13 +471,15 @@ def list_jobs(
     watch: WatchOpt = False,
     interval: IntervalOpt = 2.0,
 ) -> None:
-    """List jobs, newest first; a waiting job's reason and forecast start (ETA)."""
+    """List jobs, newest first; a waiting job's reason and forecast start (ETA). An array is
+    one line: its indices counted by state (``kiban describe ARRAY`` shows them)."""
     from kiban.cli import render
+    from kiban.cli.arrays import folded
 
     with client() as api:
 
         def fetch() -> list[dict[str, Any]]:
-            return api.jobs(state=state, queue=queue, limit=limit)
+            return folded(api, state=state, queue=queue, limit=limit)
 
         def show(jobs: list[dict[str, Any]]) -> RenderableType:
             return render.jobs_table(jobs, wide=output is Output.WIDE)
@@ -483,11 +513,11 @@ def describe(
     interval: IntervalOpt = 2.0,
 ) -> None:
     """A job's spec, state, placement, pending reason, positions, forecast start, its tenant's
-    standing, preemptor, last checkpoint and events; as ``describe service NAME``, a
-    service's revisions, replicas, traffic split, latency and URL; as ``describe node NAME``,
-    a node's capacity, use, cordon, agent, health checks, latest GPU readings, their history
-    and the remediation actions taken. ``-o wide`` adds the manifest as stored (a node: its
-    whole history)."""
+    standing, preemptor, last checkpoint and events (of an array's id: its indices by
+    state); as ``describe service NAME``, a service's revisions, replicas, traffic split,
+    latency and URL; as ``describe node NAME``, a node's capacity, use, cordon, agent, health
+    checks, latest GPU readings, their history and the remediation actions taken. ``-o
+    wide`` adds the manifest as stored (a node: its whole history)."""
     from kiban.cli import render
 
     if target == "node":
@@ -526,10 +556,19 @@ def describe(
         target = name
     job_id = target
 
+    from kiban.cli import arrays
+
     def fetch_job(api: Client) -> dict[str, Any]:
-        return api.describe(job_id)
+        try:
+            return api.describe(job_id)
+        except ApiError as exc:
+            if not arrays.not_found(exc):
+                raise
+            return arrays.array_instead(api, job_id, exc, indices=True)
 
     def show_job(job: dict[str, Any]) -> RenderableType:
+        if arrays.is_array(job):
+            return arrays.description(job)
         return render.job_description(job, job["events"], wide=output is Output.WIDE)
 
     described(fetch_job, show_job, output=output, watch=watch, interval=interval)
@@ -631,10 +670,11 @@ def wait(
     ],
     timeout: Annotated[float | None, typer.Option(help="give up after this many seconds")] = None,
 ) -> None:
-    """Wait for a job to finish; exit 0 only if it succeeded (2 if the timeout came first)."""
+    """Wait for a job to finish; exit 0 only if it succeeded (2 if the timeout came first). For
+    an array: until every index has ended; exit 0 only if every index succeeded."""
     from rich.markup import escape
 
-    from kiban.cli import render
+    from kiban.cli import arrays, render
 
     with client() as api, render.err.status(f"waiting for {escape(job_id)}") as status:
 
@@ -643,10 +683,26 @@ def wait(
             running = f" ({render.duration(job)} running)" if job.get("startedAt") else ""
             status.update(escape(f"{job_id}: {job['state']}{detail}{running}"))
 
+        def array_progress(found: dict[str, Any]) -> None:
+            status.update(escape(f"array {job_id}: {arrays.counts_text(found['counts'])}"))
+
         try:
-            job = api.wait(job_id, timeout=timeout, interval=0.25, progress=progress)
+            try:
+                job = api.wait(job_id, timeout=timeout, interval=0.25, progress=progress)
+            except ApiError as exc:
+                if not arrays.not_found(exc):
+                    raise
+                arrays.array_instead(api, job_id, exc)
+                job = api.wait_array(
+                    job_id, timeout=timeout, interval=0.25, progress=array_progress
+                )
         except TimeoutError as exc:
             fail(str(exc), code=2)
+    if arrays.is_array(job):
+        render.err.print(escape(f"array {job_id}: {arrays.counts_text(job['counts'])}"))
+        if not job["succeeded"]:
+            raise typer.Exit(1)
+        return
     message = f" ({job['message']})" if job.get("message") else ""
     render.err.print(escape(f"job {job_id} {job['state']}{message}"))
     if job["state"] != "Succeeded":
@@ -679,7 +735,8 @@ def cancel(
         bool, typer.Option("--yes", "-y", help="do not ask when filters choose several jobs")
     ] = False,
 ) -> None:
-    """Cancel jobs: running replicas get SIGTERM, then SIGKILL after the grace period.
+    """Cancel jobs: running replicas get SIGTERM, then SIGKILL after the grace period. An
+    array's id cancels every index of it that has not ended.
 
     Give job ids, or filters that choose them (`--queue`, `--state`, `--name`, `--mine`,
     together: all must match); when filters choose more than one job, kiban asks first (or
@@ -704,9 +761,21 @@ def cancel(
             if len(chosen) > 1 and not yes:
                 confirm_many(chosen, filters)
             job_ids = [j["id"] for j in chosen]
+        from kiban.cli import arrays
+
         for job_id in job_ids:
             try:
-                job = api.cancel(job_id)
+                try:
+                    job = api.cancel(job_id)
+                except ApiError as exc:
+                    if not arrays.not_found(exc):
+                        raise
+                    arrays.array_instead(api, job_id, exc)
+                    done = api.cancel_array(job_id)
+                    render.err.print(
+                        escape(f"array {job_id}: {arrays.counts_text(done['counts'])}")
+                    )
+                    continue
             except ApiError as exc:
                 failed += 1
                 render.err.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False)

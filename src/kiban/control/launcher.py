@@ -27,7 +27,7 @@ from kiban.executors.base import (
     LaunchRequest,
 )
 from kiban.scheduler.decisions import ReplicaPlacement
-from kiban.services import notebooks
+from kiban.services import job_arrays, notebooks
 from kiban.services.auth import create_job_token
 from kiban.services.transitions import transition
 from kiban.store.models import Job, Replica
@@ -153,6 +153,7 @@ class Launcher:
             token = create_job_token(session, job_id=job.id, tenant=job.tenant, at=now)
             api_env = {"KIBAN_URL": self.api_url, "KIBAN_TOKEN": token}
         api_env.update(notebooks.launch_env(session, job))  # a notebook's Jupyter token
+        api_env.update(job_arrays.launch_env(job))  # an array index's KIBAN_ARRAY_*
         request = LaunchRequest(
             job_id=job.id,
             job_name=job.name,

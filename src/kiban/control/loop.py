@@ -3,8 +3,9 @@
 Each pass:
 1. Settle (``settling``): observe the replicas of running and stopping jobs; record exits and
    checkpoints; finish, fail, restart, requeue or stop jobs (grace period, then force).
-2. Take a snapshot of the store; add the usage held since the last pass to each tenant's
-   decayed usage; requeue jobs on nodes found unhealthy; note running jobs' idle GPUs.
+2. Lift the gates of held jobs whose dependencies hold or whose array has a free slot
+   (``gates``); take a snapshot of the store; add the usage held since the last pass to
+   each tenant's decayed usage; requeue jobs on nodes found unhealthy; note running jobs' idle GPUs.
 3. Run the pure scheduler core on the snapshot, and now and then the same core forward in
    simulated time for start-time forecasts.
 4. Apply its decisions: stop preempted jobs (they return to their queues), launch admitted
@@ -29,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
 from kiban.control.forecaster import Forecaster
+from kiban.control.gates import Gates
 from kiban.control.launcher import Launcher
 from kiban.control.loop_settings import LoopSettings
 from kiban.control.preflight import Preflight
@@ -99,6 +101,7 @@ class ControlLoop:
         self.launcher = Launcher(executor, self.specs, self.clock)
         self.settler = JobSettler(sessions, executor, self.specs, self.launcher)
         self.preflight = Preflight(sessions, self.settings.preflight)
+        self.gates = Gates(sessions)  # dependencies and array slots, lifted before a pass
         self.capacity = CapacityCache()  # the core's capacity index, kept between passes
         self.node_views = NodeViews()
         self.pending_views = PendingViews()
@@ -300,6 +303,7 @@ class ControlLoop:
         the placement budget, or it admitted jobs from a queue with more waiting than the
         window."""
         recorded: dict[str, RecordedWait] = {}
+        self.gates(now)
         self.window_ends.begin()
         try:
             with self.sessions() as session:

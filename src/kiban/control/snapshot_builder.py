@@ -409,7 +409,11 @@ def _pending_jobs(
         rows.extend(
             session.execute(
                 select(*columns)
-                .where(Job.state == JobState.PENDING.value, Job.queue == queue.name)
+                .where(
+                    Job.state == JobState.PENDING.value,
+                    Job.gate.is_(None),  # held: kiban.control.gates
+                    Job.queue == queue.name,
+                )
                 .order_by(Job.priority.desc(), Job.submitted_at, Job.id)
                 .limit(window)
             ).all()

@@ -34,4 +34,5 @@ class JobEventReason(StrEnum):
     CULLED = "Culled"  # a notebook idle longer than its idleTimeout: stopped, its directory kept
     NOTEBOOK_NOT_READY = "NotebookNotReady"  # a notebook's server did not answer in time
     NOTEBOOK_STOPPED = "NotebookStopped"  # its owner (or an admin) stopped the notebook
+    DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"  # what it waited for ended otherwise
     STOP_INTENT_UNKNOWN = "StopIntentUnknown"  # written by migration 0013 for a stored intent

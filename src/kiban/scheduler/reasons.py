@@ -27,6 +27,9 @@ class ReasonCode(StrEnum):
     BLOCKED_BY_QUEUE_HEAD = "BlockedByQueueHead"  # StrictFIFO: an older job heads the queue
     UNSCHEDULABLE = "Unschedulable"  # could never start, even on idle nodes: holds up nobody
     QUEUE_BACKLOG = "QueueBacklog"  # behind the jobs of its queue that each pass considers
+    # Held before scheduling (kiban.control.gates), never given by the core itself:
+    WAITING_FOR_DEPENDENCY = "WaitingForDependency"  # a job (or array) of its dependsOn runs on
+    WAITING_FOR_ARRAY_SLOT = "WaitingForArraySlot"  # its array runs its parallelism already
 
 
 def counted(count: int, noun: str) -> str:

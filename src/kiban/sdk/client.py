@@ -246,10 +246,15 @@ class Client:
         reason: str | None = None,
         offset: int = 0,
         limit: int = 100,
+        array: str | None = None,
+        array_indices: bool = True,
     ) -> list[dict[str, Any]]:
         """Jobs the token may see, newest first, ``limit`` of them from the ``offset``-th on;
-        ``state`` in any case (``running``); ``reason``, a waiting job's reason code."""
+        ``state`` in any case (``running``); ``reason``, a waiting job's reason code;
+        ``array``: only that array's indices; ``array_indices`` False: no array's indices."""
         params: dict[str, Any] = {"limit": limit}
+        if not array_indices:
+            params["arrayIndices"] = "false"
         if offset:
             params["offset"] = offset
         if state:
@@ -260,10 +265,47 @@ class Client:
             ("name", name),
             ("submittedBy", submitted_by),
             ("reason", reason),
+            ("array", array),
         ):
             if value:
                 params[key] = value
         return list(self._request("GET", "/api/v1/jobs", params=params))
+
+    def arrays(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Job arrays the token may see, newest first, with their indices counted by state."""
+        return list(self._request("GET", "/api/v1/arrays", params={"limit": limit}))
+
+    def array(self, array_id: str, *, indices: bool = False) -> dict[str, Any]:
+        """A job array: counts by state, held indices, unresolved dependencies; with
+        ``indices``, which indices are in each state."""
+        path = resource_path("arrays", array_id, "array id", "")
+        return dict(self._request("GET", path, params={"indices": str(indices).lower()}))
+
+    def cancel_array(self, array_id: str) -> dict[str, Any]:
+        """End every index of an array that has not ended."""
+        return dict(self._request("POST", resource_path("arrays", array_id, "array id", "/cancel")))
+
+    def wait_array(
+        self,
+        array_id: str,
+        *,
+        timeout: float | None = None,
+        interval: float = 0.5,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Poll an array until every index has ended and return it (``succeeded``: each
+        one did); after ``timeout`` seconds a TimeoutError, as ``wait``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            found = self.array(array_id)
+            if progress is not None:
+                progress(found)
+            if found["done"]:
+                return found
+            if deadline is not None and time.monotonic() >= deadline:
+                counts = ", ".join(f"{n} {s}" for s, n in sorted(found["counts"].items()))
+                raise TimeoutError(f"timed out after {timeout:g}s; array {array_id}: {counts}")
+            time.sleep(interval)
 
     def job(self, job_id: str) -> dict[str, Any]:
         """A job with its spec and replicas."""

@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
-from kiban.domain.manifests import load_document
-from kiban.services import jobs
+from kiban.domain.job_relations import DEFAULT_MAX_ARRAY_SIZE, Relations
+from kiban.domain.manifests import JobSubmission, load_document
+from kiban.services import dependencies, job_arrays, jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import invalid
 from kiban.services.lookup_cache import LookupCache
@@ -77,6 +78,7 @@ class SubmissionContext:
     policy: ClusterPolicy
     at: float
     lookups: LookupCache
+    max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices an array may have here
 
 
 def _queue_key(name: str) -> tuple[str, str]:
@@ -92,6 +94,8 @@ def prepare_cached(
     if not body.small_json:
         return None
     submission = jobs.parse_checked(body.document())
+    if _related(submission):
+        return None  # an array or dependencies: checked where the store is read
     name = jobs.queue_of(submission, principal, context.policy)
     queue = context.lookups.peek(_queue_key(name))
     if not isinstance(queue, Queue):
@@ -121,12 +125,44 @@ def prepare_with_store(
         def find_queue(name: str) -> Queue | None:
             return context.lookups.get(_queue_key(name), lambda: session.get(Queue, name))
 
-        return jobs.prepare_submission(
-            session,
+        submission = jobs.parse_checked(document)
+        queue_name = jobs.queue_of(submission, principal, context.policy)
+        prepared = jobs.prepare_parsed(
+            submission,
             principal,
-            document,
+            queue_name,
+            find_queue(queue_name),
             facts=context.facts,
             at=context.at,
-            find_queue=find_queue,
             policy=context.policy,
         )
+        if not _related(submission):
+            return prepared
+        return replace(
+            prepared,
+            relations=relations_of(session, principal, submission, prepared, context),
+        )
+
+
+def _related(submission: JobSubmission) -> bool:
+    spec = submission.manifest.spec
+    return spec.array is not None or bool(spec.depends_on)
+
+
+def relations_of(
+    session: Session,
+    principal: Principal,
+    submission: JobSubmission,
+    prepared: jobs.Prepared,
+    context: SubmissionContext,
+) -> Relations:
+    """The submission's array indices (under the server's limit) and its dependencies, each
+    on a job or array the caller may see (InvalidInput or NotFound naming the field)."""
+    spec = submission.manifest.spec
+    indices, parallelism = job_arrays.array_relations(
+        spec, submission.source_path, context.max_array_size
+    )
+    targets = dependencies.resolve_targets(
+        session, principal, spec.depends_on, prepared.job.id, submission.source_path
+    )
+    return Relations(indices, parallelism, tuple(targets))

@@ -13,7 +13,7 @@ from kiban.domain.states import JobState
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services.auth import Principal
 from kiban.services.errors import invalid
-from kiban.services.jobs import NAME_PATTERN
+from kiban.services.jobs import NAME_PATTERN, is_job_id
 from kiban.store.models import Job
 
 MAX_LIST_OFFSET = 10_000_000
@@ -29,12 +29,16 @@ def job_filters(
     name: str | None = None,
     submitted_by: str | None = None,
     reason: str | None = None,
+    array: str | None = None,
+    array_indices: bool = True,
 ) -> list[ColumnElement[bool]]:
     """The conditions that select the jobs the caller may see and asked for (checked: a bad
     value is InvalidInput naming its field). States are matched in any case (``running`` is
     ``Running``); ``submitted_by`` is the name of the token that submitted; ``reason`` a
     waiting job's reason code as the API shows it (``QueueBacklog`` for a job no pass has
-    judged yet, ``reasons.awaiting_pass``)."""
+    judged yet, ``reasons.awaiting_pass``); ``array`` the indices of one array only;
+    ``array_indices`` False leaves every array's indices out (``kiban ls`` shows arrays
+    folded, one line each)."""
     wanted = []
     for i, state in enumerate(states):
         try:
@@ -70,6 +74,12 @@ def job_filters(
         where.append(Job.name == name)
     if submitted_by:
         where.append(Job.submitted_by == submitted_by)
+    if array:
+        if not is_job_id(array):
+            raise invalid("array", f"{array!r} is not an array id")
+        where.append(Job.array_id == array)
+    if not array_indices:
+        where.append(Job.array_id.is_(None))
     if reason == ReasonCode.QUEUE_BACKLOG.value:  # given at read time to the unjudged
         backlog = and_(Job.state == JobState.PENDING.value, Job.reason_code.is_(None))
         where.append(or_(Job.reason_code == reason, backlog))

@@ -19,6 +19,7 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.declarations import DEFAULT_QUEUE, QueueDecl
 from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.event_reasons import JobEventReason
+from kiban.domain.job_relations import Relations
 from kiban.domain.jobspec import JobManifest, task_demands
 from kiban.domain.manifests import JobSubmission, json_problem, parse_job_manifest, parse_submission
 from kiban.domain.states import JobState
@@ -49,7 +50,7 @@ from kiban.services.transitions import transition
 from kiban.store.models import Event, Job, Queue, Replica
 
 _ID_CHARS = string.ascii_lowercase + string.digits
-_ID_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")  # what new_job_id can make
+_ID_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,79}$")  # what new_job_id (and arrays) make
 NAME_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")  # job, queue and tenant names
 
 
@@ -239,8 +240,14 @@ def submit(
     at: float,
     policy: ClusterPolicy | None = None,
 ) -> Job:
-    """Validate a job manifest against the cluster and queue it; nothing is stored on error."""
+    """Validate a job manifest against the cluster and queue it; nothing is stored on error.
+    One job only: an array or dependencies go through the API (``job_intake``), never
+    dropped here unsaid."""
     prepared = prepare_submission(session, principal, document, facts=facts, at=at, policy=policy)
+    spec = (document.get("spec") or {}) if isinstance(document, dict) else {}
+    for name in ("array", "dependsOn"):
+        if spec.get(name):
+            raise invalid(f"spec.{name}", "submit arrays and dependencies through the API")
     session.add_all([prepared.job, *prepared.events])
     return prepared.job
 
@@ -252,6 +259,7 @@ class Prepared:
     job: Job
     events: tuple[Event, ...]
     warnings: tuple[str, ...] = ()
+    relations: Relations | None = None  # an array, or dependencies: set where the store is read
 
 
 def submission_warnings(submission: JobSubmission, facts: ClusterFacts) -> list[str]:
@@ -472,10 +480,15 @@ def prepare_parsed(
     return Prepared(job, tuple(made), tuple(warnings))
 
 
+def is_job_id(text: str) -> bool:
+    """Whether ``text`` has the shape of an id kiban makes (a job's, an array's, an array
+    index's): others are never looked up (PostgreSQL refuses NUL characters, for one)."""
+    return len(text) <= 80 and _ID_PATTERN.match(text) is not None
+
+
 def get_visible(session: Session, principal: Principal, job_id: str) -> Job:
     """The job if the caller may see it; NotFound otherwise (never reveals other tenants' jobs)."""
-    # An id new_job_id cannot make is not looked up (PostgreSQL refuses NUL characters, for one).
-    job = session.get(Job, job_id) if _ID_PATTERN.match(job_id) else None
+    job = session.get(Job, job_id) if is_job_id(job_id) else None
     if job is None or not principal.can_see(job.tenant):
         raise NotFound(f"job {job_id} not found")
     return job
@@ -520,6 +533,7 @@ def cancel(session: Session, principal: Principal, job_id: str, at: float) -> Jo
     if state.terminal:
         raise Conflict(f"job {job.id} has already finished ({job.state})")
     if state is JobState.PENDING:
+        job.gate = None  # held for a dependency or an array slot: no longer
         transition(
             session,
             job,

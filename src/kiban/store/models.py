@@ -285,6 +285,12 @@ class Job(Base):
     # Nodes it must keep off for a while (a node that failed its preflight): a list of
     # ``{"node", "until", "reason"}``; an entry whose ``until`` has passed no longer counts.
     excluded_nodes: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    # The array it is an index of, and which (``kiban.services.job_arrays``); None otherwise.
+    array_id: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Why a pending job is kept from the scheduler (a ``JobGate``: a dependency, its array's
+    # parallelism); None: it is not (``kiban.control.gates`` lifts it).
+    gate: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).
@@ -293,15 +299,32 @@ class Job(Base):
         Index("ix_jobs_tenant_submitted", "tenant", "submitted_at"),
         # Jobs per queue and state, and the GPUs of a queue's pending jobs, from the index alone.
         Index("ix_jobs_queue_state", "queue", "state", "gpus"),
-        # Each scheduling pass reads the head of every queue in order.
+        # Each scheduling pass reads the head of every queue in order (held jobs left out, so
+        # that 10,000 array indices waiting for their turn cost a pass nothing).
         Index(
             "ix_jobs_pending_order",
             "queue",
             text("priority DESC"),
             "submitted_at",
             "id",
-            sqlite_where=text("state = 'Pending'"),
-            postgresql_where=text("state = 'Pending'"),
+            sqlite_where=text("state = 'Pending' AND gate IS NULL"),
+            postgresql_where=text("state = 'Pending' AND gate IS NULL"),
+        ),
+        # An array's indices by state (is any still to end?), and its held ones in order.
+        Index(
+            "ix_jobs_array_state",
+            "array_id",
+            "state",
+            sqlite_where=text("array_id IS NOT NULL"),
+            postgresql_where=text("array_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_jobs_array_gate",
+            "array_id",
+            "gate",
+            "array_index",
+            sqlite_where=text("array_id IS NOT NULL"),
+            postgresql_where=text("array_id IS NOT NULL"),
         ),
         # The pending jobs a pass has judged (its window's, a few hundred per queue of any
         # backlog): what queue status reads for the flavors their reasons name.
@@ -312,6 +335,46 @@ class Job(Base):
             postgresql_where=text("state = 'Pending' AND reason_code IS NOT NULL"),
         ),
     )
+
+
+class JobArray(Base):
+    """A job array (``spec.array``): one job per index, ``<id>_<index>``, each a row of
+    ``jobs``. ``open``: some index still waits for a slot under ``parallelism``."""
+
+    __tablename__ = "job_arrays"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63))
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    queue: Mapped[str] = mapped_column(String(63))
+    indices: Mapped[str] = mapped_column(Text)  # as the manifest wrote them
+    size: Mapped[int] = mapped_column(Integer)
+    parallelism: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    submitted_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    open: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    __table_args__ = (
+        Index("ix_job_arrays_tenant_submitted", "tenant", "submitted_at"),
+        Index(
+            "ix_job_arrays_open", "open", sqlite_where=text("open"), postgresql_where=text("open")
+        ),
+    )
+
+
+class JobDependency(Base):
+    """A ``dependsOn`` entry not yet resolved: ``dependent`` (a job, or an array: all its
+    indices) waits until ``target`` (a job, or an array: all its indices) ends as
+    ``condition`` asks. Deleted once it holds (or can no longer hold, failing the dependent)."""
+
+    __tablename__ = "job_dependencies"
+
+    dependent: Mapped[str] = mapped_column(String(80), primary_key=True)
+    target: Mapped[str] = mapped_column(String(80), primary_key=True)
+    dependent_is_array: Mapped[bool] = mapped_column(Boolean, default=False)
+    target_is_array: Mapped[bool] = mapped_column(Boolean, default=False)
+    condition: Mapped[str] = mapped_column(String(16))  # a DependencyCondition
+    position: Mapped[int] = mapped_column(Integer, default=0)  # its place in dependsOn
 
 
 class Replica(Base):

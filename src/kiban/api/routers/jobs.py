@@ -11,13 +11,14 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from kiban.api import request_bodies, responses
+from kiban.api.array_schemas import array_out
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
-from kiban.api.params import TOKEN, JobId, NameFilter
+from kiban.api.params import TOKEN, ArrayFilter, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.states import JobState
 from kiban.platform import Platform
 from kiban.scheduler.reasons import ReasonCode
-from kiban.services import events, job_intake, job_listing, jobs, logs, queue_status
+from kiban.services import events, job_arrays, job_intake, job_listing, jobs, logs, queue_status
 from kiban.services.auth import JOBS_PATH
 from kiban.services.errors import invalid
 from kiban.services.job_intake import SubmissionBody, SubmissionContext
@@ -34,7 +35,14 @@ MAX_SINCE_S = 1e11  # seconds: any time people mean
     "",
     status_code=201,
     response_model=JobOut,
-    responses=responses.SUBMIT,
+    responses={
+        **responses.SUBMIT,
+        404: responses.error("A job or array of `spec.dependsOn` is not one the caller may see."),
+        201: {
+            "description": "the job; for a manifest with `spec.array`, the array (`ArrayOut`: "
+            '`kind` is `"JobArray"`) whose indices are the jobs `<id>-<index>`',
+        },
+    },
     openapi_extra=request_bodies.JOB_MANIFEST,
 )
 async def submit_job(request: Request, platform: PlatformDep, principal: PrincipalDep) -> Response:
@@ -43,7 +51,8 @@ async def submit_job(request: Request, platform: PlatformDep, principal: Princip
     The caller was authenticated before the body was read (``kiban.api.admission``). When the
     caller's queue is in the lookup cache and the body is a small JSON document, the checks run
     right here; otherwise on a worker thread (they read the store). The write joins the group
-    commit of submissions, which tells the control loop of the job.
+    commit of submissions, which tells the control loop of the job. An array (``spec.array``)
+    is written in a transaction of its own, every index at once.
     """
     body = SubmissionBody(await request.body(), request.headers.get("content-type", ""))
     context = SubmissionContext(
@@ -51,13 +60,24 @@ async def submit_job(request: Request, platform: PlatformDep, principal: Princip
         policy=platform.policy,
         at=platform.clock.now(),
         lookups=platform.lookups,
+        max_array_size=platform.max_array_size,
     )
     prepared = job_intake.prepare_cached(body, principal, context)
     if prepared is None:
         prepared = await run_in_threadpool(
             job_intake.prepare_with_store, body, principal, context, platform.sessions
         )
-    await asyncio.wrap_future(platform.submissions.write(prepared.job, *prepared.events))
+    if prepared.relations is not None and prepared.relations.indices:
+        stored = await run_in_threadpool(job_arrays.store_array, platform.sessions, prepared)
+        platform.loop.wake()
+        array = array_out(stored.array)
+        array.warnings = list(stored.warnings)
+        return Response(
+            array.model_dump_json(by_alias=True), status_code=201, media_type="application/json"
+        )
+    along = job_arrays.hold_for_dependencies(prepared)
+    written = platform.submissions.write(prepared.job, *prepared.events, along=along)
+    await asyncio.wrap_future(written)
     out = job_out(prepared.job)
     out.warnings = list(prepared.warnings)
     answer = out.model_dump_json(by_alias=True)
@@ -111,6 +131,14 @@ def list_jobs(
     reason: Annotated[
         ReasonCode | None, Query(description="only waiting jobs with this reason")
     ] = None,
+    array: ArrayFilter = None,
+    array_indices: Annotated[
+        bool,
+        Query(
+            alias="arrayIndices",
+            description="false: leave arrays' indices out (list arrays at /api/v1/arrays)",
+        ),
+    ] = True,
     offset: Annotated[
         int,
         Query(ge=0, le=job_listing.MAX_LIST_OFFSET, description="skip this many (newest first)"),
@@ -127,6 +155,8 @@ def list_jobs(
         name=name,
         submitted_by=submitted_by,
         reason=None if reason is None else reason.value,
+        array=array,
+        array_indices=array_indices,
     )
     rows = job_listing.list_page(session, where, offset=offset, limit=limit)
     response.headers[TOTAL_COUNT] = str(job_listing.count_jobs(session, where))
