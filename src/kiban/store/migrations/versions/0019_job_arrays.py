@@ -1,8 +1,8 @@
 """Job arrays and dependencies: the arrays, the unresolved dependencies, and on each job its
 array, its index and what holds it from the scheduler (the pending index leaves held jobs out).
 
-Revision ID: 0018_job_arrays
-Revises: 0017_notebooks
+Revision ID: 0019_job_arrays
+Revises: 0018_extended_resources
 Create Date: 2026-11-26
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018_job_arrays"
-down_revision = "0017_notebooks"
+revision = "0019_job_arrays"
+down_revision = "0018_extended_resources"
 branch_labels = None
 depends_on = None
 
