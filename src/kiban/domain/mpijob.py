@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from kiban.domain.mpi import MpiImplementation
-from kiban.domain.node_affinity import read_pod_affinity
 from kiban.domain.volcano import Translation, _pretty, _template, _Translator
 
 API_VERSION = "kubeflow.org/v2beta1"
@@ -198,20 +197,11 @@ class _MpiJobTranslator(_Translator):
             }
             for kind, (template_labels, _) in zip(kinds, templates, strict=True)
         ]
-        readings = []
-        for index, kind in enumerate(kinds):
-            others = labels[:index] + labels[index + 1 :]
-            reading = read_pod_affinity(templates[index][1], labels[index], others)
-            if reading.one_per_node:
-                tasks[index]["maxReplicasPerNode"] = 1
-                self.paths.append(
-                    (
-                        f"spec.tasks[{index}].maxReplicasPerNode",
-                        f"{where}.{kind}.template.spec.affinity.podAntiAffinity",
-                    )
-                )
-            readings.append(reading)
-        self.pod_affinities = tuple(readings)
+        sources = [
+            (template[1], f"{where}.{kind}.template.spec.affinity", index)
+            for index, (kind, template) in enumerate(zip(kinds, templates, strict=True))
+        ]
+        self.pod_affinities = self.read_spreads(sources, labels, tasks)
 
     def replica_spec(
         self, kind: str, raw: Any, where: str, index: int, out: dict[str, Any]

@@ -254,17 +254,29 @@ class _Translator(ManifestReader):
                     VOLCANO_QUEUE_LABEL: queue or "default",
                 }
             )
+        sources = [
+            (templates[old][1], f"spec.tasks[{old}].template.spec.affinity", old) for old in order
+        ]
+        return self.read_spreads(sources, labels, kiban_tasks)
+
+    def read_spreads(
+        self,
+        sources: list[tuple[Any, str, int]],
+        labels: list[dict[str, str]],
+        kiban_tasks: list[dict[str, Any]],
+    ) -> tuple[PodAffinity, ...]:
+        """Each translated task's pod (anti-)affinity read against its pods' ``labels`` (in the
+        file's order; ``sources``: the affinity, where it is written, its pods' place in
+        ``labels``, in the translation's order); one kept one replica per node gets
+        ``maxReplicasPerNode: 1``."""
         readings = []
-        for new_index, old_index in enumerate(order):
+        for new_index, (affinity, where, old_index) in enumerate(sources):
             others = labels[:old_index] + labels[old_index + 1 :]
-            reading = read_pod_affinity(templates[old_index][1], labels[old_index], others)
+            reading = read_pod_affinity(affinity, labels[old_index], others)
             if reading.one_per_node:
                 kiban_tasks[new_index]["maxReplicasPerNode"] = 1
                 self.paths.append(
-                    (
-                        f"spec.tasks[{new_index}].maxReplicasPerNode",
-                        f"spec.tasks[{old_index}].template.spec.affinity.podAntiAffinity",
-                    )
+                    (f"spec.tasks[{new_index}].maxReplicasPerNode", f"{where}.podAntiAffinity")
                 )
             readings.append(reading)
         return tuple(readings)
