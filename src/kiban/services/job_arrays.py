@@ -20,18 +20,15 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.job_relations import JobGate, Relations, array_index_id, parse_indices
 from kiban.domain.jobspec import JobSpec
 from kiban.domain.states import JobState
-from kiban.domain.stop_intents import StopIntent
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services import dependencies
 from kiban.services.auth import Principal
 from kiban.services.dependencies import slot_message, waiting_message
 from kiban.services.errors import Conflict, NotFound, invalid
-from kiban.services.jobs import ID_RENEWALS, Prepared, is_job_id, new_job_id, parse_grace
-from kiban.services.transitions import transition
+from kiban.services.jobs import ID_RENEWALS, Prepared, is_job_id, new_job_id, stop_unended
 from kiban.store.models import Event, Job, JobArray, JobDependency
 
 _ACTIVE = (
@@ -342,34 +339,8 @@ def cancel(session: Session, principal: Principal, array_id: str, at: float) -> 
     )
     if not unended:
         raise Conflict(f"array {array.id}: every index has ended already")
-    grace: float | None = None
     for job in unended:
-        state = JobState(job.state)
-        if state is JobState.PENDING:
-            job.gate = None
-            transition(
-                session,
-                job,
-                JobState.CANCELLED,
-                reason=JobEventReason.CANCELLED,
-                message=f"array {array.id} cancelled by {principal.name} while pending",
-                at=at,
-            )
-            continue
-        job.stop_intent = StopIntent.CANCEL
-        if state is JobState.STOPPING:
-            continue
-        grace = parse_grace(job) if grace is None else grace  # one spec for every index
-        job.stop_deadline = at + grace
-        transition(
-            session,
-            job,
-            JobState.STOPPING,
-            reason=JobEventReason.CANCELLING,
-            message=f"array {array.id} cancelled by {principal.name}; stopping replicas "
-            f"(grace {grace:g}s)",
-            at=at,
-        )
+        stop_unended(session, job, f"array {array.id} cancelled by {principal.name}", at)
     array.open = False
     session.flush()
     return status(session, array)

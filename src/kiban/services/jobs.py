@@ -529,9 +529,16 @@ def replicas_of(session: Session, job: Job) -> list[Replica]:
 def cancel(session: Session, principal: Principal, job_id: str, at: float) -> Job:
     """Cancel a job: a pending one at once, a running one after its grace period."""
     job = get_visible(session, principal, job_id)
-    state = JobState(job.state)
-    if state.terminal:
+    if JobState(job.state).terminal:
         raise Conflict(f"job {job.id} has already finished ({job.state})")
+    stop_unended(session, job, f"cancelled by {principal.name}", at)
+    return job
+
+
+def stop_unended(session: Session, job: Job, said: str, at: float) -> None:
+    """End a job not ended yet as cancelled: a pending one at once (held or not), a running one
+    after its grace period; ``said`` (``cancelled by alice``) opens the event's message."""
+    state = JobState(job.state)
     if state is JobState.PENDING:
         job.gate = None  # held for a dependency or an array slot: no longer
         transition(
@@ -539,25 +546,23 @@ def cancel(session: Session, principal: Principal, job_id: str, at: float) -> Jo
             job,
             JobState.CANCELLED,
             reason=JobEventReason.CANCELLED,
-            message=f"cancelled by {principal.name} while pending",
+            message=f"{said} while pending",
             at=at,
         )
-        return job
-    if state is JobState.STOPPING:
-        job.stop_intent = StopIntent.CANCEL
-        return job
-    grace = parse_grace(job)
+        return
     job.stop_intent = StopIntent.CANCEL
+    if state is JobState.STOPPING:
+        return
+    grace = parse_grace(job)
     job.stop_deadline = at + grace
     transition(
         session,
         job,
         JobState.STOPPING,
         reason=JobEventReason.CANCELLING,
-        message=f"cancelled by {principal.name}; stopping replicas (grace {grace:g}s)",
+        message=f"{said}; stopping replicas (grace {grace:g}s)",
         at=at,
     )
-    return job
 
 
 def parse_grace(job: Job) -> float:
