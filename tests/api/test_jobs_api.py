@@ -67,6 +67,24 @@ def test_a_local_executor_warns_of_the_container_fields_it_ignores(
     assert submit(api, manifest("plain"))["warnings"] == []
 
 
+def test_an_mpi_job_is_refused_where_mpirun_is_not_available(
+    api: TestClient, platform: Platform, executor: FakeExecutor
+) -> None:
+    executor.capabilities -= {Capability.MPI}
+    platform.refresh_facts()
+    document = manifest("mpi")
+    document["spec"]["launcher"] = "mpirun"
+    document["spec"]["tasks"] = [
+        {"name": "launcher", "command": ["mpirun", "-n", "2", "hostname"]},
+        {"name": "worker", "replicas": 2, "command": ["sleep", "1"]},
+    ]
+    refused = api.post("/api/v1/jobs", json=document)
+    assert refused.status_code == 422, refused.text
+    [problem] = refused.json()["error"]["problems"]
+    assert problem["field"] == "spec.launcher" and "Open MPI" in problem["message"]
+    assert api.get("/api/v1/jobs").json() == []  # nothing stored
+
+
 def test_affinity_that_cannot_steer_placement_is_warned_of(api: TestClient) -> None:
     """kiban binds each pod to its node: pod (anti-)affinity would be carried by the pod and
     change nothing, so the submitter is told (node affinity, required or preferred, steers

@@ -23,6 +23,7 @@ class Capability(StrEnum):
     """Things an executor may or may not be able to do."""
 
     TORCHRUN = "torchrun"  # can launch replicas under torchrun
+    MPI = "mpi"  # can run launcher: mpirun jobs (Open MPI here, or in the image)
     ADOPT = "adopt"  # can re-attach to replicas that outlived a control-plane restart
     CONTAINERS = "containers"  # runs replicas in containers: image, volumes, ports are honoured
     CPU_USAGE = "cpu_usage"  # offers a CpuMeter: CPU seconds a replica used (autoscaling on cpu)

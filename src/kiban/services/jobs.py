@@ -193,6 +193,11 @@ def check_against_cluster(
         raise invalid(_field_at_fault(manifest, reason.details), reason.message)
     if spec.launcher == "torchrun" and Capability.TORCHRUN not in facts.capabilities:
         raise invalid("spec.launcher", "torchrun is not available here (is PyTorch installed?)")
+    if spec.launcher == "mpirun" and Capability.MPI not in facts.capabilities:
+        raise invalid(
+            "spec.launcher",
+            "mpirun is not available here (install Open MPI: scripts/ensure-openmpi.sh)",
+        )
 
 
 _NO_POLICY = ClusterPolicy()

@@ -153,7 +153,9 @@ class KubernetesExecutor:
     """The executor of a Kubernetes cluster (see the module docstring)."""
 
     name = "kubernetes"
-    capabilities = frozenset({Capability.ADOPT, Capability.CONTAINERS, Capability.TORCHRUN})
+    capabilities = frozenset(
+        {Capability.ADOPT, Capability.CONTAINERS, Capability.TORCHRUN, Capability.MPI}
+    )
     launch_concurrency = LAUNCH_WORKERS  # each launch waits on API round trips: overlap them
 
     def __init__(

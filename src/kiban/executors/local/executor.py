@@ -143,6 +143,8 @@ class LocalExecutor:
         caps = {Capability.ADOPT, Capability.CPU_USAGE}
         if importlib.util.find_spec("torch") is not None:
             caps.add(Capability.TORCHRUN)
+        if shutil.which("mpirun") is not None and shutil.which("orted") is not None:
+            caps.add(Capability.MPI)  # Open MPI's launcher and daemon, as jobs will find them
         self.capabilities = frozenset(caps)
         self.launch_concurrency = 1  # spawning a process is quick and local: one at a time
         self.offers = Offers(logs=self, cpu_meter=self, checkpoints=self, closing=self)
