@@ -226,6 +226,8 @@ def test_an_mpijob_runs_as_the_mpi_operator_makes_its_pods(platform: Platform, c
     run = run_mpi_job(platform, core, load_document(MPIJOB))
     pods = run[1]
     assert [p.metadata.labels["kiban.dev/task"] for p in pods] == ["launcher", "worker", "worker"]
+    roles = [p.metadata.labels["training.kubeflow.org/job-role"] for p in pods]
+    assert roles == ["launcher", "worker", "worker"]  # the Operator's selectors find them
     assert pods[0].spec.containers[0].command == [
         "mpirun",
         "-n",

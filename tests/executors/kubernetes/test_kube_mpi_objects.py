@@ -228,6 +228,19 @@ def test_the_launcher_is_made_only_once_every_worker_runs(
     assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
     assert pod["metadata"]["ownerReferences"][0]["name"] == "kb-pi-abc-1"
     assert mpi_objects.LAUNCHER_POD_KEY not in str(pod)
+    roles = {  # the MPI Operator's labels, so its users' selectors find the pods
+        name: (
+            pod["metadata"]["labels"]["training.kubeflow.org/job-role"],
+            pod["metadata"]["labels"]["training.kubeflow.org/replica-index"],
+            pod["metadata"]["labels"]["training.kubeflow.org/job-name"],
+        )
+        for (_, name), pod in cluster.pods.items()
+    }
+    assert roles == {
+        LAUNCHER: ("launcher", "0", "pi"),
+        WORKERS[0]: ("worker", "0", "pi"),
+        WORKERS[1]: ("worker", "1", "pi"),
+    }
 
 
 def test_a_restarted_kiban_makes_the_launcher_from_the_secret(

@@ -86,6 +86,18 @@ def replica_host(job_id: str, attempt: int, rank: int, namespace: str, domain: s
     return f"{pod_name(job_id, attempt, rank)}.{service}.{namespace}.svc.{domain}"
 
 
+def operator_labels(request: LaunchRequest, index: int, launcher: int) -> dict[str, str]:
+    """The labels the MPI Operator gives its pods (``kubectl logs -l
+    training.kubeflow.org/job-role=launcher`` finds the launcher): the job's name, the role and
+    the replica's index within its role."""
+    placement = request.placements[index]
+    return {
+        "training.kubeflow.org/job-name": request.job_name,
+        "training.kubeflow.org/job-role": "launcher" if index == launcher else "worker",
+        "training.kubeflow.org/replica-index": str(placement.index),
+    }
+
+
 def launcher_environment(implementation: MpiImplementation, hosts: list[str]) -> dict[str, str]:
     """What the launcher is told: where the hostfile is (``mpi_launch``'s variables), that ssh
     retries while worker DNS names appear, and the workers' names (``MPI_HOST``)."""
@@ -199,6 +211,7 @@ def prepare(
         workers=sum(1 for p in request.placements if p.task != mpi.launcher_task),
     )
     for index, body in enumerate(bodies):
+        body["metadata"]["labels"] |= operator_labels(request, index, attempt.launcher)
         mount(body, SSH_VOLUME, mpi.ssh_auth_mount_path, _ssh_volume(secret))
         if index == attempt.launcher:
             mount(body, CONFIG_VOLUME, CONFIG_MOUNT, _config_volume(config))
