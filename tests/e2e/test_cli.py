@@ -142,7 +142,7 @@ BAD_MANIFESTS = {
     ),
     "not-a-mapping": ("- just\n- a list\n", ("mapping",)),
     "unknown-launcher": (
-        yaml.safe_dump(job_manifest("mpi", ["echo"], launcher="mpirun")),
+        yaml.safe_dump(job_manifest("mpi", ["echo"], launcher="mpich")),
         ("spec.launcher",),
     ),
 }
