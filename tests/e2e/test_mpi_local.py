@@ -28,12 +28,14 @@ import os, pathlib, sys, time
 from mpi4py import MPI
 c = MPI.COMM_WORLD
 release = pathlib.Path(sys.argv[1])
-print(f"RANK-UP {c.rank} pid {os.getpid()}", flush=True)
+sys.stdout.write(f"RANK-UP {c.rank} pid {os.getpid()}\\n")
+sys.stdout.flush()
 while not c.bcast(release.exists() if c.rank == 0 else None, root=0):
     time.sleep(0.1)
 total = c.allreduce(c.rank + 1, op=MPI.SUM)
 assert total == c.size * (c.size + 1) // 2, total
-print(f"RANK-OK {c.rank} of {c.size} sum {total}", flush=True)
+sys.stdout.write(f"RANK-OK {c.rank} of {c.size} sum {total}\\n")
+sys.stdout.flush()
 """
 
 
