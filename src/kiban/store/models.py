@@ -407,6 +407,38 @@ class Replica(Base):
     __table_args__ = (Index("ix_replicas_active", "active"),)
 
 
+class UsageRecord(Base):
+    """What one attempt of a job (``kind`` job: all its replicas) or one service replica
+    (``kind`` service) held, undecayed: opened when it starts (``ended_at``, ``outcome`` and
+    ``gpu_seconds`` None while it runs), closed once when it is settled
+    (``kiban.domain.accounting``). ``member`` is the name of the token that submitted it."""
+
+    __tablename__ = "usage_records"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))  # a UsageKind
+    job_id: Mapped[str] = mapped_column(String(80))  # the job's id, or the service's name
+    attempt: Mapped[int] = mapped_column(Integer)  # the job's attempt, or the replica's id
+    tenant: Mapped[str] = mapped_column(String(63))
+    member: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    queue: Mapped[str] = mapped_column(String(63))
+    flavor: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    cpu_millis: Mapped[int] = mapped_column(BigInteger)
+    memory: Mapped[int] = mapped_column(BigInteger)  # bytes
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)  # AttemptOutcome
+
+    __table_args__ = (
+        Index("ix_usage_records_attempt", "kind", "job_id", "attempt", unique=True),
+        Index("ix_usage_records_tenant_started", "tenant", "started_at"),
+        Index("ix_usage_records_started", "started_at"),
+        Index("ix_usage_records_open", "ended_at"),
+    )
+
+
 class PolicyVersion(Base):
     """One applied version of the cluster policy: the document as the admin wrote it."""
 
