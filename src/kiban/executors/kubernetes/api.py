@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 Obj = dict[str, Any]
 
@@ -38,6 +39,15 @@ def connect(kubeconfig: Path | None, pool: int = POOL) -> ApiClient:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, pool)
     return ApiClient(configuration)
+
+
+def ignore_gone(call: Any, *args: Any, **kwargs: Any) -> None:
+    """Delete; an object gone already (404) or replaced by another (409) is not an error."""
+    try:
+        call(*args, **kwargs)
+    except ApiException as exc:
+        if exc.status not in (404, 409):
+            raise
 
 
 def _json(response: Any) -> Obj:

@@ -7,7 +7,8 @@ replica, and one pod per replica bound to the node kiban chose (see ``pods`` for
 labels, so all of an attempt is found with one selector and deleted together (explicitly: kiban
 does not count on a garbage collector). An MPI attempt (``launcher: mpirun``) also gets a
 hostfile ConfigMap and an ssh key Secret, and its launcher's pod waits for its workers to run
-(``mpi_objects``). The log of a pod that ended is kept (``kept_logs``)
+(``mpi_objects`` builds them, ``mpi_launchers`` keeps track of them). The log of a pod that
+ended is kept (``kept_logs``)
 before the pod is deleted, in the background, and ``read_log`` serves it after; the log of a
 pod stopped while it runs is followed to its end and kept (``stopping_logs``).
 
@@ -50,8 +51,9 @@ from kiban.executors.base import (
     ReplicaRef,
 )
 from kiban.executors.kubernetes import mpi_objects
-from kiban.executors.kubernetes.api import CoreApi, Obj, connect
+from kiban.executors.kubernetes.api import CoreApi, Obj, connect, ignore_gone
 from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs
+from kiban.executors.kubernetes.mpi_launchers import MpiLaunchers
 from kiban.executors.kubernetes.naming import (
     ATTEMPT_LABEL,
     JOB_ID_ANNOTATION,
@@ -140,15 +142,6 @@ def _logged(task: Callable[..., None], *args: Any) -> None:
         log.exception("%s failed", getattr(task, "__name__", task))
 
 
-def _ignore_gone(call: Any, *args: Any, **kwargs: Any) -> None:
-    """Delete; an object gone already (404) or replaced by another (409) is not an error."""
-    try:
-        call(*args, **kwargs)
-    except ApiException as exc:
-        if exc.status not in (404, 409):
-            raise
-
-
 class KubernetesExecutor:
     """The executor of a Kubernetes cluster (see the module docstring)."""
 
@@ -183,12 +176,9 @@ class KubernetesExecutor:
         self.timed = TimedLogs(self.api, CONTAINER, LOG_REFETCH_S)  # --since, --timestamps
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
-        # MPI launchers whose pods wait for their workers (see mpi_objects): their bodies, the
-        # ones stopped before they were made, and the attempts that have MPI objects
-        self._launchers: dict[tuple[str, str], Obj] = {}
-        self._launchers_stopped: set[tuple[str, str]] = set()
-        self._launchers_made: set[tuple[str, str]] = set()  # gone now: lost, not made again
-        self._mpi_attempts: dict[tuple[str, int], str] = {}  # their namespaces
+        self.mpi = MpiLaunchers(
+            self.api, self.pods, self._clock, self._create_pod, self._node_present
+        )
         self.offers = Offers(logs=self, revisions=self, closing=self, taints=self)
 
     @classmethod
@@ -268,7 +258,7 @@ class KubernetesExecutor:
                     body["metadata"]["ownerReferences"] = [owner]
                 if mpi is not None:
                     mpi.with_owner(owner)
-            deferred = self._create_mpi_objects(request, namespace, mpi, bodies)
+            deferred = self.mpi.create_objects(request, namespace, mpi, bodies)
             created = iter(
                 self._create_pods(namespace, [b for i, b in enumerate(bodies) if i != deferred])
             )
@@ -288,106 +278,6 @@ class KubernetesExecutor:
             self.abandon(request.job_id, request.attempt)
             raise LaunchError(f"the Kubernetes API refused: {_api_message(exc)}") from None
         return launched
-
-    def _create_mpi_objects(
-        self,
-        request: LaunchRequest,
-        namespace: str,
-        mpi: mpi_objects.MpiAttempt | None,
-        bodies: list[Obj],
-    ) -> int | None:
-        """An MPI attempt's ConfigMap and Secret (those of an earlier try of it are kept), the
-        launcher's body kept to be created later when it has workers to wait for: its index."""
-        if mpi is None:
-            return None
-        deferred = mpi.launcher if mpi.workers else None
-        if deferred is not None:
-            body = bodies[deferred]
-            mpi.keep_launcher(body)
-            with self._lock:
-                self._launchers[(namespace, body["metadata"]["name"])] = body
-        with self._lock:
-            self._mpi_attempts[(request.job_id, request.attempt)] = namespace
-        for create, body in (
-            (self.api.create_config_map, mpi.config_map),
-            (self.api.create_secret, mpi.secret),
-        ):
-            try:
-                create(namespace, body)
-            except ApiException as exc:
-                if exc.status != 409:  # 409: made by an earlier try of this attempt
-                    raise
-        return deferred
-
-    def _observe_launcher(self, replica: ReplicaRef, namespace: str, name: str) -> Observation:
-        """An MPI launcher: its pod once made; before, made now if every worker runs."""
-        with self._lock:
-            self._mpi_attempts[(replica.job_id, replica.attempt)] = namespace
-            stopped = (namespace, name) in self._launchers_stopped
-            made = (namespace, name) in self._launchers_made
-        # the cache only (no read each pass while it waits): a pod it has not seen yet is found
-        # by its creation's 409
-        pod = self.pods.get(namespace, name)
-        if pod is None and stopped:
-            return Observation(running=False, lost=True, message="stopped before it started")
-        if pod is None and made:
-            return observe_pod(None)
-        if pod is None:
-            body = self._launcher_body(replica, namespace, name)
-            if body is None:
-                return Observation(
-                    running=False,
-                    lost=True,
-                    message="its pod was never made: the attempt's MPI Secret is gone",
-                )
-            expected = int(body["metadata"]["annotations"][mpi_objects.WORKERS_ANNOTATION])
-            selector = {JOB_LABEL: job_key(replica.job_id), ATTEMPT_LABEL: str(replica.attempt)}
-            _, ready = mpi_objects.workers_running(
-                self.pods.select(selector), replica.rank, expected
-            )
-            if not ready:
-                return Observation(running=True, message="waiting for its workers to run")
-            pod = self._create_pod(namespace, body)
-            self.pods.put(pod)
-            with self._lock:
-                self._launchers.pop((namespace, name), None)
-                self._launchers_made.add((namespace, name))
-        return observe_pod(pod, node_present=self._node_present(pod), now=self._clock.now())
-
-    def _launcher_body(self, replica: ReplicaRef, namespace: str, name: str) -> Obj | None:
-        """The launcher's pod body: kept since launch, or read from the attempt's Secret (a
-        restarted kiban); None when the Secret is gone."""
-        with self._lock:
-            body = self._launchers.get((namespace, name))
-        if body is not None:
-            return body
-        secret = mpi_objects.secret_name(replica.job_id, replica.attempt)
-        try:
-            body = mpi_objects.launcher_body(self.api.read_secret(namespace, secret))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return None
-        if body is not None:
-            with self._lock:
-                self._launchers[(namespace, name)] = body
-        return body
-
-    def _delete_mpi_objects(self, job_id: str, attempt: int, namespace: str) -> None:
-        """An MPI attempt's ConfigMap and Secret (none for other attempts: no call made)."""
-        with self._lock:
-            if self._mpi_attempts.pop((job_id, attempt), None) is None:
-                return
-        _ignore_gone(
-            self.api.delete_config_map, namespace, mpi_objects.config_map_name(job_id, attempt)
-        )
-        _ignore_gone(self.api.delete_secret, namespace, mpi_objects.secret_name(job_id, attempt))
-        prefix = f"{service_name(job_id, attempt)}-"  # its pods' names: the launcher's is one
-        with self._lock:  # with its Secret gone, a launcher not made is lost, never made
-            for key in [k for k in self._launchers if k[1].startswith(prefix)]:
-                del self._launchers[key]
-            for held in (self._launchers_stopped, self._launchers_made):
-                held -= {k for k in held if k[1].startswith(prefix)}
 
     def _ensure_namespace(self, namespace: str) -> None:
         if namespace in self._namespaces:
@@ -468,7 +358,7 @@ class KubernetesExecutor:
     def observe(self, replica: ReplicaRef) -> Observation:
         if replica.handle is not None and mpi_objects.is_deferred(replica.handle):
             namespace, name, _ = parse_handle(replica.handle)
-            return self._observe_launcher(replica, namespace, name)
+            return self.mpi.observe(replica, namespace, name)
         found = self._pod(replica)
         if found is None:
             return Observation(running=False, lost=True, message="no pod was recorded for it")
@@ -500,7 +390,7 @@ class KubernetesExecutor:
     def unpublish_revision(self, tenant: str, revision: str) -> None:
         """Delete a revision's Service (gone already is fine)."""
         namespace = namespace_for(self.options.namespace_prefix, tenant)
-        _ignore_gone(self.api.delete_service, namespace, revision_service_name(revision))
+        ignore_gone(self.api.delete_service, namespace, revision_service_name(revision))
 
     def published_revisions(self) -> dict[tuple[str, str], str]:
         """The revision Services kiban made that exist now, by (tenant, revision): their
@@ -554,9 +444,7 @@ class KubernetesExecutor:
             return
         namespace, name, uid, pod = found
         if replica.handle is not None and mpi_objects.is_deferred(replica.handle):
-            with self._lock:  # not to be made after this, whatever its workers do
-                self._launchers_stopped.add((namespace, name))
-                self._launchers.pop((namespace, name), None)
+            self.mpi.stop(namespace, name)
         if pod is not None and not force:
             phase = (pod.get("status") or {}).get("phase")
             if phase in TERMINAL_PHASES or pod["metadata"].get("deletionTimestamp"):
@@ -569,7 +457,7 @@ class KubernetesExecutor:
                 # pod that ended holds nothing, so it may go a moment later)
                 self._in_background(self._keep_then_delete, replica, pod, grace)
             else:
-                _ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
+                ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
                 if self.stopping is not None and present and not _ended(pod):
                     self.stopping.follow(replica.job_id, pod, grace)
         if force and replica.rank == 0:
@@ -579,8 +467,8 @@ class KubernetesExecutor:
                 # a cluster's garbage collector deletes them with it
                 self._in_background(self._end_attempt, replica, namespace, service)
             else:
-                _ignore_gone(self.api.delete_service, namespace, service)
-                self._delete_mpi_objects(replica.job_id, replica.attempt, namespace)
+                ignore_gone(self.api.delete_service, namespace, service)
+                self.mpi.delete_objects(replica.job_id, replica.attempt)
 
     def _in_background(self, task: Callable[..., None], *args: Any) -> None:
         if self._keeper is None:
@@ -590,7 +478,7 @@ class KubernetesExecutor:
     def _keep_then_delete(self, replica: ReplicaRef, pod: Obj, grace: int | None) -> None:
         self._keep(replica.job_id, pod)
         meta = pod["metadata"]
-        _ignore_gone(
+        ignore_gone(
             self.api.delete_pod, meta["namespace"], meta["name"], uid=meta["uid"], grace_s=grace
         )
 
@@ -599,8 +487,8 @@ class KubernetesExecutor:
         for pod in self.pods.select(selector):
             if _ended(pod):
                 self._keep(replica.job_id, pod)
-        _ignore_gone(self.api.delete_service, namespace, service)
-        self._delete_mpi_objects(replica.job_id, replica.attempt, namespace)
+        ignore_gone(self.api.delete_service, namespace, service)
+        self.mpi.delete_objects(replica.job_id, replica.attempt)
 
     def _keep(self, job_id: str, pod: Obj) -> None:
         """Keep the log of a pod that ended (once; nothing when its node serves no log)."""
@@ -632,18 +520,15 @@ class KubernetesExecutor:
                 self._keep(job_id, pod)
             present = self._node_present(pod)
             grace = FORCE_GRACE_S if present else 0
-            _ignore_gone(self.api.delete_pod, meta["namespace"], meta["name"], grace_s=grace)
+            ignore_gone(self.api.delete_pod, meta["namespace"], meta["name"], grace_s=grace)
             if self.stopping is not None and present and not _ended(pod):
                 self.stopping.follow(job_id, pod, grace)
         for service in self.api.list_services(selector):
             meta = service["metadata"]
-            _ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
-        with self._lock:
-            known = self._mpi_attempts.get((job_id, attempt))
+            ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
+        known = self.mpi.namespace_of(job_id, attempt)
         for namespace in sorted(namespaces | ({known} if known else set())):
-            with self._lock:
-                self._mpi_attempts[(job_id, attempt)] = namespace  # or made before a restart
-            self._delete_mpi_objects(job_id, attempt, namespace)
+            self.mpi.delete_objects(job_id, attempt, namespace)  # or made before a restart
 
     def attempts(self) -> set[tuple[str, int]]:
         """The attempts of kiban's pods in kiban's namespaces, by their job id annotation."""
