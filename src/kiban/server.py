@@ -28,6 +28,7 @@ from kiban.control.ownership import Ownership, OwnershipError
 from kiban.domain.cluster import ClusterConfig
 from kiban.domain.errors import SpecError
 from kiban.domain.job_relations import DEFAULT_MAX_ARRAY_SIZE
+from kiban.domain.notebook import DEFAULT_READY_TIMEOUT_S
 from kiban.executors.base import NodeInfo
 from kiban.executors.local import LocalExecutor
 from kiban.executors.local.isolation import Isolation, startup_notes
@@ -69,6 +70,7 @@ class ServerOptions:
     health_interval_s: float = 30.0  # seconds between the agent's checks
     sweep_every_s: float | None = None  # allreduce sweeps of idle nodes (None: only on demand)
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices one job array may have
+    notebook_ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S  # JupyterLab's time to answer
 
     @property
     def isolated(self) -> bool:
@@ -152,6 +154,7 @@ def start_platform(options: ServerOptions) -> Platform:
                     sweep_every_s=options.sweep_every_s,
                 ),
                 max_array_size=options.max_array_size,
+                notebook_ready_timeout_s=options.notebook_ready_timeout_s,
             )
         except BaseException:
             kube.close()
@@ -166,6 +169,7 @@ def start_platform(options: ServerOptions) -> Platform:
         loop_settings=LoopSettings(tick_s=options.tick_s, sweep_every_s=options.sweep_every_s),
         admin_token_in_home=not options.multi_tenant,
         max_array_size=options.max_array_size,
+        notebook_ready_timeout_s=options.notebook_ready_timeout_s,
     )
 
 

@@ -113,3 +113,28 @@ def test_up_passes_its_array_limit_to_the_server(
     refused = runner.invoke(app, ["up", "--home", str(tmp_path), "--max-array-size", "0"])
     assert refused.exit_code != 0
     assert "--max-array-size" in refused.output
+
+
+def test_up_passes_its_notebook_ready_timeout_to_the_notebook_controller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--notebook-ready-timeout``: how long a starting JupyterLab has to answer (default 120 s),
+    down to the controller that fails a notebook past it; below 1 s is refused."""
+    from kiban.server import start_platform
+
+    seen = []
+    monkeypatch.setattr("kiban.server.serve", lambda options, _ownership: seen.append(options))
+    for args, limit in (([], 120.0), (["--notebook-ready-timeout", "600"], 600.0)):
+        result = runner.invoke(app, ["up", "--home", str(tmp_path / str(limit)), *args])
+        assert result.exit_code == 0, result.output
+        options = seen.pop()
+        assert options.notebook_ready_timeout_s == limit
+        platform = start_platform(options)
+        try:
+            assert platform.notebooks is not None
+            assert platform.notebooks.ready_timeout_s == limit
+        finally:
+            platform.close()
+    refused = runner.invoke(app, ["up", "--home", str(tmp_path), "--notebook-ready-timeout", "0"])
+    assert refused.exit_code != 0
+    assert "--notebook-ready-timeout" in refused.output

@@ -218,6 +218,13 @@ def up(
         int,
         typer.Option(help="the most indices one job array may have (spec.array)", min=1),
     ] = 10_000,  # kiban.domain.job_relations.DEFAULT_MAX_ARRAY_SIZE (pydantic: not imported here)
+    notebook_ready_timeout: Annotated[
+        float,
+        typer.Option(
+            help="seconds a starting notebook's JupyterLab has to answer before it is failed",
+            min=1,
+        ),
+    ] = 120.0,  # kiban.domain.notebook.DEFAULT_READY_TIMEOUT_S
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -307,6 +314,7 @@ def up(
         health_interval_s=health_interval,
         sweep_every_s=sweep_every or None,
         max_array_size=max_array_size,
+        notebook_ready_timeout_s=notebook_ready_timeout,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)
