@@ -463,3 +463,14 @@ def test_json_documents_are_accepted() -> None:
         ' "spec": {"tasks": [{"command": ["true"]}]}}'
     )
     assert parse_job_manifest(doc).metadata.name == "j"
+
+
+@pytest.mark.parametrize("mode", ["python", "json"])
+def test_a_dumped_spec_reads_back_as_the_same_spec(mode: str) -> None:
+    """Dumped and parsed again (Python dump or JSON), a spec is unchanged: 1.5 CPUs stay 1.5
+    (a Python dump once wrote 1500, read back as 1,500 CPUs)."""
+    doc = with_value(manifest(), "spec.tasks.0.resources.cpu", "1500m")
+    job = parse_job_manifest(doc)
+    again = parse_job_manifest(job.model_dump(mode=mode, by_alias=True, exclude_none=True))
+    assert again.spec.tasks[0].resources.cpu == 1500
+    assert again == job

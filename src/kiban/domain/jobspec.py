@@ -125,9 +125,10 @@ class Resources(SpecModel):
         data.update(extended)
         return data
 
-    @field_serializer("cpu", when_used="json")
+    @field_serializer("cpu")
     def _cpu_out(self, value: int) -> str:
-        """Millicores written as ``500m``: a dumped spec reads back as the same spec."""
+        """Millicores written as ``500m``, in Python dumps too: a dumped spec reads back as the
+        same spec (an int would read back as cores, 1000 times as many)."""
         return f"{value}m"
 
     @field_validator("gpu", mode="before")
