@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.usage import accrue, decay, standing, weighted_rate
-from kiban.scheduler.fair_tree import ANONYMOUS, MemberKey, member_key
+from kiban.scheduler.fair_tree import MemberKey, member_key
 from kiban.scheduler.snapshot import RunningJob
+from kiban.services.auth import Principal
 from kiban.store.models import MemberUsage
 
 
@@ -138,4 +139,16 @@ def shares(
     return result
 
 
-__all__ = ["ANONYMOUS", "MemberShare", "accrue_member_usage", "member_standings", "shares"]
+def visible_shares(
+    session: Session, principal: Principal, policy: ClusterPolicy, now: float, tenant: str | None
+) -> list[MemberShare]:
+    """The members ``principal`` may see: an admin every tenant's, others their own tenant's;
+    ``tenant`` narrows it to one (another tenant's name shows nothing, as for jobs)."""
+    if principal.is_admin:
+        tenants: Collection[str] | None = None if tenant is None else {tenant}
+    else:
+        mine = principal.tenant
+        tenants = {mine} if mine is not None and tenant in (None, mine) else set()
+    if tenants is not None and not tenants:
+        return []
+    return shares(session, now, policy, tenants)
