@@ -192,3 +192,19 @@ def test_order_members_keeps_each_members_order(
     jobs = [(i, _job(str(i), m, float(i)).build()) for i, m in enumerate(members)]
     tree.order_members(jobs)
     assert [j.id for _i, j in jobs] == expected
+
+
+def test_a_shared_queue_keeps_each_tenants_places_and_each_places_key() -> None:
+    """In a queue of two tenants, members reorder only within their tenant's places, and the
+    keys stay where they were: the queue's head key (which breaks ties between queues) is the
+    same however a tenant's members split its jobs."""
+    tree = FairTree({("vision", "alice"): 10.0**6}, {}, 3600.0)
+    built = [
+        _job("a1", "alice", 0).build(),
+        job("s1").queue("q").tenant("speech").member("sam").submitted(1).build(),
+        _job("b1", "bob", 2).build(),
+        job("s2").queue("q").tenant("speech").member("sue").submitted(3).build(),
+    ]
+    jobs = [(i, j) for i, j in enumerate(built)]
+    tree.order_members(jobs)
+    assert [(key, j.id) for key, j in jobs] == [(0, "b1"), (1, "s1"), (2, "a1"), (3, "s2")]

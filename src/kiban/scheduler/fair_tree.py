@@ -77,40 +77,59 @@ class FairTree:
         return job.total_gpus * self.charge_per_gpu_s / self.weight(job.tenant, job.member)
 
     def order_members(self, jobs: list[tuple[_K, PendingJob]]) -> None:
-        """Reorder one queue's jobs, given in the policy's order, in place: member heads by
-        priority, then member standing (charged for each job taken), then the policy's order.
+        """Reorder one queue's jobs, given sorted by the policy's keys, in place: within each
+        tenant, member heads by priority, then member standing (charged for each job taken),
+        then the policy's order.
 
-        Jobs of one member only (the common case) stay as they are.
+        Each tenant's jobs keep the places its jobs held, and each place keeps its key: the
+        queue's order between tenants, and its head's key (which breaks ties between queues of
+        equal standing), do not depend on how a tenant's members split its jobs. Jobs of one
+        member only (the common case) stay as they are.
         """
         if len(jobs) < 2:
             return
-        first = jobs[0][1].member
-        if all(job.member == first for _key, job in jobs):
-            return
-        lists: dict[str, list[tuple[_K, PendingJob]]] = {}
-        for item in jobs:
-            lists.setdefault(_name(item[1].member), []).append(item)
-        tenant = jobs[0][1].tenant
+        first = jobs[0][1]
+        if all(job.member is None for _key, job in jobs) or all(
+            job.member == first.member and job.tenant == first.tenant for _key, job in jobs
+        ):
+            return  # no members known, or one member only: the policy's order
+        places: dict[str, list[int]] = {}
+        for i, (_key, job) in enumerate(jobs):
+            places.setdefault(job.tenant, []).append(i)
+        reordered = [item[1] for item in jobs]
+        for tenant, indices in places.items():
+            ordered = self._by_member(tenant, [jobs[i][1] for i in indices])
+            for place, job in zip(indices, ordered, strict=True):
+                reordered[place] = job
+        jobs[:] = [(key, job) for (key, _old), job in zip(jobs, reordered, strict=True)]
+
+    def _by_member(self, tenant: str, jobs: list[PendingJob]) -> list[PendingJob]:
+        """One tenant's jobs, in the policy's order, interleaved by member standing."""
+        lists: dict[str, list[PendingJob]] = {}
+        for job in jobs:
+            lists.setdefault(_name(job.member), []).append(job)
+        if len(lists) < 2:
+            return jobs
         projected = {name: self.standing(tenant, name) for name in lists}
-        position = {id(item[1]): i for i, item in enumerate(jobs)}
+        position = {id(job): i for i, job in enumerate(jobs)}
         # (-priority, standing, the head's place in the policy's order, member, its index)
         heap: list[tuple[int, float, int, str, int]] = []
         for name, items in lists.items():
-            head = items[0][1]
+            head = items[0]
             heap.append((-head.priority, projected[name], position[id(head)], name, 0))
         heapq.heapify(heap)
-        ordered: list[tuple[_K, PendingJob]] = []
+        ordered: list[PendingJob] = []
         while heap:
             _priority, _standing, _place, name, index = heapq.heappop(heap)
             items = lists[name]
-            item = items[index]
-            ordered.append(item)
-            projected[name] += self.charge(item[1])
+            job = items[index]
+            ordered.append(job)
+            projected[name] += self.charge(job)
             if index + 1 < len(items):
-                head = items[index + 1][1]
+                head = items[index + 1]
                 entry = (-head.priority, projected[name], position[id(head)], name, index + 1)
                 heapq.heappush(heap, entry)
-        jobs[:] = ordered
+        return ordered
 
     def reaches(self, job: PendingJob, standing_after: float, tenant: str, other: float) -> bool:
         """Whether the fair-share ground may look at a queue of ``tenant`` (tenant standing
