@@ -268,8 +268,8 @@ def _name(text: str) -> str:
 
 
 def _user(text: str) -> str:
-    if len(text) > 128 or not text.isprintable() or text.strip() != text:
-        raise ValueError("must be at most 128 printable characters, without outer spaces")
+    if len(text) > 128 or not text.isprintable():
+        raise ValueError("must be at most 128 printable characters")
     return text
 
 
