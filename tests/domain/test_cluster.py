@@ -312,6 +312,37 @@ H100_ONLY_VISION = [
 
 # (case id, document, the field path of the one problem, a part of its message)
 REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "member-weight-zero",
+        policy_of(fairShare={"members": [{"tenant": "vision", "member": "alice", "weight": 0}]}),
+        "fairShare.members[0].weight",
+        "greater than 0",
+    ),
+    (
+        "member-of-a-bad-tenant-name",
+        policy_of(fairShare={"members": [{"tenant": "Vision Team", "member": "alice"}]}),
+        "fairShare.members[0].tenant",
+        "lowercase letters",
+    ),
+    (
+        "member-listed-twice",
+        policy_of(
+            fairShare={
+                "members": [
+                    {"tenant": "vision", "member": "alice"},
+                    {"tenant": "vision", "member": "alice", "weight": 2},
+                ]
+            }
+        ),
+        "fairShare.members",
+        "listed twice",
+    ),
+    (
+        "member-unknown-key",
+        policy_of(fairShare={"members": [{"tenant": "vision", "member": "a", "user": "a"}]}),
+        "fairShare.members[0].user",
+        "unknown field",
+    ),
     ("unknown-top-level-key", {**example(), "flavours": []}, "flavours", "unknown field"),
     (
         "unknown-queue-key",

@@ -63,6 +63,13 @@ def test_a_bad_cell_names_file_line_and_column(tmp_path: Path, row: str, message
         load_trace(path, "csv")
 
 
+def test_a_bad_user_names_file_line_and_column(tmp_path: Path) -> None:
+    header = "submit_time,duration,gpus,tenant,user"
+    path = write_csv(tmp_path / "bad.csv", ["0,10,1,t,alice", "1,10,1,t," + "b" * 129], header)
+    with pytest.raises(TraceError, match=f"{path}, line 3, column user: must be at most 128"):
+        load_trace(path, "csv")
+
+
 def test_a_missing_or_unknown_column_is_refused(tmp_path: Path) -> None:
     missing = write_csv(tmp_path / "m.csv", ["0,10,1"], header="submit_time,duration,gpus")
     with pytest.raises(TraceError, match="line 1: no column tenant"):

@@ -31,6 +31,7 @@ from kiban.api.routers import (
     playground,
     policy,
     services,
+    share,
 )
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
@@ -83,6 +84,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(arrays.router)
     app.include_router(cluster.router)
+    app.include_router(share.router)
     app.include_router(node_health_views.router)
     app.include_router(policy.router)
     app.include_router(services.router)

@@ -41,6 +41,7 @@ from kiban.cli.serving import (
     serve_command,
     services_command,
 )
+from kiban.cli.share import share_command
 from kiban.cli.sim import sim_command
 from kiban.domain.errors import SpecError
 from kiban.sdk.errors import ApiError
@@ -68,6 +69,7 @@ app.add_typer(health_app, name="health")
 app.add_typer(notebook_app, name="notebook")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
+app.command("share")(share_command)
 app.command("node-agent")(node_agent_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)

@@ -56,6 +56,7 @@ from kiban.scheduler.decisions import Admit, Preempt
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import NodeView, RunningJob, Snapshot
 from kiban.services.health_pass import HealthPass
+from kiban.services.member_usage import accrue_member_usage
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
 from kiban.services.transitions import transition
@@ -379,6 +380,7 @@ class ControlLoop:
     ) -> None:
         with self.sessions() as session:
             accrue_usage(session, running, now, cluster_policy)
+            accrue_member_usage(session, running, now, cluster_policy)
             session.commit()
 
     def _requeue_from_unhealthy_nodes(

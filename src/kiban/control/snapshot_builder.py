@@ -31,6 +31,7 @@ from kiban.scheduler.snapshot import (
     extended_of,
     node_view,
 )
+from kiban.services.member_usage import member_standings
 from kiban.services.quota_ledger import queue_view
 from kiban.services.usage import standings
 from kiban.store.models import Job, Node, Queue, Replica
@@ -256,6 +257,7 @@ def build_snapshot(
         pending_views or PendingViews(),
         now,
     )
+    members, member_weights = member_standings(session, now, policy)
     return Snapshot(
         now=now,
         nodes=tuple(nodes),
@@ -266,6 +268,8 @@ def build_snapshot(
         standings=standings(session, now, policy, queues),
         topology_levels=policy.topology_levels,
         running_index=RunningIndex(by_queue, stopping),
+        member_standings=members,
+        member_weights=member_weights,
     )
 
 
@@ -312,6 +316,7 @@ def _running_jobs(
             Job.stop_intent,
             Job.preempted_by,
             Job.last_checkpoint_at,
+            Job.submitted_by,
         ).where(Job.state.in_(_HOLDING))
     ).all()
     specs.load_missing(session, [r.id for r in rows if r.id in replicas])
@@ -346,6 +351,7 @@ def _running_jobs(
                 protected_until=started + (level.min_runtime_s if level else 0.0),
                 preempted_by=row.preempted_by if stopping else None,
                 stopping=stopping,
+                member=row.submitted_by,
             )
         )
     return tuple(result)
@@ -403,6 +409,7 @@ def _pending_jobs(
         Job.eta,
         Job.nominated_nodes,
         Job.excluded_nodes,
+        Job.submitted_by,
     )
     rows: list[Row[Any]] = []
     for queue in queues:
@@ -436,6 +443,7 @@ def _pending_jobs(
             row.preempted_by,
             nominated,
             excluded,
+            row.submitted_by,
         )
         view = views.get(row.id, key)
         if view is None:
@@ -486,4 +494,5 @@ def _pending_job(
         preempts=level.preempts if level else False,
         preempted_by=row.preempted_by,
         nominated_nodes=nominated,
+        member=row.submitted_by,
     )

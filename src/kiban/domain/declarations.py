@@ -397,11 +397,53 @@ class ResourceWeights(SpecModel):
     memory: Weight = 0.0
 
 
+class MemberWeightDecl(SpecModel):
+    """A member's weight within its tenant, fair share's second level (members not listed: 1).
+
+    A member with weight 2 may use twice what a teammate of weight 1 uses before waiting behind
+    them; the tenant's own share (its queues' weight) does not change.
+    """
+
+    tenant: str
+    member: str = Field(min_length=1, max_length=128)
+    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        return check_dns_label(value, "tenant")
+
+    @field_validator("member")
+    @classmethod
+    def _member(cls, value: str) -> str:
+        if not value.isprintable() or value.strip() != value:
+            raise ValueError("member must be printable, without leading or trailing spaces")
+        return value
+
+
 class FairShareDecl(SpecModel):
-    """Fair share by past use: use decays with ``halfLife``; ``resourceWeights`` price it."""
+    """Fair share by past use: use decays with ``halfLife``; ``resourceWeights`` price it;
+    ``members`` weighs members within their tenant (Fair Tree's second level)."""
 
     half_life: Duration = DEFAULT_HALF_LIFE_S
     resource_weights: ResourceWeights = Field(default_factory=ResourceWeights)
+    members: list[MemberWeightDecl] = Field(default_factory=list, max_length=100_000)
+
+    @field_validator("members")
+    @classmethod
+    def _distinct_members(cls, value: list[MemberWeightDecl]) -> list[MemberWeightDecl]:
+        seen: set[tuple[str, str]] = set()
+        for decl in value:
+            key = (decl.tenant, decl.member)
+            if key in seen:
+                message = f"member {decl.member!r} of tenant {decl.tenant!r} is listed twice"
+                raise ValueError(message)
+            seen.add(key)
+        return value
+
+    def member_weights(self) -> dict[tuple[str, str], float]:
+        """Each listed member's weight, by (tenant, member)."""
+        return {(m.tenant, m.member): m.weight for m in self.members}
 
     @field_validator("half_life")
     @classmethod

@@ -13,6 +13,7 @@ from kiban.scheduler.capacity import CapacityOverlay
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.cycle import Cycle
 from kiban.scheduler.decisions import Admit, Decisions, Preempt, Wait
+from kiban.scheduler.fair_tree import FairTree
 from kiban.scheduler.placement import (
     GangAttempt,
     domain_could_hold,
@@ -131,6 +132,9 @@ def _add_wait(
 def _fair_order(cycle: Cycle) -> Iterator[PendingJob]:
     """Jobs in order: each queue's own order, queue heads by standing (lowest first).
 
+    A queue's own order is the policy's, with its members' jobs interleaved by the members'
+    standing within the tenant (``fair_tree``).
+
     Jobs for which victims were stopped (they hold nominated nodes) come first: the fair order
     chose them when it preempted for them, and the quota and nodes freed are theirs; were they
     left to the fair order again, a borrower could take that room back and be preempted again,
@@ -148,10 +152,12 @@ def _fair_order(cycle: Cycle) -> Iterator[PendingJob]:
             continue
         by_queue.setdefault(job.queue, []).append((order_key(job), job))
     yield from sorted(preemptors, key=order_key)
+    members = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)
     unknown: list[Keyed] = []
     heap: list[tuple[float, tuple[float | int | str, ...], str]] = []
     for name, jobs in by_queue.items():
         jobs.sort(key=_KEY)  # keys are total orders (they end in the job id): never a tie
+        members.order_members(jobs)  # fair share's second level: members by their standing
         if name not in cycle.queues:
             unknown.extend(jobs)
             continue

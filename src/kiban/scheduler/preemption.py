@@ -6,7 +6,8 @@ Three grounds, each one-directional so that two jobs can never preempt each othe
 - reclaim: in the job's cohort, a job of a queue that borrows the flavor, when the job's queue
   stays within its nominal quota (the lender takes back what it lent);
 - fair share: in the cohort, a job of a borrowing queue whose tenant's standing is higher than
-  the preemptor tenant's standing *after* admission.
+  the preemptor tenant's standing *after* admission; within one tenant, a teammate's job
+  whose member standing is higher than the preemptor member's after admission (``fair_tree``).
 
 A policy may add a fourth ground, ``order`` (``Policy.may_preempt``): any running job for which
 its predicate holds, such as a job with more remaining work for shortest-remaining-time-first;
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from kiban.scheduler.capacity import NodeFilter
 from kiban.scheduler.cycle import Cycle, loss_order
+from kiban.scheduler.fair_tree import FairTree
 from kiban.scheduler.placement import GangAttempt, could_fit
 from kiban.scheduler.snapshot import Extended, PendingJob, RunningJob
 
@@ -59,6 +61,7 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
         nominal is not None and cycle.quota.used(job.queue, flavor) + job.total_gpus <= nominal
     )
     standing_after = cycle.standing(job.tenant) + cycle.charge(job)
+    tree = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)  # members (second level)
     groups: list[Iterator[tuple[tuple[float | int | str, ...], Candidate]]] = []
     if job.preempts:
         own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
@@ -69,7 +72,9 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
                 continue
             if within_nominal:
                 groups.append(_group(cycle, other.name, flavor, "reclaim", True, now, 0))
-            elif job.preempted_by is None and standing_after < cycle.standing(other.tenant):
+            elif job.preempted_by is None and tree.reaches(
+                job, standing_after, other.tenant, cycle.standing(other.tenant)
+            ):
                 groups.append(_group(cycle, other.name, flavor, "fair-share", True, now, 0))
     may_preempt = cycle.policy.may_preempt
     if may_preempt is not None:
@@ -97,7 +102,9 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
             continue
         if victim.id == job.preempted_by or now < victim.protected_until:
             continue
-        if ground == "fair-share" and not standing_after < cycle.standing(victim.tenant):
+        if ground == "fair-share" and not tree.outranks(
+            job, standing_after, victim, cycle.standing(victim.tenant)
+        ):
             continue
         if ground == "order" and (may_preempt is None or not may_preempt(job, victim, now)):
             continue

@@ -192,6 +192,7 @@ class PendingJob:
     preempted_by: str | None = None  # the job that preempted it last, which it may not preempt
     nominated_nodes: tuple[str, ...] = ()  # freed for it by its preemptions: others keep off
     attained_service: float = 0.0  # GPU-seconds it ran before (least-attained-service orders)
+    member: str | None = None  # who in its tenant submitted it (fair share's second level)
 
     @property
     def total_replicas(self) -> int:
@@ -254,6 +255,7 @@ class RunningJob:
     attained_service: float = 0.0  # GPU-seconds it ran before this attempt
     tasks: tuple[TaskDemand, ...] = ()  # as it asked when admitted (empty: not known)
     flavor_extended: Mapping[str, Extended] = field(default_factory=_no_holdings)  # per flavor
+    member: str | None = None  # who in its tenant submitted it (fair share's second level)
 
     @property
     def gpus(self) -> int:
@@ -282,6 +284,8 @@ class Snapshot:
 
     ``standings`` is each tenant's fair-share standing (decayed usage / weight; lower goes
     first). ``topology_levels`` names the levels of every node's ``topology`` path.
+    ``member_standings`` and ``member_weights`` are fair share's second level, per (tenant,
+    member): a member's decayed usage per its weight, and that weight (see ``fair_tree``).
     """
 
     now: float
@@ -293,3 +297,5 @@ class Snapshot:
     standings: Mapping[str, float] = field(default_factory=dict)
     topology_levels: tuple[str, ...] = ()
     running_index: RunningIndex | None = None  # None: the core groups ``running`` itself
+    member_standings: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    member_weights: Mapping[tuple[str, str], float] = field(default_factory=dict)

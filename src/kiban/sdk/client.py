@@ -422,6 +422,11 @@ class Client:
     def queues(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/api/v1/queues"))
 
+    def share(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Each visible member's fair share within its tenant (``tenant``: only that one)."""
+        params = {"tenant": tenant} if tenant else None
+        return list(self._request("GET", "/api/v1/share", params=params))
+
     def create_queue(
         self,
         name: str,

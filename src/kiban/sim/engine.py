@@ -33,6 +33,7 @@ from kiban.domain.usage import accrue, decay, standing
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Decisions
+from kiban.scheduler.fair_tree import MemberKey, member_key
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.scheduler.snapshot import (
     PendingJob,
@@ -165,6 +166,10 @@ class Simulator:
         self.half_life_s = cluster.policy.half_life_s
         self.usage: dict[str, float] = {}
         self.held: dict[str, list[float]] = {}  # tenant -> [gpus, cpu millis, memory]
+        # Fair share's second level: GPUs held and decayed usage per (tenant, member).
+        self.member_weights = cluster.policy.fair_share.member_weights()
+        self.member_usage: dict[MemberKey, float] = {}
+        self.member_held: dict[MemberKey, int] = {}
         self.totals = (
             max(sum(n.gpus for n in cluster.nodes), 1),
             max(sum(n.cpu_millis for n in cluster.nodes), 1),
@@ -237,6 +242,7 @@ class Simulator:
                     )
                 for tenant in self.usage.keys() - self.held.keys():
                     self.usage[tenant] = decay(self.usage[tenant], dt, self.half_life_s)
+                self._accrue_members(dt)
         self.now = now
         while self.checkpoints and self.checkpoints[0][0] <= now:
             at, job_id, attempt = heapq.heappop(self.checkpoints)
@@ -271,7 +277,7 @@ class Simulator:
     def _cycles(self) -> None:
         seen: set[tuple[str, str]] = set()  # (victim, preemptor) pairs at this instant
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            snapshot = self.state.snapshot(self.now, self._standings())
+            snapshot = self.state.snapshot(self.now, self._standings(), self._members())
             t0 = time.perf_counter()
             decisions = schedule(snapshot, self.core, self.capacity)
             self.core_s += time.perf_counter() - t0
@@ -391,6 +397,27 @@ class Simulator:
         self.allocated += sign * gpus
         if held[0] <= 0 and held[1] <= 0:
             del self.held[job.tenant]
+        key = member_key(job.tenant, job.member)
+        member_gpus = self.member_held[key] = self.member_held.get(key, 0) + sign * gpus
+        if member_gpus <= 0:
+            del self.member_held[key]
+
+    def _accrue_members(self, dt: float) -> None:
+        """Members' usage over ``dt``, as the tenants' (only with usage standings)."""
+        usage = self.member_usage
+        for key, gpus in self.member_held.items():
+            usage[key] = accrue(usage.get(key, 0.0), gpus, dt, self.half_life_s)
+        for key in usage.keys() - self.member_held.keys():
+            usage[key] = decay(usage[key], dt, self.half_life_s)
+
+    def _members(
+        self,
+    ) -> tuple[dict[MemberKey, float], dict[MemberKey, float]]:
+        """The members' standings (decayed usage per weight) and weights for the snapshot."""
+        if self.policy.standing != "usage":
+            return {}, {}
+        weights = self.member_weights
+        return {k: standing(u, weights.get(k, 1.0)) for k, u in self.member_usage.items()}, weights
 
     def _standings(self) -> dict[str, float]:
         kind = self.policy.standing

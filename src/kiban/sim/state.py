@@ -66,6 +66,7 @@ def default_running(
         flavor_gpus={admit.flavor: sum(len(r.gpu_ids) for r in replicas)},
         max_runtime=job.max_runtime,
         tasks=job.tasks,
+        member=job.member,
     )
 
 
@@ -113,8 +114,14 @@ class ClusterState:
         """Whether some queue holds more waiting jobs than one snapshot takes of it."""
         return any(len(jobs) > self.window for jobs in self.waiting.values())
 
-    def snapshot(self, now: float, standings: Mapping[str, float]) -> Snapshot:
-        """The cycle's snapshot: nodes and queues changed since the last one are rebuilt."""
+    def snapshot(
+        self,
+        now: float,
+        standings: Mapping[str, float],
+        members: tuple[Mapping[tuple[str, str], float], Mapping[tuple[str, str], float]] = ({}, {}),
+    ) -> Snapshot:
+        """The cycle's snapshot: nodes and queues changed since the last one are rebuilt;
+        ``members`` is fair share's second level (the members' standings and weights)."""
         for i in self.dirty:
             self.views[i] = dataclasses.replace(
                 self.views[i],
@@ -140,6 +147,8 @@ class ClusterState:
             standings=standings,
             topology_levels=self.topology_levels,
             running_index=self._running_index(),
+            member_standings=members[0],
+            member_weights=members[1],
         )
 
     def _running_index(self) -> RunningIndex:

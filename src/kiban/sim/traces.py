@@ -22,7 +22,7 @@ TraceFormat = Literal["philly", "csv"]
 _T = TypeVar("_T")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 CSV_REQUIRED = ("submit_time", "duration", "gpus", "tenant")
-CSV_OPTIONAL = ("priority", "nodes", "gpus_per_node", "time_limit")
+CSV_OPTIONAL = ("priority", "nodes", "gpus_per_node", "time_limit", "user")
 
 
 class TraceError(ValueError):
@@ -35,7 +35,8 @@ class TraceRecord:
 
     ``priority`` is as written (a number or a priority class name; None: the default class);
     ``nodes`` x ``gpus_per_node`` is its shape when the trace gives one; ``time_limit_s`` its
-    maxRuntime when the trace has one (None: none, as in the Philly file).
+    maxRuntime when the trace has one (None: none, as in the Philly file); ``user`` the member
+    of its tenant who submitted it (None: the trace has no users), fair share's second level.
     """
 
     line: int
@@ -47,6 +48,7 @@ class TraceRecord:
     nodes: int | None = None
     gpus_per_node: int | None = None
     time_limit_s: float | None = None
+    user: str | None = None
 
 
 def load_trace(path: Path, fmt: TraceFormat | None = None) -> list[TraceRecord]:
@@ -81,8 +83,9 @@ def load_philly(path: Path) -> list[TraceRecord]:
 
 def load_csv(path: Path) -> list[TraceRecord]:
     """``submit_time, duration, gpus, tenant`` and optional ``priority, nodes, gpus_per_node,
-    time_limit``. Times are seconds (or ISO timestamps for ``submit_time``); durations are
-    seconds or ``90s``, ``2h``, ``1h30m`` forms."""
+    time_limit, user`` (the member of the tenant who submitted the job). Times are seconds (or
+    ISO timestamps for ``submit_time``); durations are seconds or ``90s``, ``2h``, ``1h30m``
+    forms."""
     records: list[TraceRecord] = []
     for line, cell in _cells(path, CSV_REQUIRED, CSV_OPTIONAL):
         record = TraceRecord(
@@ -95,6 +98,7 @@ def load_csv(path: Path) -> list[TraceRecord]:
             nodes=cell("nodes", _optional(_gpus)),
             gpus_per_node=cell("gpus_per_node", _optional(_gpus)),
             time_limit_s=cell("time_limit", _optional(_positive_seconds)),
+            user=cell("user", _optional(_user)),
         )
         if (record.nodes is None) != (record.gpus_per_node is None):
             raise TraceError(f"{path}, line {line}: give both nodes and gpus_per_node, or neither")
@@ -260,6 +264,12 @@ def _gpus(text: str) -> int:
 def _name(text: str) -> str:
     if not text:
         raise ValueError("must not be empty")
+    return text
+
+
+def _user(text: str) -> str:
+    if len(text) > 128 or not text.isprintable():
+        raise ValueError("must be at most 128 printable characters")
     return text
 
 

@@ -45,6 +45,7 @@ class SimJob:
     task: TaskDemand
     topology: TopologyRequest | None = None
     time_limit_s: float | None = None
+    member: str | None = None  # the trace's user, fair share's second level
 
     def pending(
         self,
@@ -68,6 +69,7 @@ class SimJob:
             preempts=self.preempts,
             preempted_by=preempted_by,
             attained_service=attained_service,
+            member=self.member,
         )
 
 
@@ -114,6 +116,7 @@ def make_jobs(
                 ),
                 topology=topology_request(replicas) if synthetic_topology else None,
                 time_limit_s=record.time_limit_s,
+                member=record.user,
             )
         )
     return jobs

@@ -47,6 +47,22 @@ class TenantUsage(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class MemberUsage(Base):
+    """A member's decayed usage within its tenant (weighted resource-seconds) as of
+    ``updated_at``, fair share's second level, and its undecayed total (``raw_usage``).
+
+    No foreign key to ``tenants``: a member's history is kept while its tenant is
+    deleted and made again, as its usage records are."""
+
+    __tablename__ = "member_usage"
+
+    tenant: Mapped[str] = mapped_column(String(63), primary_key=True)
+    member: Mapped[str] = mapped_column(String(128), primary_key=True)
+    usage: Mapped[float] = mapped_column(Float)
+    raw_usage: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 class ApiToken(Base):
     """A bearer token, stored as its SHA-256; admin tokens have no tenant, a job's token
     (role "job") names its job and lives while the job does."""

@@ -297,6 +297,12 @@ class JobBuilder:
     _preempted_by: str | None = None
     _nominated: tuple[str, ...] = ()
     _excluded: frozenset[str] = frozenset()
+    _member: str | None = None
+
+    def member(self, name: str | None) -> Self:
+        """Who in its tenant submitted it (fair share's second level)."""
+        self._member = name
+        return self
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -423,6 +429,7 @@ class JobBuilder:
             preempts=self._preempts,
             preempted_by=self._preempted_by,
             nominated_nodes=self._nominated,
+            member=self._member,
         )
 
 
@@ -441,6 +448,12 @@ class RunningBuilder:
     _protected_until: float = 0.0
     _preempted_by: str | None = None
     _replicas: list[tuple[str, int, Extended]] = field(default_factory=list)
+    _member: str | None = None
+
+    def member(self, name: str | None) -> Self:
+        """Who in its tenant submitted it (fair share's second level)."""
+        self._member = name
+        return self
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -521,6 +534,7 @@ class RunningBuilder:
             last_progress_at=self._checkpoint,
             protected_until=self._protected_until,
             preempted_by=self._preempted_by,
+            member=self._member,
         )
 
 
@@ -557,13 +571,16 @@ def snapshot(
     standings: Mapping[str, float] | None = None,
     restricted: Mapping[str, Iterable[str]] | None = None,
     topology_levels: tuple[str, ...] = (),
+    member_standings: Mapping[tuple[str, str], float] | None = None,
+    member_weights: Mapping[tuple[str, str], float] | None = None,
 ) -> Snapshot:
     """An immutable snapshot. With ``queues`` left out, every queue the jobs name exists,
     unlimited and StrictFIFO; pass ``queues=[]`` for none. Usage applies to a ``ClusterBuilder``.
 
     Running jobs take the lowest free GPU ids of their nodes (after ``running_gpus``) and count
     against their queues. Flavors are those of the nodes, in order of appearance;
-    ``restricted`` limits a flavor to some queues.
+    ``restricted`` limits a flavor to some queues. ``member_standings`` and
+    ``member_weights`` are fair share's second level, per (tenant, member).
     """
     if isinstance(nodes, ClusterBuilder):
         node_views = nodes.build(running_gpus, running_cpu, running_memory)
@@ -608,6 +625,8 @@ def snapshot(
         flavors=flavors,
         standings=dict(standings or {}),
         topology_levels=topology_levels,
+        member_standings=dict(member_standings or {}),
+        member_weights=dict(member_weights or {}),
     )
 
 
