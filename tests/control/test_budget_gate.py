@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from loop_support import events, get, state
+from loop_support import cancel, events, get, state
 from sqlalchemy import select
 
 from kiban.platform import Platform
@@ -320,3 +320,27 @@ def test_a_cost_budget_prices_usage_per_flavor(
     job = get(platform, held)
     assert job.reason_code == "BudgetExhausted"
     assert job.reason_details is not None and job.reason_details["used"] == pytest.approx(114)
+
+
+def test_a_queue_allocation_applies_until_its_end_at_the_loops_now(
+    platform: Platform, clock: ManualClock
+) -> None:
+    """Quota 2 GPUs, 4 while the allocation holds (through 2023-11-30, UTC): a 4-GPU job
+    starts while it holds; after it, the same job waits on the queue's own quota."""
+    allocation = {"quota": {"gpu": 4}, "until": "2023-11-30"}
+    train = {"name": "train", "tenant": "vision", "quota": {"gpu": 2}, "allocation": allocation}
+    set_policy(platform, {"queues": [train]})
+    clock.advance(MONTH_END - 2 - clock.now())  # 2023-11-30T23:59:58Z
+    first = submit_to_platform(platform, manifest("first", replicas=2, gpu=2, queue="train"))
+    run_pass(platform, clock)
+    assert state(platform, first) == "Running"
+    cancel(platform, first)
+    run_pass(platform, clock, 2)  # 2023-12-01T00:00:01Z: the queue's own quota again
+    second = submit_to_platform(platform, manifest("second", replicas=2, gpu=2, queue="train"))
+    run_pass(platform, clock)
+    run_pass(platform, clock)
+    assert state(platform, first) == "Cancelled"
+    job = get(platform, second)
+    assert job.state == "Pending"
+    assert job.reason_code == "Unschedulable", job.reason_message
+    assert "queue train can never hold more than 2" in (job.reason_message or "")
