@@ -78,3 +78,12 @@ def test_a_bad_extension_is_refused(
     assert answer.status_code == status, answer.text
     if field is not None:
         assert field in answer.text
+
+
+def test_a_member_reads_only_its_tenants_budgets_in_the_policy(
+    api: TestClient, member: TestClient
+) -> None:
+    for form in ("document", "effective"):
+        shown = member.get("/api/v1/policy").json()[form]["budgets"]
+        assert [b["tenant"] for b in shown] == ["vision"], form
+    assert len(api.get("/api/v1/policy").json()["document"]["budgets"]) == 2

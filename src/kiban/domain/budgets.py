@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -62,7 +62,7 @@ def end_of(value: date | datetime) -> float:
     """Seconds since the epoch at which ``value`` ends (a date: the midnight after it, UTC)."""
     if isinstance(value, datetime):
         return value.timestamp()
-    return start_of(value + timedelta(days=1))
+    return start_of(value) + 86400.0  # (date.max has no day after it)
 
 
 def utc_text(at: float) -> str:
