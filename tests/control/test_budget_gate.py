@@ -344,3 +344,39 @@ def test_a_queue_allocation_applies_until_its_end_at_the_loops_now(
     assert job.state == "Pending"
     assert job.reason_code == "Unschedulable", job.reason_message
     assert "queue train can never hold more than 2" in (job.reason_message or "")
+
+
+def test_with_no_budget_declared_the_gate_reads_nothing_after_its_first_pass(
+    platform: Platform, clock: ManualClock
+) -> None:
+    """The first pass lets through any job a removed budget held; then, while no budget is
+    declared, the gate sends no statement to the store."""
+    from sqlalchemy import event
+
+    gate = platform.loop.gates.budgets
+    assert gate is not None
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(str(args[2]))
+
+    with platform.sessions() as session:
+        gate(session, clock.now())  # the policy read, and the release of held jobs
+        session.commit()
+        event.listen(platform.engine, "before_cursor_execute", count)
+        try:
+            for _ in range(3):
+                assert gate(session, clock.now()) is False
+        finally:
+            event.remove(platform.engine, "before_cursor_execute", count)
+    assert statements == []
+
+
+def test_the_budget_metric_is_on_metrics(platform: Platform, near_month_end: ManualClock) -> None:
+    from kiban.api.routers.metrics import cluster_metrics
+
+    set_policy(platform, policy({"tenant": "vision", "queue": "train", "gpuHours": 8}))
+    used(platform, 2)
+    run_pass(platform, near_month_end)
+    text = cluster_metrics(platform).render().decode()
+    assert 'kiban_budget_used_ratio{tenant="vision",queue="train"} 0.25' in text
