@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from kiban.domain.budgets import (
     BudgetAction,
@@ -248,10 +248,12 @@ class BudgetPass:
 
 
 class MaxRuntimes:
-    """Jobs' maxRuntime in seconds (None: none), parsed once per job."""
+    """Jobs' maxRuntime in seconds (None: none), parsed once per job; and the marks (thresholds
+    reached per budget and period) already recorded, so a pass does not read them again."""
 
     def __init__(self) -> None:
         self._seen: dict[str, float | None] = {}
+        self.marks: set[tuple[str, float, str]] = set()
 
     def of(self, job: Job) -> float | None:
         if job.id not in self._seen:
@@ -293,19 +295,30 @@ def _verdict(
     return None
 
 
-def _mark(session: Session, standing: Standing, mark: str, now: float) -> bool:
+def _mark(
+    session: Session, standing: Standing, mark: str, now: float, known: set[tuple[str, float, str]]
+) -> bool:
     """Record that ``standing`` reached ``mark`` this period; False when it already had."""
     key = (standing.decl.key, standing.start, mark)
+    if key in known:
+        return False
+    known.add(key)  # (if this pass's transaction fails, a restart reads the store again)
     if session.get(BudgetMark, key) is not None:
         return False
     session.add(BudgetMark(budget=key[0], period_start=key[1], mark=key[2], at=now))
     return True
 
 
-def _warn(session: Session, standing: Standing, now: float, done: BudgetPass) -> None:
+def _warn(
+    session: Session,
+    standing: Standing,
+    now: float,
+    done: BudgetPass,
+    known: set[tuple[str, float, str]],
+) -> None:
     decl = standing.decl
     for threshold in standing.crossed():
-        if _mark(session, standing, f"{threshold:g}", now):
+        if _mark(session, standing, f"{threshold:g}", now, known):
             message = (
                 f"budget {decl.key} passed {threshold:.0%}: "
                 f"{standing.amount_text(standing.used)} of {standing.amount_text(standing.limit)} "
@@ -322,7 +335,7 @@ def _warn(session: Session, standing: Standing, now: float, done: BudgetPass) ->
                 warning=True,
             )
             done.events.append(message)
-    if standing.exhausted and _mark(session, standing, EXHAUSTED_MARK, now):
+    if standing.exhausted and _mark(session, standing, EXHAUSTED_MARK, now, known):
         message = f"{standing.exhausted_message()}; action {decl.action.value}"
         events.record(
             session,
@@ -351,12 +364,16 @@ def apply_budgets(
     done = BudgetPass()
     current = standings(session, policy, now)
     for standing in current:
-        _warn(session, standing, now, done)
+        _warn(session, standing, now, done, runtimes.marks)
     prices = policy.price_table
     tenants = {s.decl.tenant for s in current if s.decl.action is not BudgetAction.WARN}
-    query = select(Job).where(
-        Job.state == JobState.PENDING.value,
-        or_(Job.gate.is_(None), Job.gate == JobGate.BUDGET.value),
+    query = (
+        select(Job)
+        .options(defer(Job.spec))  # read only for a maxRuntime not known yet
+        .where(
+            Job.state == JobState.PENDING.value,
+            or_(Job.gate.is_(None), Job.gate == JobGate.BUDGET.value),
+        )
     )
     if tenants:
         query = query.where(or_(Job.tenant.in_(tenants), Job.gate == JobGate.BUDGET.value))
