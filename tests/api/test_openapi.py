@@ -29,6 +29,8 @@ EXPECTED = {
     "/api/v1/nodes/{name}/health": {"get"},
     "/api/v1/policy": {"get", "put"},
     "/api/v1/policy/versions": {"get"},
+    "/api/v1/budgets": {"get"},
+    "/api/v1/budgets/extensions": {"get", "post"},
     "/api/v1/tenants": {"get", "post"},
     "/api/v1/tenants/{tenant}/tokens": {"post"},
     "/api/v1/discovery/prometheus": {"get"},

@@ -125,6 +125,8 @@ def cluster_file() -> dict[str, Any]:
         "health": {
             "rules": [{"name": "note-throttling", "condition": "GpuThermal", "action": "none"}]
         },
+        # A budget that only warns, so that kiban_budget_used_ratio has a series.
+        "budgets": [{"tenant": "default", "gpuHours": 100000, "action": "warn"}],
     }
 
 

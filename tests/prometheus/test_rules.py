@@ -21,6 +21,7 @@ ISSUE_ALERTS = {
     "KibanJobsPendingPastForecast",
     "KibanQueueStarvedWhileQuotaIdle",
     "KibanGpusIdleWhileJobsWait",
+    "KibanBudgetUsedUp",
     "KibanControlPlaneDown",
     "KibanSchedulingCyclesSlow",
     "KibanNodeAgentNotReporting",

@@ -20,6 +20,7 @@ from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
     arrays,
+    budgets,
     cluster,
     dashboard,
     health_sweeps,
@@ -87,6 +88,7 @@ def create_app(
     app.include_router(share.router)
     app.include_router(node_health_views.router)
     app.include_router(policy.router)
+    app.include_router(budgets.router)
     app.include_router(services.router)
     app.include_router(metrics.router)
     app.include_router(node_health.router)

@@ -468,6 +468,9 @@ def tenant_view(document: dict[str, Any], tenant: str | None) -> dict[str, Any]:
     view = {key: value for key, value in document.items() if key not in ("queues", "cohorts")}
     if "queues" in document:
         view["queues"] = queues
+    if "budgets" in document:  # its own tenant's budgets only
+        budgets = document["budgets"] or []
+        view["budgets"] = [b for b in budgets if isinstance(b, dict) and b.get("tenant") == tenant]
     names = {q.get("name") for q in queues}
     if isinstance(document.get("flavors"), list):  # a flavor's allowed queues: only its own
         view["flavors"] = [

@@ -24,6 +24,7 @@ from kiban.api.limits import AdmissionLimits
 from kiban.cli import HELP_MARKUP, INTERRUPTED_EXIT, coercion, complete
 from kiban.cli.admin import admin_app
 from kiban.cli.bench import bench_app
+from kiban.cli.budgets import budgets_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
 from kiban.cli.health import health_app
@@ -68,6 +69,7 @@ app.add_typer(dev_app, name="dev")
 app.add_typer(health_app, name="health")
 app.add_typer(notebook_app, name="notebook")
 app.add_typer(policy_app, name="policy")
+app.add_typer(budgets_app, name="budgets")
 app.command("sim")(sim_command)
 app.command("share")(share_command)
 app.command("node-agent")(node_agent_command)

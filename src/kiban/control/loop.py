@@ -102,7 +102,8 @@ class ControlLoop:
         self.launcher = Launcher(executor, self.specs, self.clock)
         self.settler = JobSettler(sessions, executor, self.specs, self.launcher)
         self.preflight = Preflight(sessions, self.settings.preflight)
-        self.gates = Gates(sessions)  # dependencies and array slots, lifted before a pass
+        # dependencies, array slots and budgets, before a pass (the policy the loop last read)
+        self.gates = Gates(sessions, lambda s: self.policies.known or self.policies.get(s))
         self.capacity = CapacityCache()  # the core's capacity index, kept between passes
         self.node_views = NodeViews()
         self.pending_views = PendingViews()

@@ -243,7 +243,7 @@ def build_snapshot(
         )
     queue_rows = list(session.scalars(select(Queue).order_by(Queue.name)))
     queues = tuple(
-        queue_view(q, policy, queue_used.get(q.name), queue_extended.get(q.name))
+        queue_view(q, policy, queue_used.get(q.name), queue_extended.get(q.name), now=now)
         for q in queue_rows
     )
     pending = _pending_jobs(

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
+from kiban.domain.budgets import BudgetDecl, BudgetUnit, PriceDecl, Prices
 from kiban.domain.declarations import (
     DEFAULT_HALF_LIFE_S,
     DEFAULT_QUEUE,
@@ -32,6 +33,7 @@ from kiban.domain.declarations import (
     NodeDecl,
     PriorityClassDecl,
     PriorityLevel,
+    QueueAllocationDecl,
     QueueDecl,
     TopologyDecl,
     default_priority_classes,
@@ -84,6 +86,9 @@ class ClusterPolicy(SpecModel):
     notebook_priority_class: str | None = None
     """The class notebooks' jobs run at (None: ``interactive`` where declared, else the
     default class)."""
+    prices: list[PriceDecl] = Field(default_factory=list, max_length=256)
+    budgets: list[BudgetDecl] = Field(default_factory=list, max_length=10_000)
+    _allocations: dict[str, QueueAllocationDecl] | None = PrivateAttr(default=None)
 
     def notebook_class(self) -> str | None:
         """The priority class a notebook's job names (None: the policy's default)."""
@@ -105,6 +110,11 @@ class ClusterPolicy(SpecModel):
         yield from self._flavor_problems()
         for i, queue in enumerate(self.queues):
             yield from self._queue_problems(i, queue)
+            if queue.allocation is not None:
+                where: Loc = ("queues", i, "allocation", "quota")
+                yield from self._amount_problems(where, queue, queue.allocation.quota)
+        yield from self._price_problems()
+        yield from self._budget_problems()
         defaults = [c.name for c in self.priority_classes if c.default]
         notebooks = self.notebook_priority_class
         if notebooks is not None and self.priority_class(notebooks) is None:
@@ -236,6 +246,42 @@ class ClusterPolicy(SpecModel):
                 message = f"flavor {flavor} is restricted to queues {allowed}"
                 yield (*where, flavor), message, {"gpu": amount.gpu}
 
+    def _price_problems(self) -> Iterable[tuple[Loc, str, Any]]:
+        seen: dict[str, int] = {}
+        for i, price in enumerate(self.prices):
+            if not self._declares(price.flavor):
+                message = unknown_name("flavor", price.flavor, list(self.flavor_names))
+                yield ("prices", i, "flavor"), message, price.flavor
+            elif price.flavor in seen:
+                first = seen[price.flavor]
+                message = f"flavor {price.flavor} is priced twice (also prices[{first}])"
+                yield ("prices", i, "flavor"), message, price.flavor
+            seen.setdefault(price.flavor, i)
+
+    def _budget_problems(self) -> Iterable[tuple[Loc, str, Any]]:
+        tenants = sorted({q.tenant for q in self.queues})
+        seen: dict[str, int] = {}
+        for i, budget in enumerate(self.budgets):
+            if budget.tenant not in tenants:
+                message = unknown_name("tenant", budget.tenant, tenants) + " (tenants of queues)"
+                yield ("budgets", i, "tenant"), message, budget.tenant
+            if budget.queue is not None:
+                queue = self.queue(budget.queue)
+                if queue is None:
+                    message = unknown_name("queue", budget.queue, [q.name for q in self.queues])
+                    yield ("budgets", i, "queue"), message, budget.queue
+                elif queue.tenant != budget.tenant:
+                    message = f"queue {queue.name} belongs to tenant {queue.tenant}"
+                    yield ("budgets", i, "queue"), message, budget.queue
+            if budget.unit is BudgetUnit.COST and not self.prices:
+                message = "a budget in cost needs prices; declare prices: [{flavor, gpuHour}]"
+                yield ("budgets", i, "cost"), message, budget.cost
+            if budget.key in seen:
+                first = seen[budget.key]
+                message = f"budget {budget.key} is declared twice (also budgets[{first}])"
+                yield ("budgets", i, "tenant"), message, budget.tenant
+            seen.setdefault(budget.key, i)
+
     def _declares(self, flavor: str) -> bool:
         if not self.flavors:
             return flavor == DEFAULT_FLAVOR
@@ -274,6 +320,20 @@ class ClusterPolicy(SpecModel):
 
     def queue(self, name: str) -> QueueDecl | None:
         return next((q for q in self.queues if q.name == name), None)
+
+    def allocation_at(self, queue: str, now: float) -> QueueAllocationDecl | None:
+        """The time-bounded allocation of ``queue`` that holds at ``now`` (None: its own quota
+        and weight apply, it has none or it has run out)."""
+        if self._allocations is None:
+            self._allocations = {
+                q.name: q.allocation for q in self.queues if q.allocation is not None
+            }
+        allocation = self._allocations.get(queue)
+        return allocation if allocation is not None and allocation.holds_at(now) else None
+
+    @property
+    def price_table(self) -> Prices:
+        return Prices.of(self.prices)
 
     def cohort_ancestry(self, name: str) -> tuple[str, ...]:
         """The cohort and its parents, innermost first (``()`` for an unknown cohort)."""

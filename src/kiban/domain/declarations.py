@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from kiban.domain.budgets import Instant, end_of
 from kiban.domain.extended_resources import (
     is_extended_name,
     parse_extended,
@@ -243,6 +244,35 @@ class CohortDecl(SpecModel):
         return check_dns_label(value, "cohort name")
 
 
+class QueueAllocationDecl(SpecModel):
+    """A queue's time-bounded allocation (``allocation: {quota: {h100: {gpu: 16}},
+    fairShareWeight: 4, until: 2026-12-31}``): while it holds, its quota and weight replace the
+    queue's own; after ``until`` (a date: through that day, UTC) the queue's own apply again."""
+
+    until: Instant
+    quota: GpusByFlavor | None = None
+    fair_share_weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
+
+    @field_validator("quota", mode="plain")
+    @classmethod
+    def _quota(cls, value: Any) -> GpusByFlavor | None:
+        amounts = _gpus_by_flavor(value)
+        return None if amounts == {} else amounts
+
+    @field_serializer("quota")
+    def _dump_quota(self, amounts: GpusByFlavor | None) -> dict[str, Any] | None:
+        if amounts is None or isinstance(amounts, GpuAmount):
+            return None if amounts is None else amounts.as_written()
+        return {flavor: amount.as_written() for flavor, amount in amounts.items()}
+
+    @property
+    def ends_at(self) -> float:
+        return end_of(self.until)
+
+    def holds_at(self, now: float) -> bool:
+        return now < self.ends_at
+
+
 class QueueDecl(SpecModel):
     """A queue of a tenant: nominal quota per flavor, cohort limits, ordering and weight.
 
@@ -260,6 +290,7 @@ class QueueDecl(SpecModel):
     lending_limit: GpusByFlavor | None = None
     strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "StrictFIFO"
     fair_share_weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
+    allocation: QueueAllocationDecl | None = None  # time-bounded quota and weight
 
     @field_validator("name", "tenant")
     @classmethod

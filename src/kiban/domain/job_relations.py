@@ -103,6 +103,7 @@ class JobGate(StrEnum):
 
     DEPENDENCY = "Dependency"  # a dependency of it (or of its array) has not held yet
     ARRAY_SLOT = "ArraySlot"  # its array runs as many indices as its parallelism allows
+    BUDGET = "Budget"  # a budget of its tenant (or queue) is used up, or its maxRuntime would
 
 
 class DependencyCondition(StrEnum):

@@ -32,6 +32,12 @@ class IdleJobs(Protocol):
     def idle(self) -> tuple[IdleJob, ...]: ...
 
 
+class BudgetFamily(Protocol):
+    """Where budgets' used parts are kept (the control loop's budget gate)."""
+
+    def family(self) -> Family: ...
+
+
 class ClusterMetrics:
     """Every control-plane metric, read from the store at each scrape."""
 
@@ -42,12 +48,14 @@ class ClusterMetrics:
         clock: Clock,
         cycles: Histogram | None = None,
         idle: IdleJobs | None = None,
+        budgets: BudgetFamily | None = None,
     ) -> None:
         self.sessions = sessions
         self.policy = policy
         self.clock = clock
         self.cycles = cycles
         self.idle = idle
+        self.budgets = budgets
 
     def render(self) -> bytes:
         """A scrape: the text Prometheus reads."""
@@ -58,6 +66,8 @@ class ClusterMetrics:
         )
         if self.cycles is not None:
             found.extend(self.cycles.collect())
+        if self.budgets is not None:
+            found.append(self.budgets.family())
         return render(found)
 
 

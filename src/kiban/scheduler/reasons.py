@@ -30,6 +30,7 @@ class ReasonCode(StrEnum):
     # Held before scheduling (kiban.control.gates), never given by the core itself:
     WAITING_FOR_DEPENDENCY = "WaitingForDependency"  # a job (or array) of its dependsOn runs on
     WAITING_FOR_ARRAY_SLOT = "WaitingForArraySlot"  # its array runs its parallelism already
+    BUDGET_EXHAUSTED = "BudgetExhausted"  # its tenant's budget is used up (or would be by it)
 
 
 def counted(count: int, noun: str) -> str:

@@ -471,6 +471,21 @@ class Client:
         """The policy in force: ``version``, ``document`` (as written), ``effective``."""
         return dict(self._request("GET", "/api/v1/policy"))
 
+    def budgets(self) -> list[dict[str, Any]]:
+        """Budgets as they stand now: used, limit, period, state (your tenant's; all for an
+        admin)."""
+        return list(self._request("GET", "/api/v1/budgets"))
+
+    def budget_extensions(self) -> list[dict[str, Any]]:
+        """Extensions granted, newest first."""
+        return list(self._request("GET", "/api/v1/budgets/extensions"))
+
+    def extend_budget(self, tenant: str, **fields: Any) -> dict[str, Any]:
+        """Grant a budget more (admin): ``gpuHours`` or ``cost``, ``queue``, ``until``,
+        ``note`` (the API's camelCase fields)."""
+        body = {"tenant": tenant, **{k: v for k, v in fields.items() if v is not None}}
+        return dict(self._request("POST", "/api/v1/budgets/extensions", json=body))
+
     def apply_policy(self, document: dict[str, Any]) -> dict[str, Any]:
         """Replace the policy (admin); the answer says the version and any drain plan."""
         return dict(self._request("PUT", "/api/v1/policy", json=document))

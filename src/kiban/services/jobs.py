@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
-from kiban.domain.declarations import DEFAULT_QUEUE, QueueDecl
+from kiban.domain.declarations import DEFAULT_QUEUE, QueueDecl, gpus_per_flavor
 from kiban.domain.errors import FieldProblem, SpecError
 from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.job_relations import Relations
@@ -118,11 +118,18 @@ class _PolicyFacts:
 
 
 def _queue_view(queue: QueueDecl, policy: ClusterPolicy) -> QueueView:
-    """A declared queue's quota as the scheduler reads it (nothing in use)."""
+    """A declared queue's quota as the scheduler reads it (nothing in use); with a time-bounded
+    allocation, the larger of its own and the allocation's per flavor (what it may ever hold)."""
+    nominal = queue.nominal
+    allocation = queue.allocation
+    if nominal is not None and allocation is not None and allocation.quota is not None:
+        granted = gpus_per_flavor(allocation.quota)
+        names = [*nominal, *(f for f in granted if f not in nominal)]
+        nominal = {f: max(nominal.get(f, 0), granted.get(f, 0)) for f in names}
     return QueueView(
         name=queue.name,
         tenant=queue.tenant,
-        nominal=queue.nominal,
+        nominal=nominal,
         cohort=None if queue.cohort is None else policy.sharing_cohort(queue.cohort),
         borrowing_limit=queue.borrowing,
         lending_limit=queue.lending,

@@ -193,6 +193,11 @@ class PolicyCache:
     def __init__(self) -> None:
         self._record: PolicyRecord | None = None
 
+    @property
+    def known(self) -> ClusterPolicy | None:
+        """The policy the last ``get`` returned (None before the first), read without a query."""
+        return None if self._record is None else self._record.policy
+
     def get(self, session: Session) -> ClusterPolicy:
         generation = policy_generation(session)
         if self._record is None or self._record.version != generation:

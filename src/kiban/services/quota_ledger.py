@@ -31,6 +31,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
+from kiban.domain.declarations import extended_per_flavor, gpus_per_flavor
 from kiban.domain.quantity import parse_duration
 from kiban.domain.states import JobState
 from kiban.scheduler.quota import QuotaBook
@@ -111,21 +112,30 @@ def queue_view(
     policy: ClusterPolicy,
     used: Mapping[str, int] | None = None,
     extended_used: Mapping[str, Mapping[str, int]] | None = None,
+    now: float | None = None,
 ) -> QueueView:
     """The queue as the scheduler sees it; its cohort is the one whose pool it shares (the
     root of a nested cohort's tree). ``extended_used``: extended resources its jobs hold, per
-    flavor."""
+    flavor. Given ``now``, a time-bounded allocation holding then (``allocation: {until}``)
+    replaces its quota and weight; once it has run out, the queue's own apply again."""
+    nominal, extended, weight = q.nominal, q.extended_nominal, q.fair_share_weight
+    allocation = None if now is None else policy.allocation_at(q.name, now)
+    if allocation is not None:
+        if allocation.quota is not None:
+            nominal = gpus_per_flavor(allocation.quota)
+            extended = extended_per_flavor(allocation.quota)
+        weight = allocation.fair_share_weight or weight
     return QueueView(
         name=q.name,
         tenant=q.tenant,
-        nominal=q.nominal,
+        nominal=nominal,
         used=dict(used or {}),
         strategy=QueueStrategy(q.strategy),
         cohort=None if q.cohort is None else policy.sharing_cohort(q.cohort),
         borrowing_limit=q.borrowing,
         lending_limit=q.lending,
-        weight=q.fair_share_weight,
-        extended_nominal=q.extended_nominal,
+        weight=weight,
+        extended_nominal=extended,
         extended_used=dict(extended_used or {}),
     )
 

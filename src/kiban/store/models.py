@@ -571,3 +571,33 @@ class NotebookKey(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(128))
+
+
+class BudgetExtension(Base):
+    """An extension of a budget granted by an admin (``kiban budgets extend``): ``amount`` more
+    in ``unit`` (a ``BudgetUnit``) for the budget ``budget`` (``tenant`` or ``tenant/queue``)
+    from ``granted_at`` until ``until`` (by default the end of the period it was granted in).
+    Rows are never changed: they are the record of who granted what, when."""
+
+    __tablename__ = "budget_extensions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    budget: Mapped[str] = mapped_column(String(128), index=True)
+    unit: Mapped[str] = mapped_column(String(16))
+    amount: Mapped[float] = mapped_column(Float)
+    granted_at: Mapped[float] = mapped_column(Float)
+    until: Mapped[float] = mapped_column(Float)
+    granted_by: Mapped[str] = mapped_column(String(128))
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class BudgetMark(Base):
+    """A warning threshold (``"0.8"``) or the limit (``"exhausted"``) a budget has reached in
+    the period that began at ``period_start``: its event is recorded once per period."""
+
+    __tablename__ = "budget_marks"
+
+    budget: Mapped[str] = mapped_column(String(128), primary_key=True)
+    period_start: Mapped[float] = mapped_column(Float, primary_key=True)
+    mark: Mapped[str] = mapped_column(String(16), primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
