@@ -69,6 +69,7 @@ class ServerOptions:
     health_interval_s: float = 30.0  # seconds between the agent's checks
     sweep_every_s: float | None = None  # allreduce sweeps of idle nodes (None: only on demand)
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices one job array may have
+    audit: bool = True  # state-changing requests leave audit records (off: to measure their cost)
 
     @property
     def isolated(self) -> bool:
@@ -152,6 +153,7 @@ def start_platform(options: ServerOptions) -> Platform:
                     sweep_every_s=options.sweep_every_s,
                 ),
                 max_array_size=options.max_array_size,
+                audit=options.audit,
             )
         except BaseException:
             kube.close()
@@ -166,6 +168,7 @@ def start_platform(options: ServerOptions) -> Platform:
         loop_settings=LoopSettings(tick_s=options.tick_s, sweep_every_s=options.sweep_every_s),
         admin_token_in_home=not options.multi_tenant,
         max_array_size=options.max_array_size,
+        audit=options.audit,
     )
 
 

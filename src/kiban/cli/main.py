@@ -23,6 +23,7 @@ from typer.core import TyperCommand
 from kiban.api.limits import AdmissionLimits
 from kiban.cli import HELP_MARKUP, INTERRUPTED_EXIT, coercion, complete
 from kiban.cli.admin import admin_app
+from kiban.cli.audit import audit_command
 from kiban.cli.bench import bench_app
 from kiban.cli.dev import dev_app
 from kiban.cli.failure import fail
@@ -68,6 +69,7 @@ app.add_typer(health_app, name="health")
 app.add_typer(notebook_app, name="notebook")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
+app.command("audit")(audit_command)
 app.command("node-agent")(node_agent_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)
@@ -218,6 +220,14 @@ def up(
         int,
         typer.Option(help="the most indices one job array may have (spec.array)", min=1),
     ] = 10_000,  # kiban.domain.job_relations.DEFAULT_MAX_ARRAY_SIZE (pydantic: not imported here)
+    no_audit: Annotated[
+        bool,
+        typer.Option(
+            "--no-audit",
+            help="keep no audit log of state-changing requests (only to measure what it costs: "
+            "kiban bench submit)",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -307,6 +317,7 @@ def up(
         health_interval_s=health_interval,
         sweep_every_s=sweep_every or None,
         max_array_size=max_array_size,
+        audit=not no_audit,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)
