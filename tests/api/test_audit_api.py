@@ -205,6 +205,7 @@ def test_the_store_refuses_to_change_or_remove_a_record(
     api: TestClient, platform: Platform
 ) -> None:
     api.post("/api/v1/nodes/node-1/cordon")
+    assert platform.audit is not None and platform.audit.flush()
     for statement in ("UPDATE audit_log SET member = 'mallory'", "DELETE FROM audit_log"):
         with platform.sessions() as session, pytest.raises(Exception, match="append-only"):
             session.execute(text(statement))

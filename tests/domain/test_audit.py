@@ -4,6 +4,7 @@ hash chain in which an edited, relinked, removed or cut-off record shows."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_an_untouched_chain_is_intact_and_numbered_from_one() -> None:
     records = log_of(5)
     assert [r.seq for r in records] == [1, 2, 3, 4, 5]
     assert records[0].prev_hash == GENESIS_HASH
-    assert all(b.prev_hash == a.hash for a, b in zip(records, records[1:], strict=False))
+    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(records))
     verdict = walk(records)
     assert verdict.intact and verdict.records == 5
 

@@ -2,17 +2,16 @@
 
 It sits in front of admission (``kiban.api.admission``), so a request refused there (401, 403,
 413, 503) is recorded as one answered by an endpoint is. The caller is the principal admission
-left in the request's state (none: the token was missing or not one). The record is appended
-before the last part of the answer is sent: a client that saw an answer can find its record.
+left in the request's state (none: the token was missing or not one). The record is queued for
+the audit writer as the last part of the answer is sent, and the answer does not wait for it
+(``kiban.services.audit.AuditWriter`` group-commits; the log's readers flush it first).
 Only the action's target is taken from a successful answer (the id of what it created), never
 its body: a token's secret is never read into the log.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,12 +20,8 @@ from kiban.api.deps import PRINCIPAL_STATE
 from kiban.domain.audit import AuditEntry, Operation, is_audited, operation_of, outcome_of
 from kiban.platform import Platform
 
-log = logging.getLogger("kiban.audit")
-
 MAX_TARGET_BODY = 64 * 1024
 """An answer read for its target's name is read this far at most (a job's answer is ~1 KiB)."""
-APPEND_WAIT_S = 10.0
-"""How long an answer waits for its record to be stored; past it, it is sent anyway (logged)."""
 
 
 def principal_fields(principal: Any) -> tuple[str | None, str | None, str | None]:
@@ -78,7 +73,7 @@ class AuditTrail:
                     body.extend(message.get("body", b""))
                 if not message.get("more_body", False):
                     recorded = True
-                    await self._append(scope, operation, status, bytes(body))
+                    self._record(scope, operation, status, bytes(body))
             await send(message)
 
         try:
@@ -86,23 +81,12 @@ class AuditTrail:
         finally:
             if not recorded:  # no answer, or not all of it: the server failed or the client left
                 recorded = True
-                self._queue(scope, operation, status, b"")
+                self._record(scope, operation, status, b"")
 
-    async def _append(
-        self, scope: Scope, operation: Operation, status: int | None, body: bytes
-    ) -> None:
-        future = self._queue(scope, operation, status, body)
-        if future is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), APPEND_WAIT_S)
-        except Exception:
-            log.exception("the audit record of %s %s is not stored", scope["method"], scope["path"])
-
-    def _queue(self, scope: Scope, operation: Operation, status: int | None, body: bytes) -> Any:
+    def _record(self, scope: Scope, operation: Operation, status: int | None, body: bytes) -> None:
         writer = self.platform.audit
         if writer is None:
-            return None
+            return
         member, role, tenant = principal_fields(scope.get("state", {}).get(PRINCIPAL_STATE))
         target = operation.target
         if target is None and operation.target_key is not None and body:
@@ -121,7 +105,7 @@ class AuditTrail:
             status=status,
             outcome=outcome_of(status),
         )
-        return writer.record(entry)
+        writer.record(entry)
 
 
 def _wants_body(operation: Operation, status: int | None) -> bool:

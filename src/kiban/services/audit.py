@@ -29,6 +29,7 @@ from kiban.domain.audit import (
     chain,
 )
 from kiban.services.auth import Principal
+from kiban.services.errors import Unavailable
 from kiban.store.models import AuditChainHead, AuditRecord
 
 log = logging.getLogger("kiban.audit")
@@ -133,16 +134,28 @@ def records(session: Session, query: AuditQuery) -> list[ChainedEntry]:
     return [_chained(row) for row in session.scalars(statement)]
 
 
-def list_records(session: Session, principal: Principal, query: AuditQuery) -> list[ChainedEntry]:
-    """``records`` for an admin (Forbidden for anyone else: the log names every tenant)."""
+def list_records(
+    session: Session, principal: Principal, query: AuditQuery, writer: AuditWriter | None
+) -> list[ChainedEntry]:
+    """``records`` for an admin (Forbidden for anyone else: the log names every tenant), once
+    ``writer`` has stored what was queued: every request answered before this one is listed."""
     principal.require_admin()
+    _flush(writer)
     return records(session, query)
 
 
-def verify_chain(session: Session, principal: Principal) -> Verification:
-    """``verify`` for an admin (Forbidden for anyone else)."""
+def verify_chain(
+    session: Session, principal: Principal, writer: AuditWriter | None
+) -> Verification:
+    """``verify`` for an admin (Forbidden for anyone else), once ``writer`` is flushed."""
     principal.require_admin()
+    _flush(writer)
     return verify(session)
+
+
+def _flush(writer: AuditWriter | None) -> None:
+    if writer is not None and not writer.flush():
+        raise Unavailable("the audit log is still being written; try again", retry_after_s=1)
 
 
 def _pages(session: Session) -> Iterator[list[ChainedEntry]]:
@@ -178,26 +191,52 @@ class _Pending:
     done: Future[int] = field(default_factory=Future)
 
 
+@dataclass
+class _Flush:
+    """A marker: set once everything queued before it is committed (or failed)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class AuditWriter:
     """Appends audit entries in batches of up to ``max_batch`` from one thread; each caller's
-    future completes with its record's number once it is committed."""
+    future completes with its record's number once it is committed.
+
+    Requests do not wait for their record (a commit each would cost more than the request):
+    under load a batch holds what queued up during the previous commit, about one commit for
+    many records. ``flush`` waits for what is queued (the log's readers call it first, so they
+    see every request answered before them); ``stop`` writes what is queued. A kill -9 loses
+    the records of the last moment's requests, those not committed yet.
+    """
 
     def __init__(self, sessions: sessionmaker[Session], max_batch: int = 512) -> None:
         self._sessions = sessions
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Pending | _Flush | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def record(self, entry: AuditEntry) -> Future[int]:
         """Queue ``entry``; the future completes once it is in the store."""
         pending = _Pending(entry)
+        self._put(pending)
+        return pending.done
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until what was queued before this call is committed (False: not in time)."""
+        with self._lock:
+            if self._thread is None:
+                return True
+        marker = _Flush()
+        self._put(marker)
+        return marker.done.wait(timeout_s)
+
+    def _put(self, item: _Pending | _Flush) -> None:
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kiban-audit", daemon=True)
                 self._thread.start()
-        self._queue.put(pending)
-        return pending.done
+        self._queue.put(item)
 
     def stop(self) -> None:
         """Write what is queued, then stop the thread."""
@@ -208,22 +247,33 @@ class AuditWriter:
             thread.join(timeout=30)
 
     def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            first = self._queue.get()
-            if first is None:
-                break
-            batch = [first]
-            while len(batch) < self._max_batch:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch: list[_Pending] = []
+            flushes: list[_Flush] = []
+            stopping = False
+            while True:
+                if isinstance(item, _Flush):
+                    flushes.append(item)
+                elif item is None:
+                    stopping = True
+                    break
+                else:
+                    batch.append(item)
+                if len(batch) >= self._max_batch:
+                    break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is None:
-                    stopping = True
-                    break
-                batch.append(item)
-            self._commit(batch)
+            if batch:
+                self._commit(batch)
+            for marker in flushes:
+                marker.done.set()
+            if stopping:
+                return
 
     def _commit(self, batch: list[_Pending]) -> None:
         try:

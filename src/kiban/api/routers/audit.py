@@ -13,7 +13,7 @@ from kiban.api.audit_schemas import (
     audit_record_out,
     verification_out,
 )
-from kiban.api.deps import PrincipalDep, SessionDep, SessionRoute
+from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN
 from kiban.domain.audit import AuditAction
 from kiban.services import audit
@@ -25,6 +25,7 @@ router = APIRouter(
 
 @router.get("", response_model=list[AuditRecordOut], responses=responses.ADMIN)
 def list_records(
+    platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
     since: Annotated[float | None, Query(description="from this time on (UNIX seconds)")] = None,
@@ -34,10 +35,14 @@ def list_records(
 ) -> list[AuditRecordOut]:
     """Audit records, newest first."""
     query = audit.AuditQuery(since=since, member=member, action=action, limit=limit)
-    return [audit_record_out(r) for r in audit.list_records(session, principal, query)]
+    return [
+        audit_record_out(r) for r in audit.list_records(session, principal, query, platform.audit)
+    ]
 
 
 @router.get("/verify", response_model=AuditVerificationOut, responses=responses.ADMIN)
-def verify(principal: PrincipalDep, session: SessionDep) -> AuditVerificationOut:
+def verify(
+    platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+) -> AuditVerificationOut:
     """Walk the whole chain: intact, or the first record where it breaks and why."""
-    return verification_out(audit.verify_chain(session, principal))
+    return verification_out(audit.verify_chain(session, principal, platform.audit))
