@@ -1,10 +1,11 @@
 """The audit log in the store: appending records to one hash chain, reading them, verifying it.
 
 Appends are group-committed (as submissions are, ``kiban.services.submissions``): one writer
-thread takes the records queued since its last commit and appends them in one transaction, so a
-burst of audited requests costs about one commit, not one each. Each transaction first locks
-the chain head's row (an UPDATE of it: a row lock on PostgreSQL, the write lock on SQLite),
-then reads it, so appends from anywhere, another process included, make one chain.
+thread takes the records queued since its last commit and appends them in one transaction, at
+most one every ``interval_s``, so a burst of audited requests costs a few commits a second, not
+one each. Each transaction first locks the chain head's row and reads it in one statement (an
+UPDATE ... RETURNING: a row lock on PostgreSQL, the write lock on SQLite), so appends from
+anywhere, another process included, make one chain.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -41,12 +43,12 @@ VERIFY_PAGE = 5000
 def append(session: Session, entries: Sequence[AuditEntry]) -> list[ChainedEntry]:
     """Append ``entries`` to the chain in ``session``'s transaction (the caller commits); the
     chain head stays locked until then."""
-    # lock first, then read: a concurrent append waits here and then reads the head we leave
-    session.execute(
-        update(AuditChainHead).where(AuditChainHead.id == HEAD_ID).values(seq=AuditChainHead.seq)
-    )
+    # lock and read in one statement: a concurrent append waits here, then reads our head
     head = session.execute(
-        select(AuditChainHead.seq, AuditChainHead.hash).where(AuditChainHead.id == HEAD_ID)
+        update(AuditChainHead)
+        .where(AuditChainHead.id == HEAD_ID)
+        .values(seq=AuditChainHead.seq)
+        .returning(AuditChainHead.seq, AuditChainHead.hash)
     ).one()
     chained = chain(head.hash, head.seq, entries)
     if not chained:
@@ -203,15 +205,18 @@ class AuditWriter:
     future completes with its record's number once it is committed.
 
     Requests do not wait for their record (a commit each would cost more than the request):
-    under load a batch holds what queued up during the previous commit, about one commit for
-    many records. ``flush`` waits for what is queued (the log's readers call it first, so they
-    see every request answered before them); ``stop`` writes what is queued. A kill -9 loses
-    the records of the last moment's requests, those not committed yet.
+    a batch holds what queued up in the ``interval_s`` since the previous commit began.
+    ``flush`` waits for what is queued, at once (the log's readers call it first, so they see
+    every request answered before them); ``stop`` writes what is queued. A kill -9 loses the
+    records of the requests of its last ``interval_s`` or so, those not committed yet.
     """
 
-    def __init__(self, sessions: sessionmaker[Session], max_batch: int = 512) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], max_batch: int = 512, interval_s: float = 0.05
+    ) -> None:
         self._sessions = sessions
         self._max_batch = max_batch
+        self._interval_s = interval_s
         self._queue: queue.SimpleQueue[_Pending | _Flush | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -247,28 +252,30 @@ class AuditWriter:
             thread.join(timeout=30)
 
     def _run(self) -> None:
+        last_commit = float("-inf")
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
+            item: _Pending | _Flush | None = self._queue.get()
             batch: list[_Pending] = []
             flushes: list[_Flush] = []
             stopping = False
+            linger_until = last_commit + self._interval_s
             while True:
-                if isinstance(item, _Flush):
-                    flushes.append(item)
-                elif item is None:
+                if item is None:
                     stopping = True
-                    break
+                elif isinstance(item, _Flush):
+                    flushes.append(item)
                 else:
                     batch.append(item)
-                if len(batch) >= self._max_batch:
+                if stopping or len(batch) >= self._max_batch:
                     break
+                # gather what comes until the interval is up (a flush or a stop: no waiting)
+                wait = 0.0 if flushes else linger_until - time.monotonic()
                 try:
-                    item = self._queue.get_nowait()
+                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
             if batch:
+                last_commit = time.monotonic()
                 self._commit(batch)
             for marker in flushes:
                 marker.done.set()
