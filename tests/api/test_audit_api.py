@@ -343,3 +343,23 @@ def test_no_records_when_auditing_is_off(
             assert client.get("/api/v1/audit").json() == []
     finally:
         quiet.close()
+
+
+def test_records_queued_at_a_stop_are_written(
+    tmp_path: Any, db_url: str, executor: FakeExecutor, clock: ManualClock
+) -> None:
+    """The answers do not wait for their records; stopping the platform writes what is queued."""
+    first = build_platform(home=tmp_path / "h", db_url=db_url, executor=executor, clock=clock)
+    token = (first.home / "token").read_text().strip()
+    with TestClient(create_app(first), headers={"Authorization": f"Bearer {token}"}) as client:
+        for node in ("node-0", "node-1", "node-2"):
+            assert client.post(f"/api/v1/nodes/{node}/cordon").status_code == 200
+    first.close()  # no flush before: close stops the writer, which writes its queue first
+    again = build_platform(home=tmp_path / "h", db_url=db_url, executor=executor, clock=clock)
+    try:
+        with again.sessions() as session:
+            targets = [r.entry.target for r in audit.records(session, audit.AuditQuery())]
+            assert targets == ["node-2", "node-1", "node-0"]
+            assert audit.verify(session).intact
+    finally:
+        again.close()
