@@ -19,6 +19,7 @@ from kiban.domain.job_relations import DEFAULT_MAX_ARRAY_SIZE
 from kiban.domain.notebook import DEFAULT_READY_TIMEOUT_S
 from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
 from kiban.services import events
+from kiban.services.audit import AuditWriter
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
 from kiban.services.epilogue import Epilogue
 from kiban.services.errors import ServiceError
@@ -67,6 +68,8 @@ class Platform:
     sweeps: HealthSweeps | None = None  # allreduce sweeps (set by build_platform)
     notebooks: NotebookController | None = None  # readiness and culling (set by build_platform)
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices one array may have (kiban up option)
+    audit: AuditWriter | None = None
+    """Appends the audit log's records (None: auditing is off, ``kiban up --no-audit``)."""
 
     def __post_init__(self) -> None:
         self.services = ServiceController(
@@ -117,6 +120,8 @@ class Platform:
             self.router.stop()
         self.loop.stop()
         self.submissions.stop()
+        if self.audit is not None:
+            self.audit.stop()
         self.engine.dispose()
         if self.control_engine is not None:
             self.control_engine.dispose()
@@ -170,6 +175,7 @@ def build_platform(
     admin_token_in_home: bool = True,
     notebook_ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE,
+    audit: bool = True,
 ) -> Platform:
     """Open (and migrate) the store, register nodes, apply the policy, make the admin token
     (written to ``<home>/token``; not ``admin_token_in_home``: only returned, when new).
@@ -178,7 +184,8 @@ def build_platform(
     ``apply_startup_policy``); a policy the store's nodes or jobs refuse raises (SpecError or
     ServiceError) and nothing is committed. ``loop_settings``: the control loop's pace (its
     ``node_sync_s``: how often it asks the executor for its nodes again, for a cluster whose
-    nodes change). ``max_array_size``: the most indices one job array may have.
+    nodes change). ``max_array_size``: the most indices one job array may have. ``audit``:
+    whether state-changing requests leave audit records (off only to measure what they cost).
     """
     from kiban.store.db import CONTROL_POOL, default_url
 
@@ -215,6 +222,7 @@ def build_platform(
         loop=loop,
         admin_token=admin_token,
         max_array_size=max_array_size,
+        audit=AuditWriter(control) if audit else None,
     )
     platform.refresh_facts()
     platform.sweeps = HealthSweeps(

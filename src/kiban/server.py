@@ -71,6 +71,7 @@ class ServerOptions:
     sweep_every_s: float | None = None  # allreduce sweeps of idle nodes (None: only on demand)
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices one job array may have
     notebook_ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S  # JupyterLab's time to answer
+    audit: bool = True  # state-changing requests leave audit records (off: to measure their cost)
 
     @property
     def isolated(self) -> bool:
@@ -155,6 +156,7 @@ def start_platform(options: ServerOptions) -> Platform:
                 ),
                 max_array_size=options.max_array_size,
                 notebook_ready_timeout_s=options.notebook_ready_timeout_s,
+                audit=options.audit,
             )
         except BaseException:
             kube.close()
@@ -170,6 +172,7 @@ def start_platform(options: ServerOptions) -> Platform:
         admin_token_in_home=not options.multi_tenant,
         max_array_size=options.max_array_size,
         notebook_ready_timeout_s=options.notebook_ready_timeout_s,
+        audit=options.audit,
     )
 
 

@@ -15,6 +15,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from kiban.api.admission import Admission
+from kiban.api.audit_trail import AuditTrail
 from kiban.api.deps import SessionRoute
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import cluster, jobs, policy, services
@@ -89,8 +90,10 @@ class Exchange:
 
 @pytest.fixture
 def app(platform: Platform, api: TestClient) -> Any:
-    """The app (admission in front of it), its lifespan started by ``api``."""
-    assert isinstance(api.app.build_middleware_stack(), Admission)  # type: ignore[attr-defined]
+    """The app (admission in front of it, behind the audit trail), its lifespan started by
+    ``api``."""
+    stack = api.app.build_middleware_stack()  # type: ignore[attr-defined]
+    assert isinstance(stack, AuditTrail) and isinstance(stack.app, Admission)
     return api.app
 
 

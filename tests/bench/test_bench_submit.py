@@ -91,6 +91,13 @@ def test_tiny_run_on_sqlite() -> None:
     assert entry["jobs_in_store"] == 24 + 24 + 8
     assert entry["running_jobs"] == 3
     assert set(entry["goals_met"]) == set(report["goals"])
+    # The audit comparison: each audited server's log holds its cordon, its warm-ups and its
+    # submissions, chains intact; the servers without one answered as many.
+    assert entry["audit_records"] == 2 * (1 + 4 + 24)
+    assert entry["audit_intact"] is True
+    assert entry["audit_errors"] == 0
+    assert entry["audit_ratio"] > 0
+    assert len(entry["audit_on_runs_per_s"]) == len(entry["audit_off_runs_per_s"]) == 2
     assert all(isinstance(v, bool) for v in entry["goals_met"].values())
     # The readable table went to stderr, with the machine it ran on.
     assert "submissions/s" in done.stderr
@@ -121,6 +128,36 @@ def test_table_shows_stores_side_by_side_and_skips() -> None:
     assert "60.0 ms ✗" in text
     assert "skipped" in text
     assert "Test CPU, 2 cores" in text
+
+
+def test_table_shows_the_audit_comparison() -> None:
+    entry: dict[str, Any] = dict.fromkeys(ENTRY_KEYS - {"goals_met"}, 1.0)
+    entry.update(
+        latency_is_lower_bound=False,
+        db_cpu_ms_per_submission=None,
+        first_error=None,
+        audit_on_submissions_per_s=570.0,
+        audit_off_submissions_per_s=600.0,
+        audit_ratio=0.95,
+        audit_records=12345,
+        audit_server_cpu_ms_on=2.5,
+        audit_server_cpu_ms_off=2.25,
+        audit_intact=True,
+        goals_met={"audit_ratio": True},
+    )
+    report = {
+        "sqlite": entry,
+        "goals": {},
+        "settings": {"clients": 32, "offered_rate_per_s": 500.0, "audit_compare": True},
+        "machine": TEST_MACHINE,
+    }
+    text = rendered(report_table(report))
+    assert "570.0/s" in text and "600.0/s" in text
+    assert "0.95 ✓" in text
+    assert "12,345, intact" in text
+    assert "2.50 / 2.25 ms" in text
+    report["settings"]["audit_compare"] = False  # type: ignore[index]
+    assert "audit ratio" not in rendered(report_table(report))
 
 
 SUSTAINED_KEYS = {

@@ -105,7 +105,9 @@ class Admission:
         length, chunked = _request_headers(scope)
         has_body = chunked or (length is not None and length.strip() not in ("", "0"))
         try:
-            principal = allowed(await self._principal(offered.authorization), scope["method"], path)
+            principal = await self._principal(offered.authorization)
+            scope.setdefault("state", {})[PRINCIPAL_STATE] = principal  # the audit's, if refused
+            allowed(principal, scope["method"], path)
             check_csrf(scope["method"], offered)
             _check_length(length, self.limits.max_body_bytes)
         except ServiceError as exc:

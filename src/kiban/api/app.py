@@ -16,10 +16,12 @@ from starlette.types import ASGIApp, Scope
 from kiban import __version__
 from kiban.api import responses
 from kiban.api.admission import Admission
+from kiban.api.audit_trail import AuditTrail
 from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
     arrays,
+    audit,
     budgets,
     cluster,
     dashboard,
@@ -96,6 +98,7 @@ def create_app(
     app.include_router(dashboard.router)
     app.include_router(playground.router)
     app.include_router(notebooks.router)
+    app.include_router(audit.router)
     app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     session.install_session(app)
     pages.install_pages(app, web_assets)
@@ -105,15 +108,17 @@ def create_app(
 
 class KibanApi(FastAPI):
     """FastAPI with admission in front of all the rest of it, its error middleware included:
-    a request refused, or a health check, costs the event loop as little as it can."""
+    a request refused, or a health check, costs the event loop as little as it can. The audit
+    trail is in front of admission: a request refused there is recorded too."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return Admission(
+        admission = Admission(
             super().build_middleware_stack(),
             self.state.platform,
             self.state.limits,
             names_operation=self.names_operation,
         )
+        return AuditTrail(admission, self.state.platform)
 
     def names_operation(self, scope: Scope) -> bool:
         """Whether the request's method and path are one of the routes' (a refused caller's

@@ -10,6 +10,7 @@ from rich.table import Table
 from kiban.bench.machine import machine_line
 from kiban.bench.scheduler import GOAL_P99_CYCLE_MS, GOAL_PLACEMENTS_PER_S
 from kiban.bench.submit import (
+    GOAL_AUDIT_RATIO,
     GOAL_P99_MS,
     GOAL_SUBMISSIONS_PER_S,
     GOAL_SUBMIT_TO_RUNNING_P99_MS,
@@ -97,7 +98,45 @@ def report_table(report: dict[str, Any]) -> Table:
         ("jobs stored", "jobs_in_store", None, "", "by the load phases, counted by the server"),
         ("errors", "errors", None, "", "answers other than 201"),
     ]
-    goal_keys = {"submissions_per_s", "p99_ms", "submit_to_running_p99_ms"}
+    if settings.get("audit_compare"):
+        rows += [
+            (
+                "with audit log",
+                "audit_on_submissions_per_s",
+                None,
+                "/s",
+                "back to back as above, two servers keeping the audit log (pooled)",
+            ),
+            (
+                "without audit log",
+                "audit_off_submissions_per_s",
+                None,
+                "/s",
+                "the same on two servers started with --no-audit, between them (ABBA)",
+            ),
+            (
+                "audit ratio",
+                "audit_ratio",
+                f">= {GOAL_AUDIT_RATIO:g}",
+                "",
+                "with over without: what appending the audit records costs",
+            ),
+            (
+                "server CPU, with/without",
+                "audit_server_cpu_ms_on",
+                None,
+                " ms",
+                "per submission, with the audit log and without (less swayed by a busy machine)",
+            ),
+            (
+                "audit records",
+                "audit_records",
+                None,
+                "",
+                "in the audited servers' logs, their hash chains verified",
+            ),
+        ]
+    goal_keys = {"submissions_per_s", "p99_ms", "submit_to_running_p99_ms", "audit_ratio"}
     for label, key, goal, unit, meaning in rows:
         cells = []
         for store in stores:
@@ -113,6 +152,13 @@ def report_table(report: dict[str, Any]) -> Table:
                     + entry["warmup_submissions"]
                 )
                 cells.append(f"{_num(value)} of {_num(sent)}")
+                continue
+            if key == "audit_server_cpu_ms_on":
+                cells.append(f"{_num(value)} / {_num(entry.get('audit_server_cpu_ms_off'), ' ms')}")
+                continue
+            if key == "audit_records":
+                intact = "intact" if entry.get("audit_intact") else "BROKEN"
+                cells.append(f"{_num(value)}, {intact}")
                 continue
             prefix = ">= " if key.startswith("p") and entry.get("latency_is_lower_bound") else ""
             mark = _mark(entry, key) if key in goal_keys else ""

@@ -45,8 +45,16 @@ def cpu_seconds(processes: list[psutil.Process]) -> float:
 class KibanServer:
     """``kiban up`` in a subprocess (its own session, so Ctrl-C reaches it only through us)."""
 
-    def __init__(self, home: Path, db_url: str | None, timeout_s: float, cluster_file: str) -> None:
+    def __init__(
+        self,
+        home: Path,
+        db_url: str | None,
+        timeout_s: float,
+        cluster_file: str,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.home = home
+        self.extra_args = extra_args  # more ``kiban up`` options (``--no-audit``)
         self.cluster_file = cluster_file
         self.db_url = db_url
         self.timeout_s = timeout_s
@@ -79,6 +87,7 @@ class KibanServer:
         ]
         if self.db_url:
             command += ["--db", self.db_url]
+        command += self.extra_args
         with open(self._log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 command,

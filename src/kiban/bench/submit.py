@@ -16,6 +16,11 @@ on a fresh server with an empty store, so that no phase inherits the previous on
    back. The rate is the most the server sustains; latency here is, by Little's law, about
    ``clients / rate`` and says more about the queue in front of the server than about the
    server, so it is reported apart (``saturated_p50_ms``, ``saturated_p99_ms``).
+4. **What the audit log costs** (unless ``audit_compare`` is off). Phase 3 again on servers
+   without an audit log (``kiban up --no-audit``) and with one, in the order off, off, on after
+   phase 3 (which has it on): ABBA, so a drift of the machine's speed over the run weighs on
+   both sides alike. ``audit_ratio`` is submissions/s with the log over without (the issue's
+   goal: at least 0.9); the audited servers' logs are verified and their records counted.
 
 Phases 2 and 3 submit one-GPU jobs to a queue of one GPU while the server's single node (of one
 GPU) is cordoned: they pass submission's "could this ever start" check, are stored, counted by
@@ -53,6 +58,8 @@ HELD_QUEUE = "bench-held"
 GOAL_SUBMISSIONS_PER_S = 500.0
 GOAL_P99_MS = 50.0
 GOAL_SUBMIT_TO_RUNNING_P99_MS = 300.0
+GOAL_AUDIT_RATIO = 0.9
+"""Submissions/s with the audit log, over without it (issue 27: within 10 %)."""
 
 CLUSTER_FILE = f"""\
 queues:
@@ -79,6 +86,7 @@ class SubmitBenchOptions:
     running_jobs: int = 50
     stores: tuple[str, ...] = STORES
     startup_timeout_s: float = 60.0
+    audit_compare: bool = True  # phase 4: saturation with the audit log and without
 
     def __post_init__(self) -> None:
         if self.clients < 1:
@@ -330,6 +338,20 @@ async def jobs_in_queue(url: str, token: str, queue: str) -> int:
     raise BenchError(f"queue {queue} not found")
 
 
+async def audit_verdict(url: str, token: str) -> dict[str, Any]:
+    """The server's audit log walked (``GET /api/v1/audit/verify``): intact, how many records."""
+    conn = await HttpConnection.open(url)
+    try:
+        path = "/api/v1/audit/verify"
+        status, body = await conn.send(prepare_request("GET", url, path, token))
+    finally:
+        await conn.close()
+    if status != 200:
+        raise BenchError(f"GET {path} failed with HTTP {status}: {body[:300]!r}")
+    verdict: dict[str, Any] = json.loads(body)
+    return verdict
+
+
 # -- running it all --------------------------------------------------------------------------
 class _Workspace:
     """Temporary homes and the throwaway PostgreSQL server; removed on exit, even on Ctrl-C."""
@@ -341,15 +363,18 @@ class _Workspace:
         self.postgres: ThrowawayPostgres | None = None
         self.databases = 0
 
-    def server(self, store: str, phase: str) -> KibanServer:
-        """A fresh ``kiban up`` with an empty store (not started: use it in ``with``)."""
+    def server(self, store: str, phase: str, *, audit: bool = True) -> KibanServer:
+        """A fresh ``kiban up`` with an empty store (not started: use it in ``with``);
+        ``audit`` False: with ``--no-audit``."""
         db_url = None
         if store == "postgresql":
             if self.postgres is None:
                 self.postgres = self.stack.enter_context(ThrowawayPostgres())
             self.databases += 1
             db_url = self.postgres.create_database(f"bench_{self.databases}")
-        return KibanServer(self.root / f"{store}-{phase}", db_url, self.timeout_s, CLUSTER_FILE)
+        extra = () if audit else ("--no-audit",)
+        home = self.root / f"{store}-{phase}"
+        return KibanServer(home, db_url, self.timeout_s, CLUSTER_FILE, extra)
 
     def dbcpu_seconds(self) -> float | None:
         """CPU time used so far by the PostgreSQL server's processes; None without one."""
@@ -370,13 +395,20 @@ class _PhaseCost:
     server_cpu_ms: float
     client_cpu_ms: float
     db_cpu_ms: float | None
+    audit: dict[str, Any] | None = None  # the server's audit log, verified (None: off)
 
 
 def _load_phase(
-    space: _Workspace, store: str, phase: str, run: Callable[[KibanServer], LoadResult]
+    space: _Workspace,
+    store: str,
+    phase: str,
+    run: Callable[[KibanServer], LoadResult],
+    *,
+    audit: bool = True,
 ) -> tuple[LoadResult, _PhaseCost]:
-    """Run a load phase on a fresh server; count the jobs stored and the CPU spent per job."""
-    with space.server(store, phase) as server:
+    """Run a load phase on a fresh server; count the jobs stored and the CPU spent per job
+    (``audit``: whether the server keeps an audit log; when it does, it is verified)."""
+    with space.server(store, phase, audit=audit) as server:
         asyncio.run(cordon(server.url, server.token, HELD_NODE))
         client_before = time.process_time()
         server_before = server.cpu_seconds()
@@ -391,6 +423,7 @@ def _load_phase(
         server_cpu = server.cpu_seconds() - server_before
         db_after = space.dbcpu_seconds() if store == "postgresql" else None
         stored = asyncio.run(jobs_in_queue(server.url, server.token, HELD_QUEUE))
+        verdict = asyncio.run(audit_verdict(server.url, server.token)) if audit else None
     per_job = 1000 / max(result.submitted - result.unsent + result.errors, 1)
     db_cpu = None
     if db_before is not None and db_after is not None:
@@ -400,6 +433,7 @@ def _load_phase(
         server_cpu_ms=round(server_cpu * per_job, 3),
         client_cpu_ms=round(client_cpu * per_job, 3),
         db_cpu_ms=db_cpu,
+        audit=verdict,
     )
 
 
@@ -432,21 +466,13 @@ def bench_store(
 
     what = f"{options.jobs} submissions" if options.jobs else f"{options.duration_s:g}s"
     say(f"{store}: saturation, {options.clients} clients submitting back to back for {what}")
-    saturated, saturated_cost = _load_phase(
-        space,
-        store,
-        "saturated",
-        lambda s: asyncio.run(
-            closed_loop(
-                s.url,
-                s.token,
-                clients=options.clients,
-                count=options.jobs,
-                duration_s=options.duration_s,
-            )
-        ),
-    )
+    saturated, saturated_cost = _saturate(space, store, "saturated", options, audit=True)
     first_error = paced.first_error or saturated.first_error
+    audit_entry = (
+        _audit_comparison(space, store, options, saturated, saturated_cost, say)
+        if options.audit_compare
+        else {}
+    )
     return {
         "submissions_per_s": round(saturated.rate, 1),
         "p50_ms": as_ms(percentile(paced.latencies_s, 50)),
@@ -471,17 +497,79 @@ def bench_store(
         "running_jobs": len(running),
         "errors": paced.errors + saturated.errors,
         "first_error": first_error or None,
+        **audit_entry,
+    }
+
+
+def _saturate(
+    space: _Workspace, store: str, phase: str, options: SubmitBenchOptions, *, audit: bool
+) -> tuple[LoadResult, _PhaseCost]:
+    return _load_phase(
+        space,
+        store,
+        phase,
+        lambda s: asyncio.run(
+            closed_loop(
+                s.url,
+                s.token,
+                clients=options.clients,
+                count=options.jobs,
+                duration_s=options.duration_s,
+            )
+        ),
+        audit=audit,
+    )
+
+
+def _audit_comparison(
+    space: _Workspace,
+    store: str,
+    options: SubmitBenchOptions,
+    first_on: LoadResult,
+    first_on_cost: _PhaseCost,
+    say: Progress,
+) -> dict[str, Any]:
+    """Phase 4: saturation without the audit log twice, then with it once more (ABBA with
+    phase 3); the rates of each side pooled (submissions over seconds), and their ratio."""
+    say(f"{store}: the audit log's cost: saturation without it, twice, then with it again")
+    off = [_saturate(space, store, f"no-audit-{k}", options, audit=False) for k in (1, 2)]
+    second_on = _saturate(space, store, "audit-2", options, audit=True)
+    on = [(first_on, first_on_cost), second_on]
+
+    def pooled(results: list[tuple[LoadResult, _PhaseCost]]) -> float:
+        elapsed = sum(r.elapsed_s for r, _ in results)
+        return sum(r.submitted for r, _ in results) / elapsed if elapsed > 0 else 0.0
+
+    on_rate, off_rate = pooled(on), pooled(off)
+    verdicts = [cost.audit for _, cost in on if cost.audit is not None]
+    errors = sum(r.errors for r, _ in on + off)
+    first_error = next((r.first_error for r, _ in on + off if r.first_error), None)
+    return {
+        "audit_on_submissions_per_s": round(on_rate, 1),
+        "audit_off_submissions_per_s": round(off_rate, 1),
+        "audit_ratio": round(on_rate / off_rate, 3) if off_rate > 0 else 0.0,
+        "audit_on_runs_per_s": [round(r.rate, 1) for r, _ in on],
+        "audit_off_runs_per_s": [round(r.rate, 1) for r, _ in off],
+        "audit_server_cpu_ms_on": round(sum(c.server_cpu_ms for _, c in on) / 2, 3),
+        "audit_server_cpu_ms_off": round(sum(c.server_cpu_ms for _, c in off) / 2, 3),
+        "audit_records": sum(int(v["records"]) for v in verdicts),
+        "audit_intact": all(bool(v["intact"]) for v in verdicts),
+        "audit_errors": errors,
+        "audit_first_error": first_error,
     }
 
 
 def goals_met(entry: dict[str, Any]) -> dict[str, bool]:
     """Which of issue 2's goals a store's entry meets."""
-    return {
+    met = {
         "submissions_per_s": entry["submissions_per_s"] >= GOAL_SUBMISSIONS_PER_S,
         "p99_ms": entry["p99_ms"] <= GOAL_P99_MS and not entry["latency_is_lower_bound"],
         "submit_to_running_p99_ms": entry["submit_to_running_p99_ms"]
         <= GOAL_SUBMIT_TO_RUNNING_P99_MS,
     }
+    if "audit_ratio" in entry:
+        met["audit_ratio"] = entry["audit_ratio"] >= GOAL_AUDIT_RATIO
+    return met
 
 
 def postgres_missing() -> str | None:
@@ -521,12 +609,15 @@ def run_submit_bench(options: SubmitBenchOptions, say: Progress | None = None) -
         "p99_ms": GOAL_P99_MS,
         "submit_to_running_p99_ms": GOAL_SUBMIT_TO_RUNNING_P99_MS,
     }
+    if options.audit_compare:
+        report["goals"]["audit_ratio"] = GOAL_AUDIT_RATIO
     report["settings"] = {
         "clients": options.clients,
         "duration_s": None if options.jobs else options.duration_s,
         "jobs": options.jobs,
         "offered_rate_per_s": options.rate,
         "running_jobs": options.running_jobs,
+        "audit_compare": options.audit_compare,
     }
     if hasattr(os, "getloadavg"):
         machine["load_average_after"] = round(os.getloadavg()[0], 2)
@@ -535,6 +626,7 @@ def run_submit_bench(options: SubmitBenchOptions, say: Progress | None = None) -
 
 
 __all__ = [
+    "GOAL_AUDIT_RATIO",
     "GOAL_P99_MS",
     "GOAL_SUBMISSIONS_PER_S",
     "GOAL_SUBMIT_TO_RUNNING_P99_MS",

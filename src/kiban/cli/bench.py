@@ -107,6 +107,14 @@ def submit(
     scheduled: Annotated[
         int, typer.Option(help="with --array: how many jobs to wait for to be scheduled")
     ] = 1000,
+    audit_compare: Annotated[
+        bool,
+        typer.Option(
+            "--audit-compare/--no-audit-compare",
+            help="also step 3 on servers without the audit log (kiban up --no-audit), side by "
+            "side: submissions/s with it over without",
+        ),
+    ] = True,
 ) -> None:
     """Submissions/s and latency with concurrent clients, and submission to running.
 
@@ -116,7 +124,10 @@ def submit(
 
     2. latency at --rate submissions/s offered (open loop, timed from when each was due);
 
-    3. the most submissions/s that --clients clients submitting back to back get.
+    3. the most submissions/s that --clients clients submitting back to back get;
+
+    4. what the audit log costs: step 3 without it (`kiban up --no-audit`) twice and with it
+    once more (ABBA); submissions/s with it over without (goal: at least 0.9).
 
     With `--sustained SECONDS`: for each of `--clients 4,16,64`, a server whose store holds
     `--pending` waiting jobs (every node cordoned) and one with an empty store, each taking
@@ -146,6 +157,7 @@ def submit(
             rate=rate,
             running_jobs=running_jobs,
             stores=tuple(store) if store else ("sqlite", "postgresql"),
+            audit_compare=audit_compare,
         )
     except ValueError as exc:
         _bad_option(exc)

@@ -23,6 +23,7 @@ from typer.core import TyperCommand
 from kiban.api.limits import AdmissionLimits
 from kiban.cli import HELP_MARKUP, INTERRUPTED_EXIT, coercion, complete
 from kiban.cli.admin import admin_app
+from kiban.cli.audit import audit_command
 from kiban.cli.bench import bench_app
 from kiban.cli.budgets import budgets_app
 from kiban.cli.dev import dev_app
@@ -72,6 +73,7 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(budgets_app, name="budgets")
 app.command("sim")(sim_command)
 app.command("share")(share_command)
+app.command("audit")(audit_command)
 app.command("node-agent")(node_agent_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)
@@ -229,6 +231,14 @@ def up(
             min=1,
         ),
     ] = 120.0,  # kiban.domain.notebook.DEFAULT_READY_TIMEOUT_S
+    no_audit: Annotated[
+        bool,
+        typer.Option(
+            "--no-audit",
+            help="keep no audit log of state-changing requests (only to measure what it costs: "
+            "kiban bench submit)",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -319,6 +329,7 @@ def up(
         sweep_every_s=sweep_every or None,
         max_array_size=max_array_size,
         notebook_ready_timeout_s=notebook_ready_timeout,
+        audit=not no_audit,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)

@@ -494,6 +494,26 @@ class Client:
         """Applied versions of the policy, newest first (admin)."""
         return list(self._request("GET", "/api/v1/policy/versions", params={"limit": limit}))
 
+    def audit(
+        self,
+        *,
+        since: float | None = None,
+        member: str | None = None,
+        action: str | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Audit records, newest first (admin): since a time (UNIX seconds), of a member, of an
+        action (``jobs.submit``, ...)."""
+        params: dict[str, Any] = {"limit": limit}
+        for key, value in (("since", since), ("member", member), ("action", action)):
+            if value is not None:
+                params[key] = value
+        return list(self._request("GET", "/api/v1/audit", params=params))
+
+    def verify_audit(self) -> dict[str, Any]:
+        """Walk the audit log's hash chain (admin): ``intact``, else the first broken record."""
+        return dict(self._request("GET", "/api/v1/audit/verify"))
+
     def tenants(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/api/v1/tenants"))
 

@@ -1,0 +1,128 @@
+"""The ASGI middleware that leaves an audit record of every state-changing request.
+
+It sits in front of admission (``kiban.api.admission``), so a request refused there (401, 403,
+413, 503) is recorded as one answered by an endpoint is. The caller is the principal admission
+left in the request's state (none: the token was missing or not one). The record is queued for
+the audit writer as the last part of the answer is sent, and the answer does not wait for it
+(``kiban.services.audit.AuditWriter`` group-commits; the log's readers flush it first).
+Only the action's target is taken from a successful answer (the id of what it created), never
+its body: a token's secret is never read into the log.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kiban.api.deps import PRINCIPAL_STATE
+from kiban.domain.audit import AuditEntry, Operation, is_audited, operation_of, outcome_of
+from kiban.platform import Platform
+
+MAX_TARGET_BODY = 64 * 1024
+"""An answer read for its target's name is read this far at most (a job's answer is ~1 KiB)."""
+
+
+def principal_fields(principal: Any) -> tuple[str | None, str | None, str | None]:
+    """The member, role and tenant of a principal (``kiban.services.auth.Principal``), read
+    tolerantly: a principal without ``member``/``role`` has them derived from its name and
+    whether it is an admin or a job's."""
+    if principal is None:
+        return None, None, None
+    member = getattr(principal, "member", None) or getattr(principal, "name", None)
+    role = getattr(principal, "role", None)
+    if role is None:
+        if getattr(principal, "job_id", None) is not None:
+            role = "job"
+        elif getattr(principal, "is_admin", False):
+            role = "admin"
+        else:
+            role = "member"
+    return member, str(role), getattr(principal, "tenant", None)
+
+
+class AuditTrail:
+    """Records each audited request of ``app`` through ``platform.audit`` (None: auditing is
+    off, ``kiban up --no-audit``, and requests pass straight through)."""
+
+    def __init__(self, app: ASGIApp, platform: Platform) -> None:
+        self.app = app
+        self.platform = platform
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        writer = self.platform.audit
+        if (
+            writer is None
+            or scope["type"] != "http"
+            or not is_audited(scope["method"], scope.get("path", ""))
+        ):
+            await self.app(scope, receive, send)
+            return
+        operation = operation_of(scope["method"], scope["path"])
+        status: int | None = None
+        body = bytearray()
+        recorded = False
+
+        async def watched(message: Message) -> None:
+            nonlocal status, recorded
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body" and not recorded:
+                if _wants_body(operation, status) and len(body) <= MAX_TARGET_BODY:
+                    body.extend(message.get("body", b""))
+                if not message.get("more_body", False):
+                    recorded = True
+                    self._record(scope, operation, status, bytes(body))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        finally:
+            if not recorded:  # no answer, or not all of it: the server failed or the client left
+                recorded = True
+                self._record(scope, operation, status, b"")
+
+    def _record(self, scope: Scope, operation: Operation, status: int | None, body: bytes) -> None:
+        writer = self.platform.audit
+        if writer is None:
+            return
+        member, role, tenant = principal_fields(scope.get("state", {}).get(PRINCIPAL_STATE))
+        target = operation.target
+        if target is None and operation.target_key is not None and body:
+            target = _answer_key(body, operation.target_key)
+        client = scope.get("client")
+        entry = AuditEntry(
+            at=self.platform.clock.now(),
+            member=member,
+            role=role,
+            tenant=tenant,
+            source=str(client[0]) if client else None,
+            method=scope["method"],
+            path=scope["path"],
+            action=operation.action,
+            target=target[:253] if target else None,
+            status=status,
+            outcome=outcome_of(status),
+        )
+        writer.record(entry)
+
+
+def _wants_body(operation: Operation, status: int | None) -> bool:
+    return (
+        operation.target is None
+        and operation.target_key is not None
+        and status is not None
+        and 200 <= status < 300
+    )
+
+
+def _answer_key(body: bytes, key: str) -> str | None:
+    """``key`` of a JSON object answer, as text (None when it is not one, or lacks it)."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or document.get(key) is None:
+        return None
+    return str(document[key])
