@@ -291,6 +291,9 @@ class Job(Base):
     # Why a pending job is kept from the scheduler (a ``JobGate``: a dependency, its array's
     # parallelism); None: it is not (``kiban.control.gates`` lifts it).
     gate: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # Whether its forecast start (``eta``) rests on estimated run times of jobs with no
+    # maxRuntime (``kiban.domain.runtime_estimate``); None: not forecast since 0021.
+    eta_estimated: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).
@@ -555,3 +558,21 @@ class NotebookKey(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(128))
+
+
+class RuntimeObservation(Base):
+    """A job that succeeded on its first attempt and how long it ran: what run-time estimates
+    are learned from (``kiban.services.runtime_estimates``). Only the newest rows are kept."""
+
+    __tablename__ = "runtime_observations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(80))
+    tenant: Mapped[str] = mapped_column(String(63))
+    member: Mapped[str | None] = mapped_column(String(128), nullable=True)  # who submitted it
+    name: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    command: Mapped[str | None] = mapped_column(String(32), nullable=True)  # a digest
+    gpus: Mapped[int] = mapped_column(Integer)
+    queue: Mapped[str] = mapped_column(String(63))
+    runtime_s: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float] = mapped_column(Float)
