@@ -30,6 +30,7 @@ from kiban.domain.runtime_estimate import (
     command_digest,
     planned_runtime,
 )
+from kiban.domain.states import JobState
 from kiban.store.models import Job, RuntimeObservation
 
 MAX_FEATURES = 50_000
@@ -61,10 +62,7 @@ def job_features(job: Job, spec: JobSpec | None = None) -> JobFeatures:
     """What the job is known by before it runs (its command from ``spec`` or its manifest;
     None when that cannot be read)."""
     if spec is None:
-        try:
-            spec = parse_job_manifest(job.spec).spec
-        except (ValidationError, ValueError, TypeError):
-            spec = None
+        spec = _spec(job)
     gpus = job.gpus if job.gpus is not None else (spec.total_gpus if spec is not None else 0)
     return JobFeatures(
         tenant=job.tenant,
@@ -74,6 +72,13 @@ def job_features(job: Job, spec: JobSpec | None = None) -> JobFeatures:
         gpus=gpus,
         queue=job.queue,
     )
+
+
+def _spec(job: Job) -> JobSpec | None:
+    try:
+        return parse_job_manifest(job.spec).spec
+    except (ValidationError, ValueError, TypeError):
+        return None
 
 
 def record_finished(session: Session, job: Job, at: float) -> None:
@@ -174,3 +179,17 @@ class RuntimeEstimates:
     def error_summary(self) -> dict[str, float]:
         with self._lock:
             return self._estimator.error_summary()
+
+
+def estimate_for_job(
+    estimates: RuntimeEstimates, session: Session, job: Job
+) -> RuntimeEstimate | None:
+    """The estimate shown for a waiting or running job with no maxRuntime (None: it has one,
+    it has ended, or nothing like it has finished yet)."""
+    if JobState(job.state).terminal:
+        return None
+    spec = _spec(job)
+    if spec is None or spec.max_runtime is not None:
+        return None
+    estimates.refresh(session)
+    return estimates.estimate(job_features(job, spec))

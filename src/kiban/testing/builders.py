@@ -297,6 +297,7 @@ class JobBuilder:
     _preempted_by: str | None = None
     _nominated: tuple[str, ...] = ()
     _excluded: frozenset[str] = frozenset()
+    _estimated_runtime: float | None = None
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -308,6 +309,11 @@ class JobBuilder:
 
     def max_runtime(self, seconds: float) -> Self:
         self._max_runtime = seconds
+        return self
+
+    def estimated_runtime(self, seconds: float) -> Self:
+        """Its run time estimated from history (it has no maxRuntime): plans only."""
+        self._estimated_runtime = seconds
         return self
 
     def preempted_by(self, job_id: str) -> Self:
@@ -423,6 +429,7 @@ class JobBuilder:
             preempts=self._preempts,
             preempted_by=self._preempted_by,
             nominated_nodes=self._nominated,
+            estimated_runtime=self._estimated_runtime,
         )
 
 
@@ -441,6 +448,7 @@ class RunningBuilder:
     _protected_until: float = 0.0
     _preempted_by: str | None = None
     _replicas: list[tuple[str, int, Extended]] = field(default_factory=list)
+    _estimated_runtime: float | None = None
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -464,6 +472,11 @@ class RunningBuilder:
 
     def max_runtime(self, seconds: float) -> Self:
         self._max_runtime = seconds
+        return self
+
+    def estimated_runtime(self, seconds: float) -> Self:
+        """Its run time estimated from history (it has no maxRuntime): plans only."""
+        self._estimated_runtime = seconds
         return self
 
     def checkpointed(self, at: float) -> Self:
@@ -521,6 +534,7 @@ class RunningBuilder:
             last_progress_at=self._checkpoint,
             protected_until=self._protected_until,
             preempted_by=self._preempted_by,
+            estimated_runtime=self._estimated_runtime,
         )
 
 
