@@ -105,8 +105,14 @@ class RuntimeEstimates:
     """The learner and the last filed run it has learned; thread-safe (the loop and the API's
     requests share one)."""
 
-    def __init__(self, max_rows: int = MAX_ROWS, estimator: RuntimeEstimator | None = None):
+    def __init__(
+        self,
+        max_rows: int = MAX_ROWS,
+        estimator: RuntimeEstimator | None = None,
+        prune_every: int = PRUNE_EVERY,
+    ):
         self.max_rows = max_rows
+        self.prune_every = prune_every
         self._estimator = estimator or RuntimeEstimator()
         self._last_id = 0
         self._pruned_at = 0
@@ -150,7 +156,7 @@ class RuntimeEstimates:
                 self._last_id = row.id
             if rows:
                 self._memo.clear()
-            if prune and self._last_id - self._pruned_at >= PRUNE_EVERY:
+            if prune and self._last_id - self._pruned_at >= self.prune_every:
                 cut = self._last_id - self.max_rows
                 if cut > 0:
                     session.execute(delete(RuntimeObservation).where(RuntimeObservation.id <= cut))
