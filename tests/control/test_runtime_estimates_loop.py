@@ -9,6 +9,7 @@ from pathlib import Path
 from loop_support import get
 from sqlalchemy import func, select
 
+from kiban.api.routers.metrics import cluster_metrics
 from kiban.api.schemas import job_out
 from kiban.platform import Platform, build_platform
 from kiban.services.runtime_estimates import estimate_for_job
@@ -100,10 +101,13 @@ def test_what_was_learned_is_learned_back_after_a_restart(
         run_for(first, executor, clock, 500)
         run_for(first, executor, clock, 450)  # predicted 400 before: 11.1 % off
         before = first.loop.runtime_estimates.error_summary()
+        scraped = cluster_metrics(first).render().decode().splitlines()
     finally:
         first.close()
     assert before["samples"] == 1.0
     assert math.isclose(before["mdape"], 100 * 50 / 450)
+    assert f"kiban_runtime_estimate_error_percent {100 * 50 / 450!r}" in scraped
+    assert "kiban_runtime_estimate_checked 1.0" in scraped
 
     second = build_platform(home=tmp_path / "home", db_url=db_url, executor=executor, clock=clock)
     try:

@@ -32,6 +32,12 @@ class IdleJobs(Protocol):
     def idle(self) -> tuple[IdleJob, ...]: ...
 
 
+class EstimateErrors(Protocol):
+    """Where run-time estimates measure themselves (the loop's ``RuntimeEstimates``)."""
+
+    def error_summary(self) -> dict[str, float]: ...
+
+
 class ClusterMetrics:
     """Every control-plane metric, read from the store at each scrape."""
 
@@ -42,12 +48,14 @@ class ClusterMetrics:
         clock: Clock,
         cycles: Histogram | None = None,
         idle: IdleJobs | None = None,
+        estimates: EstimateErrors | None = None,
     ) -> None:
         self.sessions = sessions
         self.policy = policy
         self.clock = clock
         self.cycles = cycles
         self.idle = idle
+        self.estimates = estimates
 
     def render(self) -> bytes:
         """A scrape: the text Prometheus reads."""
@@ -58,6 +66,23 @@ class ClusterMetrics:
         )
         if self.cycles is not None:
             found.extend(self.cycles.collect())
+        if self.estimates is not None:
+            summary = self.estimates.error_summary()
+            found.append(
+                _single(
+                    "kiban_runtime_estimate_error_percent",
+                    "Median absolute percentage error of run-time estimates, each made before "
+                    "the job's true run time was known (NaN until one is checked).",
+                    summary["mdape"],
+                )
+            )
+            found.append(
+                _single(
+                    "kiban_runtime_estimate_checked",
+                    "Run-time estimates checked against the true run time (the error's sample).",
+                    summary["samples"],
+                )
+            )
         return render(found)
 
 

@@ -28,6 +28,7 @@ def cluster_metrics(platform: Platform) -> ClusterMetrics:
         platform.clock,
         cycles=platform.loop.cycle_seconds,
         idle=platform.loop.idle_gpus,
+        estimates=platform.loop.runtime_estimates,
     )
 
 
