@@ -66,6 +66,7 @@ def default_running(
         flavor_gpus={admit.flavor: sum(len(r.gpu_ids) for r in replicas)},
         max_runtime=job.max_runtime,
         tasks=job.tasks,
+        estimated_runtime=job.estimated_runtime,  # its end plans backfill as in the live loop
     )
 
 
