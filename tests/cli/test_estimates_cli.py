@@ -52,7 +52,7 @@ def test_describe_shows_the_estimated_run_time_and_the_estimated_start(
         "(no maxRuntime: it plans, it never stops the job)"
     ) in described
     lines = fields(kiban("describe", waiting).out)
-    assert lines["Starts"].startswith("in 10m (about ")
+    assert lines["Starts"].startswith("in ~10m (about ")
     assert lines["Starts"].endswith("; forecast on estimated run times)")
 
     document = json.loads(kiban("describe", current, "-o", "json").out)
@@ -63,6 +63,8 @@ def test_describe_shows_the_estimated_run_time_and_the_estimated_start(
         "confidence": 0.45,  # 0.9 * 2/3 / (1 + 5/15)
     }
     assert json.loads(kiban("describe", waiting, "-o", "json").out)["etaEstimated"] is True
+    listed = {line.split()[0]: line for line in kiban("ls").out.splitlines()[1:]}
+    assert listed[waiting].rstrip().endswith("in ~10m")
 
 
 def test_describe_of_a_job_with_a_max_runtime_shows_no_estimate(

@@ -145,15 +145,17 @@ def rough_duration(seconds: float) -> str:
 
 
 def eta(job: dict[str, Any], now: float | None = None) -> str:
-    """When a waiting job should start, relative to now: ``in 12m``; ``-`` when there is no
-    forecast; ``now`` when the forecast time has come; nothing for a job that is not waiting."""
+    """When a waiting job should start, relative to now: ``in 12m`` (``in ~12m`` when the
+    forecast rests on estimated run times); ``-`` when there is no forecast; ``now`` when the
+    forecast time has come; nothing for a job that is not waiting."""
     if job.get("state") != "Pending":
         return ""
     start = job.get("eta")
     if start is None:
         return "-"
     ahead = start - (current_time() if now is None else now)
-    return "now" if ahead < 1 else f"in {rough_duration(ahead)}"
+    about = "~" if job.get("etaEstimated") else ""
+    return "now" if ahead < 1 else f"in {about}{rough_duration(ahead)}"
 
 
 def aligned(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Text:
