@@ -84,6 +84,8 @@ def test_ls_shows_reason_and_eta_of_waiting_jobs_only(kiban: Run, jobs: Jobs) ->
         ({"state": "Pending", "eta": 100.0 + 12 * 60 + 20}, 100.0, "in 12m"),
         ({"state": "Pending", "eta": 100.0 + 3 * HOUR + 300}, 100.0, "in 3h05m"),
         ({"state": "Pending", "eta": 100.0 + 50 * HOUR}, 100.0, "in 2d02h"),
+        ({"state": "Pending", "eta": 145.0, "etaEstimated": True}, 100.0, "in ~45s"),
+        ({"state": "Pending", "eta": 145.0, "etaEstimated": False}, 100.0, "in 45s"),
     ],
 )
 def test_eta_cell(job: dict[str, object], now: float, shown: str) -> None:

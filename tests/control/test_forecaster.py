@@ -37,11 +37,13 @@ def test_with_a_worker_the_newest_snapshot_is_forecast(monkeypatch: pytest.Monke
     seen: list[float] = []
     real = forecaster_module.forecast
 
-    def slow(snap: Snapshot, policy: Policy, max_cycles: int) -> dict[str, float | None]:
+    def slow(
+        snap: Snapshot, policy: Policy, max_cycles: int, estimated: set[str]
+    ) -> dict[str, float | None]:
         seen.append(snap.running[0].max_runtime or 0)
         started.set()
         release.wait(10)
-        return real(snap, policy, max_cycles=max_cycles)
+        return real(snap, policy, max_cycles=max_cycles, estimated=estimated)
 
     monkeypatch.setattr(forecaster_module, "forecast", slow)
     f = Forecaster()
@@ -63,12 +65,14 @@ def test_a_failed_forecast_does_not_stop_the_next(monkeypatch: pytest.MonkeyPatc
     real = forecaster_module.forecast
     calls = 0
 
-    def flaky(snap: Snapshot, policy: Policy, max_cycles: int) -> dict[str, float | None]:
+    def flaky(
+        snap: Snapshot, policy: Policy, max_cycles: int, estimated: set[str]
+    ) -> dict[str, float | None]:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise RuntimeError("boom")
-        return real(snap, policy, max_cycles=max_cycles)
+        return real(snap, policy, max_cycles=max_cycles, estimated=estimated)
 
     monkeypatch.setattr(forecaster_module, "forecast", flaky)
     f = Forecaster()

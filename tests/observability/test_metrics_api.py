@@ -59,6 +59,8 @@ CONTROL_PLANE_FAMILIES = {
     "kiban_tenant_fair_share",
     "kiban_scheduling_cycle_seconds",
     "kiban_forecast_horizon_seconds",
+    "kiban_runtime_estimate_error_percent",
+    "kiban_runtime_estimate_checked",
     "kiban_node_gpus",
     "kiban_node_gpus_allocated",
     "kiban_node_schedulable",

@@ -10,6 +10,7 @@ from pydantic.alias_generators import to_camel
 
 from kiban.domain.declarations import DEFAULT_TENANT
 from kiban.domain.jobspec import DNS_LABEL
+from kiban.domain.runtime_estimate import RuntimeEstimate
 from kiban.domain.states import JobState, ReplicaState
 from kiban.health.conditions import CheckType, ConditionStatus
 from kiban.scheduler.reasons import awaiting_pass
@@ -78,6 +79,16 @@ class ReplicaOut(ApiModel):
     """While it runs, what it waits for as its executor tells (its image being pulled)."""
 
 
+class RuntimeEstimateOut(ApiModel):
+    """An estimated run time: seconds, the history it came from (``user+name (12 runs)``), how
+    many runs that is, and how far to trust it (0..1). It plans; it never stops a job."""
+
+    seconds: float
+    basis: str
+    samples: int
+    confidence: float
+
+
 class JobOut(ApiModel):
     """A job. While it waits: its reason, its places in its queue and in the cluster (1 = next),
     and ``eta``, its forecast start (UNIX seconds; None when the forecast has none). ``standing``
@@ -113,6 +124,11 @@ class JobOut(ApiModel):
     array_id: str | None = None
     """The array it is an index of (``kiban.services.job_arrays``), and which index."""
     array_index: int | None = None
+    estimated_runtime: RuntimeEstimateOut | None = None
+    """For a waiting or running job with no maxRuntime: its run time estimated from finished
+    jobs like it (``kiban.domain.runtime_estimate``); only in the one-job document."""
+    eta_estimated: bool = False
+    """``eta`` rests on estimated run times of jobs with no maxRuntime, not only maxRuntimes."""
 
 
 class EventOut(ApiModel):
@@ -308,6 +324,7 @@ def job_out(
     replicas: list[Replica] | None = None,
     with_spec: bool = False,
     standing: float | None = None,
+    estimate: RuntimeEstimate | None = None,
 ) -> JobOut:
     """The job as the API shows it; forecasts and positions only while it is pending (the
     store keeps the last ones after it starts)."""
@@ -351,6 +368,15 @@ def job_out(
         replicas=None if replicas is None else [replica_out(r) for r in replicas],
         array_id=job.array_id,
         array_index=job.array_index,
+        estimated_runtime=None
+        if estimate is None
+        else RuntimeEstimateOut(
+            seconds=estimate.seconds,
+            basis=estimate.basis,
+            samples=estimate.samples,
+            confidence=estimate.confidence,
+        ),
+        eta_estimated=bool(waiting and job.eta is not None and job.eta_estimated),
     )
 
 

@@ -145,15 +145,17 @@ def rough_duration(seconds: float) -> str:
 
 
 def eta(job: dict[str, Any], now: float | None = None) -> str:
-    """When a waiting job should start, relative to now: ``in 12m``; ``-`` when there is no
-    forecast; ``now`` when the forecast time has come; nothing for a job that is not waiting."""
+    """When a waiting job should start, relative to now: ``in 12m`` (``in ~12m`` when the
+    forecast rests on estimated run times); ``-`` when there is no forecast; ``now`` when the
+    forecast time has come; nothing for a job that is not waiting."""
     if job.get("state") != "Pending":
         return ""
     start = job.get("eta")
     if start is None:
         return "-"
     ahead = start - (current_time() if now is None else now)
-    return "now" if ahead < 1 else f"in {rough_duration(ahead)}"
+    about = "~" if job.get("etaEstimated") else ""
+    return "now" if ahead < 1 else f"in {about}{rough_duration(ahead)}"
 
 
 def aligned(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Text:
@@ -430,6 +432,15 @@ def nodes_table(nodes: list[dict[str, Any]], wide: bool = False) -> Table:
     return table
 
 
+def estimated_runtime(estimate: dict[str, Any]) -> str:
+    """``describe``'s line on a run time estimated from history (a job with no maxRuntime)."""
+    return (
+        f"about {rough_duration(float(estimate['seconds']))}, estimated from "
+        f"{estimate['basis']}, confidence {float(estimate['confidence']):.0%} "
+        "(no maxRuntime: it plans, it never stops the job)"
+    )
+
+
 def waiting_lines(job: dict[str, Any], now: float | None = None) -> list[tuple[str, str]]:
     """``describe``'s lines on positions, forecast start, fair share, preemption, checkpoint."""
     lines: list[tuple[str, str]] = []
@@ -444,10 +455,18 @@ def waiting_lines(job: dict[str, Any], now: float | None = None) -> list[tuple[s
             lines.append(("Position", ", ".join(places)))
         if job.get("eta") is None:
             lines.append(
-                ("Starts", "no estimate (a job it waits for has no maxRuntime, or none yet)")
+                (
+                    "Starts",
+                    "no estimate (a job it waits for has neither a maxRuntime nor run-time "
+                    "history, or none yet)",
+                )
             )
         else:
-            lines.append(("Starts", f"{eta(job, now)} (about {when(job['eta'])}; forecast)"))
+            basis = "forecast on estimated run times" if job.get("etaEstimated") else "forecast"
+            lines.append(("Starts", f"{eta(job, now)} (about {when(job['eta'])}; {basis})"))
+    estimate = job.get("estimatedRuntime")
+    if estimate is not None:
+        lines.append(("Run time", estimated_runtime(estimate)))
     if job.get("standing") is not None:
         lines.append(
             (

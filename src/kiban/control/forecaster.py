@@ -6,6 +6,11 @@ jobs takes seconds. The loop hands each pass's snapshot over (the snapshot is im
 is safe to share) and records whatever estimates are newest; a snapshot handed over while one
 is being forecast replaces any older one still waiting. Without ``start`` (tests driving single
 passes) the forecast runs at once, in the caller's thread.
+
+Running jobs with no maxRuntime end, in the forecast, when their run time estimated from
+history does (``kiban.services.runtime_estimates``), so a job waiting behind one still gets a
+start time; such starts are marked estimated (``estimated``), and ``EstimatedMarks`` records
+the mark on each job, for the API and ``kiban describe``.
 """
 
 from __future__ import annotations
@@ -13,9 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
 from kiban.scheduler.forward import forecast
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.snapshot import Snapshot
+from kiban.store.models import Job
 
 log = logging.getLogger("kiban.control")
 
@@ -29,6 +38,7 @@ class Forecaster:
     def __init__(self, max_cycles: int = FORECAST_CYCLES) -> None:
         self.max_cycles = max_cycles
         self._estimates: dict[str, float | None] = {}
+        self._estimated: frozenset[str] = frozenset()
         self._next: tuple[Snapshot, Policy] | None = None
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -38,10 +48,19 @@ class Forecaster:
         """Job id to estimated start (None: none within the forecast's horizon)."""
         return self._estimates
 
+    def estimated(self) -> frozenset[str]:
+        """Jobs whose estimated start rests on estimated run times (not only maxRuntimes)."""
+        return self._estimated
+
+    def _forecast(self, snapshot: Snapshot, policy: Policy) -> None:
+        estimated: set[str] = set()
+        starts = forecast(snapshot, policy, max_cycles=self.max_cycles, estimated=estimated)
+        self._estimates, self._estimated = starts, frozenset(estimated)
+
     def submit(self, snapshot: Snapshot, policy: Policy) -> None:
         """Forecast from this snapshot: now without a worker, else as soon as it is free."""
         if self._thread is None:
-            self._estimates = forecast(snapshot, policy, max_cycles=self.max_cycles)
+            self._forecast(snapshot, policy)
             return
         with self._ready:
             self._next = (snapshot, policy)
@@ -69,6 +88,33 @@ class Forecaster:
                     return
                 (snapshot, policy), self._next = self._next, None
             try:
-                self._estimates = forecast(snapshot, policy, max_cycles=self.max_cycles)
+                self._forecast(snapshot, policy)
             except Exception:  # an estimate is advice: a failure must not stop the next one
                 log.exception("start-time forecast failed")
+
+
+class EstimatedMarks:
+    """Writes ``Job.eta_estimated`` where it changed: set on jobs whose forecast start became
+    estimated, cleared on those whose no longer is (read back from the store at first)."""
+
+    def __init__(self) -> None:
+        self._marked: set[str] | None = None
+
+    def write(self, sessions: sessionmaker[Session], estimated: frozenset[str]) -> None:
+        with sessions() as session:
+            if self._marked is None:
+                query = select(Job.id).where(Job.eta_estimated.is_(True))
+                self._marked = set(session.scalars(query))
+            marked = self._marked
+            added, removed = estimated - marked, marked - estimated
+            if not added and not removed:
+                return
+            for ids, value in ((added, True), (removed, False)):
+                listed = sorted(ids)
+                for start in range(0, len(listed), 500):
+                    chunk = listed[start : start + 500]
+                    session.execute(
+                        update(Job).where(Job.id.in_(chunk)).values(eta_estimated=value)
+                    )
+            session.commit()
+            self._marked = set(estimated)

@@ -29,7 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
-from kiban.control.forecaster import Forecaster
+from kiban.control.forecaster import EstimatedMarks, Forecaster
 from kiban.control.gates import Gates
 from kiban.control.launcher import Launcher
 from kiban.control.loop_settings import LoopSettings
@@ -59,6 +59,7 @@ from kiban.services.health_pass import HealthPass
 from kiban.services.member_usage import accrue_member_usage
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import PolicyCache
+from kiban.services.runtime_estimates import RuntimeEstimates
 from kiban.services.transitions import transition
 from kiban.services.usage import accrue_usage
 from kiban.store.models import Job, Node, Replica
@@ -122,6 +123,8 @@ class ControlLoop:
         self.policies = PolicyCache()
         self._last_forecast = float("-inf")
         self.forecaster = Forecaster()
+        self.runtime_estimates = RuntimeEstimates()  # learned from finished runs; the API's too
+        self.eta_marks = EstimatedMarks()
         self._last_node_sync = float("-inf")
         self._last_nodes: list[NodeInfo] | None = None
         self.on_nodes_changed: Callable[[], None] | None = None  # after the new nodes are stored
@@ -320,6 +323,7 @@ class ControlLoop:
                     self.node_views,
                     node_constraints=Capability.CONTAINERS in self.executor.capabilities,
                     pending_views=self.pending_views,
+                    estimates=self.runtime_estimates,
                 )
         except BaseException:
             self.window_ends.forget()
@@ -345,6 +349,7 @@ class ControlLoop:
         self._refresh_forecast(snapshot, now)
         more = decisions.more or (bool(decisions.admitted) and self._window_full(snapshot))
         etas = self.forecaster.estimates()
+        self.eta_marks.write(self.sessions, self.forecaster.estimated())
         changed = [
             w
             for w in decisions.waiting

@@ -33,6 +33,7 @@ from kiban.scheduler.snapshot import (
 )
 from kiban.services.member_usage import member_standings
 from kiban.services.quota_ledger import queue_view
+from kiban.services.runtime_estimates import RuntimeEstimates, spec_features
 from kiban.services.usage import standings
 from kiban.store.models import Job, Node, Queue, Replica
 
@@ -169,16 +170,21 @@ def build_snapshot(
     views: NodeViews | None = None,
     node_constraints: bool = False,
     pending_views: PendingViews | None = None,
+    estimates: RuntimeEstimates | None = None,
 ) -> Snapshot:
     """Nodes with what is free on them, queues with what they use, running and pending jobs.
 
     Only the first ``window`` pending jobs of each queue are in the snapshot; the others have no
     recorded reason, and readers say they wait in the queue's backlog (``awaiting_pass``).
+    With ``estimates`` (brought up to date first), jobs with no maxRuntime carry their
+    estimated run time, for backfill and forecasts.
     """
     policy = policy or ClusterPolicy()
+    if estimates is not None:
+        estimates.refresh(session, prune=True)
     node_rows = list(session.scalars(select(Node).order_by(Node.name)))
     flavor_of = {row.name: policy.flavor_of(row.labels or {}) for row in node_rows}
-    running = _running_jobs(session, specs, policy, flavor_of, now)
+    running = _running_jobs(session, specs, policy, flavor_of, now, estimates)
 
     used_gpus: dict[str, set[int]] = {}
     used_cpu: dict[str, int] = {}
@@ -256,6 +262,7 @@ def build_snapshot(
         node_constraints,
         pending_views or PendingViews(),
         now,
+        estimates,
     )
     members, member_weights = member_standings(session, now, policy)
     return Snapshot(
@@ -282,6 +289,7 @@ def _running_jobs(
     policy: ClusterPolicy,
     flavor_of: dict[str, str | None],
     now: float,
+    estimates: RuntimeEstimates | None = None,
 ) -> tuple[RunningJob, ...]:
     replicas: dict[str, list[RunningReplica]] = {}
     tasks: dict[str, list[str]] = {}  # job -> each replica's task, in the same order
@@ -316,6 +324,7 @@ def _running_jobs(
             Job.stop_intent,
             Job.preempted_by,
             Job.last_checkpoint_at,
+            Job.name,
             Job.submitted_by,
         ).where(Job.state.in_(_HOLDING))
     ).all()
@@ -352,9 +361,30 @@ def _running_jobs(
                 preempted_by=row.preempted_by if stopping else None,
                 stopping=stopping,
                 member=row.submitted_by,
+                estimated_runtime=estimated_runtime(estimates, row, spec, started, now),
             )
         )
     return tuple(result)
+
+
+def estimated_runtime(
+    estimates: RuntimeEstimates | None,
+    row: Any,  # a jobs row with its id, tenant, queue, name and submitted_by
+    spec: JobSpec,
+    started_at: float | None,
+    now: float,
+) -> float | None:
+    """The run time to plan with for a job with no maxRuntime (None: it has one, or there is
+    no estimate); a running job's grows once it nears or passes its estimate."""
+    if estimates is None or spec.max_runtime is not None:
+        return None
+    features = estimates.features_of(
+        row.id,
+        lambda: spec_features(
+            tenant=row.tenant, user=row.submitted_by, name=row.name, queue=row.queue, spec=spec
+        ),
+    )
+    return estimates.planned_runtime(features, started_at, now)
 
 
 def _with_extended(
@@ -391,6 +421,7 @@ def _pending_jobs(
     node_constraints: bool,
     views: PendingViews,
     now: float,
+    estimates: RuntimeEstimates | None = None,
 ) -> tuple[PendingJob, ...]:
     # The first ``window`` pending jobs of each queue, in the core's order (priority, then
     # submit time), read through the partial index on pending jobs: a pass costs the same with
@@ -409,6 +440,7 @@ def _pending_jobs(
         Job.eta,
         Job.nominated_nodes,
         Job.excluded_nodes,
+        Job.name,
         Job.submitted_by,
     )
     rows: list[Row[Any]] = []
@@ -435,6 +467,8 @@ def _pending_jobs(
             else ()
         )
         excluded = active_exclusions(row.excluded_nodes, now)
+        spec = specs.get_by_id(row.id, dict)
+        estimated = estimated_runtime(estimates, row, spec, None, now)
         key = (
             row.queue,
             row.priority,
@@ -444,14 +478,14 @@ def _pending_jobs(
             nominated,
             excluded,
             row.submitted_by,
+            estimated,
         )
         view = views.get(row.id, key)
         if view is None:
-            spec = specs.get_by_id(row.id, dict)
             view = views.put(
                 row.id,
                 key,
-                _pending_job(row, spec, policy, nominated, node_constraints, excluded),
+                _pending_job(row, spec, policy, nominated, node_constraints, excluded, estimated),
             )
         pending.append(view)
         if recorded is not None:
@@ -474,6 +508,7 @@ def _pending_job(
     nominated: tuple[str, ...],
     node_constraints: bool,
     excluded: frozenset[str] = frozenset(),
+    estimated: float | None = None,
 ) -> PendingJob:
     """The core's view of a pending job from its row and spec; the nodes it must keep off
     (``excluded``) join each task's node constraint, which every part of the core honours."""
@@ -495,4 +530,5 @@ def _pending_job(
         preempted_by=row.preempted_by,
         nominated_nodes=nominated,
         member=row.submitted_by,
+        estimated_runtime=estimated,
     )

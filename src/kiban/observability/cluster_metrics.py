@@ -38,6 +38,12 @@ class BudgetFamily(Protocol):
     def family(self) -> Family: ...
 
 
+class EstimateErrors(Protocol):
+    """Where run-time estimates measure themselves (the loop's ``RuntimeEstimates``)."""
+
+    def error_summary(self) -> dict[str, float]: ...
+
+
 class ClusterMetrics:
     """Every control-plane metric, read from the store at each scrape."""
 
@@ -49,6 +55,7 @@ class ClusterMetrics:
         cycles: Histogram | None = None,
         idle: IdleJobs | None = None,
         budgets: BudgetFamily | None = None,
+        estimates: EstimateErrors | None = None,
     ) -> None:
         self.sessions = sessions
         self.policy = policy
@@ -56,6 +63,7 @@ class ClusterMetrics:
         self.cycles = cycles
         self.idle = idle
         self.budgets = budgets
+        self.estimates = estimates
 
     def render(self) -> bytes:
         """A scrape: the text Prometheus reads."""
@@ -68,6 +76,23 @@ class ClusterMetrics:
             found.extend(self.cycles.collect())
         if self.budgets is not None:
             found.append(self.budgets.family())
+        if self.estimates is not None:
+            summary = self.estimates.error_summary()
+            found.append(
+                _single(
+                    "kiban_runtime_estimate_error_percent",
+                    "Median absolute percentage error of run-time estimates, each made before "
+                    "the job's true run time was known (NaN until one is checked).",
+                    summary["mdape"],
+                )
+            )
+            found.append(
+                _single(
+                    "kiban_runtime_estimate_checked",
+                    "Run-time estimates checked against the true run time (the error's sample).",
+                    summary["samples"],
+                )
+            )
         return render(found)
 
 

@@ -5,7 +5,8 @@ the running jobs' ``maxRuntime`` frees enough of its flavor for it: the gang is 
 what-if, on the capacity as it will be then. Later jobs in the cycle may use the reserved
 nodes only if they end before the reservation starts (EASY backfill, Lifka 1995; Slurm's
 backfill scheduler works the same way), so big gangs do not starve behind a stream of small
-jobs. Running jobs with no ``maxRuntime`` never end in this what-if.
+jobs. Running jobs with no ``maxRuntime`` end when their estimated run time does (from
+history, ``kiban.domain.runtime_estimate``), and never when they have no estimate either.
 """
 
 from __future__ import annotations
@@ -62,4 +63,11 @@ def may_backfill(cycle: Cycle, job: PendingJob, flavor: str) -> bool:
     first = cycle.first_reservation(flavor, job.id)
     if first is None:
         return True
-    return job.max_runtime is not None and cycle.snapshot.now + job.max_runtime <= first.at
+    runtime = planned_runtime(job)
+    return runtime is not None and cycle.snapshot.now + runtime <= first.at
+
+
+def planned_runtime(job: PendingJob) -> float | None:
+    """How long the job is planned to run: its maxRuntime, else its run time estimated from
+    history (an estimate plans a backfill; it never limits the job). None: neither known."""
+    return job.max_runtime if job.max_runtime is not None else job.estimated_runtime

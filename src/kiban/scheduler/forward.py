@@ -4,8 +4,9 @@
 return to their queues at once) and ``forecast`` repeats cycle, then jump to the next time a
 running job reaches its ``maxRuntime``, until every pending job has started or nothing more
 can happen (Slurm's ``squeue --start`` does the same over its job time limits). The forecast
-assumes no new submissions, no preemption and that every job runs its whole maxRuntime; a job
-behind one with no maxRuntime gets no estimate.
+assumes no new submissions, no preemption and that every job runs its whole maxRuntime, or
+when it has none its estimated run time (``estimated_runtime``; the starts that come after such
+an end are marked estimated); a job behind one with neither gets no estimate.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def forecast(
     horizon_s: float = 30 * 86400,
     max_cycles: int = 200,
     resolution: float = FORECAST_RESOLUTION,
+    estimated: set[str] | None = None,
 ) -> dict[str, float | None]:
     """Estimated start time per pending job (None: none within the horizon or the cycles),
     from the core run forward over the running jobs' maxRuntimes.
@@ -77,17 +79,21 @@ def forecast(
     Jobs ending close together finish in one step, at the last of their ends: within
     ``resolution`` of the time ahead (2 %: a minute on a start 50 minutes away), so a long
     queue needs far fewer cycles, and an estimate is never earlier than the capacity it waits
-    for is free."""
+    for is free. ``estimated`` (when given) receives the jobs whose start comes at or after
+    the first end taken from an estimated run time rather than a maxRuntime."""
     what_if = replace(policy, preemption=False)
     starts: dict[str, float | None] = {j.id: None for j in snapshot.pending}
     state = snapshot
     cycles = 0
     cache = CapacityCache()
+    guessed_from = float("inf")  # the first end that came from an estimated run time
     while state.pending and cycles < max_cycles:
         decisions = schedule(state, what_if, cache)
         cycles += 1
         for admit in decisions.admitted:
             starts[admit.job_id] = state.now
+            if estimated is not None and state.now >= guessed_from:
+                estimated.add(admit.job_id)
         state = advance(state, decisions)
         if decisions.more:
             continue  # the cycle stopped at its budget: the next one runs at the same time
@@ -101,7 +107,10 @@ def forecast(
         window = at + max(1.0, resolution * (at - snapshot.now))
         batch = [e for e in ends if e <= window]
         at = max(batch)
-        ended = {r.id for r in state.running if r.expected_end is not None and r.expected_end <= at}
+        ending = [r for r in state.running if r.expected_end is not None and r.expected_end <= at]
+        if any(r.end_estimated for r in ending):
+            guessed_from = min(guessed_from, at)
+        ended = {r.id for r in ending}
         state = finish(state, ended, at)
     return starts
 
@@ -125,6 +134,7 @@ def _as_running(job: PendingJob, admit: Admit, snapshot: Snapshot, protect_s: fl
         protected_until=snapshot.now + protect_s,
         attained_service=job.attained_service,
         tasks=job.tasks,
+        estimated_runtime=job.estimated_runtime,
     )
 
 
@@ -146,6 +156,7 @@ def as_pending(job: RunningJob, preempted_by: str) -> PendingJob:
         max_runtime=job.max_runtime,
         preempted_by=preempted_by,
         attained_service=job.attained_service,
+        estimated_runtime=job.estimated_runtime,
     )
 
 

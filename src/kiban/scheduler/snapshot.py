@@ -193,6 +193,7 @@ class PendingJob:
     nominated_nodes: tuple[str, ...] = ()  # freed for it by its preemptions: others keep off
     attained_service: float = 0.0  # GPU-seconds it ran before (least-attained-service orders)
     member: str | None = None  # who in its tenant submitted it (fair share's second level)
+    estimated_runtime: float | None = None  # from history when it has no maxRuntime: plans only
 
     @property
     def total_replicas(self) -> int:
@@ -256,6 +257,7 @@ class RunningJob:
     tasks: tuple[TaskDemand, ...] = ()  # as it asked when admitted (empty: not known)
     flavor_extended: Mapping[str, Extended] = field(default_factory=_no_holdings)  # per flavor
     member: str | None = None  # who in its tenant submitted it (fair share's second level)
+    estimated_runtime: float | None = None  # from history when it has no maxRuntime: plans only
 
     @property
     def gpus(self) -> int:
@@ -263,8 +265,16 @@ class RunningJob:
 
     @property
     def expected_end(self) -> float | None:
-        """When ``maxRuntime`` ends it at the latest (None: no limit known)."""
-        return None if self.max_runtime is None else self.started_at + self.max_runtime
+        """When ``maxRuntime`` ends it at the latest, else when its estimated run time ends it
+        (None: neither known). Only plans (backfill, forecasts) read it; nothing stops a job
+        at an estimated end."""
+        runtime = self.max_runtime if self.max_runtime is not None else self.estimated_runtime
+        return None if runtime is None else self.started_at + runtime
+
+    @property
+    def end_estimated(self) -> bool:
+        """Whether ``expected_end`` comes from an estimate, not a maxRuntime."""
+        return self.max_runtime is None and self.estimated_runtime is not None
 
 
 @dataclass(frozen=True, slots=True)

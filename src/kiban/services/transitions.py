@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 from kiban.domain.states import ALLOWED, JobState
 from kiban.services import events
 from kiban.services.auth import revoke_job_tokens
+from kiban.services.runtime_estimates import record_finished
 from kiban.store.models import Job
 
 
@@ -40,6 +41,8 @@ def transition(
         job.finished_at = at
         job.queue_position = None
         revoke_job_tokens(session, job.id)  # its replicas' token ends with it
+        if to is JobState.SUCCEEDED:
+            record_finished(session, job, at)  # what run-time estimates learn from
     if to is not JobState.PENDING:
         job.reason_code = job.reason_message = None
         job.reason_details = None

@@ -67,6 +67,7 @@ def default_running(
         max_runtime=job.max_runtime,
         tasks=job.tasks,
         member=job.member,
+        estimated_runtime=job.estimated_runtime,  # its end plans backfill as in the live loop
     )
 
 

@@ -307,6 +307,9 @@ class Job(Base):
     # Why a pending job is kept from the scheduler (a ``JobGate``: a dependency, its array's
     # parallelism); None: it is not (``kiban.control.gates`` lifts it).
     gate: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # Whether its forecast start (``eta``) rests on estimated run times of jobs with no
+    # maxRuntime (``kiban.domain.runtime_estimate``); None: not forecast since 0021.
+    eta_estimated: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
     __table_args__ = (
         # Jobs of some states, newest first (listings; the loop's running jobs by the prefix).
@@ -601,6 +604,8 @@ class BudgetMark(Base):
     period_start: Mapped[float] = mapped_column(Float, primary_key=True)
     mark: Mapped[str] = mapped_column(String(16), primary_key=True)
     at: Mapped[float] = mapped_column(Float)
+
+
 class AuditRecord(Base):
     """One audited request (``kiban.domain.audit``), chained to the one before it by
     ``prev_hash``; append-only (triggers refuse an UPDATE or a DELETE). ``seq`` is its place in
@@ -638,3 +643,21 @@ class AuditChainHead(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     seq: Mapped[int] = mapped_column(BigInteger)
     hash: Mapped[str] = mapped_column(String(64))
+
+
+class RuntimeObservation(Base):
+    """A job that succeeded on its first attempt and how long it ran: what run-time estimates
+    are learned from (``kiban.services.runtime_estimates``). Only the newest rows are kept."""
+
+    __tablename__ = "runtime_observations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(80))
+    tenant: Mapped[str] = mapped_column(String(63))
+    member: Mapped[str | None] = mapped_column(String(128), nullable=True)  # who submitted it
+    name: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    command: Mapped[str | None] = mapped_column(String(32), nullable=True)  # a digest
+    gpus: Mapped[int] = mapped_column(Integer)
+    queue: Mapped[str] = mapped_column(String(63))
+    runtime_s: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float] = mapped_column(Float)

@@ -304,6 +304,8 @@ class JobBuilder:
         self._member = name
         return self
 
+    _estimated_runtime: float | None = None
+
     def queue(self, name: str) -> Self:
         self._queue = name
         return self
@@ -314,6 +316,11 @@ class JobBuilder:
 
     def max_runtime(self, seconds: float) -> Self:
         self._max_runtime = seconds
+        return self
+
+    def estimated_runtime(self, seconds: float) -> Self:
+        """Its run time estimated from history (it has no maxRuntime): plans only."""
+        self._estimated_runtime = seconds
         return self
 
     def preempted_by(self, job_id: str) -> Self:
@@ -430,6 +437,7 @@ class JobBuilder:
             preempted_by=self._preempted_by,
             nominated_nodes=self._nominated,
             member=self._member,
+            estimated_runtime=self._estimated_runtime,
         )
 
 
@@ -455,6 +463,8 @@ class RunningBuilder:
         self._member = name
         return self
 
+    _estimated_runtime: float | None = None
+
     def queue(self, name: str) -> Self:
         self._queue = name
         return self
@@ -477,6 +487,11 @@ class RunningBuilder:
 
     def max_runtime(self, seconds: float) -> Self:
         self._max_runtime = seconds
+        return self
+
+    def estimated_runtime(self, seconds: float) -> Self:
+        """Its run time estimated from history (it has no maxRuntime): plans only."""
+        self._estimated_runtime = seconds
         return self
 
     def checkpointed(self, at: float) -> Self:
@@ -535,6 +550,7 @@ class RunningBuilder:
             protected_until=self._protected_until,
             preempted_by=self._preempted_by,
             member=self._member,
+            estimated_runtime=self._estimated_runtime,
         )
 
 

@@ -18,7 +18,16 @@ from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.states import JobState
 from kiban.platform import Platform
 from kiban.scheduler.reasons import ReasonCode
-from kiban.services import events, job_arrays, job_intake, job_listing, jobs, logs, queue_status
+from kiban.services import (
+    events,
+    job_arrays,
+    job_intake,
+    job_listing,
+    jobs,
+    logs,
+    queue_status,
+    runtime_estimates,
+)
 from kiban.services.auth import JOBS_PATH
 from kiban.services.errors import invalid
 from kiban.services.job_intake import SubmissionBody, SubmissionContext
@@ -170,7 +179,10 @@ def get_job(
 ) -> JobOut:
     job = jobs.get_visible(session, principal, job_id)
     standing = _standings(platform, session).get(job.tenant)
-    return job_out(job, jobs.replicas_of(session, job), with_spec=True, standing=standing)
+    estimate = runtime_estimates.estimate_for_job(platform.loop.runtime_estimates, session, job)
+    return job_out(
+        job, jobs.replicas_of(session, job), with_spec=True, standing=standing, estimate=estimate
+    )
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=responses.CHANGE_ONE)

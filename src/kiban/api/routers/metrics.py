@@ -29,6 +29,7 @@ def cluster_metrics(platform: Platform) -> ClusterMetrics:
         cycles=platform.loop.cycle_seconds,
         idle=platform.loop.idle_gpus,
         budgets=None if platform.loop.gates.budgets is None else platform.loop.gates.budgets.ratios,
+        estimates=platform.loop.runtime_estimates,
     )
 
 
