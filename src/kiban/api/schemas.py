@@ -288,12 +288,17 @@ class TokenIn(ApiModel):
         Field(json_schema_extra={"minLength": 1, "maxLength": 128, "pattern": r"\S"}),
         WithJsonSchema({"type": "string", "format": "printable"}),
     ]
+    role: str = "member"  # admin, tenant-admin, member or viewer
+    expires: str | float | None = None  # a duration from now (30d, 12h) or seconds; None: never
 
 
 class TokenOut(ApiModel):
     name: str
     tenant: str
     token: str
+    id: int | None = None
+    role: str = "member"
+    expires_at: float | None = None
 
 
 class WhoAmI(ApiModel):
@@ -301,6 +306,8 @@ class WhoAmI(ApiModel):
     tenant: str | None
     is_admin: bool
     job_id: str | None = None  # a job's own token: that job
+    role: str = "member"
+    member: str | None = None  # the token's named member
 
 
 def job_out(
