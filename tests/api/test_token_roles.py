@@ -82,7 +82,7 @@ def test_a_tenant_admin_makes_member_and_viewer_tokens_of_their_tenant_only(worl
         for role in ("tenant-admin", "admin"):
             body = {"name": "eve", "role": role}
             error = error_of(tina.post("/api/v1/tenants/vision/tokens", json=body), 403)
-            assert f"a {role} token needs an admin" in error["message"]
+            assert f"a token with the {role} role needs an admin" in error["message"]
         error = error_of(tina.post("/api/v1/tenants/speech/tokens", json={"name": "eve"}), 403)
         assert "tenant-admin of speech" in error["message"]
         error = error_of(tina.get("/api/v1/tokens", params={"tenant": "speech"}), 403)

@@ -102,8 +102,9 @@ def create_member_token(
     granted = _token_role(role)
     if not principal.is_admin and granted not in GRANTABLE_BY_TENANT_ADMIN:
         raise Forbidden(
-            f"a {granted.value} token needs an admin to create it (a tenant-admin may create "
-            f"member and viewer tokens); this token is {principal.describe()}"
+            f"a token with the {granted.value} role needs an admin to create it (a "
+            f"tenant-admin may create member and viewer tokens); this token is "
+            f"{principal.describe()}"
         )
     expires_at = None if expires is None else at + _lifetime(expires)
     return create_token(
@@ -169,7 +170,8 @@ def revoke_token(session: Session, principal: Principal, token_id: int, at: floa
     own = row.id == principal.token_id
     if not principal.is_admin and not own and Role(row.role) not in GRANTABLE_BY_TENANT_ADMIN:
         raise Forbidden(
-            f"revoking a {row.role} token needs an admin; this token is {principal.describe()}"
+            f"revoking a token with the {row.role} role needs an admin; this token is "
+            f"{principal.describe()}"
         )
     session.delete(row)
     events.record(
