@@ -291,8 +291,8 @@ def test_a_member_is_refused_once_not_per_node(health_as: Callable[[str], Run], 
     assert kiban("admin", "create-tenant", "vision").code == 0
     token = kiban("admin", "create-token", "vision", "alice").out.strip()
     member = health_as(token)
-    one_error_line(member("check"), "needs the admin role")
-    one_error_line(member("check", "node-0"), "needs the admin role")
+    one_error_line(member("check"), "this needs an admin token")
+    one_error_line(member("check", "node-0"), "this needs an admin token")
 
 
 def test_checking_every_node_when_none_has_an_agent_fails(health: Run, answers: Answers) -> None:
