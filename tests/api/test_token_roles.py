@@ -221,3 +221,9 @@ def test_deleting_a_tenant_revokes_its_tokens_and_keeps_its_history(world: World
     assert queues == {"default", "speech-q"}
     error_of(world.admin.delete("/api/v1/tenants/vision"), 404)
     assert world.admin.post("/api/v1/tenants", json={"name": "vision"}).status_code == 201
+
+
+def test_a_policy_naming_a_deleted_tenants_queue_restores_the_tenant(world: World) -> None:
+    assert world.admin.delete("/api/v1/tenants/vision").status_code == 200
+    assert world.admin.put("/api/v1/policy", json=POLICY).status_code == 200
+    assert "vision" in {t["name"] for t in world.admin.get("/api/v1/tenants").json()}
