@@ -21,6 +21,14 @@ from kiban.services import queue_status, tenants
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"], dependencies=TOKEN, route_class=SessionRoute)
 
+DELETION: responses.Responses = {
+    **responses.ADMIN_CHANGE,
+    202: {
+        "model": DeletionOut,
+        "description": "Draining: its unfinished jobs are cancelled and still ending; ask again.",
+    },
+}
+
 Drain = Annotated[
     bool,
     Query(description="cancel its unfinished jobs, and delete it once they have ended"),
@@ -52,7 +60,7 @@ def revoke_token(
     return token_info(row)
 
 
-@router.delete("/tenants/{tenant}", response_model=DeletionOut, responses=responses.ADMIN_CHANGE)
+@router.delete("/tenants/{tenant}", response_model=DeletionOut, responses=DELETION)
 def delete_tenant(
     tenant: TenantName,
     response: Response,
@@ -75,7 +83,7 @@ def delete_tenant(
     return deletion_out(deletion)
 
 
-@router.delete("/queues/{name}", response_model=DeletionOut, responses=responses.ADMIN_CHANGE)
+@router.delete("/queues/{name}", response_model=DeletionOut, responses=DELETION)
 def delete_queue(
     name: QueueName,
     response: Response,
