@@ -288,8 +288,14 @@ class TokenIn(ApiModel):
         Field(json_schema_extra={"minLength": 1, "maxLength": 128, "pattern": r"\S"}),
         WithJsonSchema({"type": "string", "format": "printable"}),
     ]
-    role: str = "member"  # admin, tenant-admin, member or viewer
-    expires: str | float | None = None  # a duration from now (30d, 12h) or seconds; None: never
+    role: Literal["admin", "tenant-admin", "member", "viewer"] = "member"
+    expires: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[1-9][0-9]{0,8}(s|m|h|d|w)?$",
+            description="how long from now it lives: 30d, 12h, 90m, 2w, or seconds; none: no end",
+        ),
+    ] = None
 
 
 class TokenOut(ApiModel):
