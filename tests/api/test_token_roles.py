@@ -193,15 +193,21 @@ def test_a_queue_with_unfinished_jobs_is_deleted_only_by_draining(world: World) 
     world.platform.loop.run_once()
     error = error_of(world.admin.delete("/api/v1/queues/vision-q"), 409)
     assert "1 unfinished job(s)" in error["message"] and job in error["message"]
+    assert world.admin.get(f"/api/v1/jobs/{job}").json()["state"] == "Running"
     draining = world.admin.delete("/api/v1/queues/vision-q", params={"drain": "true"})
-    assert draining.status_code in (200, 202), draining.text
-    if draining.status_code == 202:
-        assert draining.json()["deleted"] is False
-        world.platform.loop.run_once()
-        world.clock.advance(60)
-        world.platform.loop.run_once()
-        done = world.admin.delete("/api/v1/queues/vision-q", params={"drain": "true"})
-        assert done.status_code == 200, done.text
+    assert draining.status_code == 202, draining.text
+    assert draining.json() | {"message": ""} == {
+        "deleted": False,
+        "stopping": 1,
+        "cancelled": 1,
+        "message": "",
+    }
+    world.platform.loop.run_once()
+    world.clock.advance(60)
+    world.platform.loop.run_once()
+    done = world.admin.delete("/api/v1/queues/vision-q", params={"drain": "true"})
+    assert done.status_code == 200, done.text
+    assert done.json()["deleted"] is True
     assert world.admin.get(f"/api/v1/jobs/{job}").json()["state"] == "Cancelled"
     assert "vision-q" not in {q["name"] for q in world.admin.get("/api/v1/queues").json()}
 
