@@ -17,6 +17,7 @@ from kiban.control.serving_controller import ServiceController
 from kiban.domain.cluster import ClusterConfig, ClusterPolicy
 from kiban.domain.job_relations import DEFAULT_MAX_ARRAY_SIZE
 from kiban.domain.notebook import DEFAULT_READY_TIMEOUT_S
+from kiban.domain.roles import Capability, may
 from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
 from kiban.services import events
 from kiban.services.audit import AuditWriter
@@ -91,17 +92,25 @@ class Platform:
         self.router.start()
 
     def may_call(self, tenant: str, token: str) -> bool:
-        """Whether a bearer token may call a tenant's services (its members and admins)."""
+        """Whether a bearer token may call a tenant's services (its members, tenant-admins and
+        admins; not its viewers: a call uses the service's GPUs)."""
 
         def load() -> Principal | None:
             with self.sessions() as session:
                 try:
-                    return authenticate(session, f"Bearer {token}")
+                    principal = authenticate(session, f"Bearer {token}", self.clock.now())
                 except ServiceError:
                     return None
+                session.commit()  # its last use
+                return principal
 
         principal = self.lookups.get(("principal", f"Bearer {token}"), load)
-        return principal is not None and principal.can_see(tenant)
+        return (
+            principal is not None
+            and not principal.expired(self.clock.now())
+            and may(principal.role, Capability.SUBMIT)
+            and principal.can_see(tenant)
+        )
 
     @property
     def control_sessions(self) -> sessionmaker[Session]:

@@ -130,7 +130,14 @@ def test_unauthenticated_request_is_refused_before_its_body_is_looked_at(
 def test_the_scheme_is_case_insensitive(anonymous: TestClient, admin_token: str) -> None:
     response = anonymous.get("/api/v1/whoami", headers={"Authorization": f"bearer {admin_token}"})
     assert response.status_code == 200
-    assert response.json() == {"name": "admin", "tenant": None, "isAdmin": True, "jobId": None}
+    assert response.json() == {
+        "name": "admin",
+        "tenant": None,
+        "isAdmin": True,
+        "jobId": None,
+        "role": "admin",
+        "member": "admin",
+    }
 
 
 def test_member_gets_403_from_admin_endpoints_and_nothing_is_created(
@@ -143,6 +150,8 @@ def test_member_gets_403_from_admin_endpoints_and_nothing_is_created(
             "tenant": "vision",
             "isAdmin": False,
             "jobId": None,
+            "role": "member",
+            "member": "alice",
         }
         before = counts(platform)
         attempts = [

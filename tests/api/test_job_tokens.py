@@ -56,6 +56,8 @@ def test_replicas_get_the_url_and_a_token_that_reads_their_job_and_reports_check
         "tenant": "default",
         "isAdmin": False,
         "jobId": job_id,
+        "role": "job",
+        "member": f"job {job_id}",
     }
     assert job.get(f"/api/v1/jobs/{job_id}").json()["state"] == "Running"
     assert job.get(f"/api/v1/jobs/{job_id}/events").status_code == 200

@@ -118,6 +118,8 @@ def test_member_sees_only_its_queues_and_tenant(world: World) -> None:
         "tenant": "speech",
         "isAdmin": False,
         "jobId": None,
+        "role": "member",
+        "member": "bob",
     }
 
 

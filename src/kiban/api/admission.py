@@ -5,9 +5,11 @@ For every request under ``/api/``, in this order:
 
 1. the bearer token (the ``Authorization`` header, else the dashboard's session cookie): a
    principal cached a moment ago is taken on the event loop; otherwise one short store read
-   on a worker thread, shared by the requests that carry the same token at once. No token or
-   a bad one: 401; a job's token beyond its job: 403; a change made on the cookie without the
-   CSRF header that matches it, 403 (``kiban.web.csrf``). Nothing of the body is
+   on a worker thread, shared by the requests that carry the same token at once (it notes
+   the token's last use, at most once a minute). No token, a bad, revoked or expired one:
+   401 (revoking a token forgets the cached principals; an expired one is read again); a
+   job's token beyond its job: 403; a change made on the cookie without the CSRF header that
+   matches it, 403 (``kiban.web.csrf``). Nothing of the body is
    read for either, and the connection is closed after the answer when a body was on its way.
    A refused request whose method and path name no operation of the API is routed instead,
    as any caller's would be (404, 405 with ``Allow``, a redirect): no endpoint runs for it;
@@ -163,7 +165,11 @@ class Admission:
         bearer_token(authorization)  # malformed or missing: refused without the store
         assert authorization is not None
         cached = self.platform.lookups.peek(("principal", authorization))
-        if isinstance(cached, Principal) and cached.job_id is None:  # a job's token ends early
+        if (
+            isinstance(cached, Principal)
+            and cached.job_id is None  # a job's token ends early
+            and not cached.expired(self.platform.clock.now())  # read again: refused there
+        ):
             return cached
         pending = self._looking_up.get(authorization)
         if pending is None:
@@ -194,7 +200,8 @@ class Admission:
     def _read(self, authorization: str) -> Principal:
         """The caller, read from the store in a session of its own (on a worker thread)."""
         with self.platform.sessions() as session:
-            principal = authenticate(session, authorization)
+            principal = authenticate(session, authorization, self.platform.clock.now())
+            session.commit()  # the token's last use, when it is a minute old or more
         if principal.job_id is None:  # a job's token is read each time: it ends with its job
             self.platform.lookups.put(("principal", authorization), principal)
         return principal

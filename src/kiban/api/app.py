@@ -35,6 +35,7 @@ from kiban.api.routers import (
     policy,
     services,
     share,
+    tenancy,
 )
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
@@ -99,6 +100,7 @@ def create_app(
     app.include_router(playground.router)
     app.include_router(notebooks.router)
     app.include_router(audit.router)
+    app.include_router(tenancy.router)
     app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     session.install_session(app)
     pages.install_pages(app, web_assets)

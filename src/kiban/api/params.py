@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Path, Query, Security
+from fastapi import Depends, Path, Query, Security
 from fastapi.security import HTTPBearer
 
+from kiban.api.access import check_access
 from kiban.domain.jobspec import DNS_LABEL
 
 JOB_ID = r"^[a-z0-9][-a-z0-9]{0,79}$"
@@ -30,9 +31,9 @@ BEARER = HTTPBearer(
     scheme_name="bearer",
     description="An admin's or member's token (`kiban token`), or a job's own `KIBAN_TOKEN`.",
 )
-TOKEN: list[Any] = [Security(BEARER)]
-"""A router's ``dependencies``: declares the bearer token in the OpenAPI document (the routes'
-principal dependency is what checks it)."""
+TOKEN: list[Any] = [Security(BEARER), Depends(check_access)]
+"""A router's ``dependencies``: declares the bearer token in the OpenAPI document, and checks
+that the caller's role may call the route (``kiban.api.access``)."""
 
 
 def _documented(pattern: str) -> dict[str, Any]:

@@ -45,11 +45,14 @@ BUSY = error(
     {"Retry-After": "seconds to wait before trying again"},
 )
 JOB_TOKEN_BEYOND_ITS_JOB = error(
-    "A job's own token (`KIBAN_TOKEN` of its replicas) may only read its job, report its "
-    "checkpoints and ask who it is."
+    "The token's role may not do this (the message names the role it needs and the token's), "
+    "for instance a viewer's change or a member's on another member's job; or a job's own token "
+    "(`KIBAN_TOKEN` of its replicas) beyond reading its job, reporting its checkpoints and "
+    "asking who it is."
 )
 ADMINS_ONLY = error(
-    "Only admins may do this (a member's token), or a job's own token beyond its job."
+    "The token's role may not do this: only admins (or, for their own tenant's tokens and "
+    "queues, its tenant-admins); the message names the role it needs and the token's."
 )
 NOT_FOUND = error(
     "No such object, or one of another tenant: the two answer alike, so that nothing tells a "

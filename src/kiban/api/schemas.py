@@ -304,12 +304,23 @@ class TokenIn(ApiModel):
         Field(json_schema_extra={"minLength": 1, "maxLength": 128, "pattern": r"\S"}),
         WithJsonSchema({"type": "string", "format": "printable"}),
     ]
+    role: Literal["admin", "tenant-admin", "member", "viewer"] = "member"
+    expires: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[1-9][0-9]{0,8}(s|m|h|d|w)?$",
+            description="how long from now it lives: 30d, 12h, 90m, 2w, or seconds; none: no end",
+        ),
+    ] = None
 
 
 class TokenOut(ApiModel):
     name: str
     tenant: str
     token: str
+    id: int | None = None
+    role: str = "member"
+    expires_at: float | None = None
 
 
 class WhoAmI(ApiModel):
@@ -317,6 +328,8 @@ class WhoAmI(ApiModel):
     tenant: str | None
     is_admin: bool
     job_id: str | None = None  # a job's own token: that job
+    role: str = "member"
+    member: str | None = None  # the token's named member
 
 
 def job_out(

@@ -1,17 +1,22 @@
-"""``kiban admin``: tenants, their tokens and queues (needs the admin token)."""
+"""``kiban admin``: tenants, their tokens and queues (an admin's token; a tenant-admin's for
+their own tenant's tokens and queues)."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
 from kiban.cli import render
+from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.domain.errors import SpecError
+from kiban.domain.roles import TOKEN_ROLES, Role
 
 admin_app = typer.Typer(
     rich_markup_mode=render.HELP_MARKUP,
-    help="Create tenants, member tokens and queues.",
+    help="Create and delete tenants, tokens and queues.",
     no_args_is_help=True,
 )
 
@@ -29,14 +34,129 @@ def create_tenant(name: Annotated[str, typer.Argument(help="tenant (team) name")
 @admin_app.command("create-token")
 def create_token(
     tenant: Annotated[str, typer.Argument(help="tenant the member belongs to")],
-    name: Annotated[str, typer.Argument(help="who the token is for")],
+    name: Annotated[str, typer.Argument(help="the member the token is for (a user name)")],
+    role: Annotated[
+        str,
+        typer.Option(help=f"the token's role: {', '.join(r.value for r in TOKEN_ROLES)}"),
+    ] = Role.MEMBER.value,
+    expires: Annotated[
+        str | None, typer.Option(help="how long it lives, e.g. 30d or 12h (default: no end)")
+    ] = None,
 ) -> None:
-    """Create a member's token; prints it alone on stdout (it is shown only once)."""
+    """Create a member's token; prints it alone on stdout (it is shown only once).
+    Tenant-admins may create member and viewer tokens of their own tenant."""
     from kiban.sdk.client import Client
 
     with Client() as api:
-        token = api.create_token(tenant, name)
+        token = api.create_token(tenant, name, role=role, expires=expires)
     print(token)
+
+
+@admin_app.command("tokens")
+def tokens(
+    tenant: Annotated[str | None, typer.Argument(help="only this tenant's")] = None,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """List tokens: id, member, role, created, expires, last use (never the secret)."""
+    from kiban.sdk.client import Client
+
+    with Client() as api:
+        rows = api.tokens(tenant)
+    if output.structured:
+        print_document(rows, output)
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("ID", "TENANT", "MEMBER", "ROLE", "CREATED", "EXPIRES", "LAST USE"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            *render.cells(
+                row["id"],
+                row["tenant"] or "-",
+                row["member"],
+                row["role"],
+                _date(row["createdAt"]),
+                _date(row["expiresAt"]),
+                _date(row["lastUsedAt"]),
+            )
+        )
+    render.out.print(table)
+
+
+def _date(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+@admin_app.command("revoke-token")
+def revoke_token(
+    token_id: Annotated[int, typer.Argument(help="the token's id (kiban admin tokens)")],
+) -> None:
+    """Revoke a token: its next request is refused."""
+    from kiban.sdk.client import Client
+
+    with Client() as api:
+        row = api.revoke_token(token_id)
+    render.err.print(f"token {row['id']} of {row['member']} ({row['role']}) revoked")
+
+
+Drain = Annotated[
+    bool, typer.Option(help="cancel its unfinished jobs and delete it once they have ended")
+]
+Wait = Annotated[float, typer.Option(help="with --drain: seconds to wait for its jobs to end")]
+
+
+def _deleted(delete: Any, what: str, drain: bool, wait: float) -> None:
+    """Call ``delete`` until it has deleted (a drain asks again while its jobs end)."""
+    deadline = time.monotonic() + wait
+    while True:
+        answer = delete()
+        if answer["deleted"]:
+            render.err.print(f"{what} deleted")
+            return
+        if time.monotonic() >= deadline:
+            render.err.print(f"{what} not deleted yet: {answer['message']}")
+            raise typer.Exit(1)
+        time.sleep(1.0)
+
+
+@admin_app.command("delete-tenant")
+def delete_tenant(
+    name: Annotated[str, typer.Argument(help="tenant (team) name")],
+    drain: Drain = False,
+    wait: Wait = 300.0,
+) -> None:
+    """Delete a tenant: refused while it has unfinished jobs (unless --drain) or services.
+    Its tokens are revoked and its queues leave the policy; its history stays."""
+    from kiban.sdk.client import Client
+
+    with Client() as api:
+        _deleted(lambda: api.delete_tenant(name, drain), f"tenant {name}", drain, wait)
+
+
+@admin_app.command("delete-queue")
+def delete_queue(
+    name: Annotated[str, typer.Argument(help="queue name")],
+    drain: Drain = False,
+    wait: Wait = 300.0,
+) -> None:
+    """Remove a queue from the policy: refused while it has unfinished jobs (unless --drain)."""
+    from kiban.sdk.client import Client
+
+    with Client() as api:
+        _deleted(lambda: api.delete_queue(name, drain), f"queue {name}", drain, wait)
+
+
+@admin_app.command("queue-strategy")
+def queue_strategy(
+    name: Annotated[str, typer.Argument(help="queue name")],
+    strategy: Annotated[str, typer.Argument(help="StrictFIFO or BestEffortFIFO")],
+) -> None:
+    """Change a queue's strategy (its tenant's tenant-admins may; quotas are the admins')."""
+    from kiban.sdk.client import Client
+
+    with Client() as api:
+        api.change_queue(name, strategy)
+    render.err.print(f"queue {name}: strategy {strategy}")
 
 
 @admin_app.command("create-queue")

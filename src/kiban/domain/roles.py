@@ -19,3 +19,50 @@ class Role(StrEnum):
     MEMBER = "member"
     VIEWER = "viewer"
     JOB = "job"
+
+
+class Capability(StrEnum):
+    """What an API call needs, from reading a tenant's things up to administering the cluster.
+
+    Every endpoint needs one (``kiban.api.access``); the services then check which objects
+    (their tenant's, their own jobs) the caller may touch.
+    """
+
+    READ = "read"
+    """read their tenant's jobs, queues, services, usage (and the cluster's nodes)"""
+    SUBMIT = "submit"
+    """submit work and manage their own (cancel, checkpoint, services, notebooks)"""
+    MANAGE_TENANT = "manage-tenant"
+    """their tenant's queues (strategy, deletion), members' tokens, budgets' view"""
+    ADMIN = "admin"
+    """the cluster: tenants, policy and quotas, nodes, every tenant's things"""
+
+
+CAPABILITIES: dict[Role, frozenset[Capability]] = {
+    Role.ADMIN: frozenset(Capability),
+    Role.TENANT_ADMIN: frozenset({Capability.READ, Capability.SUBMIT, Capability.MANAGE_TENANT}),
+    Role.MEMBER: frozenset({Capability.READ, Capability.SUBMIT}),
+    Role.VIEWER: frozenset({Capability.READ}),
+    # a job's token reads its own job and reports its checkpoints (the API confines it to them)
+    Role.JOB: frozenset({Capability.READ, Capability.SUBMIT}),
+}
+
+GRANTABLE_BY_TENANT_ADMIN = frozenset({Role.MEMBER, Role.VIEWER})
+"""The roles a tenant-admin may give their tenant's tokens (never their own or an admin's)."""
+
+TOKEN_ROLES = (Role.ADMIN, Role.TENANT_ADMIN, Role.MEMBER, Role.VIEWER)
+"""The roles a token made with ``kiban admin create-token`` may have (``job`` is made for a
+job's replicas by the platform)."""
+
+
+def may(role: Role, capability: Capability) -> bool:
+    """Whether ``role`` has ``capability``."""
+    return capability in CAPABILITIES[role]
+
+
+def least_role(capability: Capability) -> Role:
+    """The least role that has ``capability`` (what a refusal names as needed)."""
+    for role in (Role.VIEWER, Role.MEMBER, Role.TENANT_ADMIN, Role.ADMIN):
+        if may(role, capability):
+            return role
+    return Role.ADMIN

@@ -520,10 +520,46 @@ class Client:
     def create_tenant(self, name: str) -> dict[str, Any]:
         return dict(self._request("POST", "/api/v1/tenants", json={"name": name}))
 
-    def create_token(self, tenant: str, name: str) -> str:
+    def create_token(
+        self, tenant: str, name: str, role: str | None = None, expires: str | None = None
+    ) -> str:
+        """A new token of ``tenant``'s member ``name`` (``role``: admin, tenant-admin, member
+        or viewer; ``expires``: a duration from now such as ``30d``), in clear."""
+        return str(self.create_token_info(tenant, name, role, expires)["token"])
+
+    def create_token_info(
+        self, tenant: str, name: str, role: str | None = None, expires: str | None = None
+    ) -> dict[str, Any]:
+        """As ``create_token``, the whole answer: the token with its id, role and expiry."""
         path = resource_path("tenants", tenant, "tenant name", "/tokens")
-        answer = self._request("POST", path, json={"name": name})
-        return str(answer["token"])
+        body: dict[str, Any] = {"name": name}
+        if role is not None:
+            body["role"] = role
+        if expires is not None:
+            body["expires"] = expires
+        return dict(self._request("POST", path, json=body))
+
+    def tokens(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Tokens (never their secrets): every tenant's for an admin, a tenant-admin's own."""
+        params = {"tenant": tenant} if tenant else {}
+        return list(self._request("GET", "/api/v1/tokens", params=params))
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        return dict(self._request("DELETE", f"/api/v1/tokens/{int(token_id)}"))
+
+    def delete_tenant(self, name: str, drain: bool = False) -> dict[str, Any]:
+        """Delete a tenant; ``drain``: cancel its jobs first (``deleted`` false while they
+        end: call again)."""
+        path = resource_path("tenants", name, "tenant name")
+        return dict(self._request("DELETE", path, params={"drain": str(drain).lower()}))
+
+    def delete_queue(self, name: str, drain: bool = False) -> dict[str, Any]:
+        path = resource_path("queues", name, "queue name")
+        return dict(self._request("DELETE", path, params={"drain": str(drain).lower()}))
+
+    def change_queue(self, name: str, strategy: str) -> dict[str, Any]:
+        path = resource_path("queues", name, "queue name")
+        return dict(self._request("PATCH", path, json={"strategy": strategy}))
 
     def whoami(self) -> dict[str, Any]:
         return dict(self._request("GET", "/api/v1/whoami"))

@@ -329,6 +329,7 @@ def cancel(session: Session, principal: Principal, array_id: str, at: float) -> 
     """End every index of the array not ended yet: pending ones at once, running ones after
     their grace period (as ``jobs.cancel`` for each). Conflict if all have ended already."""
     array = get_visible(session, principal, array_id)
+    principal.require_own(array.submitted_by, f"cancelling array {array.id}")
     unended = list(
         session.scalars(
             select(Job)

@@ -541,6 +541,7 @@ def replicas_of(session: Session, job: Job) -> list[Replica]:
 def cancel(session: Session, principal: Principal, job_id: str, at: float) -> Job:
     """Cancel a job: a pending one at once, a running one after its grace period."""
     job = get_visible(session, principal, job_id)
+    principal.require_own(job.submitted_by, f"cancelling job {job.id}")
     if JobState(job.state).terminal:
         raise Conflict(f"job {job.id} has already finished ({job.state})")
     stop_unended(session, job, f"cancelled by {principal.name}", at)
@@ -590,6 +591,7 @@ def report_checkpoint(session: Session, principal: Principal, job_id: str, at: f
     NotFound for a job the caller may not see; Conflict unless the job is running.
     """
     job = get_visible(session, principal, job_id)
+    principal.require_own(job.submitted_by, f"reporting a checkpoint of job {job.id}")
     session.refresh(job, with_for_update=True)  # the control loop may be finishing it now
     if job.state != JobState.RUNNING.value:
         raise Conflict(f"job {job.id} is {job.state}; only a running job can report a checkpoint")

@@ -349,6 +349,8 @@ def ensure_tenant(session: Session, name: str, at: float) -> Tenant:
         tenant = Tenant(name=name, created_at=at)
         session.add(tenant)
         session.flush()
+    elif tenant.deleted_at is not None:  # deleted before: a queue of its brings it back
+        tenant.created_at, tenant.deleted_at = at, None
     return tenant
 
 

@@ -1,18 +1,36 @@
-"""Tenants (teams), their queues and their members' tokens."""
+"""Tenants (teams), their queues and their members' tokens: creating, listing, deleting.
+
+Who may do what (``kiban.domain.roles``): admins everything; a tenant-admin their own tenant's
+tokens (member and viewer ones; never a tenant-admin's or an admin's) and queues. A
+tenant-admin may change their queues' ``strategy`` and delete them, not create one nor touch a
+quota, cohort, limit or fair-share weight: those are the limits admins set (a new queue would
+bring quota of its own, and a queue without quota has no limit at all).
+
+Deleting a tenant or a queue is refused (409) while it holds unfinished jobs; with ``drain``
+those are cancelled and the answer says how many are still stopping: ask again once they have
+ended (``kiban admin delete-tenant --drain`` waits). A deleted tenant keeps its row, marked
+deleted, for its finished jobs' and usage's history; its tokens are revoked and its queues
+leave the policy. Creating it again restores it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from kiban.domain.errors import FieldProblem
 from kiban.domain.jobspec import DNS_LABEL, check_dns_label
-from kiban.domain.states import JobState
+from kiban.domain.quantity import parse_duration
+from kiban.domain.roles import GRANTABLE_BY_TENANT_ADMIN, TOKEN_ROLES, Role
+from kiban.domain.states import TERMINAL, JobState
 from kiban.services import events, policy
-from kiban.services.auth import Principal, create_token
-from kiban.services.errors import Conflict, NotFound, invalid
-from kiban.store.models import Job, Queue, Replica, Tenant
+from kiban.services.auth import Principal, create_token, hash_token
+from kiban.services.errors import Conflict, Forbidden, InvalidInput, NotFound, invalid
+from kiban.services.jobs import stop_unended
+from kiban.store.models import ApiToken, Job, Queue, Replica, ServiceRow, Tenant
 
 MAX_TOKEN_NAME = 128  # the width of api_tokens.name
 
@@ -27,10 +45,14 @@ def _check_name(value: str, field_path: str) -> str:
 def create_tenant(session: Session, principal: Principal, name: str, at: float) -> Tenant:
     principal.require_admin()
     _check_name(name, "name")
-    if session.get(Tenant, name) is not None:
+    tenant = session.get(Tenant, name)
+    if tenant is not None and tenant.deleted_at is None:
         raise Conflict(f"tenant {name} already exists")
-    tenant = Tenant(name=name, created_at=at)
-    session.add(tenant)
+    if tenant is None:
+        tenant = Tenant(name=name, created_at=at)
+        session.add(tenant)
+    else:  # deleted before: restored, its history with it
+        tenant.created_at, tenant.deleted_at = at, None
     events.record(
         session,
         kind="Tenant",
@@ -44,25 +66,266 @@ def create_tenant(session: Session, principal: Principal, name: str, at: float) 
 
 
 def list_tenants(session: Session, principal: Principal) -> list[Tenant]:
-    query = select(Tenant).order_by(Tenant.name)
+    query = select(Tenant).where(Tenant.deleted_at.is_(None)).order_by(Tenant.name)
     if not principal.is_admin:
         query = query.where(Tenant.name == principal.tenant)
     return list(session.scalars(query))
 
 
+def live_tenant(session: Session, name: str) -> Tenant:
+    """The tenant ``name`` unless it does not exist or was deleted (NotFound)."""
+    tenant = session.get(Tenant, name) if DNS_LABEL.match(name) else None
+    if tenant is None or tenant.deleted_at is not None:
+        raise NotFound(f"tenant {name} not found")
+    return tenant
+
+
 def create_member_token(
-    session: Session, principal: Principal, tenant: str, name: str, at: float
+    session: Session,
+    principal: Principal,
+    tenant: str,
+    name: str,
+    at: float,
+    role: str = Role.MEMBER.value,
+    expires: str | float | None = None,
 ) -> str:
-    principal.require_admin()
-    if not DNS_LABEL.match(tenant) or session.get(Tenant, tenant) is None:
-        raise NotFound(f"tenant {tenant} not found")
+    """A new token of ``tenant``'s member ``name`` with ``role``, expiring ``expires`` from
+    now (a duration: ``30d``, or seconds; None: never); in clear, the only time it is seen."""
+    principal.require_tenant_admin(tenant, "creating tokens")
+    live_tenant(session, tenant)
     if not name.strip():
         raise invalid("name", "a token needs a name (for example the member's user name)")
     if len(name) > MAX_TOKEN_NAME:
         raise invalid("name", f"at most {MAX_TOKEN_NAME} characters")
     if not name.isprintable():
         raise invalid("name", "must not contain control characters")
-    return create_token(session, name=name, tenant=tenant, admin=False, at=at)
+    granted = _token_role(role)
+    if not principal.is_admin and granted not in GRANTABLE_BY_TENANT_ADMIN:
+        raise Forbidden(
+            f"a token with the {granted.value} role needs an admin to create it (a "
+            f"tenant-admin may create member and viewer tokens); this token is "
+            f"{principal.describe()}"
+        )
+    expires_at = None if expires is None else at + _lifetime(expires)
+    return create_token(
+        session,
+        name=name,
+        tenant=tenant,
+        role=granted,
+        at=at,
+        expires_at=expires_at,
+        created_by=principal.member[:MAX_TOKEN_NAME],
+    )
+
+
+def token_row(session: Session, token: str) -> ApiToken:
+    """The row of a token just made (its id, role, expiry: what its creator is told)."""
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
+    assert row is not None
+    return row
+
+
+def _token_role(text: str) -> Role:
+    try:
+        role = Role(text)
+    except ValueError:
+        role = None
+    if role not in TOKEN_ROLES:
+        choices = ", ".join(r.value for r in TOKEN_ROLES)
+        raise invalid("role", f"{text!r} is not a role; expected one of {choices}")
+    assert role is not None
+    return role
+
+
+def _lifetime(expires: str | float) -> float:
+    try:
+        seconds = parse_duration(expires)
+    except (TypeError, ValueError) as exc:
+        raise invalid("expires", str(exc)) from None
+    if not seconds > 0:
+        raise invalid("expires", f"must be a positive duration, not {expires!r}")
+    return seconds
+
+
+def list_tokens(session: Session, principal: Principal, tenant: str | None) -> list[ApiToken]:
+    """The tokens of ``tenant`` (None: every tenant's, for an admin; a tenant-admin's own
+    tenant's), oldest first; never a job's token (they live and end with their job)."""
+    if tenant is None and not principal.is_admin:
+        tenant = principal.tenant or ""
+    if tenant is not None:
+        principal.require_tenant_admin(tenant, "listing tokens")
+    query = select(ApiToken).where(ApiToken.role != Role.JOB.value).order_by(ApiToken.id)
+    if tenant is not None:
+        query = query.where(ApiToken.tenant == tenant)
+    return list(session.scalars(query))
+
+
+def revoke_token(session: Session, principal: Principal, token_id: int, at: float) -> ApiToken:
+    """Delete a token: refused on its next request. An admin any; a tenant-admin their tenant's
+    member and viewer tokens and their own (another tenant's: NotFound, as if absent)."""
+    row = session.get(ApiToken, token_id)
+    if row is None or row.role == Role.JOB.value or not principal.can_see(row.tenant):
+        raise NotFound(f"token {token_id} not found")
+    principal.require_tenant_admin(row.tenant or "", "revoking tokens")
+    own = row.id == principal.token_id
+    if not principal.is_admin and not own and Role(row.role) not in GRANTABLE_BY_TENANT_ADMIN:
+        raise Forbidden(
+            f"revoking a token with the {row.role} role needs an admin; this token is "
+            f"{principal.describe()}"
+        )
+    session.delete(row)
+    events.record(
+        session,
+        kind="Tenant",
+        name=row.tenant or "admin",
+        tenant=row.tenant,
+        reason="TokenRevoked",
+        message=f"token {row.id} of {row.name} ({row.role}) revoked by {principal.member}",
+        at=at,
+    )
+    return row
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """What a deletion did: ``deleted``, or not yet, with ``stopping`` jobs still ending
+    (after ``drain`` cancelled them)."""
+
+    deleted: bool
+    stopping: int = 0
+    cancelled: int = 0
+
+    @property
+    def message(self) -> str:
+        if self.deleted:
+            return "deleted"
+        return (
+            f"draining: {self.cancelled} job(s) cancelled now, {self.stopping} still ending; "
+            "ask again once they have ended"
+        )
+
+
+def _unfinished(session: Session, *where: Any) -> list[Job]:
+    terminal = [state.value for state in TERMINAL]
+    query = select(Job).where(Job.state.not_in(terminal), *where).order_by(Job.id)
+    return list(session.scalars(query.with_for_update()))
+
+
+def _drain(
+    session: Session, principal: Principal, jobs: list[Job], what: str, drain: bool, at: float
+) -> Deletion | None:
+    """None when no job is unfinished; else Conflict (no ``drain``) or the drain's progress."""
+    if not jobs:
+        return None
+    if not drain:
+        shown = ", ".join(j.id for j in jobs[:5]) + (" ..." if len(jobs) > 5 else "")
+        raise Conflict(
+            f"{what} holds {len(jobs)} unfinished job(s) ({shown}); cancel them, or delete "
+            "with drain (--drain) to cancel them and delete once they have ended"
+        )
+    cancelled = 0
+    for job in jobs:
+        if JobState(job.state) is not JobState.STOPPING:
+            stop_unended(session, job, f"cancelled by {principal.member} to delete {what}", at)
+            cancelled += 1
+    left = sum(1 for j in jobs if not JobState(j.state).terminal)
+    if left == 0:
+        return None
+    return Deletion(deleted=False, stopping=left, cancelled=cancelled)
+
+
+def delete_tenant(
+    session: Session, principal: Principal, name: str, at: float, drain: bool = False
+) -> Deletion:
+    """Delete a tenant (see the module's docstring); admins only."""
+    principal.require_admin()
+    tenant = live_tenant(session, name)
+    services = session.scalars(select(ServiceRow.name).where(ServiceRow.tenant == name)).all()
+    if services:
+        raise Conflict(
+            f"tenant {name} has services ({', '.join(sorted(services))}); delete them first"
+        )
+    progress = _drain(
+        session, principal, _unfinished(session, Job.tenant == name), f"tenant {name}", drain, at
+    )
+    if progress is not None:
+        return progress
+    record = policy.current_record(session)
+    queues = list(record.document.get("queues", []))
+    kept = [q for q in queues if not (isinstance(q, dict) and q.get("tenant") == name)]
+    if len(kept) != len(queues):
+        document = {**record.document, "queues": kept}
+        policy.apply_policy(
+            session, document, actor=f"{principal.member} (delete tenant {name})", at=at
+        )
+    session.execute(delete(ApiToken).where(ApiToken.tenant == name))
+    tenant.deleted_at = at
+    events.record(
+        session,
+        kind="Tenant",
+        name=name,
+        tenant=name,
+        reason="Deleted",
+        message=f"tenant {name} deleted by {principal.member}",
+        at=at,
+    )
+    return Deletion(deleted=True)
+
+
+def _own_queue(session: Session, principal: Principal, name: str, what: str) -> Queue:
+    """The queue ``name`` if the caller may see it (NotFound otherwise) and manage it."""
+    queue = session.get(Queue, name) if DNS_LABEL.match(name) else None
+    if queue is None or not principal.can_see(queue.tenant):
+        raise NotFound(f"queue {name} not found")
+    principal.require_tenant_admin(queue.tenant, what)
+    return queue
+
+
+def delete_queue(
+    session: Session, principal: Principal, name: str, at: float, drain: bool = False
+) -> Deletion:
+    """Remove a queue from the policy (a new version): an admin, or its tenant's tenant-admin."""
+    queue = _own_queue(session, principal, name, "deleting queues")
+    progress = _drain(
+        session, principal, _unfinished(session, Job.queue == name), f"queue {name}", drain, at
+    )
+    if progress is not None:
+        return progress
+    record = policy.current_record(session)
+    queues = list(record.document.get("queues", []))
+    kept = [q for q in queues if not (isinstance(q, dict) and q.get("name") == queue.name)]
+    document = {**record.document, "queues": kept}
+    policy.apply_policy(session, document, actor=f"{principal.member} (delete queue {name})", at=at)
+    return Deletion(deleted=True)
+
+
+def change_queue_strategy(
+    session: Session, principal: Principal, name: str, strategy: str, at: float
+) -> Queue:
+    """Change a queue's ``strategy`` (a new policy version): an admin, or its tenant's
+    tenant-admin (the one queue setting that is theirs; see the module's docstring)."""
+    queue = _own_queue(session, principal, name, "changing queues")
+    record = policy.current_record(session)
+    queues = list(record.document.get("queues", []))
+    index = next(
+        (i for i, q in enumerate(queues) if isinstance(q, dict) and q.get("name") == queue.name),
+        None,
+    )
+    if index is None:  # the built-in default queue, not written in the document
+        raise Conflict(f"queue {name} is not written in the policy; an admin can add it there")
+    queues[index] = {**queues[index], "strategy": strategy}
+    document = {**record.document, "queues": queues}
+    try:
+        policy.apply_policy(
+            session, document, actor=f"{principal.member} (queue {name} strategy)", at=at
+        )
+    except InvalidInput as exc:
+        prefix = f"queues[{index}]."
+        problems = [FieldProblem(p.field.removeprefix(prefix), p.message) for p in exc.problems]
+        raise InvalidInput(problems) from None
+    refreshed = session.get(Queue, name)
+    assert refreshed is not None
+    return refreshed
 
 
 def create_queue(

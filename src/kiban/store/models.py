@@ -29,12 +29,14 @@ class Base(DeclarativeBase):
 
 
 class Tenant(Base):
-    """A team: owns queues, members' tokens and jobs."""
+    """A team: owns queues, members' tokens and jobs. A deleted tenant (``deleted_at``) keeps
+    its row for its finished jobs' and usage's history; creating it again restores it."""
 
     __tablename__ = "tenants"
 
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
     created_at: Mapped[float] = mapped_column(Float)
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class TenantUsage(Base):
@@ -65,17 +67,21 @@ class MemberUsage(Base):
 
 class ApiToken(Base):
     """A bearer token, stored as its SHA-256; admin tokens have no tenant, a job's token
-    (role "job") names its job and lives while the job does."""
+    (role "job") names its job and lives while the job does. ``name`` is the member the token
+    belongs to; ``last_used_at`` is noted at most once a minute (``kiban.services.auth``)."""
 
     __tablename__ = "api_tokens"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     name: Mapped[str] = mapped_column(String(128))
-    role: Mapped[str] = mapped_column(String(16))  # "admin", "member" or "job"
+    role: Mapped[str] = mapped_column(String(16))  # a kiban.domain.roles.Role
     tenant: Mapped[str | None] = mapped_column(ForeignKey("tenants.name"), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     job_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 def _gpus(per_flavor: dict[str, Any] | None) -> dict[str, int]:

@@ -96,12 +96,14 @@ def _principal(platform: Platform, connection: HTTPConnection, method: str) -> P
     def load() -> Principal | None:
         with platform.sessions() as session:
             try:
-                return authenticate(session, header)
+                principal = authenticate(session, header, platform.clock.now())
             except ServiceError:
                 return None
+            session.commit()  # its last use
+            return principal
 
     principal = platform.lookups.get(("principal", header), load)
-    if principal is None:
+    if principal is None or principal.expired(platform.clock.now()):
         raise Refused(401, "invalid token")
     if principal.job_id is not None:
         raise Refused(404, "notebook not found")

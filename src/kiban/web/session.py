@@ -44,7 +44,9 @@ class SignedIn(BaseModel):
 
 def _principal(platform: Platform, token: str) -> Principal:
     with platform.sessions() as session:
-        return authenticate(session, f"Bearer {token.strip()}")
+        principal = authenticate(session, f"Bearer {token.strip()}", platform.clock.now())
+        session.commit()  # its last use
+        return principal
 
 
 async def _body(request: Request) -> SignIn:

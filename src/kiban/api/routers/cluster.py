@@ -32,6 +32,8 @@ def whoami(principal: PrincipalDep) -> WhoAmI:
         tenant=principal.tenant,
         is_admin=principal.is_admin,
         job_id=principal.job_id,
+        role=principal.role.value,
+        member=principal.member,
     )
 
 
@@ -126,6 +128,16 @@ def create_token(
     principal: PrincipalDep,
     session: SessionDep,
 ) -> TokenOut:
-    token = tenants.create_member_token(session, principal, tenant, body.name, platform.clock.now())
+    token = tenants.create_member_token(
+        session, principal, tenant, body.name, platform.clock.now(), body.role, body.expires
+    )
     session.commit()
-    return TokenOut(name=body.name, tenant=tenant, token=token)
+    row = tenants.token_row(session, token)
+    return TokenOut(
+        name=body.name,
+        tenant=tenant,
+        token=token,
+        id=row.id,
+        role=row.role,
+        expires_at=row.expires_at,
+    )

@@ -1,0 +1,62 @@
+"""The API's shapes for tokens, and for deleting tenants and queues."""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict
+from pydantic.alias_generators import to_camel
+
+from kiban.api.schemas import ApiModel
+from kiban.services.tenants import Deletion
+from kiban.store.models import ApiToken
+
+
+class TokenInfo(ApiModel):
+    """A token as listed: never its secret nor the secret's hash."""
+
+    id: int
+    tenant: str | None
+    member: str
+    role: str
+    created_at: float
+    created_by: str | None
+    expires_at: float | None
+    last_used_at: float | None  # noted at most once a minute
+
+
+class QueueChange(ApiModel):
+    """What a queue's tenant-admin may change of it: its strategy (quotas are the admins')."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    strategy: str
+
+
+class DeletionOut(ApiModel):
+    """``deleted``; or not yet: ``stopping`` jobs still ending after ``cancelled`` were."""
+
+    deleted: bool
+    stopping: int
+    cancelled: int
+    message: str
+
+
+def token_info(row: ApiToken) -> TokenInfo:
+    return TokenInfo(
+        id=row.id,
+        tenant=row.tenant,
+        member=row.name,
+        role=row.role,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        expires_at=row.expires_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def deletion_out(deletion: Deletion) -> DeletionOut:
+    return DeletionOut(
+        deleted=deletion.deleted,
+        stopping=deletion.stopping,
+        cancelled=deletion.cancelled,
+        message=deletion.message,
+    )
