@@ -105,6 +105,9 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("GET", "/api/v1/policy"): Entry("/api/v1/policy", READERS),
     ("GET", "/api/v1/nodes"): Entry("/api/v1/nodes", READERS),
     ("GET", "/api/v1/nodes/{name}/health"): Entry("/api/v1/nodes/node-0/health", READERS),
+    ("GET", "/api/v1/share"): Entry("/api/v1/share", READERS),
+    ("GET", "/api/v1/budgets"): Entry("/api/v1/budgets", READERS),
+    ("GET", "/api/v1/budgets/extensions"): Entry("/api/v1/budgets/extensions", READERS),
     # a tenant's own administration
     ("PATCH", "/api/v1/queues/{name}"): Entry(
         "/api/v1/queues/vision-q", MANAGERS, body={"strategy": "BestEffortFIFO"}
@@ -131,6 +134,11 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ),
     ("POST", "/api/v1/health/sweeps"): Entry("/api/v1/health/sweeps", ADMINS, body={"sizeMb": -1}),
     ("GET", "/api/v1/health/sweeps"): Entry("/api/v1/health/sweeps", ADMINS),
+    ("POST", "/api/v1/budgets/extensions"): Entry(
+        "/api/v1/budgets/extensions", ADMINS, body={"tenant": GONE, "gpuHours": -1}
+    ),
+    ("GET", "/api/v1/audit"): Entry("/api/v1/audit", ADMINS),
+    ("GET", "/api/v1/audit/verify"): Entry("/api/v1/audit/verify", ADMINS),
 }
 OPEN = {
     ("GET", "/healthz"),

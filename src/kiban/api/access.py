@@ -58,6 +58,9 @@ ROUTE_CAPABILITIES: dict[tuple[str, str], Capability] = {
     ("GET", f"{V1}/policy"): READ,
     ("GET", f"{V1}/nodes"): READ,
     ("GET", f"{V1}/nodes/{{name}}/health"): READ,
+    ("GET", f"{V1}/share"): READ,  # their tenant's members (the service confines it)
+    ("GET", f"{V1}/budgets"): READ,  # their tenant's budgets (the service confines it)
+    ("GET", f"{V1}/budgets/extensions"): READ,
     # a tenant's own administration (the services confine it to the caller's tenant)
     ("PATCH", f"{V1}/queues/{{name}}"): MANAGE,
     ("DELETE", f"{V1}/queues/{{name}}"): MANAGE,
@@ -76,6 +79,9 @@ ROUTE_CAPABILITIES: dict[tuple[str, str], Capability] = {
     ("POST", f"{V1}/nodes/{{name}}/health/check"): ADMIN,
     ("POST", f"{V1}/health/sweeps"): ADMIN,
     ("GET", f"{V1}/health/sweeps"): ADMIN,
+    ("POST", f"{V1}/budgets/extensions"): ADMIN,
+    ("GET", f"{V1}/audit"): ADMIN,
+    ("GET", f"{V1}/audit/verify"): ADMIN,
 }
 
 

@@ -33,6 +33,11 @@ class AuditAction(StrEnum):
     QUEUES_CREATE = "queues.create"
     TENANTS_CREATE = "tenants.create"
     TOKENS_CREATE = "tokens.create"
+    TOKENS_REVOKE = "tokens.revoke"
+    TENANTS_DELETE = "tenants.delete"
+    QUEUES_DELETE = "queues.delete"
+    QUEUES_CHANGE = "queues.change"
+    BUDGETS_EXTEND = "budgets.extend"
     POLICY_APPLY = "policy.apply"
     NODES_CORDON = "nodes.cordon"
     NODES_UNCORDON = "nodes.uncordon"
@@ -118,6 +123,13 @@ AUDITED_ROUTES: tuple[AuditRoute, ...] = (
     AuditRoute("POST", "/api/v1/tenants", AuditAction.TENANTS_CREATE, target_key="name"),
     # the answer holds the new token: the target is the tenant, never a key of the answer
     AuditRoute("POST", "/api/v1/tenants/{tenant}/tokens", AuditAction.TOKENS_CREATE, "tenant"),
+    AuditRoute("DELETE", "/api/v1/tokens/{token_id}", AuditAction.TOKENS_REVOKE, "token_id"),
+    AuditRoute("DELETE", "/api/v1/tenants/{tenant}", AuditAction.TENANTS_DELETE, "tenant"),
+    AuditRoute("DELETE", "/api/v1/queues/{name}", AuditAction.QUEUES_DELETE, "name"),
+    AuditRoute("PATCH", "/api/v1/queues/{name}", AuditAction.QUEUES_CHANGE, "name"),
+    AuditRoute(
+        "POST", "/api/v1/budgets/extensions", AuditAction.BUDGETS_EXTEND, target_key="budget"
+    ),
     AuditRoute("PUT", "/api/v1/policy", AuditAction.POLICY_APPLY, target_key="version"),
     AuditRoute("POST", "/api/v1/nodes/{name}/cordon", AuditAction.NODES_CORDON, "name"),
     AuditRoute("POST", "/api/v1/nodes/{name}/uncordon", AuditAction.NODES_UNCORDON, "name"),

@@ -7,7 +7,7 @@ old tokens' ``admin``/``member``/``job`` among them. A deleted tenant keeps its 
 finished jobs and usage name it) with ``deleted_at`` set.
 
 Revision ID: 0023_token_roles
-Revises: 0020_usage_records
+Revises: 0022_budgets
 Create Date: 2026-11-27
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0023_token_roles"
-down_revision = "0020_usage_records"
+down_revision = "0022_budgets"
 branch_labels = None
 depends_on = None
 

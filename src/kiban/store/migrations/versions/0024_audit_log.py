@@ -1,7 +1,7 @@
 """The audit log: one hash-chained record per state-changing request, append-only.
 
 Revision ID: 0024_audit_log
-Revises: 0020_usage_records
+Revises: 0023_token_roles
 Create Date: 2026-11-27
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0024_audit_log"
-down_revision = "0020_usage_records"
+down_revision = "0023_token_roles"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """Fair share per member within a tenant: each member's decayed and undecayed usage.
 
 Revision ID: 0025_member_usage
-Revises: 0020_usage_records
+Revises: 0024_audit_log
 Create Date: 2026-11-27
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0025_member_usage"
-down_revision = "0020_usage_records"
+down_revision = "0024_audit_log"
 branch_labels = None
 depends_on = None
 
