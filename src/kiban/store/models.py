@@ -432,7 +432,15 @@ class UsageRecord(Base):
     outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)  # AttemptOutcome
 
     __table_args__ = (
-        Index("ix_usage_records_attempt", "kind", "job_id", "attempt", unique=True),
+        Index("ix_usage_records_attempt", "kind", "job_id", "attempt"),
+        # A job holds at most one open record (0021a): an attempt is never counted twice.
+        Index(
+            "ix_usage_records_one_open",
+            "job_id",
+            unique=True,
+            sqlite_where=text("ended_at IS NULL"),
+            postgresql_where=text("ended_at IS NULL"),
+        ),
         Index("ix_usage_records_tenant_started", "tenant", "started_at"),
         Index("ix_usage_records_started", "started_at"),
         Index("ix_usage_records_open", "ended_at"),

@@ -1,0 +1,40 @@
+"""Usage records: at most one open record per job (a partial unique index), and an attempt may
+have more than one record (a launch cut short by a restart is re-run under its attempt number).
+
+Revision ID: 0021a_usage_open_once
+Revises: 0020_usage_records
+Create Date: 2026-11-27
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0021a_usage_open_once"
+down_revision = "0020_usage_records"
+branch_labels = None
+depends_on = None
+
+_OPEN = sa.text("ended_at IS NULL")
+
+
+def upgrade() -> None:
+    op.drop_index("ix_usage_records_attempt", "usage_records")
+    op.create_index("ix_usage_records_attempt", "usage_records", ["kind", "job_id", "attempt"])
+    op.create_index(
+        "ix_usage_records_one_open",
+        "usage_records",
+        ["job_id"],
+        unique=True,
+        sqlite_where=_OPEN,
+        postgresql_where=_OPEN,
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_usage_records_one_open", "usage_records")
+    op.drop_index("ix_usage_records_attempt", "usage_records")
+    op.create_index(
+        "ix_usage_records_attempt", "usage_records", ["kind", "job_id", "attempt"], unique=True
+    )
