@@ -31,6 +31,7 @@ from kiban.api.routers import (
     playground,
     policy,
     services,
+    usage,
 )
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
@@ -92,6 +93,7 @@ def create_app(
     app.include_router(dashboard.router)
     app.include_router(playground.router)
     app.include_router(notebooks.router)
+    app.include_router(usage.router)
     app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     session.install_session(app)
     pages.install_pages(app, web_assets)

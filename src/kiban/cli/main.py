@@ -42,6 +42,7 @@ from kiban.cli.serving import (
     services_command,
 )
 from kiban.cli.sim import sim_command
+from kiban.cli.usage import usage_command
 from kiban.domain.errors import SpecError
 from kiban.sdk.errors import ApiError
 
@@ -68,6 +69,7 @@ app.add_typer(health_app, name="health")
 app.add_typer(notebook_app, name="notebook")
 app.add_typer(policy_app, name="policy")
 app.command("sim")(sim_command)
+app.command("usage")(usage_command)
 app.command("node-agent")(node_agent_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)

@@ -200,6 +200,16 @@ Pricing = Callable[[str | None, float, float], float]
 row, period and flavor. The budgets' prices plug in here."""
 
 
+def pricing(session: Session) -> Pricing | None:
+    """The prices reports cost usage at: None while the policy sets none (no ``cost`` column).
+
+    The one place the policy's prices per GPU-hour and CPU-hour per flavor come in (the budgets
+    work returns them here); the API and ``kiban usage`` report through it.
+    """
+    del session
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     """One row of a report: a group (``tenant`` and ``key``) in one period (``period_start``
