@@ -138,5 +138,8 @@ def test_a_scripted_day_leaves_the_usage_computed_by_hand(
             ("bob", t0 + 6400): 2 * (9003 - 6400) + 8404 + 2 * (13207 - 6400),
         }
     )
+    # Jobs are counted once per period, however many of their attempts it holds.
+    jobs = {(row.key, row.period_start): row.jobs for row in by_day.rows}
+    assert jobs == {("ana", t0): 2, ("bob", t0): 2, ("ana", t0 + 6400): 1, ("bob", t0 + 6400): 2}
     assert unseen.rows == ()
     platform.close()

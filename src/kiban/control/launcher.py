@@ -91,8 +91,9 @@ class Launcher:
         if not admitted:
             return
         flavor_of = flavors or {}
+        last = accounting.last_records(session, [job.id for job, _p in admitted])
         recorded = [
-            self._record(session, job, p, now, restart, flavor_of.get(job.id))
+            self._record(session, job, p, now, restart, flavor_of.get(job.id), last.get(job.id))
             for job, p in admitted
         ]
         session.commit()
@@ -120,9 +121,10 @@ class Launcher:
         now: float,
         restart: bool,
         flavor: str | None = None,
+        last: accounting.LastRecord | None = None,
     ) -> tuple[Job, list[Replica], LaunchRequest]:
         """The attempt's replicas, its move to Admitted and its usage record opened (not
-        committed), and its request. ``flavor`` None: a relaunch keeps its last one's."""
+        committed), and its request. ``flavor`` None: a relaunch keeps its ``last`` one's."""
         spec = self.specs.get(job)
         # A port the job names (a Volcano pytorch --port) holds where replicas have their own
         # network (containers); on one machine a free port is picked instead.
@@ -155,7 +157,7 @@ class Launcher:
             message=f"{verb}: {describe_placements(placements)}",
             at=now,
         )
-        accounting.open_attempt(session, job, rows, now, flavor)
+        accounting.open_attempt(session, job, rows, now, flavor, last)
         api_env = {}
         if self.api_url is not None:
             token = create_job_token(session, job_id=job.id, tenant=job.tenant, at=now)

@@ -80,22 +80,50 @@ def usage_kind(job: Job) -> UsageKind:
     return UsageKind.SERVICE if SERVICE_LABEL in labels else UsageKind.JOB
 
 
+@dataclass(frozen=True, slots=True)
+class LastRecord:
+    """A job's newest usage record: when it ended (None: open, about to be closed as the job
+    is placed again) and on which flavor."""
+
+    ended_at: float | None
+    flavor: str | None
+
+
+def last_records(session: Session, job_ids: Sequence[str]) -> dict[str, LastRecord]:
+    """Each job's newest record, for jobs about to start an attempt (one query for a batch)."""
+    if not job_ids:
+        return {}
+    newest = (
+        select(func.max(UsageRecord.id))
+        .where(
+            UsageRecord.kind.in_([k.value for k in UsageKind]),
+            UsageRecord.job_id.in_(job_ids),
+        )
+        .group_by(UsageRecord.job_id)
+    )
+    rows = session.execute(
+        select(UsageRecord.job_id, UsageRecord.ended_at, UsageRecord.flavor).where(
+            UsageRecord.id.in_(newest)
+        )
+    )
+    return {job_id: LastRecord(ended, flavor) for job_id, ended, flavor in rows}
+
+
 def open_attempt(
     session: Session,
     job: Job,
     replicas: Sequence[Replica],
     at: float,
     flavor: str | None = None,
+    last: LastRecord | None = None,
 ) -> None:
     """Open the record of the job's current attempt, holding ``replicas`` from ``at`` (not
-    committed). ``flavor`` None: a relaunch on the nodes it held, of its last record's flavor."""
-    if flavor is None:
-        flavor = session.scalar(
-            select(UsageRecord.flavor)
-            .where(UsageRecord.job_id == job.id)
-            .order_by(UsageRecord.id.desc())
-            .limit(1)
-        )
+    committed). ``last``: the job's newest record before this one (``last_records``): when it
+    ended, and its flavor for a relaunch on the nodes it held (``flavor`` None)."""
+    previous_ended = None
+    if last is not None:
+        previous_ended = at if last.ended_at is None else last.ended_at  # closed at ``at`` now
+        flavor = flavor if flavor is not None else last.flavor
     session.add(
         UsageRecord(
             kind=usage_kind(job).value,
@@ -109,6 +137,7 @@ def open_attempt(
             cpu_millis=sum(r.cpu_millis for r in replicas),
             memory=sum(r.memory for r in replicas),
             started_at=at,
+            previous_ended_at=previous_ended,
         )
     )
 
@@ -400,7 +429,19 @@ def usage_report(
             func.sum(gpu_s),
             func.sum(UsageRecord.cpu_millis * held),
             func.count(),
-            func.count(UsageRecord.job_id.distinct()),
+            # A job's first record here: the one whose previous record ended before the period.
+            func.sum(
+                case(
+                    (
+                        or_(
+                            UsageRecord.previous_ended_at.is_(None),
+                            UsageRecord.previous_ended_at <= bucket.c.lo,
+                        ),
+                        1,
+                    ),
+                    else_=0,
+                )
+            ),
             lost(AttemptOutcome.PREEMPTED),
             lost(AttemptOutcome.NODE_LOST),
         )
@@ -436,7 +477,7 @@ def usage_report(
             gpu_hours=gpu_h,
             cpu_hours=cpu_h,
             attempts=int(attempts),
-            jobs=int(jobs),
+            jobs=int(jobs or 0),
             preempted_gpu_hours=float(preempted or 0.0) / HOUR,
             node_lost_gpu_hours=float(node_lost or 0.0) / HOUR,
             cost=None if price is None else price(flavor, gpu_h, cpu_h),

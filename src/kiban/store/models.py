@@ -430,6 +430,9 @@ class UsageRecord(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)  # AttemptOutcome
+    # When the job's previous record ended (None: its first): a window's jobs are its records
+    # whose previous one ended before it (0021a).
+    previous_ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_usage_records_attempt", "kind", "job_id", "attempt"),
