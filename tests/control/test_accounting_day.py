@@ -15,7 +15,7 @@ from kiban.control.loop_settings import LoopSettings
 from kiban.platform import Platform, build_platform
 from kiban.services.accounting import Granularity, UsageGroup, usage_report
 from kiban.services.auth import Principal
-from kiban.store.models import Replica, UsageRecord
+from kiban.store.models import Job, Replica, UsageRecord
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import ADMIN, submit_to_platform
 
@@ -143,3 +143,35 @@ def test_a_scripted_day_leaves_the_usage_computed_by_hand(
     assert jobs == {("ana", t0): 2, ("bob", t0): 2, ("ana", t0 + 6400): 1, ("bob", t0 + 6400): 2}
     assert unseen.rows == ()
     platform.close()
+
+
+def test_a_launch_cut_short_by_a_restart_is_closed_and_its_rerun_counted_apart(
+    platform: Platform, clock: ManualClock
+) -> None:
+    job = submit_to_platform(platform, manifest("a", gpu=2), ANA)
+    clock.advance(1)
+    platform.loop.run_once()
+    placed = clock.now()
+    # As if the control plane died between the placement's commit and the launch's.
+    with platform.sessions() as session:
+        row = session.get(Job, job)
+        assert row is not None
+        row.state = "Admitted"
+        session.commit()
+    clock.advance(60)
+    platform.loop.recover()
+    restarted = clock.now()
+    clock.advance(1)
+    platform.loop.run_once()
+    assert state(platform, job) == "Running"
+    assert records(platform) == [
+        (job, 1, "stopped", 2, placed, restarted),
+        (job, 1, None, 2, restarted + 1, None),  # the same attempt, launched again
+    ]
+    with platform.sessions() as session:
+        report = usage_report(
+            session, ANA, by=UsageGroup.USER, since=placed, until=clock.now() + 9, now=clock.now()
+        )
+    (row,) = report.rows
+    assert (row.attempts, row.jobs) == (2, 1)
+    assert row.gpu_hours == pytest.approx(2 * (restarted - placed) / HOUR)
