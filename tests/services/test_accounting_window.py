@@ -121,7 +121,9 @@ def test_times_read_as_durations_back_dates_or_seconds(text: str, expected: floa
     assert parse_time(text, field="since", now=NOV_1) == expected
 
 
-@pytest.mark.parametrize("text", ["", "yesterday", "3x", "-2d", "2026-13-01"])
+@pytest.mark.parametrize(
+    "text", ["", "yesterday", "3x", "-2d", "2026-13-01", "nan", "inf", "-5", "99999999d"]
+)
 def test_a_time_that_cannot_be_read_names_the_field(text: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         parse_time(text, field="until", now=NOV_1)

@@ -303,9 +303,9 @@ def parse_time(value: str, *, field: str, now: float) -> float:
         raise invalid(field, "empty: give a duration back from now (30d) or a date (2026-11-01)")
     unit = _UNITS.get(text[-1].lower())
     if unit is not None and text[:-1].replace(".", "", 1).isdigit():
-        return now - float(text[:-1]) * unit
+        return _in_range(now - float(text[:-1]) * unit, field, value)
     try:
-        return float(text)
+        return _in_range(float(text), field, value)
     except ValueError:
         pass
     from datetime import UTC, datetime
@@ -320,7 +320,17 @@ def parse_time(value: str, *, field: str, now: float) -> float:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    return _in_range(parsed.timestamp(), field, value)
+
+
+LAST_TIME = 253_402_300_799.0  # 9999-12-31 23:59:59 UTC
+
+
+def _in_range(at: float, field: str, value: str) -> float:
+    """``at`` if it is a time between 1970 and the year 9999; else an error naming ``field``."""
+    if not 0.0 <= at <= LAST_TIME:  # also NaN
+        raise invalid(field, f"{value!r} is not a time between 1970 and the year 9999")
+    return at
 
 
 def periods(
