@@ -23,12 +23,24 @@ def get_usage(
     platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
-    by: Annotated[str, Query(description="tenant, user, queue, flavor or job")] = "tenant",
+    by: Annotated[
+        str,
+        Query(
+            description="tenant, user, queue, flavor or job",
+            json_schema_extra={"enum": [g.value for g in accounting.UsageGroup]},
+        ),
+    ] = "tenant",
     since: Annotated[
         str, Query(description="a duration back from now (30d, 12h) or a date (2026-11-01)")
     ] = "30d",
     until: Annotated[str | None, Query(description="as since; none: now")] = None,
-    granularity: Annotated[str | None, Query(description="day, week or month")] = None,
+    granularity: Annotated[
+        str | None,
+        Query(
+            description="day, week or month (UTC); none: the whole window",
+            json_schema_extra={"enum": [g.value for g in accounting.Granularity]},
+        ),
+    ] = None,
 ) -> UsageReportOut:
     """Usage within the window: 422 naming the field for an unknown grouping or granularity,
     a time that cannot be read, or a window that ends before it starts."""
