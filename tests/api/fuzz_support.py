@@ -33,6 +33,8 @@ SERVER_RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/jobs/{job_id}/logs"): "rank must be one of the job's ranks; offset is "
     "not with all_ranks, since_seconds not with since_time; a since needs an executor that "
     "knows when the log was written",
+    ("GET", "/api/v1/usage"): "since and until are read as a duration, a date or seconds, "
+    "and the window they make must not end before it starts",
 }
 """Operations where a request the schema allows may still be refused 422, and why."""
 

@@ -36,6 +36,7 @@ from kiban.api.routers import (
     services,
     share,
     tenancy,
+    usage,
 )
 from kiban.platform import Platform
 from kiban.store.db import REQUEST_THREADS
@@ -101,6 +102,7 @@ def create_app(
     app.include_router(notebooks.router)
     app.include_router(audit.router)
     app.include_router(tenancy.router)
+    app.include_router(usage.router)
     app.router.routes.extend(notebook_proxy.routes)  # /nb/<tenant>/<name>/: notebooks
     session.install_session(app)
     pages.install_pages(app, web_assets)

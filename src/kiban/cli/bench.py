@@ -170,9 +170,7 @@ def submit(
     )
 
 
-def _array(
-    size: int, scheduled: int, clients: str, store: list[str] | None, as_json: bool
-) -> None:
+def _array(size: int, scheduled: int, clients: str, store: list[str] | None, as_json: bool) -> None:
     """``bench submit --array N``: see ``kiban.bench.array_submit``."""
     from kiban.bench.array_submit import ArrayBenchOptions, array_table, run_array_bench
     from kiban.bench.loadgen import BenchError
@@ -617,3 +615,32 @@ def web(
         as_json,
         "interrupted; the benchmark's server is stopped",
     )
+
+
+@bench_app.command("usage")
+def usage(
+    records: Annotated[int, typer.Option(help="usage records written to each store")] = 1_000_000,
+    since: Annotated[int, typer.Option(help="days the report looks back (--since Nd)")] = 90,
+    days: Annotated[int, typer.Option(help="days the records are spread over")] = 100,
+    rounds: Annotated[int, typer.Option(help="timed reports each way (medians shown)")] = 5,
+    stores: Annotated[str, typer.Option(help="postgresql, sqlite or both")] = "postgresql,sqlite",
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+    ] = False,
+) -> None:
+    """`kiban usage --by user --since 90d` over a million usage records: the report aggregated
+    in the store, beside the same records folded in Python, on PostgreSQL and SQLite."""
+    from kiban.bench.usage_query import UsageBenchOptions, run_usage_bench, usage_table
+
+    try:
+        options = UsageBenchOptions(
+            records=records,
+            days=days,
+            since_days=since,
+            rounds=rounds,
+            stores=tuple(s.strip() for s in stores.split(",") if s.strip()),
+        )
+    except ValueError as exc:
+        _bad_option(exc)
+    _report(lambda: run_usage_bench(options, say=render.say), (RuntimeError,), usage_table, as_json)

@@ -45,6 +45,7 @@ from kiban.cli.serving import (
 )
 from kiban.cli.share import share_command
 from kiban.cli.sim import sim_command
+from kiban.cli.usage import usage_command
 from kiban.domain.errors import SpecError
 from kiban.sdk.errors import ApiError
 
@@ -74,6 +75,7 @@ app.add_typer(budgets_app, name="budgets")
 app.command("sim")(sim_command)
 app.command("share")(share_command)
 app.command("audit")(audit_command)
+app.command("usage")(usage_command)
 app.command("node-agent")(node_agent_command)
 app.command("serve")(serve_command)
 app.command("services")(services_command)

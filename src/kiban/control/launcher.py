@@ -9,7 +9,7 @@ and one cancelled meanwhile is left to settling to stop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
@@ -27,7 +27,7 @@ from kiban.executors.base import (
     LaunchRequest,
 )
 from kiban.scheduler.decisions import ReplicaPlacement
-from kiban.services import job_arrays, notebooks
+from kiban.services import accounting, job_arrays, notebooks
 from kiban.services.auth import create_job_token
 from kiban.services.transitions import transition
 from kiban.store.models import Job, Replica
@@ -80,6 +80,7 @@ class Launcher:
         now: float,
         *,
         restart: bool = False,
+        flavors: Mapping[str, str] | None = None,
     ) -> None:
         """Start several admitted attempts: their placements recorded in one commit, the
         executor called for them (``launch_concurrency`` at once), the outcomes in one commit.
@@ -89,7 +90,12 @@ class Launcher:
         """
         if not admitted:
             return
-        recorded = [self._record(session, job, p, now, restart) for job, p in admitted]
+        flavor_of = flavors or {}
+        last = accounting.last_records(session, [job.id for job, _p in admitted])
+        recorded = [
+            self._record(session, job, p, now, restart, flavor_of.get(job.id), last.get(job.id))
+            for job, p in admitted
+        ]
         session.commit()
         outcomes = self._start([request for _job, _rows, request in recorded])
         jobs = [job for job, _rows, _request in recorded]
@@ -114,8 +120,11 @@ class Launcher:
         placements: tuple[ReplicaPlacement, ...],
         now: float,
         restart: bool,
+        flavor: str | None = None,
+        last: accounting.LastRecord | None = None,
     ) -> tuple[Job, list[Replica], LaunchRequest]:
-        """The attempt's replicas and its move to Admitted (not committed), and its request."""
+        """The attempt's replicas, its move to Admitted and its usage record opened (not
+        committed), and its request. ``flavor`` None: a relaunch keeps its ``last`` one's."""
         spec = self.specs.get(job)
         # A port the job names (a Volcano pytorch --port) holds where replicas have their own
         # network (containers); on one machine a free port is picked instead.
@@ -148,6 +157,7 @@ class Launcher:
             message=f"{verb}: {describe_placements(placements)}",
             at=now,
         )
+        accounting.open_attempt(session, job, rows, now, flavor, last)
         api_env = {}
         if self.api_url is not None:
             token = create_job_token(session, job_id=job.id, tenant=job.tenant, at=now)

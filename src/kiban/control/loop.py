@@ -444,5 +444,6 @@ class ControlLoop:
                     for admit in batch
                     if admit.job_id in jobs and jobs[admit.job_id].state == JobState.PENDING.value
                 ]
-                self.launcher.launch_all(session, admitted, now)
+                flavors = {admit.job_id: admit.flavor for admit in batch}
+                self.launcher.launch_all(session, admitted, now, flavors=flavors)
                 session.commit()

@@ -360,6 +360,7 @@ class JobSettler:
             message=message,
             at=now,
             warning=rule.finish_warning,
+            intent=intent,
         )
         if not rule.requeues:
             self.specs.forget(job.id)

@@ -419,6 +419,22 @@ class Client:
             raise ApiError(0, f"lost the connection to kiban at {self.url}: {exc}") from None
 
     # -- cluster -------------------------------------------------------------------------------
+    def usage(
+        self,
+        *,
+        by: str = "tenant",
+        since: str = "30d",
+        until: str | None = None,
+        granularity: str | None = None,
+    ) -> dict[str, Any]:
+        """GPU- and CPU-hours per tenant, user, queue, flavor or job (``GET /api/v1/usage``)."""
+        params = {"by": by, "since": since}
+        if until is not None:
+            params["until"] = until
+        if granularity is not None:
+            params["granularity"] = granularity
+        return dict(self._request("GET", "/api/v1/usage", params=params))
+
     def queues(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/api/v1/queues"))
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from kiban.domain.states import ALLOWED, JobState
-from kiban.services import events
+from kiban.domain.stop_intents import StopIntent
+from kiban.services import accounting, events
 from kiban.services.auth import revoke_job_tokens
 from kiban.services.runtime_estimates import record_finished
 from kiban.store.models import Job
@@ -24,11 +25,17 @@ def transition(
     message: str,
     at: float,
     warning: bool = False,
+    intent: StopIntent | None = None,
 ) -> None:
-    """Move ``job`` to ``to``, stamp the matching time, and record why."""
+    """Move ``job`` to ``to``, stamp the matching time, and record why; a move that ends the
+    attempt holding resources closes its usage record (``intent``: the stop that ended it, when
+    the job's own is already cleared)."""
     current = JobState(job.state)
     if to not in ALLOWED[current] and to is not current:
         raise IllegalTransition(f"job {job.id}: {current} -> {to} is not allowed")
+    if accounting.ends_attempt(current, to):
+        outcome = accounting.attempt_outcome(to, intent or job.stop_intent)
+        accounting.close_attempt(session, job.id, outcome, at)
     job.state = to.value
     if to is JobState.ADMITTED:
         job.admitted_at = at

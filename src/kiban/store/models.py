@@ -455,9 +455,20 @@ class UsageRecord(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)  # AttemptOutcome
+    # When the job's previous record ended (None: its first): a window's jobs are its records
+    # whose previous one ended before it (0021a).
+    previous_ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
-        Index("ix_usage_records_attempt", "kind", "job_id", "attempt", unique=True),
+        Index("ix_usage_records_attempt", "kind", "job_id", "attempt"),
+        # A job holds at most one open record (0021a): an attempt is never counted twice.
+        Index(
+            "ix_usage_records_one_open",
+            "job_id",
+            unique=True,
+            sqlite_where=text("ended_at IS NULL"),
+            postgresql_where=text("ended_at IS NULL"),
+        ),
         Index("ix_usage_records_tenant_started", "tenant", "started_at"),
         Index("ix_usage_records_started", "started_at"),
         Index("ix_usage_records_open", "ended_at"),

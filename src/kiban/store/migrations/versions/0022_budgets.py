@@ -1,7 +1,7 @@
 """Budgets: extensions granted by admins, and the thresholds each budget has reached.
 
 Revision ID: 0022_budgets
-Revises: 0021_runtime_estimates
+Revises: 0021a_usage_open_once
 Create Date: 2026-11-27
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022_budgets"
-down_revision = "0021_runtime_estimates"
+down_revision = "0021a_usage_open_once"
 branch_labels = None
 depends_on = None
 
