@@ -105,6 +105,7 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("GET", "/api/v1/policy"): Entry("/api/v1/policy", READERS),
     ("GET", "/api/v1/nodes"): Entry("/api/v1/nodes", READERS),
     ("GET", "/api/v1/nodes/{name}/health"): Entry("/api/v1/nodes/node-0/health", READERS),
+    ("GET", "/api/v1/usage"): Entry("/api/v1/usage", READERS),
     ("GET", "/api/v1/share"): Entry("/api/v1/share", READERS),
     ("GET", "/api/v1/budgets"): Entry("/api/v1/budgets", READERS),
     ("GET", "/api/v1/budgets/extensions"): Entry("/api/v1/budgets/extensions", READERS),

@@ -58,6 +58,7 @@ ROUTE_CAPABILITIES: dict[tuple[str, str], Capability] = {
     ("GET", f"{V1}/policy"): READ,
     ("GET", f"{V1}/nodes"): READ,
     ("GET", f"{V1}/nodes/{{name}}/health"): READ,
+    ("GET", f"{V1}/usage"): READ,  # their tenant's accounting (the service confines it)
     ("GET", f"{V1}/share"): READ,  # their tenant's members (the service confines it)
     ("GET", f"{V1}/budgets"): READ,  # their tenant's budgets (the service confines it)
     ("GET", f"{V1}/budgets/extensions"): READ,
