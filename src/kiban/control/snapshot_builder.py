@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -14,6 +14,7 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.jobspec import JobSpec, task_demands
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
+from kiban.scheduler.attained_service import las_queues
 from kiban.scheduler.node_match import excluding
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import (
@@ -21,6 +22,7 @@ from kiban.scheduler.snapshot import (
     Extended,
     NodeView,
     PendingJob,
+    QueueStrategy,
     QueueView,
     RunningIndex,
     RunningJob,
@@ -281,7 +283,8 @@ def _running_jobs(
 ) -> tuple[RunningJob, ...]:
     replicas: dict[str, list[RunningReplica]] = {}
     tasks: dict[str, list[str]] = {}  # job -> each replica's task, in the same order
-    for job_id, node, gpu_ids, cpu, memory, task in session.execute(
+    attempt_start: dict[str, float] = {}  # job -> when its running attempt's replicas started
+    for job_id, node, gpu_ids, cpu, memory, task, replica_start in session.execute(
         select(
             Replica.job_id,
             Replica.node,
@@ -289,6 +292,7 @@ def _running_jobs(
             Replica.cpu_millis,
             Replica.memory,
             Replica.task,
+            Replica.started_at,
         )
         .where(Replica.active.is_(True))
         .order_by(Replica.job_id, Replica.rank)
@@ -297,6 +301,8 @@ def _running_jobs(
             RunningReplica(node, tuple(gpu_ids or ()), cpu, memory)
         )
         tasks.setdefault(job_id, []).append(task)
+        if replica_start is not None:
+            attempt_start[job_id] = min(attempt_start.get(job_id, replica_start), replica_start)
     if not replicas:
         return ()
     rows = session.execute(
@@ -312,9 +318,15 @@ def _running_jobs(
             Job.stop_intent,
             Job.preempted_by,
             Job.last_checkpoint_at,
+            Job.attempt,
         ).where(Job.state.in_(_HOLDING))
     ).all()
     specs.load_missing(session, [r.id for r in rows if r.id in replicas])
+    las_name = QueueStrategy.LEAST_ATTAINED_SERVICE.value
+    las = {q.name for q in policy.queues if q.strategy == las_name}
+    attained = attained_service(
+        session, [r.id for r in rows if r.queue in las and r.attempt > 1 and r.id in replicas]
+    )
     result = []
     for row in rows:
         held = replicas.get(row.id)
@@ -323,6 +335,8 @@ def _running_jobs(
         spec = specs.get_by_id(row.id, dict)
         held, flavor_extended = _with_extended(held, tasks[row.id], spec, flavor_of)
         started = row.started_at or row.admitted_at or now
+        if row.id in attained:  # LAS counts this attempt's service from this attempt's start
+            started = attempt_start.get(row.id, started)
         level = policy.priority(spec.priority_class)
         flavor_gpus: dict[str, int] = {}
         for r in held:
@@ -346,9 +360,30 @@ def _running_jobs(
                 protected_until=started + (level.min_runtime_s if level else 0.0),
                 preempted_by=row.preempted_by if stopping else None,
                 stopping=stopping,
+                attained_service=attained.get(row.id, 0.0),
             )
         )
     return tuple(result)
+
+
+def attained_service(session: Session, job_ids: Sequence[str]) -> dict[str, float]:
+    """GPU-seconds the ended replicas of these jobs ran (their earlier attempts), for the
+    order of LeastAttainedService queues. Asked only for jobs of such queues past their first
+    attempt, through the index on the replicas' job id."""
+    totals: dict[str, float] = {}
+    for start in range(0, len(job_ids), 500):
+        chunk = job_ids[start : start + 500]
+        for job_id, started, finished, gpu_ids in session.execute(
+            select(Replica.job_id, Replica.started_at, Replica.finished_at, Replica.gpu_ids).where(
+                Replica.job_id.in_(chunk),
+                Replica.active.is_(False),
+                Replica.started_at.is_not(None),
+                Replica.finished_at.is_not(None),
+            )
+        ).all():
+            ran = max(finished - started, 0.0) * len(gpu_ids or ())
+            totals[job_id] = totals.get(job_id, 0.0) + ran
+    return totals
 
 
 def _with_extended(
@@ -403,6 +438,7 @@ def _pending_jobs(
         Job.eta,
         Job.nominated_nodes,
         Job.excluded_nodes,
+        Job.attempt,
     )
     rows: list[Row[Any]] = []
     for queue in queues:
@@ -420,6 +456,15 @@ def _pending_jobs(
         )
     specs.load_missing(session, [r.id for r in rows])
     views.begin(policy, node_constraints)
+    las = las_queues(queues)
+    attained = attained_service(
+        session,
+        [
+            r.id
+            for r in rows
+            if r.queue in las and r.attempt > 1 and views.get(r.id, _view_key(r, now)) is None
+        ],
+    )
     pending = []
     for row in rows:
         nominated = (
@@ -428,23 +473,14 @@ def _pending_jobs(
             else ()
         )
         excluded = active_exclusions(row.excluded_nodes, now)
-        key = (
-            row.queue,
-            row.priority,
-            row.submitted_at,
-            row.tenant,
-            row.preempted_by,
-            nominated,
-            excluded,
-        )
+        key = _view_key(row, now)
         view = views.get(row.id, key)
         if view is None:
             spec = specs.get_by_id(row.id, dict)
-            view = views.put(
-                row.id,
-                key,
-                _pending_job(row, spec, policy, nominated, node_constraints, excluded),
-            )
+            view = _pending_job(row, spec, policy, nominated, node_constraints, excluded)
+            if row.id in attained:
+                view = replace(view, attained_service=attained[row.id])
+            view = views.put(row.id, key, view)
         pending.append(view)
         if recorded is not None:
             recorded[row.id] = RecordedWait(
@@ -457,6 +493,26 @@ def _pending_jobs(
             )
     views.end()
     return tuple(pending)
+
+
+def _view_key(row: Row[Any], now: float) -> tuple[Any, ...]:
+    """What a pending job's view is made of besides its spec: a cached view is reused while
+    these are the same (the attempt: a job back from a run has attained more service)."""
+    nominated = (
+        tuple(row.nominated_nodes or ())
+        if row.reason_code == ReasonCode.WAITING_FOR_PREEMPTION.value
+        else ()
+    )
+    return (
+        row.queue,
+        row.priority,
+        row.submitted_at,
+        row.tenant,
+        row.preempted_by,
+        nominated,
+        active_exclusions(row.excluded_nodes, now),
+        row.attempt,
+    )
 
 
 def _pending_job(

@@ -248,6 +248,10 @@ class QueueBuilder:
         self._strategy = QueueStrategy.BEST_EFFORT_FIFO
         return self
 
+    def least_attained_service(self) -> Self:
+        self._strategy = QueueStrategy.LEAST_ATTAINED_SERVICE
+        return self
+
     def build(self, running: Iterable[RunningJob] = ()) -> QueueView:
         """The queue; GPUs used per flavor come from ``uses``/``using`` plus its running jobs."""
         nominal = self._nominal
@@ -297,6 +301,12 @@ class JobBuilder:
     _preempted_by: str | None = None
     _nominated: tuple[str, ...] = ()
     _excluded: frozenset[str] = frozenset()
+    _attained: float = 0.0
+
+    def attained(self, gpu_seconds: float) -> Self:
+        """GPU-seconds its earlier attempts ran (least-attained-service order)."""
+        self._attained = gpu_seconds
+        return self
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -423,6 +433,7 @@ class JobBuilder:
             preempts=self._preempts,
             preempted_by=self._preempted_by,
             nominated_nodes=self._nominated,
+            attained_service=self._attained,
         )
 
 
@@ -441,6 +452,12 @@ class RunningBuilder:
     _protected_until: float = 0.0
     _preempted_by: str | None = None
     _replicas: list[tuple[str, int, Extended]] = field(default_factory=list)
+    _attained: float = 0.0
+
+    def attained(self, gpu_seconds: float) -> Self:
+        """GPU-seconds it ran before this attempt (least-attained-service order)."""
+        self._attained = gpu_seconds
+        return self
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -521,6 +538,7 @@ class RunningBuilder:
             last_progress_at=self._checkpoint,
             protected_until=self._protected_until,
             preempted_by=self._preempted_by,
+            attained_service=self._attained,
         )
 
 
