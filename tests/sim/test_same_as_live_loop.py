@@ -15,9 +15,9 @@ from sim_support import live_job, live_submit, write_csv
 
 from kiban.domain.manifests import load_document
 from kiban.platform import Platform
-from kiban.services.policy import apply_policy
 from kiban.scheduler.decisions import Decisions
 from kiban.scheduler.snapshot import Snapshot
+from kiban.services.policy import apply_policy
 from kiban.sim.engine import Simulator
 from kiban.sim.policies import policy_named
 from kiban.sim.run import SimOptions, prepare
