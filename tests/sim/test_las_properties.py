@@ -53,3 +53,12 @@ def test_las_preemption_never_cycles_nor_starves_the_largest_gang(
     assert largest.first_start is not None
     assert result.summary.extra["preemption_loops"] == 0
     assert max(r.preemptions for r in runs) <= len(LAS_THRESHOLDS_GPU_S)
+
+
+def test_the_recommended_cluster_file_declares_las_queues() -> None:
+    from kiban.scheduler.snapshot import QueueStrategy
+    from kiban.sim.cluster import load_cluster_file
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "cluster-recommended.yaml"
+    cluster = load_cluster_file(example)
+    assert {q.strategy for q in cluster.queues} == {QueueStrategy.LEAST_ATTAINED_SERVICE}
