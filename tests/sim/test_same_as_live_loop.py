@@ -13,9 +13,11 @@ from pathlib import Path
 
 from sim_support import live_job, live_submit, write_csv
 
+from kiban.domain.manifests import load_document
 from kiban.platform import Platform
 from kiban.scheduler.decisions import Decisions
 from kiban.scheduler.snapshot import Snapshot
+from kiban.services.policy import apply_policy
 from kiban.sim.engine import Simulator
 from kiban.sim.policies import policy_named
 from kiban.sim.run import SimOptions, prepare
@@ -53,10 +55,16 @@ nodes:
 Start = tuple[float, str, tuple[tuple[str, tuple[int, ...]], ...]]
 
 
-def drive_live(platform: Platform, executor: FakeExecutor, clock: ManualClock) -> list[Start]:
+def drive_live(
+    platform: Platform,
+    executor: FakeExecutor,
+    clock: ManualClock,
+    scenario: list[Scripted] = SCENARIO,
+    check: bool = True,
+) -> list[Start]:
     origin = clock.now()
-    arrivals = sorted(SCENARIO, key=lambda s: s.at)
-    by_name = {s.name: s for s in SCENARIO}
+    arrivals = sorted(scenario, key=lambda s: s.at)
+    by_name = {s.name: s for s in scenario}
     names: dict[str, str] = {}
     ends: dict[str, float] = {}
     seen = 0
@@ -87,24 +95,31 @@ def drive_live(platform: Platform, executor: FakeExecutor, clock: ManualClock) -
             starts.append((t, name, placed))
             ends[launch.job_id] = t + by_name[name].duration
         seen = len(executor.launches)
+    if not check:
+        return starts
     b = next(j for j, n in names.items() if n == "b")
     e = next(j for j, n in names.items() if n == "e")
     assert (live_job(platform, b).attempt, live_job(platform, b).preempted_by) == (2, e)
     return starts
 
 
-def drive_sim(tmp_path: Path) -> list[Start]:
+def drive_sim(
+    tmp_path: Path,
+    scenario: list[Scripted] = SCENARIO,
+    cluster_file: str = CLUSTER,
+    preemptions: dict[str, int] | None = None,
+) -> list[Start]:
     rows = [
         f"{s.at},{s.duration},{s.replicas * s.gpu},default,{s.priority or ''},{s.replicas},"
         f"{s.gpu},{s.limit or ''}"
-        for s in SCENARIO
+        for s in scenario
     ]
     trace = write_csv(tmp_path / "scripted.csv", rows)
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(CLUSTER)
+    cluster.write_text(cluster_file)
     options = SimOptions(trace=trace, cluster_file=cluster, rho=False)
     prepared = prepare(options)
-    names = {f"job-{i + 2}": s.name for i, s in enumerate(SCENARIO)}
+    names = {f"job-{i + 2}": s.name for i, s in enumerate(scenario)}
     starts: list[Start] = []
 
     def note(snapshot: Snapshot, decisions: Decisions) -> None:
@@ -117,7 +132,7 @@ def drive_sim(tmp_path: Path) -> list[Start]:
     )
     outcome = simulator.run()
     preempted = {names[r.job.id]: r.preemptions for r in outcome.runs}
-    assert preempted == {"a": 0, "b": 1, "c": 0, "d": 0, "e": 0}
+    assert preempted == (preemptions or {"a": 0, "b": 1, "c": 0, "d": 0, "e": 0})
     return starts
 
 
@@ -134,4 +149,47 @@ def test_the_loop_and_the_simulator_start_the_same_jobs_on_the_same_gpus(
         (100, "b"),
         (100, "c"),
         (180, "d"),
+    ]
+
+
+# The same nodes, the default queue LeastAttainedService. long (2 GPUs) and fill (4 GPUs) start
+# at 0. At 1,000 fill has run 4,000 GPU-s (level 1, dropped during its run), long 2,000
+# (level 0): short (level 0) preempts fill, not long. At 1,300 short ends and fill resumes
+# (4,000 GPU-s: level 1 at its start). At 2,000 long has 4,000 GPU-s (dropped to level 1
+# during its run) and fill 6,800 (still level 1, the level it resumed at: spared, the bound):
+# late preempts long, which resumes when late ends at 2,100. The live loop reads each job's
+# attained service from its ended replicas; the simulator keeps it.
+LAS_SCENARIO = [
+    Scripted("long", 0, 5000, 1, 2),
+    Scripted("fill", 0, 4000, 2, 2),
+    Scripted("short", 1000, 300, 1, 2),
+    Scripted("late", 2000, 100, 1, 2),
+]
+LAS_QUEUES = """
+queues:
+  - {name: default, strategy: LeastAttainedService}
+"""
+
+
+def test_the_loop_and_the_simulator_agree_on_least_attained_service_queues(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock, tmp_path: Path
+) -> None:
+    with platform.sessions() as session:
+        apply_policy(session, load_document(LAS_QUEUES), actor="test", at=clock.now())
+        session.commit()
+    live = drive_live(platform, executor, clock, LAS_SCENARIO, check=False)
+    simulated = drive_sim(
+        tmp_path,
+        LAS_SCENARIO,
+        CLUSTER + LAS_QUEUES,
+        preemptions={"long": 1, "fill": 1, "short": 0, "late": 0},
+    )
+    assert simulated == live
+    assert [(t, name) for t, name, _ in live] == [
+        (0, "fill"),
+        (0, "long"),
+        (1000, "short"),
+        (1300, "fill"),
+        (2000, "late"),
+        (2100, "long"),
     ]

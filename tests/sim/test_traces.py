@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from sim_support import write_csv
 
-from kiban.sim.cluster import SHARED_QUEUE, read_quotas, synthetic, with_quotas
+from kiban.sim.cluster import SHARED_QUEUE, read_quotas, scaled_quotas, synthetic, with_quotas
+from kiban.sim.run import SimOptions
 from kiban.sim.traces import (
     TraceError,
     compress,
@@ -133,3 +134,40 @@ def test_the_shared_helios_quotas_are_eleven_teams_of_2816_gpus() -> None:
     quotas = read_quotas(path)
     assert len(quotas) == 11
     assert sum(quotas.values()) * 8 == 2816
+
+
+def test_scaled_quotas_follow_the_cluster_and_add_up_to_it_exactly() -> None:
+    """Hand-computed: 4 and 2 nodes of 6 scaled to 5 GPUs are 3.33 and 1.67 GPUs; floors 3 and
+    1, and the one GPU left goes to the larger remainder (nlp's 0.67)."""
+    assert scaled_quotas({"vision": 4, "nlp": 2}, 5) == {"vision": 3, "nlp": 2}
+    assert scaled_quotas({"a": 1, "b": 1, "c": 1}, 4) == {"a": 2, "b": 1, "c": 1}  # ties by name
+    assert scaled_quotas({"vision": 4, "nlp": 2}, 48) == {"vision": 32, "nlp": 16}
+    with pytest.raises(ValueError, match="no nodes to scale"):
+        scaled_quotas({"vision": 0}, 8)
+
+
+def test_scale_quotas_make_the_team_queues_share_the_simulated_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "vc.csv"
+    path.write_text("vc,node num\nvision,64\nnlp,32\n")
+    cluster = with_quotas(synthetic(3, 8), read_quotas(path), 8, scale=True)
+    nominal = {q.name: q.nominal for q in cluster.queues}
+    assert nominal == {
+        "nlp": {"default": 8},
+        "vision": {"default": 16},
+        SHARED_QUEUE: {"default": 0},
+    }
+    assert "scaled to the cluster" in cluster.description
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"nodes": 4, "scale_quotas": True}, "--scale-quotas needs --quotas-from"),
+        ({"quotas_from": Path("vc.csv"), "scale_quotas": True}, "--scale-quotas needs the cluster"),
+    ],
+)
+def test_scale_quotas_without_what_it_scales_is_refused(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        SimOptions(trace=Path("t.csv"), **options)  # type: ignore[arg-type]

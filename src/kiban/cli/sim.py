@@ -36,7 +36,16 @@ def sim_command(
             help="with --quotas-from: teams may not borrow idle quota (partitions, as in Helios)",
         ),
     ] = False,
-    policy: Annotated[str, typer.Option(help="kiban, fifo, sjf, srtf, las or drf")] = "kiban",
+    scale_quotas: Annotated[
+        bool,
+        typer.Option(
+            "--scale-quotas",
+            help="with --quotas-from: scale the teams' node counts to the simulated cluster",
+        ),
+    ] = False,
+    policy: Annotated[
+        str, typer.Option(help="kiban, fifo, sjf, srtf, las, drf or recommended")
+    ] = "kiban",
     compare: Annotated[
         str | None, typer.Option(help="several policies side by side, e.g. fifo,sjf,kiban")
     ] = None,
@@ -78,6 +87,7 @@ def sim_command(
             gpus_per_node=gpus_per_node,
             quotas_from=quotas_from,
             borrowing=not no_borrowing,
+            scale_quotas=scale_quotas,
             policies=policies_from(compare, policy),
             load=load,
             window=parse_window(window) if window else (None, None),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -14,6 +14,7 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.jobspec import JobSpec, task_demands
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
+from kiban.scheduler.attained_service import las_queues
 from kiban.scheduler.node_match import excluding
 from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import (
@@ -21,6 +22,7 @@ from kiban.scheduler.snapshot import (
     Extended,
     NodeView,
     PendingJob,
+    QueueStrategy,
     QueueView,
     RunningIndex,
     RunningJob,
@@ -293,7 +295,8 @@ def _running_jobs(
 ) -> tuple[RunningJob, ...]:
     replicas: dict[str, list[RunningReplica]] = {}
     tasks: dict[str, list[str]] = {}  # job -> each replica's task, in the same order
-    for job_id, node, gpu_ids, cpu, memory, task in session.execute(
+    attempt_start: dict[str, float] = {}  # job -> when its running attempt's replicas started
+    for job_id, node, gpu_ids, cpu, memory, task, replica_start in session.execute(
         select(
             Replica.job_id,
             Replica.node,
@@ -301,6 +304,7 @@ def _running_jobs(
             Replica.cpu_millis,
             Replica.memory,
             Replica.task,
+            Replica.started_at,
         )
         .where(Replica.active.is_(True))
         .order_by(Replica.job_id, Replica.rank)
@@ -309,6 +313,8 @@ def _running_jobs(
             RunningReplica(node, tuple(gpu_ids or ()), cpu, memory)
         )
         tasks.setdefault(job_id, []).append(task)
+        if replica_start is not None:
+            attempt_start[job_id] = min(attempt_start.get(job_id, replica_start), replica_start)
     if not replicas:
         return ()
     rows = session.execute(
@@ -326,9 +332,15 @@ def _running_jobs(
             Job.last_checkpoint_at,
             Job.name,
             Job.submitted_by,
+            Job.attempt,
         ).where(Job.state.in_(_HOLDING))
     ).all()
     specs.load_missing(session, [r.id for r in rows if r.id in replicas])
+    las_name = QueueStrategy.LEAST_ATTAINED_SERVICE.value
+    las = {q.name for q in policy.queues if q.strategy == las_name}
+    attained = attained_service(
+        session, [r.id for r in rows if r.queue in las and r.attempt > 1 and r.id in replicas]
+    )
     result = []
     for row in rows:
         held = replicas.get(row.id)
@@ -337,6 +349,8 @@ def _running_jobs(
         spec = specs.get_by_id(row.id, dict)
         held, flavor_extended = _with_extended(held, tasks[row.id], spec, flavor_of)
         started = row.started_at or row.admitted_at or now
+        if row.id in attained:  # LAS counts this attempt's service from this attempt's start
+            started = attempt_start.get(row.id, started)
         level = policy.priority(spec.priority_class)
         flavor_gpus: dict[str, int] = {}
         for r in held:
@@ -362,6 +376,7 @@ def _running_jobs(
                 stopping=stopping,
                 member=row.submitted_by,
                 estimated_runtime=estimated_runtime(estimates, row, spec, started, now),
+                attained_service=attained.get(row.id, 0.0),
             )
         )
     return tuple(result)
@@ -385,6 +400,26 @@ def estimated_runtime(
         ),
     )
     return estimates.planned_runtime(features, started_at, now)
+
+
+def attained_service(session: Session, job_ids: Sequence[str]) -> dict[str, float]:
+    """GPU-seconds the ended replicas of these jobs ran (their earlier attempts), for the
+    order of LeastAttainedService queues. Asked only for jobs of such queues past their first
+    attempt, through the index on the replicas' job id."""
+    totals: dict[str, float] = {}
+    for start in range(0, len(job_ids), 500):
+        chunk = job_ids[start : start + 500]
+        for job_id, started, finished, gpu_ids in session.execute(
+            select(Replica.job_id, Replica.started_at, Replica.finished_at, Replica.gpu_ids).where(
+                Replica.job_id.in_(chunk),
+                Replica.active.is_(False),
+                Replica.started_at.is_not(None),
+                Replica.finished_at.is_not(None),
+            )
+        ).all():
+            ran = max(finished - started, 0.0) * len(gpu_ids or ())
+            totals[job_id] = totals.get(job_id, 0.0) + ran
+    return totals
 
 
 def _with_extended(
@@ -442,6 +477,7 @@ def _pending_jobs(
         Job.excluded_nodes,
         Job.name,
         Job.submitted_by,
+        Job.attempt,
     )
     rows: list[Row[Any]] = []
     for queue in queues:
@@ -459,6 +495,23 @@ def _pending_jobs(
         )
     specs.load_missing(session, [r.id for r in rows])
     views.begin(policy, node_constraints)
+    keys = {
+        row.id: (
+            *_view_key(row, now),
+            row.submitted_by,
+            estimated_runtime(estimates, row, specs.get_by_id(row.id, dict), None, now),
+        )
+        for row in rows
+    }  # the estimate last: a new view is made with it
+    las = las_queues(queues)
+    attained = attained_service(
+        session,
+        [
+            r.id
+            for r in rows
+            if r.queue in las and r.attempt > 1 and views.get(r.id, keys[r.id]) is None
+        ],
+    )
     pending = []
     for row in rows:
         nominated = (
@@ -467,26 +520,15 @@ def _pending_jobs(
             else ()
         )
         excluded = active_exclusions(row.excluded_nodes, now)
-        spec = specs.get_by_id(row.id, dict)
-        estimated = estimated_runtime(estimates, row, spec, None, now)
-        key = (
-            row.queue,
-            row.priority,
-            row.submitted_at,
-            row.tenant,
-            row.preempted_by,
-            nominated,
-            excluded,
-            row.submitted_by,
-            estimated,
-        )
+        key = keys[row.id]
         view = views.get(row.id, key)
         if view is None:
-            view = views.put(
-                row.id,
-                key,
-                _pending_job(row, spec, policy, nominated, node_constraints, excluded, estimated),
-            )
+            spec = specs.get_by_id(row.id, dict)
+            estimated = key[-1]
+            view = _pending_job(row, spec, policy, nominated, node_constraints, excluded, estimated)
+            if row.id in attained:
+                view = replace(view, attained_service=attained[row.id])
+            view = views.put(row.id, key, view)
         pending.append(view)
         if recorded is not None:
             recorded[row.id] = RecordedWait(
@@ -499,6 +541,26 @@ def _pending_jobs(
             )
     views.end()
     return tuple(pending)
+
+
+def _view_key(row: Row[Any], now: float) -> tuple[Any, ...]:
+    """What a pending job's view is made of besides its spec: a cached view is reused while
+    these are the same (the attempt: a job back from a run has attained more service)."""
+    nominated = (
+        tuple(row.nominated_nodes or ())
+        if row.reason_code == ReasonCode.WAITING_FOR_PREEMPTION.value
+        else ()
+    )
+    return (
+        row.queue,
+        row.priority,
+        row.submitted_at,
+        row.tenant,
+        row.preempted_by,
+        nominated,
+        active_exclusions(row.excluded_nodes, now),
+        row.attempt,
+    )
 
 
 def _pending_job(

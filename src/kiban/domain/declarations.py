@@ -288,7 +288,7 @@ class QueueDecl(SpecModel):
     quota: GpusByFlavor | None = None
     borrowing_limit: GpusByFlavor | None = None
     lending_limit: GpusByFlavor | None = None
-    strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "StrictFIFO"
+    strategy: Literal["StrictFIFO", "BestEffortFIFO", "LeastAttainedService"] = "StrictFIFO"
     fair_share_weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
     allocation: QueueAllocationDecl | None = None  # time-bounded quota and weight
 

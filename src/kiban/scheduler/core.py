@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from kiban.scheduler import units
+from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.backfill import may_backfill, reserve
 from kiban.scheduler.capacity import CapacityOverlay
 from kiban.scheduler.capacity_index import CapacityCache
@@ -73,6 +74,7 @@ def schedule(
        unconsidered for the next cycle, which the caller runs at once (``Decisions.more``).
     8. Number the waiting jobs within their queues and within the cluster, in the order visited.
     """
+    policy = with_queue_strategies(policy, snapshot.queues)  # LeastAttainedService queues
     cycle = Cycle.start(snapshot, policy, cache)
     blocked: dict[str, PendingReason] = {}  # per StrictFIFO queue whose head waits: why the rest do
     admitted: list[Admit] = []

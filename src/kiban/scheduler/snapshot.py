@@ -43,10 +43,13 @@ def extended_of(amounts: Mapping[str, int]) -> Extended:
 
 
 class QueueStrategy(StrEnum):
-    """StrictFIFO: the head blocks its queue. BestEffortFIFO: others may pass a stuck head."""
+    """StrictFIFO: the head blocks its queue. BestEffortFIFO: others may pass a stuck head.
+    LeastAttainedService: best effort, in order of the GPU-seconds each job has run so far,
+    with bounded preemption (``kiban.scheduler.attained_service``)."""
 
     STRICT_FIFO = "StrictFIFO"
     BEST_EFFORT_FIFO = "BestEffortFIFO"
+    LEAST_ATTAINED_SERVICE = "LeastAttainedService"
 
 
 @dataclass(frozen=True, slots=True)

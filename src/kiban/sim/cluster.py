@@ -203,25 +203,54 @@ def read_quotas(path: Path) -> dict[str, int]:
     return quotas
 
 
+def scaled_quotas(quotas: Mapping[str, int], total_gpus: int) -> dict[str, int]:
+    """Each team's GPUs when its node count is scaled in proportion to a cluster of
+    ``total_gpus``: ``nodes / all teams' nodes x total_gpus``, rounded down, and the GPUs left
+    by rounding given one each to the largest remainders (ties by team name), so that the
+    quotas add up to the cluster exactly."""
+    listed = sum(quotas.values())
+    if listed <= 0:
+        raise ValueError("--scale-quotas: the quota file's teams have no nodes to scale")
+    if total_gpus < 1:
+        raise ValueError("--scale-quotas: the cluster has no GPUs to scale the quotas to")
+    exact = {team: nodes * total_gpus / listed for team, nodes in quotas.items()}
+    gpus = {team: math.floor(share) for team, share in exact.items()}
+    left = total_gpus - sum(gpus.values())
+    by_remainder = sorted(exact, key=lambda team: (-(exact[team] - gpus[team]), team))
+    for team in by_remainder[:left]:
+        gpus[team] += 1
+    return gpus
+
+
 def with_quotas(
-    cluster: SimCluster, quotas: Mapping[str, int], gpus_per_node: int, *, borrowing: bool = True
+    cluster: SimCluster,
+    quotas: Mapping[str, int],
+    gpus_per_node: int,
+    *,
+    borrowing: bool = True,
+    scale: bool = False,
 ) -> SimCluster:
     """Queues per team with ``nodes x gpus_per_node`` nominal GPUs, in one cohort, plus
     ``shared`` (no quota of its own) for teams not listed; the cluster must have one flavor.
-    ``borrowing`` False: the teams may not borrow (a borrowing limit of 0), only lend."""
+    ``borrowing`` False: the teams may not borrow (a borrowing limit of 0), only lend.
+    ``scale``: the node counts are scaled to the cluster's GPUs (``scaled_quotas``)."""
     if len(cluster.flavors) != 1:
         raise ValueError("--quotas-from needs a cluster with one flavor")
     flavor = cluster.flavors[0].name
+    if scale:
+        team_gpus = scaled_quotas(quotas, cluster.total_gpus)
+    else:
+        team_gpus = {team: nodes * gpus_per_node for team, nodes in quotas.items()}
     queues = [
         QueueView(
             name=team,
             tenant=team,
-            nominal={flavor: nodes * gpus_per_node},
+            nominal={flavor: gpus},
             strategy=QueueStrategy.BEST_EFFORT_FIFO,
             cohort=QUOTA_COHORT,
             borrowing_limit={} if borrowing else {flavor: 0},
         )
-        for team, nodes in sorted(quotas.items())
+        for team, gpus in sorted(team_gpus.items())
     ]
     queues.append(
         QueueView(
@@ -232,13 +261,14 @@ def with_quotas(
             cohort=QUOTA_COHORT,
         )
     )
-    quota_gpus = sum(quotas.values()) * gpus_per_node
+    quota_gpus = sum(team_gpus.values())
     return replace(
         cluster,
         queues=tuple(queues),
         quota_teams=frozenset(quotas),
         description=(
-            f"{cluster.description}; {len(quotas)} team quotas ({quota_gpus} GPUs) in one "
+            f"{cluster.description}; {len(quotas)} team quotas ({quota_gpus} GPUs"
+            f"{', scaled to the cluster' if scale else ''}) in one "
             f"cohort, {'borrowing allowed' if borrowing else 'no borrowing (partitions)'}, "
             f"others in queue {SHARED_QUEUE}"
         ),

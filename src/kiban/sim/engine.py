@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from kiban.domain.usage import accrue, decay, standing
+from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Decisions
@@ -135,7 +136,7 @@ class Simulator:
         if strategy is not None:
             queues = [replace(q, strategy=strategy) for q in queues]
         self.policy = policy
-        self.core = policy.core
+        self.core = with_queue_strategies(policy.core, queues)  # the state orders as the core
         if policy.standing == "share":  # the in-cycle charge, in dominant-share units
             self.core = replace(self.core, admission_charge_s=1.0 / max(cluster.total_gpus, 1))
         if self.core.may_preempt is not None:

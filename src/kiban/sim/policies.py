@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from kiban.scheduler.attained_service import next_level_after
 from kiban.scheduler.policy import DEFAULT_POLICY, MayPreempt, Policy
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, RunningJob
 
@@ -186,6 +187,15 @@ POLICIES: dict[str, SimPolicy] = {
         strategy=QueueStrategy.BEST_EFFORT_FIFO,
         standing="none",
         next_level=las_next_level_s,
+    ),
+    "recommended": SimPolicy(
+        "recommended",
+        "the recommended policy for research clusters: LeastAttainedService queues (Tiresias' "
+        "discretized LAS within a queue, bounded preemption), queue heads by decayed-usage fair "
+        "share, reclaim/priority/fair-share preemption, EASY backfill on time limits",
+        DEFAULT_POLICY,
+        strategy=QueueStrategy.LEAST_ATTAINED_SERVICE,
+        next_level=next_level_after,
     ),
     "drf": SimPolicy(
         "drf",

@@ -37,6 +37,7 @@ class SimOptions:
     gpus_per_node: int = 8
     quotas_from: Path | None = None
     borrowing: bool = True
+    scale_quotas: bool = False
     policies: tuple[str, ...] = ("kiban",)
     load: float = 1.0
     window: tuple[float | None, float | None] = (None, None)
@@ -56,6 +57,13 @@ class SimOptions:
             raise ValueError(
                 "say which cluster: --nodes N (--gpus-per-node G), --cluster FILE "
                 "or --quotas-from FILE"
+            )
+        if self.scale_quotas and self.quotas_from is None:
+            raise ValueError("--scale-quotas needs --quotas-from (the team node counts to scale)")
+        if self.scale_quotas and self.cluster_file is None and self.nodes is None:
+            raise ValueError(
+                "--scale-quotas needs the cluster to scale to: --nodes N or --cluster FILE "
+                "(without them the cluster is the quota file's own nodes)"
             )
         if not self.borrowing and self.quotas_from is None:
             raise ValueError("--no-borrowing needs --quotas-from (it applies to the team quotas)")
@@ -113,7 +121,11 @@ def prepare(options: SimOptions) -> Prepared:
         cluster = clusters.synthetic(nodes, options.gpus_per_node)
     if quotas is not None:
         cluster = clusters.with_quotas(
-            cluster, quotas, options.gpus_per_node, borrowing=options.borrowing
+            cluster,
+            quotas,
+            options.gpus_per_node,
+            borrowing=options.borrowing,
+            scale=options.scale_quotas,
         )
     queues, queue_of = cluster.layout(r.tenant for r in records)
     jobs = make_jobs(records, cluster, queue_of, options.seed, source=str(options.trace))
@@ -204,6 +216,7 @@ def run_sim(options: SimOptions, say: Progress | None = None) -> SimReport:
         "queues": len(prepared.queues),
         "jobs": len(prepared.jobs),
         "borrowing": options.borrowing,
+        "scale_quotas": options.scale_quotas,
         "load": options.load,
         "window": options.window,
         "seed": options.seed,

@@ -248,6 +248,10 @@ class QueueBuilder:
         self._strategy = QueueStrategy.BEST_EFFORT_FIFO
         return self
 
+    def least_attained_service(self) -> Self:
+        self._strategy = QueueStrategy.LEAST_ATTAINED_SERVICE
+        return self
+
     def build(self, running: Iterable[RunningJob] = ()) -> QueueView:
         """The queue; GPUs used per flavor come from ``uses``/``using`` plus its running jobs."""
         nominal = self._nominal
@@ -305,6 +309,12 @@ class JobBuilder:
         return self
 
     _estimated_runtime: float | None = None
+    _attained: float = 0.0
+
+    def attained(self, gpu_seconds: float) -> Self:
+        """GPU-seconds its earlier attempts ran (least-attained-service order)."""
+        self._attained = gpu_seconds
+        return self
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -438,6 +448,7 @@ class JobBuilder:
             nominated_nodes=self._nominated,
             member=self._member,
             estimated_runtime=self._estimated_runtime,
+            attained_service=self._attained,
         )
 
 
@@ -464,6 +475,12 @@ class RunningBuilder:
         return self
 
     _estimated_runtime: float | None = None
+    _attained: float = 0.0
+
+    def attained(self, gpu_seconds: float) -> Self:
+        """GPU-seconds it ran before this attempt (least-attained-service order)."""
+        self._attained = gpu_seconds
+        return self
 
     def queue(self, name: str) -> Self:
         self._queue = name
@@ -551,6 +568,7 @@ class RunningBuilder:
             preempted_by=self._preempted_by,
             member=self._member,
             estimated_runtime=self._estimated_runtime,
+            attained_service=self._attained,
         )
 
 
