@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kiban.scheduler.core import judged_reasons
 from kiban.scheduler.decisions import Admit, Decisions, Preempt
 from kiban.scheduler.forward import as_pending
 from kiban.scheduler.policy import OrderKey
@@ -275,12 +276,10 @@ class ClusterState:
     def _drop_stale_nominations(self, decisions: Decisions) -> None:
         """Nominations last while a job waits for its preemptions, as the loop keeps them only
         while the job's recorded reason is WaitingForPreemption."""
-        for wait in decisions.waiting:
-            if wait.job_id in self.nominated and (
-                wait.reason.code is not ReasonCode.WAITING_FOR_PREEMPTION
-            ):
-                self.nominated.discard(wait.job_id)
-                self._replace_waiting(wait.job_id, nominated_nodes=())
+        for job_id, reason in judged_reasons(decisions.waiting):
+            if job_id in self.nominated and reason.code is not ReasonCode.WAITING_FOR_PREEMPTION:
+                self.nominated.discard(job_id)
+                self._replace_waiting(job_id, nominated_nodes=())
 
     def _replace_waiting(self, job_id: str, **changes: object) -> None:
         job = self.in_window.get(job_id)
