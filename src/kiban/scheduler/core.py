@@ -290,43 +290,71 @@ def _fair_order(
     before it is used. A queue named in ``dropped`` (looked at as the order goes) yields no
     more jobs from its heap entry on: the jobs behind a blocked StrictFIFO head.
     """
-    Keyed = tuple[tuple[float | int | str, ...], PendingJob]
-    by_queue: dict[str, list[Keyed]] = {}
-    preemptors: list[PendingJob] = []
-    for job in snapshot.pending:
-        if job.nominated_nodes and job.queue in queues:
-            preemptors.append(job)
-            continue
-        by_queue.setdefault(job.queue, []).append((order_key(job), job))
-    yield from sorted(preemptors, key=order_key)
-    unknown: list[Keyed] = []
+    ordered, preemptors = _by_queue_in_order(snapshot, queues, order_key)
+    yield from preemptors
+    skip = {job.id for job in preemptors}
+    unknown: list[PendingJob] = []
     heap: list[tuple[float, tuple[float | int | str, ...], str]] = []
-    for name, jobs in by_queue.items():
-        jobs.sort(key=_KEY)  # keys are total orders (they end in the job id): never a tie
+    next_index: dict[str, int] = {}
+    for name, jobs in ordered.items():
         if name not in queues:
-            unknown.extend(jobs)
+            unknown.extend(job for job in jobs if job.id not in skip)
             continue
-        key, head = jobs[0]
-        heap.append((standing(head.tenant), key, name))
+        k = _skip(jobs, 0, skip)
+        if k < len(jobs):
+            head = jobs[k]
+            next_index[name] = k
+            heap.append((standing(head.tenant), order_key(head), name))
     heapq.heapify(heap)
-    next_index = dict.fromkeys(by_queue, 0)
     while heap:
         was, key, name = heapq.heappop(heap)
         if dropped is not None and name in dropped:
             continue
-        jobs = by_queue[name]
-        job = jobs[next_index[name]][1]
+        jobs = ordered[name]
+        job = jobs[next_index[name]]
         now_standing = standing(job.tenant)
         if now_standing > was:
             heapq.heappush(heap, (now_standing, key, name))
             continue
         yield job
-        next_index[name] += 1
-        if next_index[name] < len(jobs):
-            key, following = jobs[next_index[name]]
-            heapq.heappush(heap, (standing(following.tenant), key, name))
-    unknown.sort(key=_KEY)
-    yield from (job for _key, job in unknown)
+        k = next_index[name] = _skip(jobs, next_index[name] + 1, skip)
+        if k < len(jobs):
+            following = jobs[k]
+            heapq.heappush(heap, (standing(following.tenant), order_key(following), name))
+    unknown.sort(key=order_key)
+    yield from unknown
+
+
+def _skip(jobs: Sequence[PendingJob], k: int, skip: Container[str]) -> int:
+    """The index of the first job from ``k`` on that is not in ``skip`` (preemptors)."""
+    while k < len(jobs) and jobs[k].id in skip:
+        k += 1
+    return k
+
+
+def _by_queue_in_order(
+    snapshot: Snapshot, queues: Mapping[str, QueueView], order_key: OrderKey
+) -> tuple[Mapping[str, Sequence[PendingJob]], list[PendingJob]]:
+    """Each queue's jobs in its order, and the jobs holding nominated nodes of known queues in
+    order (they are also in their queue's list, where the fair order skips them). Taken from
+    the snapshot's ``pending_index`` when it is sorted by the same key, else keyed and sorted
+    here: keys are total orders (they end in the job id), so both give the same order."""
+    index = snapshot.pending_index
+    if index is not None and index.order_key is order_key:
+        nominated = [job for job in index.nominated if job.queue in queues]
+        return index.by_queue, sorted(nominated, key=order_key)
+    keyed: dict[str, list[tuple[tuple[float | int | str, ...], PendingJob]]] = {}
+    preemptors: list[PendingJob] = []
+    for job in snapshot.pending:
+        if job.nominated_nodes and job.queue in queues:
+            preemptors.append(job)
+            continue
+        keyed.setdefault(job.queue, []).append((order_key(job), job))
+    ordered: dict[str, Sequence[PendingJob]] = {}
+    for name, jobs in keyed.items():
+        jobs.sort(key=_KEY)
+        ordered[name] = [job for _key, job in jobs]
+    return ordered, sorted(preemptors, key=order_key)
 
 
 def _admit_or_explain(

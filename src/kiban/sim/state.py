@@ -26,6 +26,7 @@ from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
 from kiban.scheduler.snapshot import (
     FlavorView,
     NodeView,
+    PendingIndex,
     PendingJob,
     QueueView,
     RunningIndex,
@@ -131,6 +132,7 @@ class ClusterState:
             used = {flavor: gpus for flavor, gpus in self.used[name].items() if gpus}
             self.queues[name] = dataclasses.replace(self.queues[name], used=used)
         self.queues_dirty.clear()
+        nominated = [self.in_window[i] for i in sorted(self.nominated) if i in self.in_window]
         return Snapshot(
             now=now,
             nodes=tuple(self.views),
@@ -141,6 +143,11 @@ class ClusterState:
             standings=standings,
             topology_levels=self.topology_levels,
             running_index=self._running_index(),
+            pending_index=PendingIndex(
+                {name: jobs[:window] for name, jobs in self.waiting.items() if jobs},
+                nominated,
+                self.order_key,
+            ),
         )
 
     def _running_index(self) -> RunningIndex:
