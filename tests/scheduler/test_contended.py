@@ -4,9 +4,13 @@ job would give (the numbers are made when ``Decisions.waiting`` is read)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import cast
+
 from kiban.scheduler import ReasonCode, schedule
 from kiban.scheduler.core import judged_reasons
-from kiban.scheduler.policy import Policy
+from kiban.scheduler.policy import OrderKey, Policy, priority_then_fifo
+from kiban.scheduler.snapshot import PendingIndex, PendingJob, Snapshot
 from kiban.testing import cluster, job, queue, snapshot
 
 
@@ -113,3 +117,30 @@ def test_a_budget_spent_by_the_last_job_asks_for_no_next_cycle() -> None:
         "a-head": ReasonCode.INSUFFICIENT_CAPACITY,
         "a-1": ReasonCode.BLOCKED_BY_QUEUE_HEAD,
     }
+
+
+def _indexed(snap: Snapshot, order_key: OrderKey) -> Snapshot:
+    """The snapshot with a pending index sorted by ``order_key``, as the simulator hands it."""
+    by_queue: dict[str, list[PendingJob]] = {}
+    for pending in sorted(snap.pending, key=order_key):
+        by_queue.setdefault(pending.queue, []).append(pending)
+    nominated = [p for p in snap.pending if p.nominated_nodes]
+    return replace(snap, pending_index=PendingIndex(by_queue, nominated, order_key))
+
+
+def test_a_pending_index_in_the_policy_order_gives_the_same_decisions() -> None:
+    snap = _contended(50)
+    plain = schedule(snap)  # type: ignore[arg-type]
+    indexed = schedule(_indexed(snap, priority_then_fifo))  # type: ignore[arg-type]
+    assert indexed.admitted == plain.admitted
+    assert list(indexed.waiting) == list(plain.waiting)
+
+
+def test_a_pending_index_in_another_order_is_not_used() -> None:
+    # Sorted newest first, the index would put b-0002 at the head of queue b: ignored, since
+    # the policy orders by priority then submit time.
+    snap = _contended(5)
+    newest_first = cast(OrderKey, lambda p: (-p.submitted_at, p.id))
+    decisions = schedule(_indexed(snap, newest_first))  # type: ignore[arg-type]
+    order = [w.job_id for w in decisions.waiting]
+    assert order[:4] == ["a-head", "a-0000", "b-0000", "a-0001"]
