@@ -12,9 +12,10 @@ from kiban.scheduler.core import judged_reasons
 from kiban.scheduler.policy import OrderKey, Policy, priority_then_fifo
 from kiban.scheduler.snapshot import PendingIndex, PendingJob, Snapshot
 from kiban.testing import cluster, job, queue, snapshot
+from kiban.testing.builders import JobBuilder
 
 
-def _backlog(behind: int) -> list[object]:
+def _backlog(behind: int) -> list[JobBuilder]:
     """Queue ``a`` (StrictFIFO): a head too large for the free GPUs, then ``behind`` 1-GPU jobs;
     queue ``b`` (BestEffortFIFO): 2-GPU jobs, none fits, submitted between ``a``'s."""
     jobs = [job("a-head").queue("a").replicas(1, gpu=2).submitted(0.0)]
@@ -25,17 +26,17 @@ def _backlog(behind: int) -> list[object]:
     return jobs
 
 
-def _contended(behind: int) -> object:
+def _contended(behind: int) -> Snapshot:
     return snapshot(
         nodes=cluster().nodes(2, gpus=2),
         queues=[queue("a").strict(), queue("b").best_effort()],
-        pending=_backlog(behind),  # type: ignore[arg-type]
+        pending=_backlog(behind),
         running_gpus={"node-0": 1, "node-1": 1},
     )
 
 
 def test_every_job_behind_a_blocked_head_names_it_with_its_positions() -> None:
-    decisions = schedule(_contended(1_000))  # type: ignore[arg-type]
+    decisions = schedule(_contended(1_000))
     assert decisions.admitted == ()
     waits = {w.job_id: w for w in decisions.waiting}
     assert len(waits) == 1 + 1_000 + 3
@@ -67,7 +68,7 @@ def test_every_job_behind_a_blocked_head_names_it_with_its_positions() -> None:
 
 
 def test_the_cycle_judges_only_the_head_of_a_blocked_queue() -> None:
-    decisions = schedule(_contended(1_000))  # type: ignore[arg-type]
+    decisions = schedule(_contended(1_000))
     judged = dict(judged_reasons(decisions.waiting))
     assert set(judged) == {"a-head", "b-0000", "b-0001", "b-0002"}
     assert judged["a-head"].code is ReasonCode.INSUFFICIENT_CAPACITY
@@ -130,8 +131,8 @@ def _indexed(snap: Snapshot, order_key: OrderKey) -> Snapshot:
 
 def test_a_pending_index_in_the_policy_order_gives_the_same_decisions() -> None:
     snap = _contended(50)
-    plain = schedule(snap)  # type: ignore[arg-type]
-    indexed = schedule(_indexed(snap, priority_then_fifo))  # type: ignore[arg-type]
+    plain = schedule(snap)
+    indexed = schedule(_indexed(snap, priority_then_fifo))
     assert indexed.admitted == plain.admitted
     assert list(indexed.waiting) == list(plain.waiting)
 
@@ -141,6 +142,6 @@ def test_a_pending_index_in_another_order_is_not_used() -> None:
     # the policy orders by priority then submit time.
     snap = _contended(5)
     newest_first = cast(OrderKey, lambda p: (-p.submitted_at, p.id))
-    decisions = schedule(_indexed(snap, newest_first))  # type: ignore[arg-type]
+    decisions = schedule(_indexed(snap, newest_first))
     order = [w.job_id for w in decisions.waiting]
     assert order[:4] == ["a-head", "a-0000", "b-0000", "a-0001"]
