@@ -28,7 +28,10 @@ def test_a_member_who_used_more_waits_behind_a_teammate(tmp_path: Path) -> None:
     once Alice's first ends, not after all of hers (first come, first served would)."""
     rows = ["0,3600,4,vision,alice"] * 3 + ["10,3600,4,vision,bob"]  # lines 2 to 5
     report = replay(write_csv(tmp_path / "t.csv", rows, HEADER), gpus_per_node=4)
-    starts = {line: run.first_start or -1.0 for line, run in runs_by_line(report).items()}
+    runs = runs_by_line(report)
+    starts = {
+        line: -1.0 if run.first_start is None else run.first_start for line, run in runs.items()
+    }
     assert starts[5] == 3600.0  # bob's, second
     assert sorted(s for line, s in starts.items() if line != 5) == [0.0, 7200.0, 10800.0]
 

@@ -182,6 +182,10 @@ def scheduler_table(report: dict[str, Any]) -> Table:
     big = report.get(f"queues_{settings['big_queues']}")
     if big is not None:
         cases.append((f"{settings['big_queues']:,} queues", big))
+    contended = report.get("contended")
+    if contended is not None:  # the same jobs on a cluster far too small for them
+        cases.append(("contended, StrictFIFO", contended))
+        cases.append(("contended, BestEffortFIFO", contended["best_effort_fifo"]))
     table = Table(title="kiban bench scheduler", title_justify="left", header_style="bold")
     table.add_column("measure")
     for name, _ in cases:
@@ -205,6 +209,14 @@ def scheduler_table(report: dict[str, Any]) -> Table:
             "same, 99th percentile",
         ),
         ("p99 admitting cycle", "p99_admitting_cycle_ms", None, " ms", "of cycles that admitted"),
+        (
+            "p99 cycle + reading waits",
+            "p99_cycle_reading_waits_ms",
+            None,
+            " ms",
+            "the cycle and every Wait it gives, numbered (the control loop reads them all)",
+        ),
+        ("waits per cycle", "waits_per_cycle", None, "", "jobs left waiting, on average"),
         (
             "first cycle",
             "first_cycle_ms",
@@ -253,6 +265,15 @@ def scheduler_table(report: dict[str, Any]) -> Table:
         f"placements/s against kube-scheduler's threshold: "
         f"x{_num(report['vs_kube_scheduler_threshold'])}; cited, not measured here: {cited}",
     ]
+    if contended is not None:
+        both = contended["side_by_side"]
+        notes.append(
+            f"contended: {contended['nodes']:,} nodes, {contended['busy_gpus']:,} of "
+            f"{contended['gpus']:,} GPUs busy, the same jobs, {settings['contended_cycles']} "
+            f"cycles at most; p99 cycle BestEffortFIFO / StrictFIFO "
+            f"x{_num(both['p99_cycle_ms_best_effort_over_strict'])}, reading every wait / not "
+            f"x{_num(both['p99_cycle_ms_reading_waits_over_not'])}"
+        )
     side = report.get("side_by_side")
     if side:
         notes.append(

@@ -361,7 +361,9 @@ class Scenario:
         )
 
 
-def make_queues(count: int, cohorts: int, total_gpus: int) -> list[QueueView]:
+def make_queues(
+    count: int, cohorts: int, total_gpus: int, strategy: QueueStrategy = QUEUE_STRATEGY
+) -> list[QueueView]:
     """``count`` queues in ``cohorts`` cohorts; nominal quotas add up to ``total_gpus``."""
     base, extra = divmod(total_gpus, count)
     queues = []
@@ -372,7 +374,7 @@ def make_queues(count: int, cohorts: int, total_gpus: int) -> list[QueueView]:
                 name=f"q-{i:04d}",
                 tenant=f"team-{i:04d}",
                 nominal={FLAVOR: nominal},
-                strategy=QUEUE_STRATEGY,
+                strategy=strategy,
                 cohort=f"cohort-{i % cohorts}",
                 borrowing_limit={FLAVOR: BORROWING_RATIO * nominal},
             )
@@ -381,13 +383,19 @@ def make_queues(count: int, cohorts: int, total_gpus: int) -> list[QueueView]:
 
 
 def build_scenario(
-    cluster: Cluster, jobs: Sequence[TraceJob], *, queues: int, cohorts: int, seed: int
+    cluster: Cluster,
+    jobs: Sequence[TraceJob],
+    *,
+    queues: int,
+    cohorts: int,
+    seed: int,
+    strategy: QueueStrategy = QUEUE_STRATEGY,
 ) -> Scenario:
     """Give the cluster's running jobs and the waiting ``jobs`` queues, tenants and ids."""
     rng = random.Random(f"{seed}:queues:{queues}")
     gpn = cluster.gpus_per_node
     now = START
-    shells = make_queues(queues, cohorts, cluster.total_gpus)
+    shells = make_queues(queues, cohorts, cluster.total_gpus, strategy)
     weights = [(q.nominal or {}).get(FLAVOR, 0) * rng.uniform(0.75, 1.25) for q in shells]
     owners = rng.choices(shells, weights=weights, k=len(cluster.placed))
     used: dict[str, int] = {}

@@ -257,6 +257,13 @@ def scheduler(
         Path | None,
         typer.Option(help="folder for a cProfile of the core's calls per case (slows them)"),
     ] = None,
+    contended_nodes: Annotated[
+        int,
+        typer.Option(help="nodes of the contended case, the same jobs far too many (0: none)"),
+    ] = 512,
+    contended_cycles: Annotated[
+        int, typer.Option(help="cycles of each contended case at most")
+    ] = 400,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
@@ -268,7 +275,8 @@ def scheduler(
     scheduler baseline; waiting jobs are drawn from the Philly trace (1 to 128 GPUs); --busy of
     the cluster runs jobs. Cycles run until every job is admitted (when one admits nothing,
     running jobs finish in order of expected end). The same cluster is run with --queues and
-    with --big-queues, side by side.
+    with --big-queues, side by side, and the contended case: the same jobs on --contended-nodes
+    (90 % busy), with StrictFIFO and with BestEffortFIFO queues.
     """
     from kiban.bench.loadgen import BenchError
     from kiban.bench.report import scheduler_table
@@ -288,6 +296,8 @@ def scheduler(
             time_limit_s=time_limit,
             traces=traces,
             profile_dir=profile,
+            contended_nodes=contended_nodes,
+            contended_cycles=contended_cycles,
         )
     except ValueError as exc:
         _bad_option(exc)

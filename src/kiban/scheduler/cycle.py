@@ -110,7 +110,8 @@ class Cycle:
             flavors={f.name: f for f in snapshot.flavors},
         )
         # Capacity freed by a preemption is kept for the preemptor, from now on.
-        for waiting in snapshot.pending:
+        index = snapshot.pending_index
+        for waiting in index.nominated if index is not None else snapshot.pending:
             if not waiting.nominated_nodes:
                 continue
             nominated: dict[str, set[str]] = {}

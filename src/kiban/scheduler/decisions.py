@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kiban.scheduler.reasons import PendingReason
@@ -60,10 +61,11 @@ class Decisions:
     """The outcome of one cycle, in the order the core made them.
 
     ``more``: the cycle stopped at its placement budget with jobs it did not consider; the
-    caller should run the next cycle at once.
+    caller should run the next cycle at once. ``waiting`` may be made only when first read
+    (``schedule`` numbers the jobs behind a blocked StrictFIFO head then).
     """
 
     admitted: tuple[Admit, ...]
-    waiting: tuple[Wait, ...]
+    waiting: Sequence[Wait]
     preempted: tuple[Preempt, ...] = ()
     more: bool = False

@@ -26,7 +26,7 @@ preempt each other back and forth.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -86,12 +86,7 @@ class FairTree:
         equal standing), do not depend on how a tenant's members split its jobs. Jobs of one
         member only (the common case) stay as they are.
         """
-        if len(jobs) < 2:
-            return
-        first = jobs[0][1]
-        if all(job.member is None for _key, job in jobs) or all(
-            job.member == first.member and job.tenant == first.tenant for _key, job in jobs
-        ):
+        if not self.mixes_members([job for _key, job in jobs]):
             return  # no members known, or one member only: the policy's order
         places: dict[str, list[int]] = {}
         for i, (_key, job) in enumerate(jobs):
@@ -102,6 +97,17 @@ class FairTree:
             for place, job in zip(indices, ordered, strict=True):
                 reordered[place] = job
         jobs[:] = [(key, job) for (key, _old), job in zip(jobs, reordered, strict=True)]
+
+    @staticmethod
+    def mixes_members(jobs: Sequence[PendingJob]) -> bool:
+        """Whether a queue's jobs are of more than one member (of one tenant or several):
+        only then does the second level change their order."""
+        if len(jobs) < 2:
+            return False
+        first = jobs[0]
+        return any(job.member is not None for job in jobs) and any(
+            job.member != first.member or job.tenant != first.tenant for job in jobs
+        )
 
     def _by_member(self, tenant: str, jobs: list[PendingJob]) -> list[PendingJob]:
         """One tenant's jobs, in the policy's order, interleaved by member standing."""

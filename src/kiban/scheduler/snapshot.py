@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -292,6 +292,19 @@ class RunningIndex:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingIndex:
+    """The pending jobs as the fair order takes them: each queue's jobs already sorted by
+    ``order_key``, and those holding nominated nodes (they go first). Optional in a snapshot:
+    a producer that keeps its waiting jobs so (the simulator's cluster state) spares the core
+    keying and sorting the whole backlog every cycle; the core uses it only when ``order_key``
+    is its policy's own. It must hold exactly the jobs of ``Snapshot.pending``."""
+
+    by_queue: Mapping[str, Sequence[PendingJob]]
+    nominated: Sequence[PendingJob]
+    order_key: Callable[[PendingJob], tuple[float | int | str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one scheduling cycle needs, taken at ``now``.
 
@@ -312,3 +325,4 @@ class Snapshot:
     running_index: RunningIndex | None = None  # None: the core groups ``running`` itself
     member_standings: Mapping[tuple[str, str], float] = field(default_factory=dict)
     member_weights: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    pending_index: PendingIndex | None = None  # None: the core sorts ``pending`` itself

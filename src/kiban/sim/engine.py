@@ -33,7 +33,7 @@ from kiban.domain.usage import accrue, decay, standing
 from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
-from kiban.scheduler.decisions import Admit, Decisions
+from kiban.scheduler.decisions import Admit, Decisions, Wait
 from kiban.scheduler.fair_tree import MemberKey, member_key
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.scheduler.snapshot import (
@@ -187,7 +187,7 @@ class Simulator:
         self.repeats: dict[tuple[str, str], int] = {}  # since the preemptor last started
         self.preempted_for: dict[str, set[str]] = {}  # preemptor -> its victims in repeats
         self.start_s = self.now
-        self.last_waits: dict[str, str] = {}
+        self.last_waits: Sequence[Wait] = ()  # read once, at the end: see _note_never_started
         self.on_cycle = on_cycle
 
     # -- the event loop --------------------------------------------------------------------------
@@ -285,7 +285,7 @@ class Simulator:
             self.cycles += 1
             if self.on_cycle is not None:
                 self.on_cycle(snapshot, decisions)
-            self._apply(decisions)
+            self._apply(decisions, waited=len(snapshot.pending) > len(decisions.admitted))
             pairs = {(p.victim_id, p.preemptor_id) for p in decisions.preempted}
             for pair in pairs:
                 self.repeats[pair] = self.repeats.get(pair, 0) + 1
@@ -312,7 +312,7 @@ class Simulator:
                 return
         self.capped += 1
 
-    def _apply(self, decisions: Decisions) -> None:
+    def _apply(self, decisions: Decisions, *, waited: bool) -> None:
         applied = self.state.apply(decisions, self.now, self._start, self._requeue)
         for stopped, _preempt in applied.stopped:
             self._hold(stopped, -1)
@@ -321,9 +321,9 @@ class Simulator:
             for victim in self.preempted_for.pop(running.id, ()):
                 del self.repeats[(victim, running.id)]
         if not self.state.pending:
-            self.last_waits.clear()
-        elif decisions.waiting:
-            self.last_waits = {w.job_id: w.reason.code.value for w in decisions.waiting}
+            self.last_waits = ()
+        elif waited:  # kept unread: the core numbers its waits only when they are read
+            self.last_waits = decisions.waiting
 
     def _start(
         self, job: PendingJob, admit: Admit, replicas: tuple[RunningReplica, ...], now: float
@@ -454,10 +454,10 @@ class Simulator:
             points.append(int(held[0]) if held else 0)
 
     def _note_never_started(self) -> None:
-        for job_id, code in self.last_waits.items():
-            run = self.runs.get(job_id)
+        for wait in self.last_waits:
+            run = self.runs.get(wait.job_id)
             if run is not None and run.finished_at is None:
-                run.waiting_reason = code
+                run.waiting_reason = wait.reason.code.value
 
 
 def check_conservation(outcome: SimOutcome) -> None:

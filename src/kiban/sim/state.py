@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kiban.scheduler.core import judged_reasons
 from kiban.scheduler.decisions import Admit, Decisions, Preempt
 from kiban.scheduler.forward import as_pending
 from kiban.scheduler.policy import OrderKey
@@ -25,6 +26,7 @@ from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
 from kiban.scheduler.snapshot import (
     FlavorView,
     NodeView,
+    PendingIndex,
     PendingJob,
     QueueView,
     RunningIndex,
@@ -138,6 +140,7 @@ class ClusterState:
             used = {flavor: gpus for flavor, gpus in self.used[name].items() if gpus}
             self.queues[name] = dataclasses.replace(self.queues[name], used=used)
         self.queues_dirty.clear()
+        nominated = [self.in_window[i] for i in sorted(self.nominated) if i in self.in_window]
         return Snapshot(
             now=now,
             nodes=tuple(self.views),
@@ -150,6 +153,11 @@ class ClusterState:
             running_index=self._running_index(),
             member_standings=members[0],
             member_weights=members[1],
+            pending_index=PendingIndex(
+                {name: jobs[:window] for name, jobs in self.waiting.items() if jobs},
+                nominated,
+                self.order_key,
+            ),
         )
 
     def _running_index(self) -> RunningIndex:
@@ -285,12 +293,10 @@ class ClusterState:
     def _drop_stale_nominations(self, decisions: Decisions) -> None:
         """Nominations last while a job waits for its preemptions, as the loop keeps them only
         while the job's recorded reason is WaitingForPreemption."""
-        for wait in decisions.waiting:
-            if wait.job_id in self.nominated and (
-                wait.reason.code is not ReasonCode.WAITING_FOR_PREEMPTION
-            ):
-                self.nominated.discard(wait.job_id)
-                self._replace_waiting(wait.job_id, nominated_nodes=())
+        for job_id, reason in judged_reasons(decisions.waiting):
+            if job_id in self.nominated and reason.code is not ReasonCode.WAITING_FOR_PREEMPTION:
+                self.nominated.discard(job_id)
+                self._replace_waiting(job_id, nominated_nodes=())
 
     def _replace_waiting(self, job_id: str, **changes: object) -> None:
         job = self.in_window.get(job_id)
