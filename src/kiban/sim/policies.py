@@ -27,13 +27,18 @@ and the lender preempted again (a loop the replays found; see ``within_partition
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from kiban.scheduler.attained_service import next_level_after
+from kiban.scheduler.attained_service import (
+    LAS_THRESHOLDS_GPU_S,
+    attained_now,
+    las_level,
+    least_attained_first,
+    next_level_after,
+)
 from kiban.scheduler.policy import DEFAULT_POLICY, MayPreempt, Policy
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, RunningJob
 
@@ -59,26 +64,6 @@ def srtf_may_preempt(waiting: PendingJob, running: RunningJob, now: float) -> bo
     if waiting.priority < running.priority or waiting.max_runtime is None:
         return False
     return waiting.max_runtime < remaining_now(running, now)
-
-
-LAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3600.0, 7200.0, 18000.0)
-"""Attained GPU-seconds at which a job drops to the next of four priority queues (the example
-thresholds of Tiresias' simulator for its GPU-time-based discretized LAS)."""
-
-
-def las_level(attained_gpu_s: float) -> int:
-    """The LAS priority queue of a job with that much attained service (0 is served first)."""
-    return bisect.bisect_right(LAS_THRESHOLDS_GPU_S, attained_gpu_s)
-
-
-def attained_now(job: RunningJob, now: float) -> float:
-    """GPU-seconds a running job has received: before this attempt and in it so far."""
-    return job.attained_service + job.gpus * max(now - job.started_at, 0.0)
-
-
-def least_attained_first(job: PendingJob) -> tuple[float | int | str, ...]:
-    """Higher priority first, then the lower LAS queue, then first come (Tiresias' order)."""
-    return (-job.priority, las_level(job.attained_service), job.submitted_at, job.sequence, job.id)
 
 
 def las_may_preempt(waiting: PendingJob, running: RunningJob, now: float) -> bool:
