@@ -8,9 +8,9 @@ from dataclasses import replace
 from typing import cast
 
 from kiban.scheduler import ReasonCode, schedule
-from kiban.scheduler.core import judged_reasons
 from kiban.scheduler.policy import OrderKey, Policy, priority_then_fifo
 from kiban.scheduler.snapshot import PendingIndex, PendingJob, Snapshot
+from kiban.scheduler.wait_replay import judged_reasons
 from kiban.testing import cluster, job, queue, snapshot
 from kiban.testing.builders import JobBuilder
 

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from operator import itemgetter
-from typing import overload
-
 from kiban.scheduler import units
 from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.backfill import may_backfill, reserve
 from kiban.scheduler.capacity import CapacityOverlay
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.cycle import Cycle
-from kiban.scheduler.decisions import Admit, Decisions, Preempt, Wait
+from kiban.scheduler.decisions import Admit, Decisions, Preempt
+from kiban.scheduler.fair_order import fair_order
 from kiban.scheduler.fair_tree import FairTree
 from kiban.scheduler.placement import (
     GangAttempt,
@@ -23,7 +18,7 @@ from kiban.scheduler.placement import (
     task_filter,
     task_fits_some_node,
 )
-from kiban.scheduler.policy import DEFAULT_POLICY, OrderKey, Policy
+from kiban.scheduler.policy import DEFAULT_POLICY, Policy
 from kiban.scheduler.preemption import find_victims
 from kiban.scheduler.reasons import (
     PendingReason,
@@ -35,16 +30,7 @@ from kiban.scheduler.reasons import (
     spread_phrase,
 )
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, Snapshot
-
-_KEY = itemgetter(0)
-
-
-@dataclass(slots=True)
-class _Waiting:
-    """Why a job visited waits (the cycle numbers its positions)."""
-
-    reason: PendingReason
-    reserved_at: float | None = None
+from kiban.scheduler.wait_replay import Visit, Waiting, Waits, blocked_by_head
 
 
 def schedule(
@@ -75,20 +61,20 @@ def schedule(
        unconsidered for the next cycle, which the caller runs at once (``Decisions.more``).
     8. Number the waiting jobs within their queues and within the cluster, in the order visited
        (the jobs behind a blocked StrictFIFO head are numbered too, though the cycle does not
-       visit them: see ``_Waits``; the numbers are made when ``Decisions.waiting`` is read).
+       visit them: see ``wait_replay``; the numbers are made when ``Decisions.waiting`` is read).
     """
     policy = with_queue_strategies(policy, snapshot.queues)  # LeastAttainedService queues
     cycle = Cycle.start(snapshot, policy, cache)
     blocked: dict[str, PendingReason] = {}  # per StrictFIFO queue whose head waits: why the rest do
     admitted: list[Admit] = []
     preempted: list[Preempt] = []
-    visits: list[_Visit] = []  # the jobs judged, in order; the jobs behind blocked heads are not
+    visits: list[Visit] = []  # the jobs judged, in order; the jobs behind blocked heads are not
     budget = policy.max_placements_per_cycle
     placed = 0
     more = False
 
     members = FairTree.of(snapshot, policy.admission_charge_s)
-    for job in _fair_order(
+    for job in fair_order(
         snapshot, cycle.queues, policy.order_key, cycle.standing, blocked, members
     ):
         if budget is not None and placed >= budget:
@@ -96,27 +82,27 @@ def schedule(
             break
         queue = cycle.queues.get(job.queue)
         if queue is None:
-            visits.append(_Visit(job, _Waiting(_queue_not_found(job))))
+            visits.append(Visit(job, Waiting(_queue_not_found(job))))
             continue
         behind = blocked.get(queue.name)
         if behind is not None:  # a job that preempted, behind its queue's blocked head
-            visits.append(_Visit(job, _Waiting(behind)))
+            visits.append(Visit(job, Waiting(behind)))
             continue
         outcome = _admit_or_explain(cycle, job, queue, preempted)
         if isinstance(outcome, Admit):
             admitted.append(outcome)
             placed += len(outcome.placements)
-            visits.append(_Visit(job, outcome, cycle.charge(job)))
+            visits.append(Visit(job, outcome, cycle.charge(job)))
             continue
-        visits.append(_Visit(job, outcome))
+        visits.append(Visit(job, outcome))
         if (
             queue.strategy is QueueStrategy.STRICT_FIFO
             and outcome.reason.code is not ReasonCode.UNSCHEDULABLE
         ):
             # The rest of the queue waits behind it: the fair order drops the queue, and their
-            # waits are written only when read (``_Waits``), for one shared reason.
-            blocked[queue.name] = _blocked_by_head(queue, job.id)
-    waits = _Waits(snapshot, policy, tuple(visits), more)
+            # waits are written only when read (``Waits``), for one shared reason.
+            blocked[queue.name] = blocked_by_head(queue, job.id)
+    waits = Waits(snapshot, policy, tuple(visits), more)
     if not more and blocked and budget is not None and placed >= budget:
         # Visiting each job behind a blocked head, the cycle would have stopped at the first
         # one after the budget was spent, if any came after it: the replay says.
@@ -124,282 +110,12 @@ def schedule(
     return Decisions(tuple(admitted), waits, tuple(preempted), more=more)
 
 
-@dataclass(frozen=True, slots=True)
-class _Visit:
-    """A job the cycle judged: admitted (with the charge to its tenant's standing) or waiting."""
-
-    job: PendingJob
-    outcome: Admit | _Waiting
-    charge: float = 0.0
-
-
-class _Waits(Sequence[Wait]):
-    """The cycle's waits, numbered in the order the cycle visits the waiting, made when first read.
-
-    The cycle judges only the jobs it must: the jobs behind a StrictFIFO queue's blocked head
-    are not visited one by one (in a contended cluster they are most of the backlog, and a
-    cycle that explained each of them cost as much as the backlog is long). Their wait, the
-    same ``BlockedByQueueHead`` for all, and every job's positions are found here, by replaying
-    the fair order over all the pending jobs with the judged jobs' outcomes: the same waits,
-    positions and reasons as visiting each job, paid for only by a reader (the control loop
-    records them; the simulator reads only the few it needs).
-    """
-
-    __slots__ = ("_made", "_more", "_policy", "_snapshot", "_visits")
-
-    def __init__(
-        self, snapshot: Snapshot, policy: Policy, visits: tuple[_Visit, ...], more: bool
-    ) -> None:
-        self._snapshot = snapshot
-        self._policy = policy
-        self._visits = visits
-        self._more = more
-        self._made: tuple[Wait, ...] | None = None
-
-    def judged(self) -> Iterator[tuple[str, PendingReason]]:
-        """(job id, reason) of the waiting jobs the cycle judged itself, without numbering
-        them: preemptors and queue heads, never the jobs behind a blocked head."""
-        for visit in self._visits:
-            if isinstance(visit.outcome, _Waiting):
-                yield visit.job.id, visit.outcome.reason
-
-    def over_budget(self) -> bool:
-        """Whether, visiting every job, the cycle would have stopped at its placement budget
-        with jobs left (then they wait as unconsidered, and these waits say so)."""
-        made, stopped = _replay(self._snapshot, self._policy, self._visits, stop=True)
-        self._made, self._more = made, stopped
-        return stopped
-
-    def _all(self) -> tuple[Wait, ...]:
-        if self._made is None:
-            self._made, _ = _replay(self._snapshot, self._policy, self._visits, stop=self._more)
-        return self._made
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-    @overload
-    def __getitem__(self, index: int) -> Wait: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Wait]: ...
-    def __getitem__(self, index: int | slice) -> Wait | Sequence[Wait]:
-        return self._all()[index]
-
-    def __iter__(self) -> Iterator[Wait]:
-        return iter(self._all())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _Waits):
-            return self._all() == other._all()
-        return self._all() == other
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(self._all())
-
-
-def judged_reasons(waiting: Sequence[Wait]) -> Iterator[tuple[str, PendingReason]]:
-    """(job id, reason) of waiting jobs, without numbering the jobs behind blocked StrictFIFO
-    heads when ``schedule`` left them unread: every job that preempted or holds nominated
-    nodes is among them (the cycle judges those first)."""
-    if isinstance(waiting, _Waits):
-        yield from waiting.judged()
-    else:
-        for wait in waiting:
-            yield wait.job_id, wait.reason
-
-
-def _replay(
-    snapshot: Snapshot, policy: Policy, visits: tuple[_Visit, ...], *, stop: bool
-) -> tuple[tuple[Wait, ...], bool]:
-    """Every waiting job's ``Wait``: the fair order again over all pending jobs, each judged
-    job's outcome as the cycle found it, the standings charged as its admissions charged them,
-    and the jobs behind a blocked StrictFIFO head waiting for it (``schedule`` step 8). With
-    ``stop``, the jobs after the placement budget was spent are unconsidered; the second value
-    says whether there were any."""
-    queues = {q.name: q for q in snapshot.queues}
-    charged: dict[str, float] = {}
-    base = snapshot.standings
-
-    def standing(tenant: str) -> float:
-        return base.get(tenant, 0.0) + charged.get(tenant, 0.0)
-
-    budget = policy.max_placements_per_cycle
-    judged = {visit.job.id: visit for visit in visits}
-    blocked: dict[str, PendingReason] = {}
-    waits: list[Wait] = []
-    in_queue: dict[str, int] = {}
-    considered: set[str] = set()
-    placed = 0
-    stopped = False
-    members = FairTree.of(snapshot, policy.admission_charge_s)
-    for job in _fair_order(snapshot, queues, policy.order_key, standing, None, members):
-        if stop and budget is not None and placed >= budget:
-            stopped = True
-            break
-        considered.add(job.id)
-        visit = judged.get(job.id)
-        if visit is None:  # behind a blocked head: the cycle never visited it
-            reason = blocked.get(job.queue)
-            assert reason is not None, f"{job.id} was neither judged nor behind a blocked head"
-            _add_wait(waits, in_queue, job, reason)
-            continue
-        outcome = visit.outcome
-        if isinstance(outcome, Admit):
-            placed += len(outcome.placements)
-            charged[job.tenant] = charged.get(job.tenant, 0.0) + visit.charge
-            continue
-        _add_wait(waits, in_queue, job, outcome.reason, outcome.reserved_at)
-        queue = queues.get(job.queue)
-        if (
-            queue is not None
-            and job.queue not in blocked
-            and queue.strategy is QueueStrategy.STRICT_FIFO
-            and outcome.reason.code is not ReasonCode.UNSCHEDULABLE
-        ):
-            blocked[job.queue] = _blocked_by_head(queue, job.id)
-    if stopped:  # the rest wait for the next cycle, in the snapshot's order
-        assert budget is not None
-        reason = _over_budget(budget)
-        for job in snapshot.pending:
-            if job.id not in considered:
-                _add_wait(waits, in_queue, job, reason)
-    return tuple(waits), stopped
-
-
-def _add_wait(
-    waits: list[Wait],
-    in_queue: dict[str, int],
-    job: PendingJob,
-    reason: PendingReason,
-    reserved_at: float | None = None,
-) -> None:
-    """The job waits; its positions are the order in which the cycle visited the waiting."""
-    position = in_queue[job.queue] = in_queue.get(job.queue, 0) + 1
-    waits.append(Wait(job.id, reason, position, len(waits) + 1, reserved_at))
-
-
-def _fair_order(
-    snapshot: Snapshot,
-    queues: Mapping[str, QueueView],
-    order_key: OrderKey,
-    standing: Callable[[str], float],
-    dropped: Container[str] | None,
-    members: FairTree,
-) -> Iterator[PendingJob]:
-    """Jobs in order: each queue's own order, queue heads by standing (lowest first).
-
-    A queue's own order is the policy's, with its members' jobs interleaved by the members'
-    standing within the tenant (``fair_tree``).
-
-    Jobs for which victims were stopped (they hold nominated nodes) come first: the fair order
-    chose them when it preempted for them, and the quota and nodes freed are theirs; were they
-    left to the fair order again, a borrower could take that room back and be preempted again,
-    round after round. Jobs of unknown queues come last. A heap entry's standing may be stale
-    after an admission of the same tenant; such an entry is pushed back with its new standing
-    before it is used. A queue named in ``dropped`` (looked at as the order goes) yields no
-    more jobs from its heap entry on: the jobs behind a blocked StrictFIFO head.
-    """
-    ordered, preemptors = _by_queue_in_order(snapshot, queues, order_key)
-    ordered, place_keys = _members_ordered(ordered, members, order_key)
-
-    def key_of(name: str, k: int) -> tuple[float | int | str, ...]:
-        keys = place_keys.get(name)  # a queue reordered by member: each place keeps its key
-        return keys[k] if keys is not None else order_key(ordered[name][k])
-
-    yield from preemptors
-    skip = {job.id for job in preemptors}
-    unknown: list[PendingJob] = []
-    heap: list[tuple[float, tuple[float | int | str, ...], str]] = []
-    next_index: dict[str, int] = {}
-    for name, jobs in ordered.items():
-        if name not in queues:
-            unknown.extend(job for job in jobs if job.id not in skip)
-            continue
-        k = _skip(jobs, 0, skip)
-        if k < len(jobs):
-            head = jobs[k]
-            next_index[name] = k
-            heap.append((standing(head.tenant), key_of(name, k), name))
-    heapq.heapify(heap)
-    while heap:
-        was, key, name = heapq.heappop(heap)
-        if dropped is not None and name in dropped:
-            continue
-        jobs = ordered[name]
-        job = jobs[next_index[name]]
-        now_standing = standing(job.tenant)
-        if now_standing > was:
-            heapq.heappush(heap, (now_standing, key, name))
-            continue
-        yield job
-        k = next_index[name] = _skip(jobs, next_index[name] + 1, skip)
-        if k < len(jobs):
-            following = jobs[k]
-            heapq.heappush(heap, (standing(following.tenant), key_of(name, k), name))
-    unknown.sort(key=order_key)
-    yield from unknown
-
-
-def _members_ordered(
-    ordered: Mapping[str, Sequence[PendingJob]], members: FairTree, order_key: OrderKey
-) -> tuple[Mapping[str, Sequence[PendingJob]], dict[str, list[tuple[float | int | str, ...]]]]:
-    """Each queue's jobs with its tenants' members interleaved by their standing (fair
-    share's second level, ``fair_tree``), and for the queues so reordered the key of each
-    place. Queues of one member, or of jobs naming none, are left as they are (and unkeyed)."""
-    place_keys: dict[str, list[tuple[float | int | str, ...]]] = {}
-    reordered: dict[str, Sequence[PendingJob]] | None = None
-    for name, jobs in ordered.items():
-        if not members.mixes_members(jobs):
-            continue
-        keyed = [(order_key(job), job) for job in jobs]
-        members.order_members(keyed)
-        if reordered is None:
-            reordered = dict(ordered)  # the snapshot's index is shared: never changed in place
-        reordered[name] = [job for _key, job in keyed]
-        place_keys[name] = [key for key, _job in keyed]
-    return (ordered if reordered is None else reordered), place_keys
-
-
-def _skip(jobs: Sequence[PendingJob], k: int, skip: Container[str]) -> int:
-    """The index of the first job from ``k`` on that is not in ``skip`` (preemptors)."""
-    while k < len(jobs) and jobs[k].id in skip:
-        k += 1
-    return k
-
-
-def _by_queue_in_order(
-    snapshot: Snapshot, queues: Mapping[str, QueueView], order_key: OrderKey
-) -> tuple[Mapping[str, Sequence[PendingJob]], list[PendingJob]]:
-    """Each queue's jobs in its order, and the jobs holding nominated nodes of known queues in
-    order (they are also in their queue's list, where the fair order skips them). Taken from
-    the snapshot's ``pending_index`` when it is sorted by the same key, else keyed and sorted
-    here: keys are total orders (they end in the job id), so both give the same order."""
-    index = snapshot.pending_index
-    if index is not None and index.order_key is order_key:
-        nominated = [job for job in index.nominated if job.queue in queues]
-        return index.by_queue, sorted(nominated, key=order_key)
-    keyed: dict[str, list[tuple[tuple[float | int | str, ...], PendingJob]]] = {}
-    preemptors: list[PendingJob] = []
-    for job in snapshot.pending:
-        if job.nominated_nodes and job.queue in queues:
-            preemptors.append(job)
-            continue
-        keyed.setdefault(job.queue, []).append((order_key(job), job))
-    ordered: dict[str, Sequence[PendingJob]] = {}
-    for name, jobs in keyed.items():
-        jobs.sort(key=_KEY)
-        ordered[name] = [job for _key, job in jobs]
-    return ordered, sorted(preemptors, key=order_key)
-
-
 def _admit_or_explain(
     cycle: Cycle, job: PendingJob, queue: QueueView, preempted: list[Preempt]
-) -> Admit | _Waiting:
+) -> Admit | Waiting:
     flavors = cycle.flavors_for(queue)
     if not flavors:
-        return _Waiting(_no_flavor(cycle, job, queue))
+        return Waiting(_no_flavor(cycle, job, queue))
     reasons: list[tuple[str, PendingReason]] = []
     capacity_short: list[str] = []
     for flavor in flavors:
@@ -421,14 +137,14 @@ def _admit_or_explain(
 
     never = cycle.never_fits(job, queue)
     if never is not None:  # no preemption or reservation could ever help it
-        return _Waiting(never)
+        return Waiting(never)
     stopping = cycle.stopping_for(job.id)
     if stopping:
         held = sorted({f for victim in stopping for f in victim.flavor_gpus if f in flavors})
         if held:
             cycle.hold_quota_for(job, held[0], stopping)
         names = [victim.id for victim in stopping]
-        return _Waiting(
+        return Waiting(
             PendingReason(
                 ReasonCode.WAITING_FOR_PREEMPTION,
                 f"waits for {len(names)} preempted job(s) to stop: {', '.join(names)}",
@@ -459,7 +175,7 @@ def _admit_or_explain(
                         nodes,
                     )
                 )
-            return _Waiting(
+            return Waiting(
                 PendingReason(
                     ReasonCode.WAITING_FOR_PREEMPTION,
                     f"preempting {len(names)} job(s) to make room on {flavor}: {', '.join(names)}",
@@ -470,7 +186,7 @@ def _admit_or_explain(
         for flavor in capacity_short:
             reservation = reserve(cycle, job, flavor)
             if reservation is not None:
-                return _Waiting(
+                return Waiting(
                     PendingReason(
                         ReasonCode.WAITING_FOR_RESERVATION,
                         f"needs {gpus(gang_gpus(job), flavor)} together; reserved on "
@@ -485,7 +201,7 @@ def _admit_or_explain(
                     ),
                     reserved_at=reservation.at,
                 )
-    return _Waiting(_most_telling(reasons))
+    return Waiting(_most_telling(reasons))
 
 
 def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, PendingReason | None]:
@@ -674,21 +390,4 @@ def _no_flavor(cycle: Cycle, job: PendingJob, queue: QueueView) -> PendingReason
 def _queue_not_found(job: PendingJob) -> PendingReason:
     return PendingReason(
         ReasonCode.QUEUE_NOT_FOUND, f"queue {job.queue} does not exist", {"queue": job.queue}
-    )
-
-
-def _over_budget(budget: int) -> PendingReason:
-    return PendingReason(
-        ReasonCode.QUEUE_BACKLOG,
-        f"not yet considered: this cycle stopped after placing {budget} replicas; the next "
-        f"cycle follows at once",
-        {"cycle_budget": budget},
-    )
-
-
-def _blocked_by_head(queue: QueueView, head: str) -> PendingReason:
-    return PendingReason(
-        ReasonCode.BLOCKED_BY_QUEUE_HEAD,
-        f"queue {queue.name} is StrictFIFO and job {head} ahead of it cannot start yet",
-        {"queue": queue.name, "head": head},
     )

@@ -18,7 +18,6 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from kiban.scheduler.core import judged_reasons
 from kiban.scheduler.decisions import Admit, Decisions, Preempt
 from kiban.scheduler.forward import as_pending
 from kiban.scheduler.policy import OrderKey
@@ -34,6 +33,7 @@ from kiban.scheduler.snapshot import (
     RunningReplica,
     Snapshot,
 )
+from kiban.scheduler.wait_replay import judged_reasons
 
 MakeRunning = Callable[[PendingJob, Admit, tuple[RunningReplica, ...], float], RunningJob]
 """Builds the running job an admission starts (the simulator adds checkpoints and limits)."""
