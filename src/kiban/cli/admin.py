@@ -149,7 +149,9 @@ def delete_queue(
 @admin_app.command("queue-strategy")
 def queue_strategy(
     name: Annotated[str, typer.Argument(help="queue name")],
-    strategy: Annotated[str, typer.Argument(help="StrictFIFO or BestEffortFIFO")],
+    strategy: Annotated[
+        str, typer.Argument(help="StrictFIFO, BestEffortFIFO or LeastAttainedService")
+    ],
 ) -> None:
     """Change a queue's strategy (its tenant's tenant-admins may; quotas are the admins')."""
     from kiban.sdk.client import Client
@@ -171,7 +173,9 @@ def create_queue(
         typer.Option(help="nominal GPUs of a flavor, FLAVOR=N (repeatable), e.g. h100=8"),
     ] = None,
     cohort: Annotated[str | None, typer.Option(help="cohort it borrows and lends in")] = None,
-    strategy: Annotated[str, typer.Option(help="StrictFIFO or BestEffortFIFO")] = "StrictFIFO",
+    strategy: Annotated[
+        str, typer.Option(help="StrictFIFO, BestEffortFIFO or LeastAttainedService")
+    ] = "StrictFIFO",
 ) -> None:
     """Add a queue for a tenant to the policy (a new policy version)."""
     entry: dict[str, Any] = {}
