@@ -109,6 +109,14 @@ def sim_command(
         if result.error is not None:
             console.print(f"error: {result.policy.name}: {result.error}", markup=False)
             continue
+        if "estimate_mdape_percent" in result.summary.extra:
+            mdape = result.summary.extra["estimate_mdape_percent"]
+            checked = result.summary.extra["estimates_checked"]
+            console.print(
+                f"note: {result.policy.name}: run-time estimates learned in the replay were off by "
+                f"{'-' if mdape is None else f'{mdape}%'} (median, over {checked:,} checked)",
+                markup=False,
+            )
         loops = result.summary.extra["preemption_loops"]
         if loops:
             console.print(

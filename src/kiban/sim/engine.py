@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from kiban.domain.runtime_estimate import JobFeatures, RuntimeEstimator
 from kiban.domain.usage import accrue, decay, standing
 from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.capacity_index import CapacityCache
@@ -49,6 +50,16 @@ from kiban.sim.state import ClusterState, default_running
 from kiban.sim.workload import SimJob
 
 DEFAULT_CHECKPOINT_S = 1800.0
+
+
+def features_of(job: SimJob) -> JobFeatures:
+    """What the estimator knows a trace's job by: its tenant, user (when the trace has one),
+    queue and GPUs; traces carry no job names or commands (the Philly file: team and size)."""
+    return JobFeatures(
+        tenant=job.tenant, user=job.member, name=None, command=None, gpus=job.gpus, queue=job.queue
+    )
+
+
 OnCycle = Callable[[Snapshot, Decisions], None]
 """Called with each cycle's snapshot and decisions, before they are applied (tests, tracing)."""
 MAX_CYCLES_PER_INSTANT = 64
@@ -115,6 +126,7 @@ class SimOutcome:
     series: Series | None
     capped_instants: int
     preemption_loops: int = 0
+    estimate_error: dict[str, float] | None = None  # the run-time estimator's, when it had one
 
 
 class Simulator:
@@ -153,6 +165,9 @@ class Simulator:
             window=window,
         )
         self.jobs = sorted(jobs, key=lambda j: (j.submit_s, j.sequence))
+        # run times learned online from the jobs that finished, as the live loop learns them
+        self.estimator = RuntimeEstimator() if policy.estimates and not policy.oracle else None
+        self.learned_for: set[str] = set()  # tenants whose estimates changed since the last cycle
         self.runs = {j.id: JobRun(j) for j in self.jobs}
         self.checkpoint_s = checkpoint_s if checkpoint_s > 0 else math.inf
         self.now = self.jobs[0].submit_s if self.jobs else 0.0
@@ -209,7 +224,9 @@ class Simulator:
             self._end_runs()
             while next_arrival < len(arrivals) and arrivals[next_arrival].submit_s <= self.now:
                 job = arrivals[next_arrival]
-                self.state.add_waiting(job.pending(self._max_runtime(self.runs[job.id])))
+                self.state.add_waiting(
+                    self._estimated(job.pending(self._max_runtime(self.runs[job.id])))
+                )
                 next_arrival += 1
             if self.state.pending:
                 self._cycles()
@@ -227,6 +244,7 @@ class Simulator:
             series=self.series,
             capped_instants=self.capped,
             preemption_loops=self.loops,
+            estimate_error=None if self.estimator is None else self.estimator.error_summary(),
         )
         check_conservation(outcome)
         return outcome
@@ -274,9 +292,15 @@ class Simulator:
             run.killed = run.remaining_s > 1e-6 * max(run.job.duration_s, 1.0)
             run.finished_at = self.now
             run.started_at = None
+            if self.estimator is not None and not run.killed:
+                self.estimator.observe(features_of(run.job), run.job.duration_s, self.now)
+                self.learned_for.add(run.job.tenant)
 
     def _cycles(self) -> None:
         seen: set[tuple[str, str]] = set()  # (victim, preemptor) pairs at this instant
+        if self.learned_for:  # waiting jobs plan on what was learned since (as the live loop)
+            self.state.revise_waiting(self.learned_for, self._estimated)
+            self.learned_for.clear()
         for _ in range(MAX_CYCLES_PER_INSTANT):
             snapshot = self.state.snapshot(self.now, self._standings(), self._members())
             t0 = time.perf_counter()
@@ -375,11 +399,22 @@ class Simulator:
         run.preemptions += 1
         run.started_at = None
         del self.ends_at[running.id]
-        return run.job.pending(
-            self._max_runtime(run),
-            preempted_by=preemptor,
-            attained_service=run.run_s * run.job.gpus,
+        return self._estimated(
+            run.job.pending(
+                self._max_runtime(run),
+                preempted_by=preemptor,
+                attained_service=run.run_s * run.job.gpus,
+            )
         )
+
+    def _estimated(self, job: PendingJob) -> PendingJob:
+        """A waiting job without a time limit, with the run time estimated for it (if any)."""
+        if self.estimator is None or job.max_runtime is not None:
+            return job
+        estimate = self.estimator.estimate(features_of(self.runs[job.id].job))
+        if estimate is None or estimate.seconds == job.estimated_runtime:
+            return job
+        return replace(job, estimated_runtime=estimate.seconds)
 
     def _max_runtime(self, run: JobRun) -> float | None:
         """What the core knows of a job's run time: all of it for oracles, else its limit."""

@@ -71,7 +71,10 @@ class Summary:
     rho_by_tenant: dict[str, float]
 
     def as_json(self) -> dict[str, Any]:
-        return {key: self.figures[key] for key in JSON_KEYS}
+        data = {key: self.figures[key] for key in JSON_KEYS}
+        if "estimate_mdape_percent" in self.extra:  # a policy that estimates run times
+            data["estimate_mdape_percent"] = self.extra["estimate_mdape_percent"]
+        return data
 
 
 def summarize(outcome: SimOutcome, rho_by_tenant: Mapping[str, float] | None) -> Summary:
@@ -115,6 +118,10 @@ def summarize(outcome: SimOutcome, rho_by_tenant: Mapping[str, float] | None) ->
         "instants_at_cycle_cap": outcome.capped_instants,
         "preemption_loops": outcome.preemption_loops,
     }
+    if outcome.estimate_error is not None:  # the run-time estimator's own error, as it learned
+        mdape = outcome.estimate_error["mdape"]
+        extra["estimate_mdape_percent"] = None if math.isnan(mdape) else round(mdape, 1)
+        extra["estimates_checked"] = int(outcome.estimate_error["samples"])
     return Summary(figures, extra, dict(rho_by_tenant or {}))
 
 

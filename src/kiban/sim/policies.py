@@ -118,6 +118,7 @@ class SimPolicy:
     oracle: bool = False
     standing: Standing = "usage"
     next_level: NextLevel | None = None
+    estimates: bool = False  # jobs without a time limit plan on run times learned in the replay
 
 
 POLICIES: dict[str, SimPolicy] = {
@@ -177,10 +178,12 @@ POLICIES: dict[str, SimPolicy] = {
         "recommended",
         "the recommended policy for research clusters: LeastAttainedService queues (Tiresias' "
         "discretized LAS within a queue, bounded preemption), queue heads by decayed-usage fair "
-        "share, reclaim/priority/fair-share preemption, EASY backfill on time limits",
+        "share, reclaim/priority/fair-share preemption, EASY backfill on time limits or, "
+        "without one, on run times estimated from the jobs that finished before",
         DEFAULT_POLICY,
         strategy=QueueStrategy.LEAST_ATTAINED_SERVICE,
         next_level=next_level_after,
+        estimates=True,
     ),
     "drf": SimPolicy(
         "drf",

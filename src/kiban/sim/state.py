@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 
 from kiban.scheduler.decisions import Admit, Decisions, Preempt
@@ -297,6 +297,16 @@ class ClusterState:
             if job_id in self.nominated and reason.code is not ReasonCode.WAITING_FOR_PREEMPTION:
                 self.nominated.discard(job_id)
                 self._replace_waiting(job_id, nominated_nodes=())
+
+    def revise_waiting(
+        self, tenants: Container[str], revise: Callable[[PendingJob], PendingJob]
+    ) -> None:
+        """Revise the waiting jobs of these tenants that the next snapshot shows (each queue's
+        window), in place; ``revise`` must not change a job's place in its queue's order."""
+        for jobs in self.waiting.values():
+            for k, job in enumerate(jobs[: self.window]):
+                if job.tenant in tenants:
+                    jobs[k] = revise(job)
 
     def _replace_waiting(self, job_id: str, **changes: object) -> None:
         job = self.in_window.get(job_id)
