@@ -134,7 +134,8 @@ def prepare(options: SimOptions) -> Prepared:
     if limited < len(jobs):
         notes.append(
             f"{len(jobs) - limited:,} of {len(jobs):,} jobs have no time limit: backfill and the "
-            "order know their durations only under oracle policies (sjf); the others see no end"
+            "order know their durations only under oracle policies (sjf), recommended plans on "
+            "run times it estimates as it goes; the others see no end"
         )
     unknown = sorted({j.tenant for j in jobs if j.queue == clusters.SHARED_QUEUE})
     if quotas is not None and unknown:
