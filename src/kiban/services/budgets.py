@@ -317,37 +317,33 @@ def _warn(
     known: set[tuple[str, float, str]],
 ) -> None:
     decl = standing.decl
-    for threshold in standing.crossed():
-        if _mark(session, standing, f"{threshold:g}", now, known):
-            message = (
-                f"budget {decl.key} passed {threshold:.0%}: "
-                f"{standing.amount_text(standing.used)} of {standing.amount_text(standing.limit)} "
-                f"used in the period ending {utc_text(standing.end)}"
-            )
-            events.record(
-                session,
-                kind="Tenant",
-                name=decl.tenant,
-                tenant=decl.tenant,
-                reason=BudgetEventReason.THRESHOLD.value,
-                message=message,
-                at=now,
-                warning=True,
-            )
-            done.events.append(message)
-    if standing.exhausted and _mark(session, standing, EXHAUSTED_MARK, now, known):
-        message = f"{standing.exhausted_message()}; action {decl.action.value}"
+
+    def warn(reason: BudgetEventReason, message: str) -> None:
         events.record(
             session,
             kind="Tenant",
             name=decl.tenant,
             tenant=decl.tenant,
-            reason=BudgetEventReason.EXHAUSTED.value,
+            reason=reason.value,
             message=message,
             at=now,
             warning=True,
         )
         done.events.append(message)
+
+    for threshold in standing.crossed():
+        if _mark(session, standing, f"{threshold:g}", now, known):
+            warn(
+                BudgetEventReason.THRESHOLD,
+                f"budget {decl.key} passed {threshold:.0%}: "
+                f"{standing.amount_text(standing.used)} of {standing.amount_text(standing.limit)} "
+                f"used in the period ending {utc_text(standing.end)}",
+            )
+    if standing.exhausted and _mark(session, standing, EXHAUSTED_MARK, now, known):
+        warn(
+            BudgetEventReason.EXHAUSTED,
+            f"{standing.exhausted_message()}; action {decl.action.value}",
+        )
 
 
 def apply_budgets(
