@@ -7,7 +7,6 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from kiban.cli import render
 from kiban.cli.output import Output, OutputOpt, print_document
@@ -65,6 +64,8 @@ def tokens(
     if output.structured:
         print_document(rows, output)
         return
+    from rich.table import Table  # here: a command that prints no table does not load rich
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("ID", "TENANT", "MEMBER", "ROLE", "CREATED", "EXPIRES", "LAST USE"):
         table.add_column(column)
