@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from kiban.api.app import create_app
 from kiban.executors.base import NodeInfo
 from kiban.platform import Platform, build_platform
-from kiban.services.auth import authenticate
+from kiban.services.auth import authenticate, create_token
 from kiban.store.models import ApiToken
 from kiban.testing import FakeExecutor, ManualClock, manifest
 
@@ -138,6 +138,22 @@ def test_a_revoked_token_is_refused_on_its_next_request(world: World) -> None:
         assert revoked.status_code == 200 and revoked.json()["member"] == "alice"
         error_of(alice.get("/api/v1/jobs"), 401)
     error_of(world.admin.delete(f"/api/v1/tokens/{token_id}"), 404)
+
+
+def test_the_last_admin_token_cannot_be_revoked(world: World) -> None:
+    """Revoking the only admin token would leave nobody to administer the cluster: 409, and it
+    still works; once there is another, it may go."""
+    (first,) = [t["id"] for t in world.admin.get("/api/v1/tokens").json() if t["role"] == "admin"]
+    error = error_of(world.admin.delete(f"/api/v1/tokens/{first}"), 409)
+    assert "last admin token" in error["message"]
+    assert world.admin.get("/api/v1/tokens").status_code == 200
+    with world.platform.sessions() as session:
+        second = create_token(session, name="ops", tenant=None, admin=True, at=world.clock.now())
+        session.commit()
+    with world.client(second) as ops:
+        assert ops.delete(f"/api/v1/tokens/{first}").status_code == 200
+        error_of(world.admin.get("/api/v1/tokens"), 401)  # the first is refused from now on
+        assert ops.get("/api/v1/tokens").status_code == 200
 
 
 def test_an_expired_token_is_refused_even_while_cached(world: World) -> None:

@@ -173,6 +173,11 @@ def revoke_token(session: Session, principal: Principal, token_id: int, at: floa
             f"revoking a token with the {row.role} role needs an admin; this token is "
             f"{principal.describe()}"
         )
+    if row.role == Role.ADMIN.value and _admin_tokens(session) <= 1:
+        raise Conflict(
+            f"token {row.id} is the last admin token: revoking it would leave nobody able to "
+            "administer the cluster; create another admin token first"
+        )
     session.delete(row)
     events.record(
         session,
@@ -184,6 +189,15 @@ def revoke_token(session: Session, principal: Principal, token_id: int, at: floa
         at=at,
     )
     return row
+
+
+def _admin_tokens(session: Session) -> int:
+    return (
+        session.scalar(
+            select(func.count()).select_from(ApiToken).where(ApiToken.role == Role.ADMIN.value)
+        )
+        or 0
+    )
 
 
 @dataclass(frozen=True, slots=True)
