@@ -102,6 +102,17 @@ def test_each_index_is_an_ordinary_job_under_the_queues_quota(
     assert {j["reason"]["code"] for j in waiting} == {"InsufficientCapacity"}
 
 
+def test_indices_without_parallelism_are_queued_in_numeric_order(
+    api: TestClient, platform: Platform, executor: FakeExecutor
+) -> None:
+    """All indices are submitted at one instant: 6 GPUs take indices 0-5, not the first six
+    ids as strings (``-0, -1, -10, -11, -2, -3``)."""
+    array_id = submit(api, manifest("ordered", array={"indices": "0-11"}))["id"]
+    passes(platform)
+    running = {r.request.job_id for r in executor.running()}
+    assert running == {f"{array_id}-{i}" for i in range(6)}
+
+
 def test_an_array_beyond_the_servers_limit_is_refused_and_nothing_stored(
     api: TestClient, platform: Platform
 ) -> None:
