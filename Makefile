@@ -30,6 +30,7 @@ typecheck: setup
 test: setup
 	bash scripts/ensure-postgres.sh
 	bash scripts/ensure-openmpi.sh
+	bash scripts/ensure-mpich.sh
 	bash scripts/ensure-kube.sh
 	bash scripts/ensure-prometheus.sh
 	bash scripts/ensure-chromium.sh
