@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Make sure MPICH's Hydra launcher and compiler wrapper (mpirun.mpich, mpicc.mpich) are
-# available, installing Debian's `mpich` if they are not. The MPICH tier of the MPI tests
-# (`mpi: {implementation: MPICH}`) runs them. Debian's `mpirun`, `mpiexec` and `mpicc` are
-# alternatives shared with Open MPI: mpi4py and every other MPI test need them to stay Open
-# MPI's, so this script sets them back if installing mpich took them. Idempotent.
+# Make sure MPICH's Hydra launcher and compiler wrapper (mpirun.mpich, mpicc.mpich and its
+# headers) are available, installing Debian's `mpich` and `libmpich-dev` if they are not. The
+# MPICH tier of the MPI tests (`mpi: {implementation: MPICH}`) runs them. Debian's `mpirun`,
+# `mpiexec`, `mpicc` and the development library `libmpi.so` are alternatives shared with Open
+# MPI, and they must stay Open MPI's: mpi4py loads `libmpi.so` first when it exists, and with
+# MPICH's it fails (it looks for `libmpi.so.12`, which Debian's MPICH does not ship). So
+# `libopenmpi-dev` is installed too (its alternative outranks MPICH's), and each alternative is
+# set back to Open MPI's if MPICH took it. Idempotent.
 set -euo pipefail
 # shellcheck source=lib/apt.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
+MULTIARCH="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
+MPICH_HEADER="/usr/include/$MULTIARCH/mpich/mpi.h"
+OPEN_MPI_HEADERS="/usr/lib/$MULTIARCH/openmpi/include"
+
 found() {
     command -v mpirun.mpich >/dev/null 2>&1 && command -v mpicc.mpich >/dev/null 2>&1 &&
-        command -v hydra_pmi_proxy >/dev/null 2>&1
+        command -v hydra_pmi_proxy >/dev/null 2>&1 &&
+        [[ -e "$MPICH_HEADER" && -e "$OPEN_MPI_HEADERS/mpi.h" ]]
 }
 
 # keep_open_mpi NAME TARGET: point the alternative NAME back at Open MPI's TARGET when it
@@ -29,12 +37,15 @@ keep_open_mpi() {
 if found; then
     echo "ensure-mpich: found $(command -v mpirun.mpich) ($(mpirun.mpich --version 2>/dev/null | grep -m1 -i version || true))"
 else
-    apt_install ensure-mpich mpich
+    for package in mpich libmpich-dev libopenmpi-dev; do
+        apt_install ensure-mpich "$package"
+    done
     if ! found; then
-        echo "ensure-mpich: installed mpich but still cannot find mpirun.mpich, mpicc.mpich and hydra_pmi_proxy" >&2
+        echo "ensure-mpich: installed mpich but still cannot find mpirun.mpich, mpicc.mpich, hydra_pmi_proxy and the headers" >&2
         exit 1
     fi
     echo "ensure-mpich: installed mpich: $(command -v mpirun.mpich)"
 fi
 keep_open_mpi mpirun /usr/bin/mpirun.openmpi
 keep_open_mpi mpi /usr/bin/mpicc.openmpi
+keep_open_mpi "mpi-$MULTIARCH" "$OPEN_MPI_HEADERS"
