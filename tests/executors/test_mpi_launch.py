@@ -124,6 +124,7 @@ AGENT = ["/run/job/mpi-rsh"]
                 "HYDRA_HOST_FILE": "/h",
                 "HYDRA_LAUNCHER": "rsh",
                 "HYDRA_LAUNCHER_EXEC": "/run/job/mpi-rsh",
+                "HYDRA_ENV": "none",
             },
             ["OMPI_ALLOW_RUN_AS_ROOT", "OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE"],
         ),
@@ -138,7 +139,7 @@ AGENT = ["/run/job/mpi-rsh"]
             },
             ["HYDRA_HOST_FILE", "HYDRA_LAUNCHER_EXEC"],
         ),
-        (MPICH, None, False, {"HYDRA_HOST_FILE": "/h"}, ["HYDRA_LAUNCHER"]),
+        (MPICH, None, False, {"HYDRA_HOST_FILE": "/h"}, ["HYDRA_LAUNCHER", "HYDRA_ENV"]),
     ],
     ids=["openmpi", "openmpi-root", "openmpi-ssh", "mpich", "intel", "mpich-ssh"],
 )

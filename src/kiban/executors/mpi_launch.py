@@ -10,7 +10,7 @@ OpenMPI       ``host slots=N``     ``OMPI_MCA_orte_default_hostfile`` (4.x),
                                    ``PRTE_MCA_prte_default_hostfile`` (5.x);
                                    ``OMPI_MCA_plm_rsh_agent`` / ``PRTE_MCA_plm_ssh_agent``
 MPICH         ``host:N``           ``HYDRA_HOST_FILE``; ``HYDRA_LAUNCHER=rsh`` and
-                                   ``HYDRA_LAUNCHER_EXEC``
+                                   ``HYDRA_LAUNCHER_EXEC`` (and ``HYDRA_ENV=none``)
 Intel MPI     ``host:N``           ``I_MPI_HYDRA_HOST_FILE``; ``I_MPI_HYDRA_BOOTSTRAP=rsh``
                                    and ``I_MPI_HYDRA_BOOTSTRAP_EXEC``
 ============  ===================  ==========================================================
@@ -21,6 +21,13 @@ its own (``rsh_agent``), OpenMPI is also told to keep its daemons attached (not
 ``--daemonize``, which would leave the process group the executor stops) and to start every
 daemon from the launcher (no tree spawn: a worker never starts another's). Checked against
 Open MPI 4.1 (Debian's); the ``PRTE_MCA_*`` names of 5.x are set alike but untried here.
+
+MPICH's Hydra passes the launcher's whole environment to every rank by default, so ranks
+started through kiban's agent would take the launcher replica's ``KIBAN_*`` and
+``CUDA_VISIBLE_DEVICES`` over their worker's: with a remote-start program of kiban's it is told
+``HYDRA_ENV=none`` (``-genvnone``), and ranks keep their worker's environment as under Open MPI
+(``-genv NAME VALUE`` still passes a variable). Found by running Debian's MPICH 4.0; Intel MPI
+is unchanged and untried.
 """
 
 from __future__ import annotations
@@ -140,6 +147,7 @@ def launcher_environment(
         if implementation is MpiImplementation.MPICH:
             env["HYDRA_LAUNCHER"] = "rsh"
             env["HYDRA_LAUNCHER_EXEC"] = rsh_agent[0]
+            env["HYDRA_ENV"] = "none"
         else:
             env["I_MPI_HYDRA_BOOTSTRAP"] = "rsh"
             env["I_MPI_HYDRA_BOOTSTRAP_EXEC"] = rsh_agent[0]
