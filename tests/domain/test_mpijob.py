@@ -279,6 +279,13 @@ def test_volcano_mpi_plugin_makes_the_master_the_mpi_launcher() -> None:
     assert spec.mpi.ssh_auth_mount_path == "/root/.ssh"
     assert spec.mpi.slots_per_worker is None  # kiban's default: the worker's GPUs
     assert spec.tasks[0].command[-1].endswith("-np 2 hello")
+    assert spec.hosts_files  # the mpi plugin implies svc: the hosts files and VC_* variables
+
+
+def test_volcano_mpi_plugin_alone_still_gives_the_hosts_files() -> None:
+    data = doc(VOLCANO_MPI)
+    data["spec"]["plugins"].pop("svc", None)
+    assert translate_volcano(data).manifest.spec.hosts_files
 
 
 def test_volcano_ssh_plugin_places_the_keys() -> None:

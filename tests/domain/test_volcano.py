@@ -173,7 +173,14 @@ def test_a_gpu_job_keeps_its_queue_gang_resources_volumes_and_pod_fields() -> No
     for kept in ("rdma/hca", "emptyDir"):
         assert kept not in warnings
     assert "metadata.namespace" in warnings
-    assert "spec.plugins.svc" in warnings
+    assert spec.hosts_files  # the svc plugin: /etc/volcano/<task>.host, VC_<TASK>_HOSTS, _NUM
+    assert "spec.plugins.svc" not in warnings
+
+
+def test_without_the_svc_plugin_no_hosts_files() -> None:
+    data = doc(GPU_JOB)
+    del data["spec"]["plugins"]["svc"]
+    assert not translate(data).manifest.spec.hosts_files
 
 
 def test_the_translation_is_stored_as_a_kiban_job_that_parses_the_same() -> None:

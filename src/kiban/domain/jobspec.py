@@ -396,7 +396,9 @@ class JobSpec(SpecModel):
     ``tasks`` comes first so that the rules on other fields can check against it.
     ``masterPort`` fixes ``MASTER_PORT`` on container executors (the local one picks a free port,
     as its jobs share one host). ``indexEnv`` names variables set to each replica's index within
-    its task (Volcano's ``env`` plugin sets ``VC_TASK_INDEX``).
+    its task (Volcano's ``env`` plugin sets ``VC_TASK_INDEX``). ``hostsFiles`` gives every
+    replica the job's hosts by task as Volcano's ``svc`` plugin does (``<task>.host`` files,
+    ``VC_<TASK>_HOSTS``, ``VC_<TASK>_NUM``: ``kiban.executors.task_hosts``).
     """
 
     tasks: list[TaskSpec] = Field(min_length=1, max_length=64)
@@ -413,6 +415,7 @@ class JobSpec(SpecModel):
     topology: TopologySpec | None = None
     master_port: int | None = Field(default=None, ge=1, le=65535)
     index_env: list[str] = Field(default_factory=list, max_length=16)
+    hosts_files: bool = False
     array: ArraySpec | None = None
     depends_on: list[Dependency] = Field(default_factory=list, max_length=64)
 

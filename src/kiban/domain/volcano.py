@@ -321,11 +321,7 @@ class _Translator(ManifestReader):
             elif name == "env":
                 out["indexEnv"] = list(INDEX_ENV)
             elif name == "svc":
-                self.notes.append(
-                    "spec.plugins.svc: replicas reach each other through kiban's headless "
-                    "Service (MASTER_ADDR); the /etc/volcano hosts files and VC_<TASK>_HOSTS "
-                    "are not provided"
-                )
+                out["hostsFiles"] = True  # /etc/volcano/<task>.host, VC_<TASK>_HOSTS and _NUM
             elif name == "pytorch":
                 order = self.pytorch(arguments, where, names, out)
             elif name == "mpi":
@@ -396,6 +392,7 @@ class _Translator(ManifestReader):
         if values["master"] not in names or values["worker"] not in names:
             return list(range(len(names)))
         out["launcher"] = "mpirun"
+        out["hostsFiles"] = True  # the mpi plugin turns the svc plugin on (Volcano's docs)
         mpi = out.setdefault("mpi", {})
         mpi.update({"launcherTask": values["master"], "workerTask": values["worker"]})
         self.paths.append(("spec.mpi", where))
