@@ -244,5 +244,30 @@ def test_a_volcano_mpi_and_ssh_job_runs_unchanged(platform: Platform, core: Any)
     pods = run[1]
     tasks = [p.metadata.labels["kiban.dev/task"] for p in pods]
     assert tasks == ["mpimaster", "mpiworker", "mpiworker"]
+    # the svc plugin (the mpi plugin implies it): /etc/volcano/<task>.host in every pod from
+    # the attempt's ConfigMap, and VC_<TASK>_HOSTS / VC_<TASK>_NUM
+    service = run[4].metadata.name
+    workers = [f"{p.metadata.name}.{service}.{NAMESPACE}.svc.cluster.local" for p in pods[1:]]
+    master = f"{pods[0].metadata.name}.{service}.{NAMESPACE}.svc.cluster.local"
+    hosts = core.read_namespaced_config_map(f"{service}-svc", NAMESPACE)
+    assert hosts.data["mpiworker.host"] == "\n".join(workers)
+    assert hosts.data["mpimaster.host"] == master
+    for pod in pods:
+        mounts = {m.name: m.mount_path for m in pod.spec.containers[0].volume_mounts}
+        volumes = {v.name: v for v in pod.spec.volumes}
+        assert mounts["volcano-hosts"] == "/etc/volcano"
+        assert volumes["volcano-hosts"].config_map.name == f"{service}-svc"
+        env = env_of(pod)
+        assert env["VC_MPIWORKER_HOSTS"] == ",".join(workers)
+        assert (env["VC_MPIWORKER_NUM"], env["VC_MPIMASTER_NUM"]) == ("2", "1")
+        assert env["VC_MPIMASTER_HOSTS"] == master
     # kiban's default slots: the worker's GPUs
     check_common(platform, core, run, slots="slots=1", ssh_path="/root/.ssh")
+    eventually(
+        lambda: (
+            not core.list_namespaced_config_map(
+                NAMESPACE, field_selector=f"metadata.name={service}-svc"
+            ).items
+        ),
+        what="the hosts ConfigMap deleted with the attempt",
+    )

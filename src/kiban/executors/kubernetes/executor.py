@@ -50,7 +50,7 @@ from kiban.executors.base import (
     Offers,
     ReplicaRef,
 )
-from kiban.executors.kubernetes import mpi_objects
+from kiban.executors.kubernetes import hosts_objects, mpi_objects
 from kiban.executors.kubernetes.api import CoreApi, Obj, connect, ignore_gone
 from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs
 from kiban.executors.kubernetes.mpi_launchers import MpiLaunchers
@@ -248,6 +248,9 @@ class KubernetesExecutor:
         bodies = [pod_manifest(request, p, namespace, self.options) for p in request.placements]
         alone = needs_no_service(request)
         mpi = mpi_objects.prepare(request, bodies, namespace, self.options.cluster_domain, alone)
+        hosts = hosts_objects.prepare(
+            request, bodies, namespace, self.options.cluster_domain, alone
+        )
         try:
             self._ensure_namespace(namespace)
             if not alone:
@@ -258,6 +261,10 @@ class KubernetesExecutor:
                     body["metadata"]["ownerReferences"] = [owner]
                 if mpi is not None:
                     mpi.with_owner(owner)
+                if hosts is not None:
+                    hosts["metadata"]["ownerReferences"] = [owner]
+            if hosts is not None:
+                self._create_hosts(namespace, hosts)
             deferred = self.mpi.create_objects(request, namespace, mpi, bodies)
             created = iter(
                 self._create_pods(namespace, [b for i, b in enumerate(bodies) if i != deferred])
@@ -278,6 +285,14 @@ class KubernetesExecutor:
             self.abandon(request.job_id, request.attempt)
             raise LaunchError(f"the Kubernetes API refused: {_api_message(exc)}") from None
         return launched
+
+    def _create_hosts(self, namespace: str, body: Obj) -> None:
+        """The attempt's hosts ConfigMap (Volcano's svc plugin); kept if an earlier try made it."""
+        try:
+            self.api.create_config_map(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
 
     def _ensure_namespace(self, namespace: str) -> None:
         if namespace in self._namespaces:
@@ -484,10 +499,15 @@ class KubernetesExecutor:
 
     def _end_attempt(self, replica: ReplicaRef, namespace: str, service: str) -> None:
         selector = {JOB_LABEL: job_key(replica.job_id), ATTEMPT_LABEL: str(replica.attempt)}
+        hosts = False
         for pod in self.pods.select(selector):
+            hosts = hosts or hosts_objects.has_hosts(pod)
             if _ended(pod):
                 self._keep(replica.job_id, pod)
         ignore_gone(self.api.delete_service, namespace, service)
+        if hosts:
+            name = hosts_objects.config_map_name(replica.job_id, replica.attempt)
+            ignore_gone(self.api.delete_config_map, namespace, name)
         self.mpi.delete_objects(replica.job_id, replica.attempt)
 
     def _keep(self, job_id: str, pod: Obj) -> None:
@@ -511,11 +531,13 @@ class KubernetesExecutor:
         pods that ended kept first), and an MPI attempt's ConfigMap and Secret by name in the
         namespace of its pods (none is listed: kiban may not list Secrets)."""
         selector = attempt_selector(job_id, attempt)
-        namespaces = set()
+        namespaces, hosts = set(), set()
         for pod in self.api.list_pods(label_selector=selector).get("items") or []:
             meta = pod["metadata"]
             if mpi_objects.is_mpi_pod(pod):
                 namespaces.add(meta["namespace"])
+            if hosts_objects.has_hosts(pod):
+                hosts.add(meta["namespace"])
             if self.kept is not None and _ended(pod):
                 self._keep(job_id, pod)
             present = self._node_present(pod)
@@ -526,6 +548,9 @@ class KubernetesExecutor:
         for service in self.api.list_services(selector):
             meta = service["metadata"]
             ignore_gone(self.api.delete_service, meta["namespace"], meta["name"])
+        for namespace in sorted(hosts):
+            name = hosts_objects.config_map_name(job_id, attempt)
+            ignore_gone(self.api.delete_config_map, namespace, name)
         known = self.mpi.namespace_of(job_id, attempt)
         for namespace in sorted(namespaces | ({known} if known else set())):
             self.mpi.delete_objects(job_id, attempt, namespace)  # or made before a restart
