@@ -271,3 +271,49 @@ def test_a_volcano_mpi_and_ssh_job_runs_unchanged(platform: Platform, core: Any)
         ),
         what="the hosts ConfigMap deleted with the attempt",
     )
+
+
+def test_a_launcher_deleted_while_kiban_is_down_is_made_again_on_restart(
+    control_plane: ControlPlane, core: Any, tmp_path: Path
+) -> None:
+    """The launcher's body waits in the attempt's Secret: a kiban started again finds its
+    launcher's pod gone (deleted meanwhile), makes it from the Secret, and the job completes."""
+    empty_the_cluster(core)
+    home = tmp_path / "home"
+    document = load_document(MPIJOB)
+    launcher = document["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    launcher["metadata"]["annotations"]["kiban.dev/sim-duration"] = "30s"  # outlives the restart
+    with kube_platform(control_plane, home) as first:
+        job_id = submit(first, document)
+        pods: list[Any] = eventually(
+            lambda: (p := job_pods(core, job_id)) and len(p) == 3 and p,
+            what="the launcher's pod beside its two workers",
+        )
+    gone = pods[0]
+    assert gone.metadata.labels["kiban.dev/task"] == "launcher"
+    core.delete_namespaced_pod(gone.metadata.name, NAMESPACE, grace_period_seconds=0)
+    eventually(
+        lambda: all(p.metadata.uid != gone.metadata.uid for p in job_pods(core, job_id)),
+        what="the launcher's pod deleted while kiban is down",
+    )
+    try:
+        with kube_platform(control_plane, home) as second:
+            again = eventually(
+                lambda: next(
+                    (
+                        p
+                        for p in job_pods(core, job_id)
+                        if p.metadata.name == gone.metadata.name
+                        and p.metadata.uid != gone.metadata.uid
+                    ),
+                    None,
+                ),
+                what="the launcher's pod made again from the Secret",
+            )
+            assert again.spec.containers[0].command == gone.spec.containers[0].command
+            assert job_state(second, job_id) == "Running"
+            assert [p.metadata.uid for p in job_pods(core, job_id)[1:]] == [
+                p.metadata.uid for p in pods[1:]
+            ]  # the workers kept
+    finally:
+        empty_the_cluster(core)
