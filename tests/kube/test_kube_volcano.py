@@ -124,8 +124,16 @@ def test_volcano_job_runs_as_pods_with_its_fields_and_completes(
         assert container.resources.limits["nvidia.com/gpu"] == "2"
         assert container.resources.requests["cpu"] == "2"
         assert container.resources.limits["memory"] == str(8 * 2**30)
-        claims = {v.name: v.persistent_volume_claim.claim_name for v in pod.spec.volumes}
+        claims = {
+            v.name: v.persistent_volume_claim.claim_name
+            for v in pod.spec.volumes
+            if v.persistent_volume_claim
+        }
         mounts = {m.name: m.mount_path for m in container.volume_mounts}
+        # the svc plugin: the hosts by task in /etc/volcano and the variables
+        assert mounts["volcano-hosts"] == "/etc/volcano"
+        assert (env["VC_MASTER_HOSTS"], env["VC_MASTER_NUM"]) == (master, "1")
+        assert env["VC_WORKER_NUM"] == "2"
         assert claims["volume-0"] == "shared-data" and mounts["volume-0"] == "/data"
         if rank > 0:
             assert (claims["ckpt"], mounts["ckpt"]) == ("checkpoints", "/ckpt")

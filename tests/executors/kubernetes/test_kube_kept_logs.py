@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from kiban.executors.base import ReplicaRef
-from kiban.executors.kubernetes import KubernetesOptions, executor, stopping_logs
+from kiban.executors.kubernetes import KubernetesOptions, executor, pod_logs, stopping_logs
 from kiban.executors.kubernetes.executor import KubernetesExecutor
 from kiban.executors.kubernetes.kept_logs import KeptLogs, LogTail
 
@@ -313,7 +313,7 @@ def test_a_live_log_read_in_chunks_is_fetched_once_and_again_only_at_its_end(
     name = f"kb-{JOB}-1-0"
     cluster.logs = {name: bytes(range(256)) * 800}  # 200 KiB
     kube = make(monkeypatch, cluster, None)
-    monkeypatch.setattr(executor, "LOG_REFETCH_S", 3600.0)  # no second passes in this read
+    monkeypatch.setattr(pod_logs, "LOG_REFETCH_S", 3600.0)  # no second passes in this read
     offset, read = 0, b""
     while chunk := kube.read_log(JOB, 0, offset, 64 * 1024)[0]:
         read += chunk
@@ -322,7 +322,7 @@ def test_a_live_log_read_in_chunks_is_fetched_once_and_again_only_at_its_end(
     assert cluster.calls == [f"log {name}"]  # one fetch for four chunks and the end
 
     cluster.logs[name] += b"more\n"
-    monkeypatch.setattr(executor, "LOG_REFETCH_S", 0.0)  # as if a second had passed
+    monkeypatch.setattr(pod_logs, "LOG_REFETCH_S", 0.0)  # as if a second had passed
     assert kube.read_log(JOB, 0, offset, 64 * 1024) == (b"more\n", offset + 5)
     assert cluster.calls == [f"log {name}", f"log {name}"]
     kube.close()
@@ -370,8 +370,8 @@ def test_a_live_log_bigger_than_the_cache_is_still_fetched_once_for_all_its_chun
     cluster = ScriptedCluster(pod(0, "Running"), pod(1, "Running"))
     cluster.logs = {big: bytes(range(256)) * 800, small: b"rank 1\n"}  # 200 KiB and 7 bytes
     kube = make(monkeypatch, cluster, None)
-    monkeypatch.setattr(executor, "LOG_REFETCH_S", 3600.0)
-    monkeypatch.setattr(executor, "LOG_CACHE_BYTES", 100 * 1024)  # less than the big log
+    monkeypatch.setattr(pod_logs, "LOG_REFETCH_S", 3600.0)
+    monkeypatch.setattr(pod_logs, "LOG_CACHE_BYTES", 100 * 1024)  # less than the big log
     assert kube.read_log(JOB, 1, 0, 64 * 1024)[0] == b"rank 1\n"
     offset, read = 0, b""
     while chunk := kube.read_log(JOB, 0, offset, 64 * 1024)[0]:

@@ -9,8 +9,9 @@ does not count on a garbage collector). An MPI attempt (``launcher: mpirun``) al
 hostfile ConfigMap and an ssh key Secret, and its launcher's pod waits for its workers to run
 (``mpi_objects`` builds them, ``mpi_launchers`` keeps track of them). The log of a pod that
 ended is kept (``kept_logs``)
-before the pod is deleted, in the background, and ``read_log`` serves it after; the log of a
-pod stopped while it runs is followed to its end and kept (``stopping_logs``).
+before the pod is deleted, in the background, and ``read_log`` serves it after (``pod_logs``
+reads logs, live or kept); the log of a pod stopped while it runs is followed to its end and
+kept (``stopping_logs``). Volcano's svc plugin's hosts ConfigMap is ``hosts_objects``'s.
 
 Replicas are identified by a handle ``namespace/name/uid``; ``observe`` reads a pod cache that
 a watch keeps current (``podcache``), so a restarted kiban finds the pods it started before
@@ -29,8 +30,6 @@ import json
 import logging
 import random
 import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -61,7 +60,6 @@ from kiban.executors.kubernetes.naming import (
     MANAGED_BY,
     MANAGED_SELECTOR,
     MANAGER,
-    RANK_LABEL,
     REVISION_LABEL,
     TENANT_LABEL,
     attempt_selector,
@@ -74,6 +72,7 @@ from kiban.executors.kubernetes.naming import (
 )
 from kiban.executors.kubernetes.nodes import TERMINAL_PHASES, foreign_gpus, node_info
 from kiban.executors.kubernetes.options import KubernetesOptions
+from kiban.executors.kubernetes.pod_logs import PodLogs, ended
 from kiban.executors.kubernetes.podcache import PodCache
 from kiban.executors.kubernetes.pods import (
     CONTAINER,
@@ -85,31 +84,13 @@ from kiban.executors.kubernetes.pods import (
     service_manifest,
 )
 from kiban.executors.kubernetes.stopping_logs import StoppingPodLogs, attempt_and_rank
-from kiban.executors.kubernetes.timed_logs import TimedLogs
 from kiban.executors.log_streams import (
     Mark,
-    line_start_from,
-    marks_between,
-    offset_since,
-    skip_bytes,
-    tail_start,
 )
 
 log = logging.getLogger("kiban.executors.kubernetes")
 
 FORCE_GRACE_S = 1  # "now": the kubelet kills at once, and still confirms the containers stopped
-LOG_REFETCH_S = 1.0
-"""How stale a live pod's log may be served at its end (``kiban logs -f`` polls it)."""
-LOG_CACHE_PODS = 8
-MAX_OFFSET = 2**62
-"""A reader past any log's end: the live log's copy is fetched again unless quite fresh."""
-LOG_CACHE_BYTES = 64 << 20
-"""Live logs kept for the next chunk's read: the last read pods', at most this many bytes in
-all, but always the one read last, however big (the API serves a log only whole: without its
-copy, each 64 KiB chunk of a big log fetched all of it again)."""
-FOLLOW_QUIET_S = 30.0
-"""A followed live log that writes nothing this long ends its stream (the reader opens another
-if the pod still runs): a reader gone away holds no connection longer."""
 LAUNCH_WORKERS = 8  # pods of one launch created at once (see api.POOL: connections for them)
 LIVE_PODS_ON_NODES = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # Only other pods' GPUs are subtracted: listing kiban's own (thousands) every node sync cost
@@ -124,14 +105,6 @@ def _api_message(exc: ApiException) -> str:
         return str(json.loads(exc.body or "{}").get("message") or exc.reason)
     except (ValueError, AttributeError):
         return str(exc.reason)
-
-
-def _ended(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
-
-
-def _attempt_of(pod: Obj) -> int:
-    return int(pod["metadata"]["labels"].get(ATTEMPT_LABEL, 0))
 
 
 def _logged(task: Callable[..., None], *args: Any) -> None:
@@ -172,10 +145,9 @@ class KubernetesExecutor:
         self.kept = KeptLogs(log_dir) if log_dir is not None else None
         self._keeper: ThreadPoolExecutor | None = None  # keeps logs, then deletes (one thread)
         self.stopping = StoppingPodLogs(self.api, self.kept) if self.kept is not None else None
-        self._logs: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # see _live_log
-        self.timed = TimedLogs(self.api, CONTAINER, LOG_REFETCH_S)  # --since, --timestamps
         self.pods = PodCache(self.api, MANAGED_SELECTOR)
         self.pods.start()
+        self.logs = PodLogs(self.api, self.pods, self.kept)
         self.mpi = MpiLaunchers(
             self.api, self.pods, self._clock, self._create_pod, self._node_present
         )
@@ -264,7 +236,7 @@ class KubernetesExecutor:
                 if hosts is not None:
                     hosts["metadata"]["ownerReferences"] = [owner]
             if hosts is not None:
-                self._create_hosts(namespace, hosts)
+                hosts_objects.create(self.api, namespace, hosts)
             deferred = self.mpi.create_objects(request, namespace, mpi, bodies)
             created = iter(
                 self._create_pods(namespace, [b for i, b in enumerate(bodies) if i != deferred])
@@ -285,14 +257,6 @@ class KubernetesExecutor:
             self.abandon(request.job_id, request.attempt)
             raise LaunchError(f"the Kubernetes API refused: {_api_message(exc)}") from None
         return launched
-
-    def _create_hosts(self, namespace: str, body: Obj) -> None:
-        """The attempt's hosts ConfigMap (Volcano's svc plugin); kept if an earlier try made it."""
-        try:
-            self.api.create_config_map(namespace, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
 
     def _ensure_namespace(self, namespace: str) -> None:
         if namespace in self._namespaces:
@@ -467,13 +431,13 @@ class KubernetesExecutor:
         if pod is not None:
             present = self._node_present(pod)
             grace = (FORCE_GRACE_S if force else None) if present else 0
-            if force and self.kept is not None and _ended(pod):
+            if force and self.kept is not None and ended(pod):
                 # its log goes with it: keep that first, off the control loop's thread (a
                 # pod that ended holds nothing, so it may go a moment later)
                 self._in_background(self._keep_then_delete, replica, pod, grace)
             else:
                 ignore_gone(self.api.delete_pod, namespace, name, uid=uid, grace_s=grace)
-                if self.stopping is not None and present and not _ended(pod):
+                if self.stopping is not None and present and not ended(pod):
                     self.stopping.follow(replica.job_id, pod, grace)
         if force and replica.rank == 0:
             service = service_name(replica.job_id, replica.attempt)
@@ -502,7 +466,7 @@ class KubernetesExecutor:
         hosts = False
         for pod in self.pods.select(selector):
             hosts = hosts or hosts_objects.has_hosts(pod)
-            if _ended(pod):
+            if ended(pod):
                 self._keep(replica.job_id, pod)
         ignore_gone(self.api.delete_service, namespace, service)
         if hosts:
@@ -538,12 +502,12 @@ class KubernetesExecutor:
                 namespaces.add(meta["namespace"])
             if hosts_objects.has_hosts(pod):
                 hosts.add(meta["namespace"])
-            if self.kept is not None and _ended(pod):
+            if self.kept is not None and ended(pod):
                 self._keep(job_id, pod)
             present = self._node_present(pod)
             grace = FORCE_GRACE_S if present else 0
             ignore_gone(self.api.delete_pod, meta["namespace"], meta["name"], grace_s=grace)
-            if self.stopping is not None and present and not _ended(pod):
+            if self.stopping is not None and present and not ended(pod):
                 self.stopping.follow(job_id, pod, grace)
         for service in self.api.list_services(selector):
             meta = service["metadata"]
@@ -567,96 +531,17 @@ class KubernetesExecutor:
                 found.add((job_id, int(attempt)))
         return found
 
-    # -- logs ----------------------------------------------------------------------------------
+    # -- logs (``pod_logs``) -------------------------------------------------------------
     def read_log(self, job_id: str, rank: int, offset: int, limit: int) -> tuple[bytes, int]:
-        """The log of the replica's newest attempt: its pod's, or the one kept when the pod
-        ended (empty where the node serves no logs)."""
-        data, _ = self._newest_log(job_id, rank, offset)
-        chunk = data[offset : offset + limit]
-        return chunk, offset + len(chunk)
-
-    def _newest_log(self, job_id: str, rank: int, offset: int) -> tuple[bytes, Obj | None]:
-        """The newest attempt's log (``offset``: where its reader is) and its pod while the
-        log is the live pod's (None: the one kept, or none)."""
-        pods = self.pods.select({JOB_LABEL: job_key(job_id), RANK_LABEL: str(int(rank))})
-        kept = self.kept.newest_attempt(job_id, rank) if self.kept is not None else None
-        newest = max(pods, key=_attempt_of) if pods else None
-        if kept is not None and (newest is None or _attempt_of(newest) <= kept):
-            assert self.kept is not None
-            return self.kept.read(job_id, kept, rank), None
-        if newest is None:
-            return b"", None
-        meta = newest["metadata"]
-        try:
-            return self._live_log(newest, offset), newest
-        except Exception as exc:  # no such log yet, or the node serves none (a fake node)
-            log.debug("no log for %s/%s: %s", meta["namespace"], meta["name"], exc)
-            return b"", None
+        return self.logs.read_log(job_id, rank, offset, limit)
 
     def log_start(
         self, job_id: str, rank: int, *, tail_lines: int | None, since: float | None
     ) -> int | None:
-        """From the live log's copy (fetched again if stale) and, for ``since``, its lines'
-        times (the API's ``timestamps``); a kept log's times are not known."""
-        data, live = self._newest_log(job_id, rank, MAX_OFFSET)
-
-        def read(offset: int, limit: int) -> bytes:
-            return data[offset : offset + limit]
-
-        start = 0 if tail_lines is None else tail_start(read, len(data), tail_lines)
-        if since is not None:
-            if live is None:
-                return None
-            found = offset_since(self.timed.marks(live, len(data)), since, len(data))
-            start = max(start, line_start_from(read, found))
-        return start
+        return self.logs.log_start(job_id, rank, tail_lines=tail_lines, since=since)
 
     def log_times(self, job_id: str, rank: int, start: int, end: int) -> list[Mark] | None:
-        _, live = self._newest_log(job_id, rank, start)
-        return None if live is None else marks_between(self.timed.marks(live, end), start, end)
+        return self.logs.log_times(job_id, rank, start, end)
 
     def follow_log(self, job_id: str, rank: int, offset: int) -> Iterator[bytes] | None:
-        """The newest attempt's live pod log from ``offset``, one stream of the API server's
-        (as ``kubectl logs -f``): what the pod writes comes as it is written, and a log the
-        kubelet rotates goes on, where polling fetched the whole log each second. None when no
-        pod of the replica runs (what was kept is read)."""
-        pods = self.pods.select({JOB_LABEL: job_key(job_id), RANK_LABEL: str(int(rank))})
-        newest = max(pods, key=_attempt_of) if pods else None
-        if newest is None or _ended(newest) or newest["metadata"].get("deletionTimestamp"):
-            return None
-        kept = self.kept.newest_attempt(job_id, rank) if self.kept is not None else None
-        if kept is not None and _attempt_of(newest) <= kept:
-            return None
-        meta = newest["metadata"]
-        return skip_bytes(
-            self.api.follow_pod_log(
-                meta["namespace"],
-                meta["name"],
-                CONTAINER,
-                tail_lines=None,
-                timeout_s=FOLLOW_QUIET_S,
-            ),
-            offset,
-        )
-
-    def _live_log(self, pod: Obj, offset: int) -> bytes:
-        """A live pod's log, from the copy read last while ``offset`` is inside it (a log only
-        grows) or it is under ``LOG_REFETCH_S`` old: the API serves a log only whole, and
-        ``kiban logs`` reads it in 64 KiB chunks."""
-        meta = pod["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}/{meta.get('uid', '')}"
-        now = time.monotonic()
-        with self._lock:
-            cached = self._logs.get(key)
-        if cached is not None and (offset < len(cached[1]) or now - cached[0] < LOG_REFETCH_S):
-            return cached[1]
-        data = self.api.read_pod_log(meta["namespace"], meta["name"], CONTAINER)
-        with self._lock:
-            self._logs[key] = (now, data)
-            self._logs.move_to_end(key)
-            held = sum(len(copy) for _, copy in self._logs.values())
-            while len(self._logs) > 1 and (
-                len(self._logs) > LOG_CACHE_PODS or held > LOG_CACHE_BYTES
-            ):
-                held -= len(self._logs.popitem(last=False)[1][1])
-        return data
+        return self.logs.follow_log(job_id, rank, offset)

@@ -10,9 +10,11 @@ none). Owned by the attempt's Service, deleted by name with the attempt.
 
 from __future__ import annotations
 
+from kubernetes.client.exceptions import ApiException
+
 from kiban.executors import task_hosts
 from kiban.executors.base import LaunchRequest
-from kiban.executors.kubernetes.api import Obj
+from kiban.executors.kubernetes.api import CoreApi, Obj
 from kiban.executors.kubernetes.mpi_objects import mount, replica_host
 from kiban.executors.kubernetes.naming import JOB_ID_ANNOTATION, job_labels, service_name
 
@@ -64,3 +66,12 @@ def prepare(
         },
         "data": data,
     }
+
+
+def create(api: CoreApi, namespace: str, body: Obj) -> None:
+    """Create the attempt's hosts ConfigMap (kept if an earlier try of the attempt made it)."""
+    try:
+        api.create_config_map(namespace, body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
