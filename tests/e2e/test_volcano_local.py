@@ -12,7 +12,9 @@ pytestmark = pytest.mark.e2e
 PRINT_ENV = (
     "import os; print(' '.join(f'{k}={os.environ.get(k)}' for k in "
     "('MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'RANK', 'VC_TASK_INDEX', "
-    "'CUDA_VISIBLE_DEVICES', 'EPOCHS')))"
+    "'CUDA_VISIBLE_DEVICES', 'EPOCHS', 'VC_WORKER_NUM', 'VC_WORKER_HOSTS', 'VC_MASTER_HOSTS')), "
+    "'WORKER_FILE=' + open(os.environ['KIBAN_HOSTS_DIR'] + '/worker.host').read().replace("
+    "chr(10), '+'))"
 )
 VOLCANO_JOB = f"""
 apiVersion: batch.volcano.sh/v1alpha1
@@ -88,6 +90,13 @@ def test_volcano_pytorch_job_runs_locally_with_the_plugin_environment(
     assert len({e["MASTER_PORT"] for e in envs}) == 1  # one free port, shared
     assert {e["EPOCHS"] for e in envs} == {"2"}
     assert all(len(e["CUDA_VISIBLE_DEVICES"].split(",")) == 2 for e in envs)
+    # the svc plugin: each task's hosts (the replicas' names), as variables and files
+    name = kiban.json("describe", job_id)["name"]
+    workers = [f"{name}-worker-0", f"{name}-worker-1"]
+    assert {e["VC_WORKER_NUM"] for e in envs} == {"2"}
+    assert {e["VC_WORKER_HOSTS"] for e in envs} == {",".join(workers)}
+    assert {e["VC_MASTER_HOSTS"] for e in envs} == {f"{name}-master-0"}
+    assert {e["WORKER_FILE"] for e in envs} == {"+".join(workers)}
     events = kiban.events(job_id)
     warned = [e for e in events if e["reason"] == "SubmittedWithWarnings"]
     assert warned and warned[0]["type"] == "Warning"
