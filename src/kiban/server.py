@@ -273,6 +273,10 @@ def serve(options: ServerOptions, ownership: Ownership | None = None) -> None:
         log_level="warning",
         access_log=False,
         lifespan="on",
+        # No permessage-deflate: the notebook route's websockets carry many small kernel
+        # messages each way, and compressing each on the client's leg costs both ends more
+        # than it saves on a local network (Jupyter's own server does not compress either).
+        ws_per_message_deflate=False,
         timeout_graceful_shutdown=max(int(SHUTDOWN_GRACE_S / 2), 1),
     )
     StoppingServer(config, app.state.stopping).run(sockets=[sock])

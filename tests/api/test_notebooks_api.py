@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -174,3 +176,44 @@ def test_an_admin_names_the_queue_of_a_new_notebook_not_of_one_that_exists(
     assert api.post("/api/v1/notebooks/ops/stop").json()["state"] == "Stopped"
     again = api.post("/api/v1/notebooks", json={"name": "ops"})
     assert again.status_code == 201 and again.json()["tenant"] == "default"
+
+
+def test_culling_reads_jupyters_own_activity_report_at_the_notebooks_address(
+    alice: TestClient, platform: Platform, clock: ManualClock
+) -> None:
+    """The controller's own probe (no test stand-in): ``/api/status`` and ``/api/kernels`` of
+    the server at the address the route uses, with Jupyter's token, not counted as activity."""
+    seen: list[httpx.Request] = []
+    last_activity, kernel_state = clock.now(), ["busy"]
+
+    def jupyter(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/nb/vision/lab/api/status":
+            when = datetime.fromtimestamp(last_activity, UTC).isoformat().replace("+00:00", "Z")
+            return httpx.Response(200, json={"last_activity": when, "connections": 1})
+        if request.url.path == "/nb/vision/lab/api/kernels":
+            return httpx.Response(200, json=[{"id": "k", "execution_state": kernel_state[0]}])
+        return httpx.Response(404)
+
+    assert platform.notebooks is not None
+    platform.notebooks.probe = None
+    platform.notebooks._http = httpx.Client(transport=httpx.MockTransport(jupyter))
+    job_id = alice.post("/api/v1/notebooks", json={"name": "lab", "idleTimeout": "30s"}).json()[
+        "jobId"
+    ]
+    _pass(platform)
+    assert alice.get("/api/v1/notebooks/lab").json()["state"] == "Running"
+    status, kernels = seen[-2:]
+    assert status.url.host == kernels.url.host == f"{job_id}.fake"
+    assert status.headers["authorization"] == kernels.headers["authorization"]
+    assert status.headers["authorization"].startswith("token ")
+    assert kernels.url.params["no_track_activity"] == "1"
+
+    clock.advance(120)  # idle by its last activity, but its kernel is executing
+    _pass(platform)
+    assert alice.get("/api/v1/notebooks/lab").json()["state"] == "Running"
+    kernel_state[0] = "idle"
+    clock.advance(5)
+    _pass(platform)
+    culled = alice.get("/api/v1/notebooks/lab").json()
+    assert culled["state"] == "Stopped" and "idle 1" in culled["reason"]  # idle 125 s

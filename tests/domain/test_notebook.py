@@ -11,6 +11,7 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.jobspec import JobManifest
 from kiban.domain.notebook import (
     NotebookRequest,
+    NotebookRuntime,
     NotebookSpec,
     jupyter_token,
     notebook_dir,
@@ -68,10 +69,9 @@ def test_the_job_runs_jupyterlab_from_an_argument_list_at_the_notebook_class(
         tenant="vision",
         name="lab",
         spec=NotebookSpec(gpus=1),
-        root_dir=root,
+        runtime=NotebookRuntime(root_dir=str(root), python="/venv/bin/python"),
         priority_class=ClusterPolicy().notebook_class(),
         job_name="nb-lab",
-        python="/venv/bin/python",
     )
     manifest = JobManifest.model_validate(document)
     task = manifest.spec.tasks[0]

@@ -48,7 +48,11 @@ def test_notebook_runs_a_cell_through_the_route_is_culled_when_idle_and_comes_ba
         return found[0] if found and found[0]["state"] == wanted else None
 
     eventually(lambda: state("Running"), timeout=START_TIMEOUT, interval=0.5, what="Running")
-    result = execute(base, token, "open('kept.txt', 'w').write('from the first run'); print(6 * 7)")
+    with KernelClient(base, {"Authorization": f"Bearer {token}"}).start() as kernel:
+        assert kernel._socket is not None
+        # not compressed: a kernel message each way would cost both ends a deflate
+        assert "sec-websocket-extensions" not in kernel._socket.response.headers
+        result = kernel.execute("open('kept.txt', 'w').write('from the first run'); print(6 * 7)")
     assert (result.status, result.stdout) == ("ok", "42\n")
 
     # A kernel executing for longer than the idle timeout keeps the notebook.

@@ -92,3 +92,19 @@ def test_no_token_a_bad_one_or_another_member_never_reach_it(
     assert seen == []
     admin = api.get("/nb/vision/lab/api/status")  # an admin may
     assert admin.status_code == 200
+
+
+def test_a_server_that_does_not_answer_is_a_502_naming_its_address(
+    platform: Platform, running: str
+) -> None:
+    def unreachable(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    platform._notebook_http = httpx.AsyncClient(  # type: ignore[attr-defined]
+        transport=httpx.MockTransport(unreachable)
+    )
+    with TestClient(create_app(platform)) as client:
+        answer = client.get("/nb/vision/lab/api", headers={"Authorization": f"Bearer {running}"})
+    assert answer.status_code == 502
+    message = answer.json()["error"]["message"]
+    assert ".fake:" in message and "did not answer" in message and "refused" in message

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import math
 import sys
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,22 @@ def _safe(part: str) -> str:
     return cleaned or "_"
 
 
+LOOPBACK = "127.0.0.1"
+ANY_ADDRESS = "0.0.0.0"  # a pod's own network, which only kiban's route reaches
+
+
+@dataclass(frozen=True)
+class NotebookRuntime:
+    """Where and how a notebook's server runs, as the executor provides it: its directory as
+    the server sees it, the address it listens on, the interpreter, and the volumes that hold
+    the directory (in a job task's ``volumes`` form; none where it is a local path)."""
+
+    root_dir: str
+    listen: str = LOOPBACK
+    python: str = sys.executable
+    volumes: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+
 def jupyter_token(key: bytes, tenant: str, name: str, job_id: str) -> str:
     """The Jupyter server token of one run of a notebook: an HMAC of its identity under the
     store's key, so that the proxy derives it again and no user ever sees it."""
@@ -110,10 +127,9 @@ def notebook_job_manifest(
     tenant: str,
     name: str,
     spec: NotebookSpec,
-    root_dir: Path,
+    runtime: NotebookRuntime,
     priority_class: str | None,
     job_name: str,
-    python: str = sys.executable,
 ) -> dict[str, Any]:
     """The job manifest (a document, as a user would submit it) that runs the notebook: one
     ``jupyter`` replica with the spec's resources, at the notebook priority class, stopped at
@@ -123,24 +139,25 @@ def notebook_job_manifest(
     (``$JUPYTER_TOKEN``, added at launch) reach the server by environment, never argv.
     """
     command = [
-        python,
+        runtime.python,
         "-m",
         RUNTIME_MODULE,
         "--no-browser",
         f"--ServerApp.base_url={notebook_url(tenant, name)}",
-        f"--ServerApp.root_dir={root_dir}",
-        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.root_dir={runtime.root_dir}",
+        f"--ServerApp.ip={runtime.listen}",
     ]
+    task: dict[str, Any] = {
+        "name": TASK_NAME,
+        "replicas": 1,
+        "command": command,
+        "resources": {"gpu": spec.gpus, "cpu": f"{spec.cpus}m"},
+    }
+    if runtime.volumes:
+        task["volumes"] = [dict(v) for v in runtime.volumes]
     job_spec: dict[str, Any] = {
-        "tasks": [
-            {
-                "name": TASK_NAME,
-                "replicas": 1,
-                "command": command,
-                "resources": {"gpu": spec.gpus, "cpu": f"{spec.cpus}m"},
-            }
-        ],
-        "workingDir": str(root_dir),
+        "tasks": [task],
+        "workingDir": runtime.root_dir,
         "restartPolicy": "Never",
         "maxRuntime": f"{spec.max_lifetime:g}s",
     }

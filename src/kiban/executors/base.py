@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from kiban.domain.jobspec import JobSpec
+from kiban.domain.notebook import NotebookRuntime
 from kiban.executors.log_streams import Mark
 from kiban.scheduler.decisions import ReplicaPlacement
 
@@ -195,6 +196,16 @@ class NodeTaints(Protocol):
         ...
 
 
+class NotebookStorage(Protocol):
+    """Capability: a notebook's persistent directory kept by the cluster (a volume claim)
+    rather than under kiban's home, and how its server runs there."""
+
+    def notebook_runtime(self, tenant: str, owner: str, name: str) -> NotebookRuntime:
+        """Make (or find) the directory of one member's notebook; how its server runs. An
+        exception says why it could not."""
+        ...
+
+
 class Closing(Protocol):
     """Capability: holds threads or connections, released by ``close`` when kiban stops."""
 
@@ -214,6 +225,7 @@ class Offers:
     checkpoints: CheckpointProbe | None = None
     closing: Closing | None = None
     taints: NodeTaints | None = None
+    notebooks: NotebookStorage | None = None
 
 
 class NoLogs:

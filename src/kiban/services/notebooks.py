@@ -21,6 +21,7 @@ from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.notebook import (
     NOTEBOOK_LABEL,
     NotebookRequest,
+    NotebookRuntime,
     NotebookSpec,
     NotebookState,
     job_name_of,
@@ -35,7 +36,7 @@ from kiban.executors.local.executor import LocalExecutor
 from kiban.executors.local.isolation import HOME_MODE
 from kiban.services import jobs
 from kiban.services.auth import Principal
-from kiban.services.errors import InvalidInput, NotFound, invalid
+from kiban.services.errors import InvalidInput, NotFound, Unavailable, invalid
 from kiban.services.jobs import ClusterFacts
 from kiban.services.transitions import transition
 from kiban.store.models import Job, NotebookKey, NotebookRow, Queue, Replica
@@ -123,7 +124,7 @@ def start(
         tenant=tenant,
         name=request.name,
         spec=spec,
-        root_dir=prepare_dir(executor, home, tenant, owner, request.name),
+        runtime=runtime_of(executor, home, tenant, owner, request.name),
         priority_class=policy.notebook_class(),
         job_name=job_name_of(request.name),
     )
@@ -157,6 +158,20 @@ def start(
     row.reason = None
     session.flush()
     return row
+
+
+def runtime_of(
+    executor: Executor, home: Path, tenant: str, owner: str, name: str
+) -> NotebookRuntime:
+    """How the notebook's server runs: where the executor keeps notebooks' directories itself
+    (a volume claim on Kubernetes), there; else in a directory under kiban's home."""
+    storage = executor.offers.notebooks
+    if storage is None:
+        return NotebookRuntime(root_dir=str(prepare_dir(executor, home, tenant, owner, name)))
+    try:
+        return storage.notebook_runtime(tenant, owner, name)
+    except Exception as exc:
+        raise Unavailable(f"notebook {name}'s directory could not be made: {exc}", 5) from exc
 
 
 def prepare_dir(executor: Executor, home: Path, tenant: str, owner: str, name: str) -> Path:

@@ -205,7 +205,9 @@ async def proxy_http(request: Request) -> Response:
     try:
         answer = await client.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
-        raise Refused(502, f"the notebook did not answer: {exc}") from exc
+        raise Refused(
+            502, f"the notebook's server at {upstream.address} did not answer: {exc}"
+        ) from exc
     headers = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in HOP_BY_HOP]
     kind = answer.headers.get("content-type", "")
     if kind.startswith(TEXT_TYPES):

@@ -138,6 +138,13 @@ class CoreApi:
     def delete_secret(self, namespace: str, name: str) -> None:
         self._core.delete_namespaced_secret(name, namespace, _preload_content=False)
 
+    def create_claim(self, namespace: str, body: Obj) -> Obj:
+        return _json(
+            self._core.create_namespaced_persistent_volume_claim(
+                namespace, body, _preload_content=False
+            )
+        )
+
     def create_pod(self, namespace: str, body: Obj) -> Obj:
         return _json(self._core.create_namespaced_pod(namespace, body, _preload_content=False))
 

@@ -71,6 +71,7 @@ from kiban.executors.kubernetes.naming import (
     service_name,
 )
 from kiban.executors.kubernetes.nodes import TERMINAL_PHASES, foreign_gpus, node_info
+from kiban.executors.kubernetes.notebook_storage import KubeNotebookStorage
 from kiban.executors.kubernetes.options import KubernetesOptions
 from kiban.executors.kubernetes.pod_logs import PodLogs, ended
 from kiban.executors.kubernetes.podcache import PodCache
@@ -151,7 +152,13 @@ class KubernetesExecutor:
         self.mpi = MpiLaunchers(
             self.api, self.pods, self._clock, self._create_pod, self._node_present
         )
-        self.offers = Offers(logs=self, revisions=self, closing=self, taints=self)
+        self.offers = Offers(
+            logs=self,
+            revisions=self,
+            closing=self,
+            taints=self,
+            notebooks=KubeNotebookStorage(self.api, self.options),
+        )
 
     @classmethod
     def connect(

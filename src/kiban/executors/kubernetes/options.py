@@ -17,7 +17,8 @@ class KubernetesOptions:
     make a node unhealthy when ``True``; its jobs return to their queues. ``tolerated_taints``:
     taint keys kiban's pods tolerate (any effect); a node with another NoSchedule taint takes no
     new work, and one with another NoExecute taint is unhealthy. ``node_selector``: a label
-    selector of the nodes kiban may use (empty: all).
+    selector of the nodes kiban may use (empty: all). ``notebook_storage``: the size of the
+    volume claim that keeps each notebook's directory (``notebook_storage_class``: its class).
     """
 
     namespace_prefix: str = "kiban-"
@@ -42,6 +43,8 @@ class KubernetesOptions:
     master_port: int = 29500
     python: str = "python"  # the interpreter in the image, for the torchrun launcher
     pod_api_url: str | None = None  # where pods reach kiban's API (None: they are not told)
+    notebook_storage: str = "10Gi"  # the size of each notebook's volume claim
+    notebook_storage_class: str | None = None  # its StorageClass (None: the cluster's default)
 
     def __post_init__(self) -> None:
         prefix = self.namespace_prefix
