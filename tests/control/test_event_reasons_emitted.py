@@ -1,6 +1,7 @@
-"""Every event the control loop and its launcher record on a job gives a ``JobEventReason``
-member, not a string of the same text: a reason is an enum wherever the control plane
-emits one (the stored text is the member's value, so ``kiban describe`` reads the same)."""
+"""Every event the control loop, its launcher and the service controller record gives a
+member of ``JobEventReason`` or ``ServiceEventReason``, not a string of the same text: a
+reason is an enum wherever the control plane emits one (the stored text is the member's
+value, so ``kiban describe`` reads the same)."""
 
 from __future__ import annotations
 
@@ -8,30 +9,32 @@ from collections.abc import Iterator
 
 import pytest
 from loop_support import cancel
+from sqlalchemy import select
+from test_service_controller import ALICE, Probe, apply, service_doc
 
-from kiban.domain.event_reasons import JobEventReason
+from kiban.domain.event_reasons import JobEventReason, ServiceEventReason
 from kiban.platform import Platform
-from kiban.services import events  # recorded through events.record
-from kiban.store.models import Event
+from kiban.services import events, serving
+from kiban.store.models import Event, Job
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
 
 
 class Emitted:
-    """The reasons of the events recorded while the loop runs a pass (not those of the API's
-    submissions and cancels between passes)."""
+    """The reasons of the events made while a pass runs (``run_once`` of the loop or the
+    service controller; not those of the API's submissions and cancels between passes)."""
 
     def __init__(self, platform: Platform, monkeypatch: pytest.MonkeyPatch) -> None:
         self.reasons: list[object] = []
         self._in_pass = False
-        recorded = events.record
+        made = events.new_event  # what events.record and a submission's events are made with
 
         def watched(*args: object, **kwargs: object) -> Event:
             if self._in_pass:
                 self.reasons.append(kwargs["reason"])
-            return recorded(*args, **kwargs)  # type: ignore[arg-type]
+            return made(*args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(events, "record", watched)
+        monkeypatch.setattr(events, "new_event", watched)
         self.platform = platform
 
     def run_once(self) -> None:
@@ -40,6 +43,19 @@ class Emitted:
             self.platform.loop.run_once()
         finally:
             self._in_pass = False
+
+    def services_run_once(self) -> None:
+        self._in_pass = True
+        try:
+            self.platform.services.run_once()
+        finally:
+            self._in_pass = False
+
+    def settle(self, passes: int = 3) -> None:
+        for _ in range(passes):
+            self.services_run_once()
+            self.run_once()
+        self.services_run_once()
 
 
 @pytest.fixture
@@ -85,4 +101,39 @@ def test_every_reason_the_loop_and_launcher_emit_is_the_enum(
         JobEventReason.KILLED,
         JobEventReason.CANCELLED,
         JobEventReason.FAILED,
+    } <= set(emitted.reasons)
+
+
+def test_every_reason_the_service_controller_emits_is_an_enum(
+    platform: Platform, executor: FakeExecutor, emitted: Emitted
+) -> None:
+    probe = Probe()
+    platform.services.probe = probe
+    apply(platform, service_doc(minReplicas=2, maxReplicas=2))
+    probe.all = True
+    emitted.settle()
+    broken = service_doc(minReplicas=2, maxReplicas=2, canaryTrafficPercent=50)
+    broken["spec"]["model"]["storageUri"] = "file:///models/missing"
+    apply(platform, broken)
+    probe.all = False
+    emitted.settle(passes=2)
+    with platform.sessions() as session:
+        canary = [j for j in session.scalars(select(Job)) if "00002" in j.name]
+    for job in canary:
+        if executor.running(job.id):
+            executor.running(job.id)[0].log += b"KIBAN_LOAD_FAILED: no model files\n"
+            executor.finish_all(job.id, exit_code=3)
+    emitted.settle()
+    with platform.sessions() as session:
+        serving.delete(session, ALICE, "chat", platform.clock.now())
+        session.commit()
+    emitted.settle(passes=4)
+
+    assert [r for r in emitted.reasons if type(r) not in (JobEventReason, ServiceEventReason)] == []
+    assert {
+        JobEventReason.SUBMITTED,
+        JobEventReason.CANCELLING,
+        ServiceEventReason.REVISION_READY,
+        ServiceEventReason.REVISION_FAILED,
+        ServiceEventReason.REMOVED,
     } <= set(emitted.reasons)

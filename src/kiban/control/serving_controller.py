@@ -50,6 +50,7 @@ from kiban.control.serving_plan import (
     plan_service,
 )
 from kiban.control.serving_probes import ReplicaProber
+from kiban.domain.event_reasons import JobEventReason, ServiceEventReason
 from kiban.domain.rollout import RevisionState, revision_name
 from kiban.domain.service_replica import replica_job_manifest
 from kiban.executors.base import Executor
@@ -304,7 +305,7 @@ class ServiceController:
                 service_event(
                     session,
                     service,
-                    reason="RevisionReady",
+                    reason=ServiceEventReason.REVISION_READY,
                     message=f"revision {revision_name(service.name, number)} serves",
                     at=now,
                 )
@@ -375,7 +376,8 @@ class ServiceController:
                 continue
             # The service's own warnings were told when it was applied; its replicas' would
             # repeat them (and the fixed port each replica names on one machine) every time.
-            kept = tuple(e for e in prepared.events if e.reason != "SubmittedWithWarnings")
+            warned = JobEventReason.SUBMITTED_WITH_WARNINGS
+            kept = tuple(e for e in prepared.events if e.reason != warned)
             made.append(_Launching(prepared.job, kept, launch.revision_id, launch.index))
         return made
 
@@ -413,7 +415,7 @@ class ServiceController:
         service_event(
             session,
             service,
-            reason="RevisionFailed",
+            reason=ServiceEventReason.REVISION_FAILED,
             message=f"revision {name} failed: {failure.message}{kept}",
             at=now,
             warning=True,
@@ -425,7 +427,7 @@ class ServiceController:
         service_event(
             session,
             service,
-            reason="Removed",
+            reason=ServiceEventReason.REMOVED,
             message="every replica has stopped; the service is gone",
             at=now,
         )

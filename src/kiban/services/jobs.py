@@ -295,7 +295,7 @@ def prepare_parsed(
             kind="Job",
             name=job.id,
             tenant=job.tenant,
-            reason="Submitted",
+            reason=JobEventReason.SUBMITTED,
             message=f"submitted by {principal.name} to queue {queue.name} "
             f"({counted(spec.total_replicas, 'replica')}, {counted(spec.total_gpus, 'GPU')})",
             at=at,
@@ -307,7 +307,7 @@ def prepare_parsed(
                 kind="Job",
                 name=job.id,
                 tenant=job.tenant,
-                reason="SubmittedWithWarnings",
+                reason=JobEventReason.SUBMITTED_WITH_WARNINGS,
                 message="; ".join(warnings),
                 at=at,
                 warning=True,
@@ -423,7 +423,7 @@ def report_checkpoint(session: Session, principal: Principal, job_id: str, at: f
     events.record_for_job(
         session,
         job,
-        "Checkpointed",
+        JobEventReason.CHECKPOINTED,
         f"checkpoint reported by {principal.name} (attempt {job.attempt})",
         at,
     )
