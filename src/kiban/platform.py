@@ -18,14 +18,14 @@ from kiban.domain.cluster import ClusterConfig, ClusterPolicy
 from kiban.domain.job_relations import DEFAULT_MAX_ARRAY_SIZE
 from kiban.domain.notebook import DEFAULT_READY_TIMEOUT_S
 from kiban.domain.roles import Capability, may
-from kiban.executors.base import Executor, NodeInfo, checkpoint_detection_unavailable
+from kiban.executors.base import Executor, checkpoint_detection_unavailable
 from kiban.services import events
 from kiban.services.audit import AuditWriter
 from kiban.services.auth import Principal, authenticate, ensure_admin_token
+from kiban.services.cluster_facts import ClusterFacts, KnownFacts
 from kiban.services.epilogue import Epilogue
 from kiban.services.errors import ServiceError
 from kiban.services.health_sweeps import HealthSweeps
-from kiban.services.jobs import ClusterFacts
 from kiban.services.lookup_cache import LookupCache
 from kiban.services.nodes import sync_nodes
 from kiban.services.policy import apply_startup_policy, current_policy
@@ -34,7 +34,7 @@ from kiban.serving.router.server import RouterServer
 from kiban.serving.router.table import RoutingTable
 from kiban.serving.router.traffic import TrafficMetrics
 from kiban.store.db import make_engine, migrate, session_factory
-from kiban.store.models import Event, Node
+from kiban.store.models import Event
 
 log = logging.getLogger("kiban.platform")
 
@@ -55,8 +55,8 @@ class Platform:
     clock: Clock
     loop: ControlLoop
     submissions: SubmissionWriter
+    known_facts: KnownFacts
     lookups: LookupCache = field(default_factory=LookupCache)
-    facts: ClusterFacts = field(default_factory=ClusterFacts)
     admin_token: str | None = None
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
     routes: RoutingTable = field(default_factory=RoutingTable)
@@ -142,24 +142,14 @@ class Platform:
     def token_file(self) -> Path:
         return self.home / "token"
 
+    @property
+    def facts(self) -> ClusterFacts:
+        """What submissions are checked against now (the nodes as last stored)."""
+        return self.known_facts.current
+
     def refresh_facts(self) -> None:
-        with self.sessions() as session:
-            rows = session.scalars(select(Node)).all()
-            nodes = tuple(
-                NodeInfo(
-                    n.name,
-                    n.gpus,
-                    n.cpu_millis,
-                    n.memory,
-                    dict(n.labels or {}),
-                    extended=dict(n.extended or {}),
-                )
-                for n in rows
-            )
-        capabilities = self.executor.capabilities
-        if nodes == self.facts.nodes and capabilities == self.facts.capabilities:
-            return  # the same: keep what the nodes could hold, worked out already
-        self.facts = ClusterFacts(nodes=nodes, capabilities=capabilities)
+        """Read the stored nodes and the executor's capabilities again."""
+        self.known_facts.refresh()
 
     def refresh_policy(self) -> None:
         """Read the current policy again (after it changed) and forget cached queue lookups."""
@@ -219,7 +209,14 @@ def build_platform(
         raise
     control_engine = make_engine(url, CONTROL_POOL)
     control = session_factory(control_engine)
-    loop = ControlLoop(control, executor, clock=clock, settings=loop_settings)
+    known_facts = KnownFacts(sessions, executor)
+    loop = ControlLoop(
+        control,
+        executor,
+        clock=clock,
+        settings=loop_settings,
+        on_nodes_changed=known_facts.refresh,  # submissions are checked against the nodes now
+    )
     platform = Platform(
         submissions=SubmissionWriter(control, on_stored=loop.jobs_stored),
         home=home,
@@ -229,6 +226,7 @@ def build_platform(
         executor=executor,
         clock=clock,
         loop=loop,
+        known_facts=known_facts,
         admin_token=admin_token,
         max_array_size=max_array_size,
         audit=AuditWriter(control) if audit else None,
@@ -241,7 +239,6 @@ def build_platform(
         control, executor, ready_timeout_s=notebook_ready_timeout_s
     )
     loop.health_hooks += [platform.sweeps.tick, Epilogue(control).tick, platform.notebooks.tick]
-    loop.on_nodes_changed = platform.refresh_facts  # submission checks against the nodes now
     platform.refresh_policy()
     return platform
 

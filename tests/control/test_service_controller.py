@@ -574,9 +574,9 @@ def test_a_replica_on_a_unix_socket_is_probed_there(platform: Platform, tmp_path
     try:
         ready = platform.services._ready
         assert ready(f"unix:{path}", "/v2/health/ready")
-        client = platform.services._unix_clients[str(path)]
+        client = platform.services.prober.unix_clients[str(path)]
         assert ready(f"unix:{path}", "/v2/health/ready")
-        assert platform.services._unix_clients == {str(path): client}  # its client is kept
+        assert platform.services.prober.unix_clients == {str(path): client}  # its client is kept
         assert not ready(f"unix:{path}", "/loading")
         assert not ready(f"unix:{tmp_path / 'gone.sock'}", "/v2/health/ready")
     finally:

@@ -129,6 +129,9 @@ class JobOut(ApiModel):
     jobs like it (``kiban.domain.runtime_estimate``); only in the one-job document."""
     eta_estimated: bool = False
     """``eta`` rests on estimated run times of jobs with no maxRuntime, not only maxRuntimes."""
+    executor_limits: list[str] = Field(default_factory=list)
+    """What the executor cannot do for this job while it has not ended (its checkpoints are
+    not noticed, its logs not kept); only in the one-job document."""
 
 
 class EventOut(ApiModel):
@@ -338,6 +341,7 @@ def job_out(
     with_spec: bool = False,
     standing: float | None = None,
     estimate: RuntimeEstimate | None = None,
+    executor_limits: Sequence[str] = (),
 ) -> JobOut:
     """The job as the API shows it; forecasts and positions only while it is pending (the
     store keeps the last ones after it starts)."""
@@ -390,6 +394,7 @@ def job_out(
             confidence=estimate.confidence,
         ),
         eta_estimated=bool(waiting and job.eta is not None and job.eta_estimated),
+        executor_limits=[] if JobState(job.state).terminal else list(executor_limits),
     )
 
 

@@ -482,6 +482,7 @@ def waiting_lines(job: dict[str, Any], now: float | None = None) -> list[tuple[s
         lines.append(("Checkpoint", f"{when(checkpoint)} ({age(checkpoint, now)} ago)"))
     elif job.get("state") == "Running":
         lines.append(("Checkpoint", "none reported"))
+    lines += [("Executor", limit) for limit in job.get("executorLimits") or ()]
     return lines
 
 

@@ -94,7 +94,10 @@ class ControlLoop:
         clock: Clock | None = None,
         settings: LoopSettings | None = None,
         on_pass: Callable[[], None] | None = None,
+        on_nodes_changed: Callable[[], None] | None = None,
     ) -> None:
+        """``on_pass``: called after each pass. ``on_nodes_changed``: called after the nodes a
+        sync found changed are stored (the platform reads its submission facts again)."""
         self.sessions = sessions
         self.executor = executor
         self.clock = clock or SystemClock()
@@ -127,7 +130,7 @@ class ControlLoop:
         self.eta_marks = EstimatedMarks()
         self._last_node_sync = float("-inf")
         self._last_nodes: list[NodeInfo] | None = None
-        self.on_nodes_changed: Callable[[], None] | None = None  # after the new nodes are stored
+        self._on_nodes_changed = on_nodes_changed
         self.health = HealthPass(
             sessions, self._requeue_drained, executor.offers.taints, self.clock.now
         )
@@ -247,8 +250,8 @@ class ControlLoop:
             sync_nodes(session, nodes, now)
             session.commit()
         self._last_nodes = nodes
-        if self.on_nodes_changed is not None:
-            self.on_nodes_changed()
+        if self._on_nodes_changed is not None:
+            self._on_nodes_changed()
         return True
 
     def recover(self) -> None:

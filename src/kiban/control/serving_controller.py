@@ -3,11 +3,11 @@
 Every pass is observe, decide, apply (``serving_plan`` says what each step decides):
 
 1. Observe: one short read transaction copies every service, its revisions and replica jobs
-   into plain values (``ServiceView``).
+   into plain values (``ServiceView``; ``serving_observe``).
 2. With no session open: the running replicas' addresses, their readiness probes and the logs
    of replicas that ended unready are read, all at once within a bound and each with a timeout
-   (a replica that hangs costs the pass one timeout and holds no lock); then the router's
-   traffic and, for ``scaleMetric: cpu``, the ready replicas' CPU use.
+   (a replica that hangs costs the pass one timeout and holds no lock; ``serving_probes``);
+   then the router's traffic and, for ``scaleMetric: cpu``, the ready replicas' CPU use.
 3. Decide: ``plan_service`` turns each service's observations into a ``ServicePlan``.
 4. Apply: each service's plan in its own short transaction, which reads again the rows it
    changes and gives way, until the next pass, to a rollout changed since it was observed.
@@ -29,22 +29,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
-import httpx
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.clock import Clock, SystemClock
 from kiban.control.revision_services import RevisionServices
+from kiban.control.serving_observe import observe_services
 from kiban.control.serving_plan import (
     PROMOTED_BY,
     FailureReason,
     Probes,
-    ReplicaView,
     RevisionFailure,
     RevisionTraffic,
     RevisionView,
@@ -53,11 +49,11 @@ from kiban.control.serving_plan import (
     Traffic,
     plan_service,
 )
-from kiban.control.settling import replica_ref
+from kiban.control.serving_probes import ReplicaProber
+from kiban.domain.event_reasons import JobEventReason, ServiceEventReason
 from kiban.domain.rollout import RevisionState, revision_name
-from kiban.domain.service_replica import replica_job_manifest, replica_port
-from kiban.domain.states import JobState
-from kiban.executors.base import Executor, log_source
+from kiban.domain.service_replica import replica_job_manifest
+from kiban.executors.base import Executor
 from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import ServiceError
@@ -67,7 +63,6 @@ from kiban.services.serving import (
     promote_canary,
     service_event,
     serving_priority_class,
-    stored_spec,
 )
 from kiban.services.submissions import SubmissionWriter
 from kiban.serving.autoscaler import ScaleDecision, ScalerState
@@ -75,11 +70,9 @@ from kiban.serving.capacity import scaling_policy
 from kiban.serving.cpu_use import CpuMeter, CpuSample
 from kiban.serving.router.table import RoutingTable
 from kiban.serving.router.traffic import TrafficMetrics
-from kiban.serving.router.upstream import UNIX_PREFIX
 from kiban.store.models import (
     Event,
     Job,
-    Replica,
     ServiceReplica,
     ServiceRevision,
     ServiceRow,
@@ -87,10 +80,6 @@ from kiban.store.models import (
 
 log = logging.getLogger("kiban.services.controller")
 
-LOAD_FAILED = "KIBAN_LOAD_FAILED:"
-LOG_TAIL_BYTES = 1 << 20
-MAX_UNIX_CLIENTS = 256  # probe clients of replicas' Unix sockets kept at most
-_T = TypeVar("_T")
 STORE_TIMEOUT_S = 60.0  # how long a pass waits for the submission writer to store its replicas
 
 
@@ -128,16 +117,12 @@ class ServiceController:
     _wake: threading.Event = field(default_factory=threading.Event)
     _stopping: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _http: httpx.Client = field(default_factory=lambda: httpx.Client(trust_env=False))
-    _probes: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="kiban-probe")
-    )
-    _unix_clients: dict[str, httpx.Client] = field(default_factory=dict)
-    _unix_lock: threading.Lock = field(default_factory=threading.Lock)
+    prober: ReplicaProber = field(init=False)
     _writer: SubmissionWriter = field(init=False)
 
     def __post_init__(self) -> None:
         self.revision_services = RevisionServices(self.executor)
+        self.prober = ReplicaProber(self.executor)
         self._writer = self.submissions or SubmissionWriter(self.sessions)
 
     # -- thread --------------------------------------------------------------------------------
@@ -150,13 +135,9 @@ class ServiceController:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        # A probe that hangs past its timeout is not waited for: its thread ends with it.
-        self._probes.shutdown(wait=False, cancel_futures=True)
+        self.prober.close()
         if self.submissions is None:
             self._writer.stop()
-        self._http.close()
-        for client in self._unix_clients.values():
-            client.close()
 
     def wake(self) -> None:
         self._wake.set()
@@ -203,136 +184,19 @@ class ServiceController:
 
     # -- observe -------------------------------------------------------------------------------
     def _observe(self) -> list[ServiceView]:
-        """Every service, its revisions and its replica jobs (with their launched replica), as
-        plain values: one short read transaction, three queries."""
+        """Every service as plain values, read in one short transaction."""
         with self.sessions() as session:
-            services = session.scalars(select(ServiceRow).order_by(ServiceRow.id)).all()
-            revisions: dict[int, list[RevisionView]] = {}
-            query = select(ServiceRevision).order_by(
-                ServiceRevision.service_id, ServiceRevision.number
-            )
-            for revision in session.scalars(query):
-                revisions.setdefault(revision.service_id, []).append(_revision_view(revision))
-            replicas: dict[int, list[ReplicaView]] = {}
-            rows = session.execute(
-                select(ServiceReplica, Job, Replica)
-                .join(Job, Job.id == ServiceReplica.job_id)
-                .outerjoin(
-                    Replica,
-                    (Replica.job_id == Job.id) & (Replica.attempt == Job.attempt) & Replica.active,
-                )
-                .order_by(ServiceReplica.service_id, ServiceReplica.index)
-            ).all()
-            for row, job, launched in rows:
-                replicas.setdefault(row.service_id, []).append(
-                    ReplicaView(
-                        job_id=job.id,
-                        revision_id=row.revision_id,
-                        index=row.index,
-                        job_state=JobState(job.state),
-                        job_message=job.message,
-                        master_port=job.master_port,
-                        launched=None if launched is None else replica_ref(launched),
-                        ready=row.ready,
-                        ever_ready=row.ever_ready,
-                        ended=row.ended,
-                    )
-                )
-            return [
-                ServiceView(
-                    id=service.id,
-                    name=service.name,
-                    tenant=service.tenant,
-                    spec=stored_spec(service),
-                    revisions=tuple(revisions.get(service.id, ())),
-                    replicas=tuple(replicas.get(service.id, ())),
-                    stable_revision=service.stable_revision,
-                    canary_revision=service.canary_revision,
-                    canary_percent=service.canary_percent,
-                    deleted=service.deleted_at is not None,
-                )
-                for service in services
-            ]
+            return observe_services(session)
 
     def _gather(self, views: Iterable[ServiceView]) -> Probes:
         """Probe the running replicas and read the logs of those that ended unready, with no
-        session open: all at once (at most the pool's size in flight), each within
-        ``gather_timeout_s``; one that has not answered by then is not ready / says nothing."""
-        addresses: dict[str, str] = {}
-        ports: dict[str, int] = {}
-        asked: dict[str, Future[bool]] = {}
-        logs: dict[str, Future[str | None]] = {}
-        for view in views:
-            for revision in view.revisions:
-                port = replica_port(revision.spec)
-                for replica in view.replicas_of(revision):
-                    if (
-                        replica.job_state is not JobState.RUNNING
-                        or replica.master_port is None
-                        or replica.launched is None
-                    ):
-                        continue
-                    address = self.executor.replica_address(
-                        replica.launched, port or replica.master_port
-                    )
-                    if address is not None:
-                        addresses[replica.job_id] = address
-                        ports[replica.job_id] = port or replica.master_port
-                        asked[replica.job_id] = self._probes.submit(
-                            self._ready, address, revision.spec.readiness_path
-                        )
-            for replica in view.ended_unexplained():
-                logs[replica.job_id] = self._probes.submit(self._load_failure, replica.job_id)
-        pending: list[Future[Any]] = [*asked.values(), *logs.values()]
-        wait_all(pending, timeout=self.gather_timeout_s)
-        ready = {job_id: _answer(f, False) for job_id, f in asked.items()}
-        failures = {job_id: _answer(f, None) for job_id, f in logs.items()}
-        return Probes(
-            addresses=addresses,
-            ports=ports,
-            ready=ready,
-            load_failures={k: v for k, v in failures.items() if v is not None},
-        )
-
-    def _load_failure(self, job_id: str) -> str | None:
-        """The model loader's message from a replica's log, if it wrote one."""
-        try:
-            data, _ = log_source(self.executor).read_log(job_id, 0, 0, LOG_TAIL_BYTES)
-        except Exception:  # a log that cannot be read says nothing about the model
-            return None
-        for line in reversed(data.decode("utf-8", "replace").splitlines()):
-            if line.startswith(LOAD_FAILED):
-                return line.removeprefix(LOAD_FAILED).strip() or "the model failed to load"
-        return None
+        session open, within ``gather_timeout_s``."""
+        return self.prober.gather(views, self._ready, self.gather_timeout_s)
 
     def _ready(self, address: str, path: str) -> bool:
         if self.probe is not None:
             return self.probe(address, path)
-        try:
-            if address.startswith(UNIX_PREFIX):  # the Unix socket the router will use too
-                client, url = self._unix_client(address[len(UNIX_PREFIX) :]), "http://localhost"
-            else:
-                client, url = self._http, f"http://{address}"
-            response = client.get(url + path, timeout=self.probe_timeout_s)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
-    def _unix_client(self, path: str) -> httpx.Client:
-        """The probes' client of one replica's Unix socket, made once (a client costs
-        milliseconds to make); those of replicas gone are dropped once there are many."""
-        with self._unix_lock:
-            client = self._unix_clients.get(path)
-            if client is None:
-                if len(self._unix_clients) >= MAX_UNIX_CLIENTS:
-                    for stale in self._unix_clients.values():
-                        stale.close()
-                    self._unix_clients.clear()
-                transport = httpx.HTTPTransport(uds=path)
-                client = self._unix_clients[path] = httpx.Client(
-                    transport=transport, trust_env=False
-                )
-            return client
+        return self.prober.ready(address, path, self.probe_timeout_s)
 
     def _traffic(self, view: ServiceView, probes: Probes) -> Traffic:
         """The autoscaler's inputs for the revisions that may keep replicas: the router's
@@ -441,7 +305,7 @@ class ServiceController:
                 service_event(
                     session,
                     service,
-                    reason="RevisionReady",
+                    reason=ServiceEventReason.REVISION_READY,
                     message=f"revision {revision_name(service.name, number)} serves",
                     at=now,
                 )
@@ -512,7 +376,8 @@ class ServiceController:
                 continue
             # The service's own warnings were told when it was applied; its replicas' would
             # repeat them (and the fixed port each replica names on one machine) every time.
-            kept = tuple(e for e in prepared.events if e.reason != "SubmittedWithWarnings")
+            warned = JobEventReason.SUBMITTED_WITH_WARNINGS
+            kept = tuple(e for e in prepared.events if e.reason != warned)
             made.append(_Launching(prepared.job, kept, launch.revision_id, launch.index))
         return made
 
@@ -550,7 +415,7 @@ class ServiceController:
         service_event(
             session,
             service,
-            reason="RevisionFailed",
+            reason=ServiceEventReason.REVISION_FAILED,
             message=f"revision {name} failed: {failure.message}{kept}",
             at=now,
             warning=True,
@@ -562,7 +427,7 @@ class ServiceController:
         service_event(
             session,
             service,
-            reason="Removed",
+            reason=ServiceEventReason.REMOVED,
             message="every replica has stopped; the service is gone",
             at=now,
         )
@@ -600,18 +465,6 @@ class _Launching:
         return add
 
 
-def _revision_view(revision: ServiceRevision) -> RevisionView:
-    return RevisionView(
-        id=revision.id,
-        number=revision.number,
-        state=RevisionState(revision.state),
-        spec=stored_spec(revision),
-        crashes=revision.crashes,
-        ready_at=revision.ready_at,
-        desired_replicas=revision.desired_replicas,
-    )
-
-
 def _as_observed(
     service: ServiceRow, revisions: Iterable[ServiceRevision], view: ServiceView
 ) -> bool:
@@ -629,10 +482,3 @@ def _as_observed(
         view.deleted,
         sorted((r.id, r.state.value) for r in view.revisions),
     )
-
-
-def _answer(future: Future[_T], otherwise: _T) -> _T:
-    """A probe's or log read's answer, or ``otherwise`` when it has none in time."""
-    if not future.done() or future.cancelled() or future.exception() is not None:
-        return otherwise
-    return future.result()

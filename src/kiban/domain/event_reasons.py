@@ -1,4 +1,5 @@
-"""Why a job's event was recorded: the reasons the control loop and its stops give.
+"""Why an event of a job or an inference service was recorded: the reasons submissions, the
+control loop, its stops and the service controller give.
 
 The values are the text stored in ``events.reason`` (and shown by ``kiban describe``), so they
 never change; a new reason is a new member.
@@ -12,6 +13,9 @@ from enum import StrEnum
 class JobEventReason(StrEnum):
     """The reason of an event recorded on a job while it runs, stops or ends."""
 
+    SUBMITTED = "Submitted"  # stored in its queue
+    SUBMITTED_WITH_WARNINGS = "SubmittedWithWarnings"  # stored; some of its fields are ignored
+    CHECKPOINTED = "Checkpointed"  # it reported a checkpoint (kiban checkpoint)
     ADMITTED = "Admitted"  # placed: its replicas are being launched
     STARTED = "Started"  # every replica launched
     LAUNCH_FAILED = "LaunchFailed"  # a replica could not be launched: the attempt ends
@@ -36,3 +40,19 @@ class JobEventReason(StrEnum):
     NOTEBOOK_STOPPED = "NotebookStopped"  # its owner (or an admin) stopped the notebook
     DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"  # what it waited for ended otherwise
     STOP_INTENT_UNKNOWN = "StopIntentUnknown"  # written by migration 0013 for a stored intent
+
+
+class ServiceEventReason(StrEnum):
+    """The reason of an event recorded on an inference service (``events.reason``, shown by
+    ``kiban describe service``)."""
+
+    CREATED = "Created"
+    UPDATED = "Updated"  # a new revision was applied
+    APPLIED_WITH_WARNINGS = "AppliedWithWarnings"
+    REVISION_READY = "RevisionReady"  # a revision's replicas answer: it serves
+    REVISION_FAILED = "RevisionFailed"  # its model failed to load, or its replicas kept crashing
+    REVISION_RETIRED = "RevisionRetired"
+    PROMOTED = "Promoted"  # the canary became the stable revision
+    ROLLED_BACK = "RolledBack"
+    DELETED = "Deleted"  # a user deleted it: its replicas stop
+    REMOVED = "Removed"  # every replica stopped: the service is gone

@@ -311,3 +311,18 @@ def checkpoint_detection_unavailable(executor: Executor) -> str | None:
     if checkpoint_probe(executor) is not None:
         return None
     return f"checkpoint detection unavailable on {executor.name}"
+
+
+def job_limits(executor: Executor) -> list[str]:
+    """What the executor cannot do for a job that has not ended, as ``kiban describe`` names
+    it (empty where it offers all that a job counts on): its logs, and noticing the
+    checkpoints written in ``$KIBAN_CHECKPOINT_DIR``."""
+    limits = []
+    if executor.offers.logs is None:
+        limits.append(f"logs: not kept by the {executor.name} executor")
+    if checkpoint_probe(executor) is None:
+        limits.append(
+            f"checkpoint probe: not offered by the {executor.name} executor; only checkpoints "
+            "reported with kiban checkpoint count"
+        )
+    return limits

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.errors import FieldProblem, SpecError
+from kiban.domain.event_reasons import ServiceEventReason
 from kiban.domain.manifests import json_problem
 from kiban.domain.rollout import RevisionState, revision_name
 from kiban.domain.service import ServiceSpec, parse_service_submission
@@ -40,7 +41,7 @@ def service_event(
     session: Session,
     service: ServiceRow,
     *,
-    reason: str,
+    reason: ServiceEventReason,
     message: str,
     at: float,
     warning: bool = False,
@@ -180,7 +181,7 @@ def apply(
     service_event(
         session,
         service,
-        reason="Created" if created else "Updated",
+        reason=ServiceEventReason.CREATED if created else ServiceEventReason.UPDATED,
         message=f"applied by {principal.name}"
         + (f"; revision {revision_name(name, revision.number)}" if revision else "")
         + (f" takes {service.canary_percent}% once ready" if revision else "; no new revision"),
@@ -196,7 +197,7 @@ def apply(
         service_event(
             session,
             service,
-            reason="AppliedWithWarnings",
+            reason=ServiceEventReason.APPLIED_WITH_WARNINGS,
             message="; ".join(warnings),
             at=at,
             warning=True,
@@ -264,7 +265,7 @@ def _retire(session: Session, service: ServiceRow, number: int, at: float, why: 
     service_event(
         session,
         service,
-        reason="RevisionRetired",
+        reason=ServiceEventReason.REVISION_RETIRED,
         message=f"revision {revision_name(service.name, number)} retired: {why}",
         at=at,
     )
@@ -323,7 +324,7 @@ def promote_canary(session: Session, service: ServiceRow, at: float, *, by: str)
     service_event(
         session,
         service,
-        reason="Promoted",
+        reason=ServiceEventReason.PROMOTED,
         message=f"revision {revision_name(service.name, number)} takes all traffic ({by})",
         at=at,
     )
@@ -355,7 +356,7 @@ def rollback(session: Session, principal: Principal, name: str, at: float) -> Se
     service_event(
         session,
         service,
-        reason="RolledBack",
+        reason=ServiceEventReason.ROLLED_BACK,
         message=f"revision {revision_name(name, back.number)} comes back ({principal.name}); "
         "it takes all traffic once ready",
         at=at,
@@ -375,7 +376,7 @@ def delete(session: Session, principal: Principal, name: str, at: float) -> Serv
     service_event(
         session,
         service,
-        reason="Deleted",
+        reason=ServiceEventReason.DELETED,
         message=f"deleted by {principal.name}; its replicas stop",
         at=at,
     )

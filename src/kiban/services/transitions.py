@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.states import ALLOWED, JobState
 from kiban.domain.stop_intents import StopIntent
 from kiban.services import accounting, events
@@ -21,7 +22,7 @@ def transition(
     job: Job,
     to: JobState,
     *,
-    reason: str,
+    reason: JobEventReason,
     message: str,
     at: float,
     warning: bool = False,
@@ -29,7 +30,7 @@ def transition(
 ) -> None:
     """Move ``job`` to ``to``, stamp the matching time, and record why; a move that ends the
     attempt holding resources closes its usage record (``intent``: the stop that ended it, when
-    the job's own is already cleared)."""
+    the job's own is already cleared). ``reason``: an enum member, never free text."""
     current = JobState(job.state)
     if to not in ALLOWED[current] and to is not current:
         raise IllegalTransition(f"job {job.id}: {current} -> {to} is not allowed")

@@ -419,7 +419,6 @@ class Replica(Base):
     memory: Mapped[int] = mapped_column(BigInteger)
     active: Mapped[bool] = mapped_column(Boolean, default=True)  # holds its resources
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    pid_start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     state: Mapped[str] = mapped_column(String(16))
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)

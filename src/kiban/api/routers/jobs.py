@@ -16,6 +16,7 @@ from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN, ArrayFilter, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.states import JobState
+from kiban.executors.base import job_limits
 from kiban.platform import Platform
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services import (
@@ -181,7 +182,12 @@ def get_job(
     standing = _standings(platform, session).get(job.tenant)
     estimate = runtime_estimates.estimate_for_job(platform.loop.runtime_estimates, session, job)
     return job_out(
-        job, jobs.replicas_of(session, job), with_spec=True, standing=standing, estimate=estimate
+        job,
+        jobs.replicas_of(session, job),
+        with_spec=True,
+        standing=standing,
+        estimate=estimate,
+        executor_limits=job_limits(platform.executor),
     )
 
 
