@@ -154,7 +154,7 @@ def queue_strategy(
         str, typer.Argument(help="StrictFIFO, BestEffortFIFO or LeastAttainedService")
     ],
 ) -> None:
-    """Change a queue's strategy (its tenant's tenant-admins may; quotas are the admins')."""
+    """Change a queue's strategy (an admin, or its tenant's tenant-admin)."""
     from kiban.sdk.client import Client
 
     with Client() as api:
