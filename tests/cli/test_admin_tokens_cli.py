@@ -1,12 +1,17 @@
 """``kiban admin create-token --role --expires``, ``tokens [-o json]``, ``revoke-token``,
-``delete-tenant``/``delete-queue`` (issue 27, point 4), run in-process against the API."""
+``delete-tenant``/``delete-queue``, a tenant-admin's ``create-queue``/``queue-quota`` (issue 27,
+point 4), run in-process against the API."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 
+import pytest
 from cli_support import Run
+
+from kiban.cli.admin import quota_of
+from kiban.domain.errors import SpecError
 
 
 def test_tokens_with_roles_are_listed_without_secrets_and_revoked(
@@ -51,3 +56,50 @@ def test_delete_tenant_and_queue(kiban: Run) -> None:
     done = kiban("admin", "delete-tenant", "vision")
     assert done.code == 0, done.err
     assert "vision" not in kiban("admin", "tenants").out.split()
+
+
+def test_a_tenant_admin_creates_queues_and_moves_quota_within_the_ceiling(
+    kiban: Run, run_as: Callable[[str], Run]
+) -> None:
+    assert kiban("admin", "create-tenant", "vision").code == 0
+    assert (
+        kiban("admin", "create-queue", "vision-q", "--tenant", "vision", "--gpu-quota", "2").code
+        == 0
+    )
+    made = kiban("admin", "create-token", "vision", "tina", "--role", "tenant-admin")
+    tina = run_as(made.out.strip())
+    above = tina("admin", "create-queue", "vision-dev", "--tenant", "vision", "--quota", "gpu=1")
+    assert above.code == 1
+    assert "quota.gpu" in above.err and "above its ceiling of 2" in above.err
+    lowered = tina("admin", "queue-quota", "vision-q", "gpu=1")
+    assert lowered.code == 0, lowered.err
+    created = tina("admin", "create-queue", "vision-dev", "--tenant", "vision", "--quota", "gpu=1")
+    assert created.code == 0, created.err
+    listed = json.loads(tina("queues", "-o", "json").out)
+    assert {q["name"]: q["gpuQuota"] for q in listed} == {"vision-q": 1, "vision-dev": 1}
+    weighty = tina("admin", "queue-quota", "vision-q", "gpu=1", "--weight", "5")
+    assert weighty.code == 1 and "fairShareWeight" in weighty.err
+    bad = tina("admin", "queue-quota", "vision-q", "gpu=lots")
+    assert bad.code == 1 and "amounts" in bad.err and "'gpu=lots'" in bad.err
+
+
+@pytest.mark.parametrize(
+    ("items", "quota"),
+    [
+        (["gpu=4"], {"gpu": 4}),
+        (["h100=8", "a100=2"], {"h100": {"gpu": 8}, "a100": {"gpu": 2}}),
+        (
+            ["h100.nvidia.com/hostdev=8", "h100=8"],
+            {"h100": {"gpu": 8, "nvidia.com/hostdev": 8}},
+        ),
+    ],
+)
+def test_quota_items(items: list[str], quota: dict[str, object]) -> None:
+    assert quota_of(items) == quota
+
+
+@pytest.mark.parametrize("items", [["h100"], ["h100=-1"], ["=3"], ["gpu=1", "h100=2"]])
+def test_bad_quota_items_are_named(items: list[str]) -> None:
+    with pytest.raises(SpecError) as caught:
+        quota_of(items)
+    assert [p.field for p in caught.value.problems] == ["--quota"]

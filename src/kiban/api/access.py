@@ -63,13 +63,13 @@ ROUTE_CAPABILITIES: dict[tuple[str, str], Capability] = {
     ("GET", f"{V1}/budgets"): READ,  # their tenant's budgets (the service confines it)
     ("GET", f"{V1}/budgets/extensions"): READ,
     # a tenant's own administration (the services confine it to the caller's tenant)
+    ("POST", f"{V1}/queues"): MANAGE,  # within the limits admins set (their tenant's)
     ("PATCH", f"{V1}/queues/{{name}}"): MANAGE,
     ("DELETE", f"{V1}/queues/{{name}}"): MANAGE,
     ("POST", f"{V1}/tenants/{{tenant}}/tokens"): MANAGE,
     ("GET", f"{V1}/tokens"): MANAGE,
     ("DELETE", f"{V1}/tokens/{{token_id}}"): MANAGE,
     # the cluster's
-    ("POST", f"{V1}/queues"): ADMIN,  # a new queue brings quota: admins set quotas
     ("POST", f"{V1}/tenants"): ADMIN,
     ("DELETE", f"{V1}/tenants/{{tenant}}"): ADMIN,
     ("PUT", f"{V1}/policy"): ADMIN,

@@ -24,7 +24,7 @@ from starlette.routing import Match, Route, compile_path
 
 from kiban.api.schemas import ErrorBody, ErrorOut, ProblemOut
 from kiban.domain.errors import FieldProblem, SpecError, format_location
-from kiban.services.errors import ServiceError, Unavailable
+from kiban.services.errors import Forbidden, ServiceError, Unavailable
 
 STORE_BUSY_RETRY_S = 1
 
@@ -89,7 +89,8 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(
                 exc.status, exc.message, headers={"Retry-After": str(exc.retry_after_s)}
             )
-        return error_response(exc.status, exc.message)
+        problems = exc.problems if isinstance(exc, Forbidden) else None
+        return error_response(exc.status, exc.message, problems)
 
     @app.exception_handler(sqlalchemy.exc.TimeoutError)
     async def _store_busy(_: Request, exc: sqlalchemy.exc.TimeoutError) -> JSONResponse:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -24,11 +26,23 @@ class TokenInfo(ApiModel):
 
 
 class QueueChange(ApiModel):
-    """What a queue's tenant-admin may change of it: its strategy (quotas are the admins')."""
+    """Settings of a queue to change (the rest stay); ``null`` removes one. Its tenant's
+    tenant-admins may change ``strategy``, ``quota`` and ``fairShareWeight`` within the limits
+    admins set; ``cohort`` and the limits are the admins'."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    strategy: str
+    strategy: str | None = None
+    quota: dict[str, Any] | None = None
+    fair_share_weight: float | None = None
+    cohort: str | None = None
+    borrowing_limit: dict[str, Any] | None = None
+    lending_limit: dict[str, Any] | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The settings given (camelCase, as in the policy's ``queues``), None to remove."""
+        given = self.model_dump(by_alias=True, include=self.model_fields_set)
+        return dict(given)
 
 
 class DeletionOut(ApiModel):

@@ -154,12 +154,50 @@ def queue_strategy(
         str, typer.Argument(help="StrictFIFO, BestEffortFIFO or LeastAttainedService")
     ],
 ) -> None:
-    """Change a queue's strategy (its tenant's tenant-admins may; quotas are the admins')."""
+    """Change a queue's strategy (an admin, or its tenant's tenant-admin)."""
     from kiban.sdk.client import Client
 
     with Client() as api:
         api.change_queue(name, strategy)
     render.err.print(f"queue {name}: strategy {strategy}")
+
+
+QuotaItems = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--quota",
+        help="nominal amount of a flavor, FLAVOR=N for its GPUs (repeatable), e.g. h100=8; "
+        "FLAVOR.RESOURCE=N for an extended resource (h100.nvidia.com/hostdev=8); gpu=N in a "
+        "policy without flavors",
+    ),
+]
+Weight = Annotated[
+    float | None, typer.Option("--weight", help="fair-share weight (fairShareWeight)")
+]
+
+
+def quota_of(items: list[str], field: str = "--quota") -> dict[str, Any]:
+    """A queue's quota from ``FLAVOR=N``, ``FLAVOR.RESOURCE=N`` or ``gpu=N`` items; a bad item
+    is named (field ``field``)."""
+    quota: dict[str, Any] = {}
+    for item in items:
+        key, sep, amount = item.partition("=")
+        key, amount = key.strip(), amount.strip()
+        if not sep or not key or not amount.isdigit():
+            raise SpecError.single(
+                field, f"expected FLAVOR=N (h100=8), FLAVOR.RESOURCE=N or gpu=N, not {item!r}"
+            )
+        flavor, dot, resource = key.partition(".")
+        if key == "gpu":
+            quota["gpu"] = int(amount)
+        else:
+            quota.setdefault(flavor, {"gpu": 0})[resource if dot else "gpu"] = int(amount)
+    if "gpu" in quota and len(quota) > 1:
+        raise SpecError.single(
+            field,
+            "gpu=N is the quota of a policy without flavors: name flavors or give gpu=N alone",
+        )
+    return quota
 
 
 @admin_app.command("create-queue")
@@ -169,32 +207,53 @@ def create_queue(
     gpu_quota: Annotated[
         int | None, typer.Option(help="GPU quota, for a policy without flavors (default: none)")
     ] = None,
-    quota: Annotated[
-        list[str] | None,
-        typer.Option(help="nominal GPUs of a flavor, FLAVOR=N (repeatable), e.g. h100=8"),
-    ] = None,
+    quota: QuotaItems = None,
     cohort: Annotated[str | None, typer.Option(help="cohort it borrows and lends in")] = None,
     strategy: Annotated[
         str, typer.Option(help="StrictFIFO, BestEffortFIFO or LeastAttainedService")
     ] = "StrictFIFO",
+    weight: Weight = None,
 ) -> None:
-    """Add a queue for a tenant to the policy (a new policy version)."""
+    """Add a queue for a tenant to the policy (a new policy version). A tenant-admin may, for
+    their own tenant, with a quota within the limits admins set."""
     entry: dict[str, Any] = {}
     if quota:
-        per_flavor: dict[str, Any] = {}
-        for item in quota:
-            flavor, sep, amount = item.partition("=")
-            if not sep or not amount.strip().isdigit():
-                raise SpecError.single("--quota", f"expected FLAVOR=N such as h100=8, not {item!r}")
-            per_flavor[flavor.strip()] = {"gpu": int(amount)}
-        entry["quota"] = per_flavor
+        entry["quota"] = quota_of(quota)
     if cohort:
         entry["cohort"] = cohort
+    if weight is not None:
+        entry["fairShareWeight"] = weight
     from kiban.sdk.client import Client
 
     with Client() as api:
         api.create_queue(name, tenant, gpu_quota, strategy, **entry)
     render.err.print(f"queue {name} created for tenant {tenant}")
+
+
+@admin_app.command("queue-quota")
+def queue_quota(
+    name: Annotated[str, typer.Argument(help="queue name")],
+    amounts: Annotated[
+        list[str],
+        typer.Argument(
+            help="its whole new quota: FLAVOR=N for GPUs (h100=8), FLAVOR.RESOURCE=N for an "
+            "extended resource, gpu=N in a policy without flavors",
+            show_default=False,
+        ),
+    ],
+    weight: Weight = None,
+) -> None:
+    """Set a queue's quota (and --weight): a new policy version. Its tenant's tenant-admins may,
+    while the tenant's queues stay within the limits admins set (refused otherwise, naming the
+    field, the ceiling and the total)."""
+    settings: dict[str, Any] = {"quota": quota_of(amounts, "amounts")}
+    if weight is not None:
+        settings["fairShareWeight"] = weight
+    from kiban.sdk.client import Client
+
+    with Client() as api:
+        api.change_queue(name, **settings)
+    render.err.print(f"queue {name}: quota {' '.join(amounts)}")
 
 
 @admin_app.command("tenants")

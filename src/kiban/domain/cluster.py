@@ -35,6 +35,7 @@ from kiban.domain.declarations import (
     PriorityLevel,
     QueueAllocationDecl,
     QueueDecl,
+    TenantLimitDecl,
     TopologyDecl,
     default_priority_classes,
     default_queues,
@@ -88,6 +89,9 @@ class ClusterPolicy(SpecModel):
     default class)."""
     prices: list[PriceDecl] = Field(default_factory=list, max_length=256)
     budgets: list[BudgetDecl] = Field(default_factory=list, max_length=10_000)
+    tenant_limits: list[TenantLimitDecl] = Field(default_factory=list, max_length=10_000)
+    """Ceilings on what tenant-admins may give their tenant's queues
+    (``kiban.domain.tenant_limits``)."""
     _allocations: dict[str, QueueAllocationDecl] | None = PrivateAttr(default=None)
 
     def notebook_class(self) -> str | None:
@@ -115,6 +119,7 @@ class ClusterPolicy(SpecModel):
                 yield from self._amount_problems(where, queue, queue.allocation.quota)
         yield from self._price_problems()
         yield from self._budget_problems()
+        yield from self._tenant_limit_problems()
         defaults = [c.name for c in self.priority_classes if c.default]
         notebooks = self.notebook_priority_class
         if notebooks is not None and self.priority_class(notebooks) is None:
@@ -212,8 +217,10 @@ class ClusterPolicy(SpecModel):
                 yield ("queues", i, "lendingLimit", flavor), message, lends
 
     def _amount_problems(
-        self, where: Loc, queue: QueueDecl, amounts: GpusByFlavor | None
+        self, where: Loc, queue: QueueDecl | None, amounts: GpusByFlavor | None
     ) -> Iterable[tuple[Loc, str, Any]]:
+        """Amounts per flavor that name undeclared flavors (or, in a ``queue``'s quota, a
+        flavor restricted to other queues)."""
         if amounts is None:
             return
         declared = [f.name for f in self.flavors]
@@ -238,7 +245,8 @@ class ClusterPolicy(SpecModel):
                     )
                 yield (*where, flavor), message, {"gpu": amount.gpu}
             elif (
-                where[-1] == "quota"
+                queue is not None
+                and where[-1] == "quota"
                 and flavor in restricted
                 and queue.name not in (restricted[flavor] or [])
             ):
@@ -282,6 +290,16 @@ class ClusterPolicy(SpecModel):
                 yield ("budgets", i, "tenant"), message, budget.tenant
             seen.setdefault(budget.key, i)
 
+    def _tenant_limit_problems(self) -> Iterable[tuple[Loc, str, Any]]:
+        seen: dict[str, int] = {}
+        for i, limit in enumerate(self.tenant_limits):
+            yield from self._amount_problems(("tenantLimits", i, "quota"), None, limit.quota)
+            if limit.tenant in seen:
+                first = seen[limit.tenant]
+                message = f"tenant {limit.tenant} is limited twice (also tenantLimits[{first}])"
+                yield ("tenantLimits", i, "tenant"), message, limit.tenant
+            seen.setdefault(limit.tenant, i)
+
     def _declares(self, flavor: str) -> bool:
         if not self.flavors:
             return flavor == DEFAULT_FLAVOR
@@ -320,6 +338,10 @@ class ClusterPolicy(SpecModel):
 
     def queue(self, name: str) -> QueueDecl | None:
         return next((q for q in self.queues if q.name == name), None)
+
+    def tenant_limit(self, tenant: str) -> TenantLimitDecl | None:
+        """The ceiling admins declared for ``tenant`` (None: none declared)."""
+        return next((t for t in self.tenant_limits if t.tenant == tenant), None)
 
     def allocation_at(self, queue: str, now: float) -> QueueAllocationDecl | None:
         """The time-bounded allocation of ``queue`` that holds at ``now`` (None: its own quota

@@ -347,6 +347,38 @@ class QueueDecl(SpecModel):
         return None if nominal is None else sum(nominal.values())
 
 
+class TenantLimitDecl(SpecModel):
+    """The ceiling admins set on what a tenant's own tenant-admins may give its queues
+    (``tenantLimits: [{tenant: vision, quota: {h100: {gpu: 16}}, fairShareWeight: 4}]``).
+
+    ``quota``: the most its queues' nominal quotas may add up to, per flavor and resource (a
+    flavor or resource it does not name: none). ``fairShareWeight``: the highest weight a
+    tenant-admin may give one of its queues. Left out (or no entry for the tenant): what admins
+    already gave it, the sum of its queues' quotas and their highest weight as the policy stands
+    (``kiban.domain.tenant_limits``). Admins themselves are not held to it.
+    """
+
+    tenant: str
+    quota: GpusByFlavor | None = None
+    fair_share_weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        return check_dns_label(value, "tenant name")
+
+    @field_validator("quota", mode="plain")
+    @classmethod
+    def _quota(cls, value: Any) -> GpusByFlavor | None:
+        return _gpus_by_flavor(value)
+
+    @field_serializer("quota")
+    def _dump_quota(self, amounts: GpusByFlavor | None) -> dict[str, Any] | None:
+        if amounts is None or isinstance(amounts, GpuAmount):
+            return None if amounts is None else amounts.as_written()
+        return {flavor: amount.as_written() for flavor, amount in amounts.items()}
+
+
 class PriorityClassDecl(SpecModel):
     """A named priority; a job names one in ``spec.priorityClass`` (or gets the default).
 

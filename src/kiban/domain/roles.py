@@ -33,7 +33,7 @@ class Capability(StrEnum):
     SUBMIT = "submit"
     """submit work and manage their own (cancel, checkpoint, services, notebooks)"""
     MANAGE_TENANT = "manage-tenant"
-    """their tenant's queues (strategy, deletion), members' tokens, budgets' view"""
+    """their tenant's queues (within the limits admins set), members' tokens, budgets' view"""
     ADMIN = "admin"
     """the cluster: tenants, policy and quotas, nodes, every tenant's things"""
 

@@ -573,9 +573,14 @@ class Client:
         path = resource_path("queues", name, "queue name")
         return dict(self._request("DELETE", path, params={"drain": str(drain).lower()}))
 
-    def change_queue(self, name: str, strategy: str) -> dict[str, Any]:
+    def change_queue(
+        self, name: str, strategy: str | None = None, **settings: Any
+    ) -> dict[str, Any]:
+        """Change a queue's settings: ``strategy``, and as in the policy ``quota={"h100":
+        {"gpu": 8}}``, ``fairShareWeight=2``...; the rest stay."""
+        body = dict(settings) if strategy is None else {"strategy": strategy, **settings}
         path = resource_path("queues", name, "queue name")
-        return dict(self._request("PATCH", path, json={"strategy": strategy}))
+        return dict(self._request("PATCH", path, json=body))
 
     def whoami(self) -> dict[str, Any]:
         return dict(self._request("GET", "/api/v1/whoami"))

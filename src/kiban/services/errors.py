@@ -20,7 +20,14 @@ class Unauthorized(ServiceError):
 
 
 class Forbidden(ServiceError):
+    """Not allowed; ``problems`` name the request's fields at fault where some are (a
+    tenant-admin's quota above their tenant's ceiling: ``quota.h100.gpu``)."""
+
     status = 403
+
+    def __init__(self, message: str, problems: list[FieldProblem] | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems or [])
 
 
 class NotFound(ServiceError):

@@ -1,10 +1,9 @@
 """Tenants (teams), their queues and their members' tokens: creating, listing, deleting.
 
 Who may do what (``kiban.domain.roles``): admins everything; a tenant-admin their own tenant's
-tokens (member and viewer ones; never a tenant-admin's or an admin's) and queues. A
-tenant-admin may change their queues' ``strategy`` and delete them, not create one nor touch a
-quota, cohort, limit or fair-share weight: those are the limits admins set (a new queue would
-bring quota of its own, and a queue without quota has no limit at all).
+tokens (member and viewer ones; never a tenant-admin's or an admin's) and queues: they delete
+them here, and create them and change their quota, weight and strategy within the limits
+admins set (``kiban.services.queue_admin``).
 
 Deleting a tenant or a queue is refused (409) while it holds unfinished jobs; with ``drain``
 those are cancelled and the answer says how many are still stopping: ask again once they have
@@ -21,14 +20,13 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from kiban.domain.errors import FieldProblem
 from kiban.domain.jobspec import DNS_LABEL, check_dns_label
 from kiban.domain.quantity import parse_duration
 from kiban.domain.roles import GRANTABLE_BY_TENANT_ADMIN, TOKEN_ROLES, Role
 from kiban.domain.states import TERMINAL, JobState
 from kiban.services import events, policy
 from kiban.services.auth import Principal, create_token, hash_token
-from kiban.services.errors import Conflict, Forbidden, InvalidInput, NotFound, invalid
+from kiban.services.errors import Conflict, Forbidden, NotFound, invalid
 from kiban.services.jobs import stop_unended
 from kiban.store.models import ApiToken, Job, Queue, Replica, ServiceRow, Tenant
 
@@ -286,7 +284,7 @@ def delete_tenant(
     return Deletion(deleted=True)
 
 
-def _own_queue(session: Session, principal: Principal, name: str, what: str) -> Queue:
+def own_queue(session: Session, principal: Principal, name: str, what: str) -> Queue:
     """The queue ``name`` if the caller may see it (NotFound otherwise) and manage it."""
     queue = session.get(Queue, name) if DNS_LABEL.match(name) else None
     if queue is None or not principal.can_see(queue.tenant):
@@ -299,7 +297,7 @@ def delete_queue(
     session: Session, principal: Principal, name: str, at: float, drain: bool = False
 ) -> Deletion:
     """Remove a queue from the policy (a new version): an admin, or its tenant's tenant-admin."""
-    queue = _own_queue(session, principal, name, "deleting queues")
+    queue = own_queue(session, principal, name, "deleting queues")
     progress = _drain(
         session, principal, _unfinished(session, Job.queue == name), f"queue {name}", drain, at
     )
@@ -311,35 +309,6 @@ def delete_queue(
     document = {**record.document, "queues": kept}
     policy.apply_policy(session, document, actor=f"{principal.member} (delete queue {name})", at=at)
     return Deletion(deleted=True)
-
-
-def change_queue_strategy(
-    session: Session, principal: Principal, name: str, strategy: str, at: float
-) -> Queue:
-    """Change a queue's ``strategy`` (a new policy version): an admin, or its tenant's
-    tenant-admin (the one queue setting that is theirs; see the module's docstring)."""
-    queue = _own_queue(session, principal, name, "changing queues")
-    record = policy.current_record(session)
-    queues = list(record.document.get("queues", []))
-    index = next(
-        (i for i, q in enumerate(queues) if isinstance(q, dict) and q.get("name") == queue.name),
-        None,
-    )
-    if index is None:  # the built-in default queue, not written in the document
-        raise Conflict(f"queue {name} is not written in the policy; an admin can add it there")
-    queues[index] = {**queues[index], "strategy": strategy}
-    document = {**record.document, "queues": queues}
-    try:
-        policy.apply_policy(
-            session, document, actor=f"{principal.member} (queue {name} strategy)", at=at
-        )
-    except InvalidInput as exc:
-        prefix = f"queues[{index}]."
-        problems = [FieldProblem(p.field.removeprefix(prefix), p.message) for p in exc.problems]
-        raise InvalidInput(problems) from None
-    refreshed = session.get(Queue, name)
-    assert refreshed is not None
-    return refreshed
 
 
 def create_queue(

@@ -20,7 +20,7 @@ from kiban.api.schemas import (
     queue_out,
     tenant_out,
 )
-from kiban.services import node_health_views, nodes, policy, queue_status, tenants
+from kiban.services import node_health_views, nodes, queue_admin, queue_status, tenants
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"], dependencies=TOKEN, route_class=SessionRoute)
 
@@ -55,8 +55,9 @@ def list_queues(
 def create_queue(
     body: QueueIn, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> QueueOut:
-    """Add a queue to the policy (a new policy version)."""
-    queue = policy.add_queue(session, principal, body.entry(), platform.clock.now())
+    """Add a queue to the policy (a new policy version): an admin, or a tenant-admin for their
+    own tenant, with a quota within the limits admins set (403 naming the field otherwise)."""
+    queue = queue_admin.create_queue(session, principal, body.entry(), platform.clock.now())
     session.commit()
     platform.policy_changed()
     statuses = queue_status.queue_statuses(

@@ -1,4 +1,4 @@
-"""Tokens (listing, revoking) and deleting tenants and queues; changing a queue's strategy."""
+"""Tokens (listing, revoking) and deleting tenants and queues; changing a queue's settings."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from kiban.api.token_schemas import (
     deletion_out,
     token_info,
 )
-from kiban.services import queue_status, tenants
+from kiban.services import queue_admin, queue_status, tenants
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"], dependencies=TOKEN, route_class=SessionRoute)
 
@@ -112,10 +112,10 @@ def change_queue(
     principal: PrincipalDep,
     session: SessionDep,
 ) -> QueueOut:
-    """Change a queue's strategy (its tenant's tenant-admins may; quotas are the admins')."""
-    queue = tenants.change_queue_strategy(
-        session, principal, name, body.strategy, platform.clock.now()
-    )
+    """Change a queue's settings (a new policy version). Its tenant's tenant-admins may change
+    its strategy, quota and fairShareWeight while the tenant's queues stay within the limits
+    admins set (403 naming the field, the ceiling and the total otherwise)."""
+    queue = queue_admin.change_queue(session, principal, name, body.changes(), platform.clock.now())
     session.commit()
     platform.policy_changed()
     statuses = queue_status.queue_statuses(
