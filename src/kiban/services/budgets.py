@@ -1,10 +1,9 @@
 """Budgets in the store: usage and cost in a budget's period, extensions granted by admins, and
 the budget gate's pass that holds, releases and stops jobs (``kiban budgets``).
 
-Usage is read from the undecayed usage records (``kiban.store.models.UsageRecord``): closed
-records clipped to the period, open ones counted up to ``now``. (``services.accounting``'s
-``gpu_seconds_used`` answers the GPU-hours part the same way; the query here also returns
-flavors and CPUs so that usage can be priced.)
+Usage is read from the undecayed usage records through ``services.accounting.held_in_window``
+(GPU- and CPU-seconds per flavor, so that usage can be priced): the same window rule as
+``kiban usage``, so a budget's figure and the usage report agree.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from kiban.domain.budgets import (
@@ -36,10 +35,11 @@ from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services import events
+from kiban.services.accounting import HeldOnFlavor, held_in_window
 from kiban.services.auth import Principal
 from kiban.services.errors import NotFound, invalid
 from kiban.services.jobs import stop_unended
-from kiban.store.models import BudgetExtension, BudgetMark, Job, UsageRecord
+from kiban.store.models import BudgetExtension, BudgetMark, Job
 
 log = logging.getLogger("kiban.control")
 
@@ -48,60 +48,13 @@ _RUNNING = (JobState.ADMITTED.value, JobState.RUNNING.value)
 
 
 # -- usage and cost -------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Held:
-    """What one usage record held inside a window: its flavor, GPUs, CPUs and for how long."""
-
-    flavor: str | None
-    gpus: int
-    cpu_millis: int
-    seconds: float
+def gpu_hours_of(held: Iterable[HeldOnFlavor]) -> float:
+    return sum(h.gpu_seconds for h in held) / 3600.0
 
 
-def held_in_window(
-    session: Session,
-    *,
-    tenant: str,
-    since: float,
-    until: float,
-    now: float,
-    queue: str | None = None,
-) -> list[Held]:
-    """The records of a tenant (or one of its queues) overlapping ``[since, until)``, each with
-    the seconds it held inside the window (an open one counted up to ``now``)."""
-    conditions = [
-        UsageRecord.tenant == tenant,
-        UsageRecord.started_at < min(until, now),
-        or_(UsageRecord.ended_at.is_(None), UsageRecord.ended_at > since),
-    ]
-    if queue is not None:
-        conditions.append(UsageRecord.queue == queue)
-    query = select(
-        UsageRecord.flavor,
-        UsageRecord.gpus,
-        UsageRecord.cpu_millis,
-        UsageRecord.started_at,
-        UsageRecord.ended_at,
-    ).where(and_(*conditions))
-    found = []
-    for flavor, gpus, cpu_millis, started, ended in session.execute(query):
-        end = min(now if ended is None else float(ended), until, now)
-        seconds = end - max(float(started), since)
-        if seconds > 0:
-            found.append(Held(flavor, int(gpus), int(cpu_millis), seconds))
-    return found
-
-
-def gpu_hours_of(held: Iterable[Held]) -> float:
-    return sum(h.gpus * h.seconds for h in held) / 3600.0
-
-
-def cost_of(held: Iterable[Held], prices: Prices) -> float:
-    """What the usage costs at ``prices`` (a flavor without a price costs nothing): the price
-    function the usage report (``kiban usage``) can use for a cost column."""
-    return sum(
-        prices.cost(h.flavor, h.gpus * h.seconds, h.cpu_millis / 1000 * h.seconds) for h in held
-    )
+def cost_of(held: Iterable[HeldOnFlavor], prices: Prices) -> float:
+    """What the usage costs at ``prices`` (a flavor without a price costs nothing)."""
+    return sum(prices.cost(h.flavor, h.gpu_seconds, h.cpu_seconds) for h in held)
 
 
 def used_amount(
