@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from loop_support import cancel, events, get, state
 from sqlalchemy import select
 
@@ -21,8 +22,8 @@ from kiban.services import budgets
 from kiban.services.auth import Principal
 from kiban.services.errors import Forbidden, InvalidInput, NotFound
 from kiban.services.policy import apply_policy
-from kiban.store.models import BudgetExtension, Event, UsageRecord
-from kiban.testing import ManualClock, manifest
+from kiban.store.models import BudgetExtension, Event, Job, UsageRecord
+from kiban.testing import ManualClock, manifest, submit
 from kiban.testing.platform_jobs import ADMIN, submit_to_platform
 
 MONTH_START = 1698796800.0  # 2023-11-01T00:00:00Z
@@ -315,6 +316,31 @@ def test_a_cost_budget_prices_usage_per_flavor(platform: Platform, scene: Scene)
     job = get(platform, held)
     assert job.reason_code == "BudgetExhausted"
     assert job.reason_details is not None and job.reason_details["used"] == pytest.approx(114)
+
+
+def test_a_budget_held_array_index_keeps_its_slot(
+    platform: Platform, api: TestClient, scene: Scene
+) -> None:
+    """Six 1-GPU indices, parallelism 2, under a used-up budget (6 GPUs free): the two let
+    through are held by the budget and keep their slots, so the others still wait for one
+    (Slurm's ``%N`` caps the tasks that run); the new period starts two, not six."""
+    scene.declare({"tenant": "vision", "gpuHours": 10, "action": "hold"}).used(10)
+    sweep = manifest("sweep", queue="train", array={"indices": "0-5", "parallelism": 2})
+    array_id = submit(api, sweep)["id"]
+
+    def indices() -> list[tuple[int | None, str, str | None]]:
+        with platform.sessions() as session:
+            query = select(Job).where(Job.array_id == array_id).order_by(Job.array_index)
+            return [(j.array_index, j.state, j.gate) for j in session.scalars(query)]
+
+    scene.run(times=4)
+    held = [(0, "Pending", "Budget"), (1, "Pending", "Budget")]
+    assert indices() == held + [(i, "Pending", "ArraySlot") for i in range(2, 6)]
+    scene.run(3600)  # the new month
+    scene.run()
+    assert indices() == [(0, "Running", None), (1, "Running", None)] + [
+        (i, "Pending", "ArraySlot") for i in range(2, 6)
+    ]
 
 
 def test_a_queue_allocation_applies_until_its_end_at_the_loops_now(
