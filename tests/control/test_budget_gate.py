@@ -318,6 +318,37 @@ def test_a_cost_budget_prices_usage_per_flavor(platform: Platform, scene: Scene)
     assert job.reason_details is not None and job.reason_details["used"] == pytest.approx(114)
 
 
+def test_a_cost_budget_prices_a_job_before_placement_at_its_queues_flavors(
+    platform: Platform, scene: Scene
+) -> None:
+    """A job not yet placed is priced at the dearest GPU-hour of the flavors its queue may use:
+    train may use only a100 (1 per GPU-hour), infer has no quota and may use h100 too (4)."""
+    on_node = [{"kubernetes.io/hostname": f"node-{i}"} for i in range(2)]
+    set_policy(
+        platform,
+        {
+            "flavors": [
+                {"name": "a100", "nodeLabels": on_node[0]},
+                {"name": "h100", "nodeLabels": on_node[1]},
+            ],
+            "queues": [
+                {"name": "train", "tenant": "vision", "quota": {"a100": {"gpu": 2}}},
+                {"name": "infer", "tenant": "vision"},
+            ],
+            "prices": [{"flavor": "a100", "gpuHour": 1}, {"flavor": "h100", "gpuHour": 4}],
+            "budgets": [{"tenant": "vision", "cost": 10}],
+        },
+    )
+    cheap = scene.submit("cheap", gpu=2, maxRuntime="2h")  # 4 GPU-hours: at most 4 on a100
+    dear = scene.submit("dear", gpu=2, maxRuntime="2h", queue="infer")  # 16 on h100
+    scene.run()
+    assert state(platform, cheap) == "Running"
+    job = get(platform, dear)
+    assert (job.state, job.reason_code) == ("Pending", "BudgetExhausted")
+    assert job.reason_details is not None
+    assert job.reason_details["job"] == pytest.approx(16)
+
+
 def test_a_budget_held_array_index_keeps_its_slot(
     platform: Platform, api: TestClient, scene: Scene
 ) -> None:

@@ -33,13 +33,15 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.job_relations import JobGate
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
+from kiban.scheduler.feasibility import usable_flavors
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services import events
 from kiban.services.accounting import HeldOnFlavor, held_in_window
 from kiban.services.auth import Principal
 from kiban.services.errors import NotFound, invalid
 from kiban.services.jobs import stop_unended
-from kiban.store.models import BudgetExtension, BudgetMark, Job
+from kiban.services.quota_ledger import queue_view
+from kiban.store.models import BudgetExtension, BudgetMark, Job, Queue
 
 log = logging.getLogger("kiban.control")
 
@@ -221,17 +223,49 @@ def _applies(standing: Standing, job: Job) -> bool:
     return job.tenant == decl.tenant and (decl.queue is None or job.queue == decl.queue)
 
 
-def _job_amount(standing: Standing, job: Job, max_runtime: float, prices: Prices) -> float:
+class QueuePrices:
+    """The dearest GPU-hour each queue's jobs may run at, found once per pass.
+
+    Which flavor a job runs on is known only once it is placed, but it is one of the flavors
+    its queue may use (its quota's flavors, all with no quota, less those restricted to other
+    queues; at ``now``, with a time-bounded allocation): a queue of one flavor prices its jobs
+    at that flavor's price. A queue the store does not hold, or one with no usable flavor,
+    falls back to the dearest GPU-hour the policy prices."""
+
+    def __init__(self, session: Session, policy: ClusterPolicy, now: float) -> None:
+        self._session = session
+        self._policy = policy
+        self._now = now
+        self._flavors = {f.name: f for f in policy.flavor_views()}
+        self._prices = policy.price_table
+        self._found: dict[str, float] = {}
+
+    def gpu_hour(self, queue: str) -> float:
+        if queue not in self._found:
+            row = self._session.get(Queue, queue)
+            usable: tuple[str, ...] = ()
+            if row is not None:
+                view = queue_view(row, self._policy, now=self._now)
+                usable = usable_flavors(view, self._flavors)
+            self._found[queue] = (
+                max(self._prices.gpu_hour.get(f, 0.0) for f in usable)
+                if usable
+                else self._prices.highest_gpu_hour
+            )
+        return self._found[queue]
+
+
+def _job_amount(standing: Standing, job: Job, max_runtime: float, prices: QueuePrices) -> float:
     """What a job may use at most, by its maxRuntime, in the budget's unit (cost at the dearest
-    GPU-hour the policy prices: where it will run is not known before it is placed)."""
+    GPU-hour of the flavors its queue may use: ``QueuePrices``)."""
     gpu_hours = (job.gpus or 0) * max_runtime / 3600.0
     if standing.decl.unit is BudgetUnit.GPU_HOURS:
         return gpu_hours
-    return gpu_hours * prices.highest_gpu_hour
+    return gpu_hours * prices.gpu_hour(job.queue)
 
 
 def _verdict(
-    standings_of_job: list[Standing], job: Job, runtimes: MaxRuntimes, prices: Prices
+    standings_of_job: list[Standing], job: Job, runtimes: MaxRuntimes, prices: QueuePrices
 ) -> tuple[str, dict[str, Any]] | None:
     """Why a pending job is held by a budget (message and figures), or None."""
     for standing in standings_of_job:
@@ -314,7 +348,7 @@ def apply_budgets(
     current = standings(session, policy, now)
     for standing in current:
         _warn(session, standing, now, done, runtimes.marks)
-    prices = policy.price_table
+    prices = QueuePrices(session, policy, now)
     tenants = {s.decl.tenant for s in current if s.decl.action is not BudgetAction.WARN}
     query = (
         select(Job)
