@@ -7,19 +7,23 @@ case knows its figures exactly: the fake nodes have 2 GPUs each; the manual cloc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from loop_support import cancel, events, get, state
 from sqlalchemy import select
 
+from kiban.domain.budgets import Standing
+from kiban.domain.cluster import ClusterPolicy
 from kiban.platform import Platform
 from kiban.services import budgets
 from kiban.services.auth import Principal
 from kiban.services.errors import Forbidden, InvalidInput, NotFound
 from kiban.services.policy import apply_policy
-from kiban.store.models import Event, UsageRecord
-from kiban.testing import ManualClock, manifest
+from kiban.store.models import BudgetExtension, Event, Job, UsageRecord
+from kiban.testing import ManualClock, manifest, submit
 from kiban.testing.platform_jobs import ADMIN, submit_to_platform
 
 MONTH_START = 1698796800.0  # 2023-11-01T00:00:00Z
@@ -97,15 +101,74 @@ def near_month_end(clock: ManualClock) -> ManualClock:
     return clock
 
 
+@dataclass
+class Scene:
+    """A platform and its clock, with the steps the cases share: declare budgets, record
+    usage, submit, run passes, grant extensions (each step in its own committed session)."""
+
+    platform: Platform
+    clock: ManualClock
+
+    def declare(self, *budget_entries: dict[str, Any], **more: Any) -> Scene:
+        set_policy(self.platform, policy(*budget_entries, **more))
+        return self
+
+    def used(self, gpu_hours: float, **where: Any) -> Scene:
+        used(self.platform, gpu_hours, **where)
+        return self
+
+    def submit(self, name: str, queue: str = "train", **spec: Any) -> str:
+        return submit_to_platform(self.platform, manifest(name, queue=queue, **spec))
+
+    def run(self, seconds: float = 1, times: int = 1) -> Scene:
+        for _ in range(times):
+            run_pass(self.platform, self.clock, seconds)
+        return self
+
+    def current_policy(self) -> ClusterPolicy:
+        with self.platform.sessions() as session:
+            return self.platform.loop.policies.get(session)
+
+    def standings(self, principal: Principal | None = None) -> list[Standing]:
+        """The budgets as they stand now: all of them, or those ``principal`` may see."""
+        current = self.current_policy()
+        with self.platform.sessions() as session:
+            if principal is None:
+                return budgets.standings(session, current, self.clock.now())
+            return budgets.visible_standings(session, principal, current, self.clock.now())
+
+    def extend(self, principal: Principal = ADMIN, **asked: Any) -> tuple[Any, ...]:
+        """Grant an extension (vision's budget, 5 GPU-hours to the period's end unless
+        ``asked`` says otherwise), committed: the budget, amount, end and grantor recorded."""
+        given: dict[str, Any] = {
+            "tenant": "vision",
+            "queue": None,
+            "gpu_hours": 5,
+            "cost": None,
+            "until": None,
+        }
+        current = self.current_policy()
+        with self.platform.sessions() as session:
+            row = budgets.grant_extension(
+                session, principal, current, now=self.clock.now(), **(given | asked)
+            )
+            session.commit()
+            return (row.budget, row.amount, row.until, row.granted_by)
+
+
+@pytest.fixture
+def scene(platform: Platform, near_month_end: ManualClock) -> Scene:
+    """The platform an hour before the month's period ends."""
+    return Scene(platform, near_month_end)
+
+
 def test_a_hold_budget_used_up_keeps_new_jobs_pending_until_the_period_rolls_over(
-    platform: Platform, near_month_end: ManualClock
+    platform: Platform, scene: Scene
 ) -> None:
-    clock = near_month_end
-    set_policy(platform, policy({"tenant": "vision", "gpuHours": 10, "action": "hold"}))
-    used(platform, 10)
-    held = submit_to_platform(platform, manifest("held", queue="train"))
-    other = submit_to_platform(platform, manifest("other", queue="other"))
-    run_pass(platform, clock)
+    scene.declare({"tenant": "vision", "gpuHours": 10, "action": "hold"}).used(10)
+    held = scene.submit("held")
+    other = scene.submit("other", queue="other")
+    scene.run()
 
     job = get(platform, held)
     assert (job.state, job.gate, job.reason_code) == ("Pending", "Budget", "BudgetExhausted")
@@ -116,26 +179,21 @@ def test_a_hold_budget_used_up_keeps_new_jobs_pending_until_the_period_rolls_ove
     assert "10.0 GPU-hours of 10.0" in (job.reason_message or "")
     assert state(platform, other) == "Running"  # another tenant is not held
 
-    run_pass(platform, clock, 3598)  # one second before the period ends: still held
+    scene.run(3598)  # one second before the period ends: still held
     assert get(platform, held).gate == "Budget"
-    run_pass(platform, clock, 2)  # the new month: nothing used in it
+    scene.run(2)  # the new month: nothing used in it
     assert state(platform, held) == "Running"
     assert get(platform, held).reason_code is None
 
 
 def test_thresholds_and_the_limit_are_each_an_event_once_per_period(
-    platform: Platform, near_month_end: ManualClock
+    platform: Platform, scene: Scene
 ) -> None:
-    clock = near_month_end
-    set_policy(platform, policy({"tenant": "vision", "gpuHours": 10, "warnAt": [0.5, 0.9]}))
-    used(platform, 6)
-    run_pass(platform, clock)
-    run_pass(platform, clock)
+    scene.declare({"tenant": "vision", "gpuHours": 10, "warnAt": [0.5, 0.9]})
+    scene.used(6).run(times=2)
     assert len(tenant_events(platform, "BudgetThreshold")) == 1
     assert "passed 50%" in tenant_events(platform, "BudgetThreshold")[0]
-    used(platform, 4)
-    run_pass(platform, clock)
-    run_pass(platform, clock)
+    scene.used(4).run(times=2)
     assert len(tenant_events(platform, "BudgetThreshold")) == 2
     assert len(tenant_events(platform, "BudgetExhausted")) == 1
     ratios = platform.loop.gates.budgets
@@ -143,20 +201,16 @@ def test_thresholds_and_the_limit_are_each_an_event_once_per_period(
 
 
 def test_a_running_job_continues_under_hold_and_is_stopped_under_stop(
-    platform: Platform, near_month_end: ManualClock
+    platform: Platform, scene: Scene
 ) -> None:
-    clock = near_month_end
-    set_policy(platform, policy({"tenant": "vision", "gpuHours": 10, "action": "hold"}))
-    running = submit_to_platform(platform, manifest("running", queue="train"))
-    run_pass(platform, clock)
+    scene.declare({"tenant": "vision", "gpuHours": 10, "action": "hold"})
+    running = scene.submit("running")
+    scene.run()
     assert state(platform, running) == "Running"
-    used(platform, 11)
-    run_pass(platform, clock)
+    scene.used(11).run()
     assert state(platform, running) == "Running"  # hold: running ones continue
 
-    set_policy(platform, policy({"tenant": "vision", "gpuHours": 10, "action": "stop"}))
-    run_pass(platform, clock)
-    run_pass(platform, clock)
+    scene.declare({"tenant": "vision", "gpuHours": 10, "action": "stop"}).run(times=2)
     assert state(platform, running) in ("Stopping", "Cancelled")
     stopped = [
         message for reason, message in events(platform, running) if reason == "BudgetStopped"
@@ -165,14 +219,12 @@ def test_a_running_job_continues_under_hold_and_is_stopped_under_stop(
 
 
 def test_a_job_whose_max_runtime_would_cross_the_budget_is_held_with_the_figures(
-    platform: Platform, near_month_end: ManualClock
+    platform: Platform, scene: Scene
 ) -> None:
-    clock = near_month_end
-    set_policy(platform, policy({"tenant": "vision", "gpuHours": 10, "action": "hold"}))
-    used(platform, 8)
-    long = submit_to_platform(platform, manifest("long", gpu=2, queue="train", maxRuntime="2h"))
-    short = submit_to_platform(platform, manifest("short", gpu=2, queue="train", maxRuntime="30m"))
-    run_pass(platform, clock)
+    scene.declare({"tenant": "vision", "gpuHours": 10, "action": "hold"}).used(8)
+    long = scene.submit("long", gpu=2, maxRuntime="2h")
+    short = scene.submit("short", gpu=2, maxRuntime="30m")
+    scene.run()
 
     job = get(platform, long)
     assert (job.state, job.reason_code) == ("Pending", "BudgetExhausted")
@@ -185,55 +237,20 @@ def test_a_job_whose_max_runtime_would_cross_the_budget_is_held_with_the_figures
     assert state(platform, short) == "Running"  # 1 GPU-hour fits in the 2 left
 
 
-def test_an_extension_releases_held_jobs_and_is_recorded(
-    platform: Platform, near_month_end: ManualClock
-) -> None:
-    clock = near_month_end
-    set_policy(platform, policy({"tenant": "vision", "gpuHours": 10}))
-    used(platform, 10)
-    held = submit_to_platform(platform, manifest("held", queue="train"))
-    run_pass(platform, clock)
+def test_an_extension_releases_held_jobs_and_is_recorded(platform: Platform, scene: Scene) -> None:
+    scene.declare({"tenant": "vision", "gpuHours": 10}).used(10)
+    held = scene.submit("held")
+    scene.run()
     assert get(platform, held).gate == "Budget"
 
-    with platform.sessions() as session:
-        current = platform.loop.policies.get(session)
-        with pytest.raises(Forbidden):
-            budgets.grant_extension(
-                session,
-                MEMBER,
-                current,
-                tenant="vision",
-                queue=None,
-                gpu_hours=5,
-                cost=None,
-                until=None,
-                now=clock.now(),
-            )
-        row = budgets.grant_extension(
-            session,
-            ADMIN,
-            current,
-            tenant="vision",
-            queue=None,
-            gpu_hours=5,
-            cost=None,
-            until=None,
-            now=clock.now(),
-        )
-        session.commit()
-        assert (row.budget, row.amount, row.until, row.granted_by) == (
-            "vision",
-            5.0,
-            MONTH_END,
-            ADMIN.name,
-        )
-    run_pass(platform, clock)
+    with pytest.raises(Forbidden):
+        scene.extend(MEMBER)
+    assert scene.extend() == ("vision", 5.0, MONTH_END, ADMIN.name)
+    scene.run()
     assert state(platform, held) == "Running"
-    with platform.sessions() as session:
-        (standing,) = budgets.visible_standings(session, MEMBER, current, clock.now())
-        assert (standing.limit, standing.extended) == (15.0, 5.0)
-        other = Principal(name="bob", tenant="speech", is_admin=False)
-        assert budgets.visible_standings(session, other, current, clock.now()) == []
+    (standing,) = scene.standings(MEMBER)
+    assert (standing.limit, standing.extended) == (15.0, 5.0)
+    assert scene.standings(Principal(name="bob", tenant="speech", is_admin=False)) == []
 
 
 @pytest.mark.parametrize(
@@ -249,6 +266,7 @@ def test_an_extension_releases_held_jobs_and_is_recorded(
 )
 def test_a_bad_extension_is_refused_naming_the_field(
     platform: Platform,
+    scene: Scene,
     tenant: str,
     queue: str | None,
     gpu_hours: float | None,
@@ -257,69 +275,103 @@ def test_a_bad_extension_is_refused_naming_the_field(
     error: type[Exception],
     field: str | None,
 ) -> None:
-    set_policy(platform, policy({"tenant": "vision", "gpuHours": 10}))
-    with platform.sessions() as session:
-        current = platform.loop.policies.get(session)
-        with pytest.raises(error) as refused:
-            budgets.grant_extension(
-                session,
-                ADMIN,
-                current,
-                tenant=tenant,
-                queue=queue,
-                gpu_hours=gpu_hours,
-                cost=cost,
-                until=until,
-                now=platform.clock.now(),
-            )
+    scene.declare({"tenant": "vision", "gpuHours": 10})
+    with pytest.raises(error) as refused:
+        scene.extend(tenant=tenant, queue=queue, gpu_hours=gpu_hours, cost=cost, until=until)
     if field is not None:
         assert isinstance(refused.value, InvalidInput)
         assert [p.field for p in refused.value.problems] == [field]
+    with platform.sessions() as session:  # nothing recorded
+        assert list(session.scalars(select(BudgetExtension))) == []
 
 
 def test_a_warn_budget_only_warns_and_a_removed_budget_releases_its_jobs(
-    platform: Platform, near_month_end: ManualClock
+    platform: Platform, scene: Scene
 ) -> None:
-    clock = near_month_end
-    set_policy(platform, policy({"tenant": "vision", "gpuHours": 10, "action": "warn"}))
-    used(platform, 12)
-    warned = submit_to_platform(platform, manifest("warned", queue="train"))
-    run_pass(platform, clock)
+    scene.declare({"tenant": "vision", "gpuHours": 10, "action": "warn"}).used(12)
+    warned = scene.submit("warned")
+    scene.run()
     assert state(platform, warned) == "Running"
     assert tenant_events(platform, "BudgetExhausted")
 
-    set_policy(platform, policy({"tenant": "vision", "queue": "infer", "gpuHours": 1}))
-    used(platform, 2, queue="infer")
-    held = submit_to_platform(platform, manifest("held", queue="infer"))
-    run_pass(platform, clock)
-    run_pass(platform, clock)
+    scene.declare({"tenant": "vision", "queue": "infer", "gpuHours": 1}).used(2, queue="infer")
+    held = scene.submit("held", queue="infer")
+    scene.run(times=2)
     assert get(platform, held).gate == "Budget"
-    set_policy(platform, policy())
-    run_pass(platform, clock)
-    run_pass(platform, clock)
+    scene.declare().run(times=2)
     assert state(platform, held) == "Running"
 
 
-def test_a_cost_budget_prices_usage_per_flavor(
-    platform: Platform, near_month_end: ManualClock
-) -> None:
-    clock = near_month_end
-    document = policy(
+def test_a_cost_budget_prices_usage_per_flavor(platform: Platform, scene: Scene) -> None:
+    scene.declare(
         {"tenant": "vision", "cost": 100},
         prices=[{"flavor": "default", "gpuHour": 2.5, "cpuHour": 0.5}],
     )
-    set_policy(platform, document)
-    used(platform, 30)  # 15 h of 2 GPUs and 2 CPUs: 30 GPU-hours at 2.5, 30 CPU-hours at 0.5
-    with platform.sessions() as session:
-        current = platform.loop.policies.get(session)
-        (standing,) = budgets.standings(session, current, clock.now())
+    scene.used(30)  # 15 h of 2 GPUs and 2 CPUs: 30 GPU-hours at 2.5, 30 CPU-hours at 0.5
+    (standing,) = scene.standings()
     assert standing.used == pytest.approx(90)
-    used(platform, 8)  # 8 GPU-hours and 8 CPU-hours more: 24 -> 114
-    held = submit_to_platform(platform, manifest("held", queue="train"))
-    run_pass(platform, clock)
+    scene.used(8)  # 8 GPU-hours and 8 CPU-hours more: 24 -> 114
+    held = scene.submit("held")
+    scene.run()
     job = get(platform, held)
     assert job.reason_code == "BudgetExhausted"
     assert job.reason_details is not None and job.reason_details["used"] == pytest.approx(114)
+
+
+def test_a_cost_budget_prices_a_job_before_placement_at_its_queues_flavors(
+    platform: Platform, scene: Scene
+) -> None:
+    """A job not yet placed is priced at the dearest GPU-hour of the flavors its queue may use:
+    train may use only a100 (1 per GPU-hour), infer has no quota and may use h100 too (4)."""
+    on_node = [{"kubernetes.io/hostname": f"node-{i}"} for i in range(2)]
+    set_policy(
+        platform,
+        {
+            "flavors": [
+                {"name": "a100", "nodeLabels": on_node[0]},
+                {"name": "h100", "nodeLabels": on_node[1]},
+            ],
+            "queues": [
+                {"name": "train", "tenant": "vision", "quota": {"a100": {"gpu": 2}}},
+                {"name": "infer", "tenant": "vision"},
+            ],
+            "prices": [{"flavor": "a100", "gpuHour": 1}, {"flavor": "h100", "gpuHour": 4}],
+            "budgets": [{"tenant": "vision", "cost": 10}],
+        },
+    )
+    cheap = scene.submit("cheap", gpu=2, maxRuntime="2h")  # 4 GPU-hours: at most 4 on a100
+    dear = scene.submit("dear", gpu=2, maxRuntime="2h", queue="infer")  # 16 on h100
+    scene.run()
+    assert state(platform, cheap) == "Running"
+    job = get(platform, dear)
+    assert (job.state, job.reason_code) == ("Pending", "BudgetExhausted")
+    assert job.reason_details is not None
+    assert job.reason_details["job"] == pytest.approx(16)
+
+
+def test_a_budget_held_array_index_keeps_its_slot(
+    platform: Platform, api: TestClient, scene: Scene
+) -> None:
+    """Six 1-GPU indices, parallelism 2, under a used-up budget (6 GPUs free): the two let
+    through are held by the budget and keep their slots, so the others still wait for one
+    (Slurm's ``%N`` caps the tasks that run); the new period starts two, not six."""
+    scene.declare({"tenant": "vision", "gpuHours": 10, "action": "hold"}).used(10)
+    sweep = manifest("sweep", queue="train", array={"indices": "0-5", "parallelism": 2})
+    array_id = submit(api, sweep)["id"]
+
+    def indices() -> list[tuple[int | None, str, str | None]]:
+        with platform.sessions() as session:
+            query = select(Job).where(Job.array_id == array_id).order_by(Job.array_index)
+            return [(j.array_index, j.state, j.gate) for j in session.scalars(query)]
+
+    scene.run(times=4)
+    held = [(0, "Pending", "Budget"), (1, "Pending", "Budget")]
+    assert indices() == held + [(i, "Pending", "ArraySlot") for i in range(2, 6)]
+    scene.run(3600)  # the new month
+    scene.run()
+    assert indices() == [(0, "Running", None), (1, "Running", None)] + [
+        (i, "Pending", "ArraySlot") for i in range(2, 6)
+    ]
 
 
 def test_a_queue_allocation_applies_until_its_end_at_the_loops_now(
@@ -372,11 +424,9 @@ def test_with_no_budget_declared_the_gate_reads_nothing_after_its_first_pass(
     assert statements == []
 
 
-def test_the_budget_metric_is_on_metrics(platform: Platform, near_month_end: ManualClock) -> None:
+def test_the_budget_metric_is_on_metrics(platform: Platform, scene: Scene) -> None:
     from kiban.api.routers.metrics import cluster_metrics
 
-    set_policy(platform, policy({"tenant": "vision", "queue": "train", "gpuHours": 8}))
-    used(platform, 2)
-    run_pass(platform, near_month_end)
+    scene.declare({"tenant": "vision", "queue": "train", "gpuHours": 8}).used(2).run()
     text = cluster_metrics(platform).render().decode()
     assert 'kiban_budget_used_ratio{tenant="vision",queue="train"} 0.25' in text

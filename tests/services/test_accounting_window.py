@@ -8,7 +8,19 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.orm import Session
 
-from kiban.services.accounting import gpu_seconds_used, parse_granularity, parse_time, periods
+from kiban.domain.budgets import BudgetDecl, Prices
+from kiban.services import budgets
+from kiban.services.accounting import (
+    HeldOnFlavor,
+    UsageGroup,
+    gpu_seconds_used,
+    held_in_window,
+    parse_granularity,
+    parse_time,
+    periods,
+    usage_report,
+)
+from kiban.services.auth import Principal
 from kiban.services.errors import InvalidInput
 from kiban.store.db import make_engine, migrate, session_factory
 from kiban.store.models import UsageRecord
@@ -31,6 +43,8 @@ def record(
     gpus: int = 1,
     tenant: str = "vision",
     queue: str = "train",
+    flavor: str | None = None,
+    cpu_millis: int = 1000,
 ) -> UsageRecord:
     return UsageRecord(
         kind="job",
@@ -39,9 +53,9 @@ def record(
         tenant=tenant,
         member="ana",
         queue=queue,
-        flavor=None,
+        flavor=flavor,
         gpus=gpus,
-        cpu_millis=1000,
+        cpu_millis=cpu_millis,
         memory=2**30,
         started_at=start,
         ended_at=end,
@@ -80,6 +94,64 @@ def test_gpu_seconds_used_clips_to_the_window(
         session, tenant="vision", since=since, until=until, now=now, queue=queue
     )
     assert used == pytest.approx(expected)
+
+
+def stepped_back() -> list[UsageRecord]:
+    """A clock stepped back: "late" closed at 300, after now (200); "early" opened at 250 and
+    is still open."""
+    return [
+        record("a", 0, 100, gpus=2, flavor="h100", cpu_millis=4000),
+        record("b", 50, 150, flavor="a100", cpu_millis=500),
+        record("late", 180, 300, gpus=4, flavor="h100", cpu_millis=2000),
+        record("early", 250, None, gpus=8, flavor="h100"),
+        record("cpu", 0, 100, gpus=0, flavor="a100", cpu_millis=8000),
+    ]
+
+
+NOW = 200.0
+
+
+def test_held_in_window_gives_gpu_and_cpu_seconds_per_flavor_and_closed_records_to_their_end(
+    session: Session,
+) -> None:
+    """A closed record counts to its recorded end even past ``now`` (a clock stepped back); an
+    open one started after ``now`` holds nothing yet."""
+    session.add_all(stepped_back())
+    session.commit()
+    held = held_in_window(session, tenant="vision", since=60, until=1000, now=NOW)
+    assert sorted(held, key=lambda h: h.flavor or "") == [
+        HeldOnFlavor("a100", pytest.approx(1 * 90), pytest.approx(0.5 * 90 + 8 * 40)),
+        HeldOnFlavor("h100", pytest.approx(2 * 40 + 4 * 120), pytest.approx(4 * 40 + 2 * 120)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("since", "until"), [(0, 1000), (60, 1000), (0, 130), (190, 260), (150, 160), (300, 400)]
+)
+def test_budgets_and_the_usage_report_read_a_window_alike(
+    session: Session, since: float, until: float
+) -> None:
+    """A budget's GPU-hours are the usage report's for the same window, a clock stepped back
+    included: the window rule exists once (``accounting.held_end``)."""
+    session.add_all(stepped_back())
+    session.commit()
+    decl = BudgetDecl.model_validate({"tenant": "vision", "gpuHours": 100})
+    used = budgets.used_amount(session, decl, Prices({}, {}), since, until, NOW)
+    admin = Principal(name="admin", tenant=None, is_admin=True)
+    report = usage_report(session, admin, by=UsageGroup.TENANT, since=since, until=until, now=NOW)
+    reported = sum(r.gpu_hours for r in report.rows)
+    assert used == pytest.approx(reported)
+    assert used * 3600 == pytest.approx(
+        gpu_seconds_used(session, tenant="vision", since=since, until=until, now=NOW)
+    )
+
+
+def test_a_record_closed_after_now_counts_to_its_end_in_a_budget(session: Session) -> None:
+    session.add(record("late", 180, 300, gpus=4))
+    session.commit()
+    decl = BudgetDecl.model_validate({"tenant": "vision", "gpuHours": 1})
+    used = budgets.used_amount(session, decl, Prices({}, {}), 0, 1000, NOW)
+    assert used == pytest.approx(4 * 120 / 3600)
 
 
 NOV_1 = 1_793_491_200.0  # 2026-11-01 00:00 UTC, a Sunday

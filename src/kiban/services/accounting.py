@@ -168,7 +168,97 @@ def close_attempt(session: Session, job_id: str, outcome: AttemptOutcome, at: fl
     )
 
 
-# -- what budgets read -------------------------------------------------------------------------
+# -- usage in a window: the one rule reports and budgets follow ---------------------------------
+
+
+def _larger(a: Any, b: Any) -> ColumnElement[Any]:
+    return case((a > b, a), else_=b)
+
+
+def _smaller(a: Any, b: Any) -> ColumnElement[Any]:
+    return case((a < b, a), else_=b)
+
+
+def held_end(now: float) -> ColumnElement[Any]:
+    """Where a record's holding ends as of ``now``: its recorded end when closed, ``now`` while
+    it is open.
+
+    A closed record counts up to its recorded end even when that lies after ``now``. The loop
+    closes a record at its own now, so such an end comes only from a clock stepped back since;
+    the end is still what happened, and counting it as recorded keeps a budget's figure equal
+    to ``kiban usage``'s for the same window, and keeps a clock stepped back from giving a
+    tenant GPU-hours back (releasing jobs its budget held, to hold them again as the clock
+    catches up). An open record started after ``now`` (the same stepped clock) holds nothing
+    yet.
+    """
+    return func.coalesce(UsageRecord.ended_at, now)
+
+
+def held_seconds(lo: Any, hi: Any, now: float) -> ColumnElement[Any]:
+    """The seconds a record held inside ``[lo, hi)`` as of ``now`` (see ``held_end``); only
+    meaningful where ``holds_within`` is true."""
+    return _smaller(held_end(now), hi) - _larger(UsageRecord.started_at, lo)
+
+
+def holds_within(lo: Any, hi: Any, now: float) -> ColumnElement[bool]:
+    """Whether a record falls within ``[lo, hi)`` as of ``now``: it overlaps the window, and is
+    closed or started by ``now`` (one just started counts as an attempt that held nothing yet;
+    an open one started after ``now`` is left out, not counted as negative time)."""
+    end = held_end(now)
+    return and_(UsageRecord.started_at < hi, end > lo, end >= UsageRecord.started_at)
+
+
+def overlapping(since: float, until: float, started: Any = UsageRecord.started_at) -> Any:
+    """The indexable part of ``holds_within`` for a fixed window: records started before
+    ``until`` and open or ended after ``since`` (``started``: the column as the query reads
+    it)."""
+    return and_(started < until, or_(UsageRecord.ended_at.is_(None), UsageRecord.ended_at > since))
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOnFlavor:
+    """What records held inside a window on one flavor (None: no known flavor): GPU-seconds
+    and CPU-seconds, what a budget counts and prices."""
+
+    flavor: str | None
+    gpu_seconds: float
+    cpu_seconds: float
+
+
+def held_in_window(
+    session: Session,
+    *,
+    tenant: str,
+    since: float,
+    until: float,
+    now: float,
+    queue: str | None = None,
+) -> list[HeldOnFlavor]:
+    """What a tenant (or one of its queues) held within ``[since, until)`` as of ``now``, per
+    flavor: each record clipped to the window, an open one counted up to ``now``
+    (``held_end``). One aggregating query; what budgets are held against."""
+    lo, hi = literal(since, Float), literal(until, Float)
+    held = held_seconds(lo, hi, now)
+    conditions = [
+        UsageRecord.tenant == tenant,
+        overlapping(since, until),
+        holds_within(lo, hi, now),
+    ]
+    if queue is not None:
+        conditions.append(UsageRecord.queue == queue)
+    query = (
+        select(
+            UsageRecord.flavor,
+            func.sum(UsageRecord.gpus * held),
+            func.sum(UsageRecord.cpu_millis * held),
+        )
+        .where(*conditions)
+        .group_by(UsageRecord.flavor)
+    )
+    return [
+        HeldOnFlavor(flavor, float(gpu_s or 0.0), float(cpu_ms or 0.0) / 1000)
+        for flavor, gpu_s, cpu_ms in session.execute(query)
+    ]
 
 
 def gpu_seconds_used(
@@ -180,29 +270,10 @@ def gpu_seconds_used(
     now: float,
     queue: str | None = None,
 ) -> float:
-    """GPU-seconds a tenant (or one of its queues) held within ``[since, until)``.
-
-    Closed records count the part of ``[started_at, ended_at)`` inside the window; records still
-    open count up to ``min(now, until)``. This is what budgets are held against.
-    """
-    end = func.coalesce(UsageRecord.ended_at, now)
-    conditions = [
-        UsageRecord.tenant == tenant,
-        UsageRecord.started_at < until,
-        or_(UsageRecord.ended_at.is_(None), UsageRecord.ended_at > since),
-        UsageRecord.gpus > 0,
-    ]
-    if queue is not None:
-        conditions.append(UsageRecord.queue == queue)
-    rows = session.execute(
-        select(UsageRecord.gpus, UsageRecord.started_at, end).where(and_(*conditions))
-    )
-    total = 0.0
-    for gpus, started, ended in rows:
-        held = min(float(ended), until) - max(float(started), since)
-        if held > 0:
-            total += gpus * held
-    return total
+    """GPU-seconds a tenant (or one of its queues) held within ``[since, until)`` as of ``now``
+    (``held_in_window`` summed over flavors)."""
+    held = held_in_window(session, tenant=tenant, since=since, until=until, now=now, queue=queue)
+    return sum(h.gpu_seconds for h in held)
 
 
 # -- reports -----------------------------------------------------------------------------------
@@ -385,14 +456,6 @@ def _next_period(start: float, granularity: Granularity) -> float:
     return float(calendar.timegm((year, month, 1, 0, 0, 0)))
 
 
-def _larger(a: Any, b: Any) -> ColumnElement[Any]:
-    return case((a > b, a), else_=b)
-
-
-def _smaller(a: Any, b: Any) -> ColumnElement[Any]:
-    return case((a < b, a), else_=b)
-
-
 _KEY_COLUMNS = {
     UsageGroup.TENANT: None,
     UsageGroup.USER: UsageRecord.member,
@@ -416,7 +479,8 @@ def usage_report(
     """Usage within ``[since, until)`` grouped ``by`` (per period with ``granularity``), of
     what ``principal`` may see: an admin every tenant's, anyone else their own tenant's.
 
-    Records are clipped to the window and to each period; an open one counts up to ``now``.
+    Records are clipped to the window and to each period; an open one counts up to ``now``
+    (``held_end``: the rule budgets follow too).
     One aggregating query (the periods joined as a small derived table), so a report over a
     million records stays in the database.
     """
@@ -428,7 +492,6 @@ def usage_report(
     bucket = union_all(
         *(select(literal(lo, Float).label("lo"), literal(hi, Float).label("hi")) for lo, hi in cuts)
     ).subquery("periods")
-    ended = func.coalesce(UsageRecord.ended_at, now)
     # SQLite would read a wide window through an index, row by row (50 s for a million rows
     # where a scan takes a few): a window of more than a week scans the table there.
     sqlite = session.get_bind().dialect.name == "sqlite"
@@ -436,7 +499,7 @@ def usage_report(
     started: ColumnElement[float] = (
         UsageRecord.started_at + 0.0 if scan else UsageRecord.started_at.expression
     )
-    held = _smaller(ended, bucket.c.hi) - _larger(UsageRecord.started_at, bucket.c.lo)
+    held = held_seconds(bucket.c.lo, bucket.c.hi, now)
     gpu_s = UsageRecord.gpus * held
     key = _KEY_COLUMNS[by]
     tenant_col = None if by is UsageGroup.FLAVOR else UsageRecord.tenant
@@ -473,11 +536,8 @@ def usage_report(
             lost(AttemptOutcome.NODE_LOST),
         )
         .select_from(UsageRecord)
-        .join(bucket, and_(UsageRecord.started_at < bucket.c.hi, ended > bucket.c.lo))
-        .where(
-            started < until,
-            or_(UsageRecord.ended_at.is_(None), UsageRecord.ended_at > since),
-        )
+        .join(bucket, holds_within(bucket.c.lo, bucket.c.hi, now))
+        .where(overlapping(since, until, started))
         .group_by(*groups)
     )
     if not principal.is_admin:

@@ -1,10 +1,9 @@
 """Budgets in the store: usage and cost in a budget's period, extensions granted by admins, and
 the budget gate's pass that holds, releases and stops jobs (``kiban budgets``).
 
-Usage is read from the undecayed usage records (``kiban.store.models.UsageRecord``): closed
-records clipped to the period, open ones counted up to ``now``. (``services.accounting``'s
-``gpu_seconds_used`` answers the GPU-hours part the same way; the query here also returns
-flavors and CPUs so that usage can be priced.)
+Usage is read from the undecayed usage records through ``services.accounting.held_in_window``
+(GPU- and CPU-seconds per flavor, so that usage can be priced): the same window rule as
+``kiban usage``, so a budget's figure and the usage report agree.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from kiban.domain.budgets import (
@@ -34,12 +33,15 @@ from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.job_relations import JobGate
 from kiban.domain.manifests import parse_job_manifest
 from kiban.domain.states import JobState
+from kiban.scheduler.feasibility import usable_flavors
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services import events
+from kiban.services.accounting import HeldOnFlavor, held_in_window
 from kiban.services.auth import Principal
 from kiban.services.errors import NotFound, invalid
 from kiban.services.jobs import stop_unended
-from kiban.store.models import BudgetExtension, BudgetMark, Job, UsageRecord
+from kiban.services.quota_ledger import queue_view
+from kiban.store.models import BudgetExtension, BudgetMark, Job, Queue
 
 log = logging.getLogger("kiban.control")
 
@@ -48,60 +50,13 @@ _RUNNING = (JobState.ADMITTED.value, JobState.RUNNING.value)
 
 
 # -- usage and cost -------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Held:
-    """What one usage record held inside a window: its flavor, GPUs, CPUs and for how long."""
-
-    flavor: str | None
-    gpus: int
-    cpu_millis: int
-    seconds: float
+def gpu_hours_of(held: Iterable[HeldOnFlavor]) -> float:
+    return sum(h.gpu_seconds for h in held) / 3600.0
 
 
-def held_in_window(
-    session: Session,
-    *,
-    tenant: str,
-    since: float,
-    until: float,
-    now: float,
-    queue: str | None = None,
-) -> list[Held]:
-    """The records of a tenant (or one of its queues) overlapping ``[since, until)``, each with
-    the seconds it held inside the window (an open one counted up to ``now``)."""
-    conditions = [
-        UsageRecord.tenant == tenant,
-        UsageRecord.started_at < min(until, now),
-        or_(UsageRecord.ended_at.is_(None), UsageRecord.ended_at > since),
-    ]
-    if queue is not None:
-        conditions.append(UsageRecord.queue == queue)
-    query = select(
-        UsageRecord.flavor,
-        UsageRecord.gpus,
-        UsageRecord.cpu_millis,
-        UsageRecord.started_at,
-        UsageRecord.ended_at,
-    ).where(and_(*conditions))
-    found = []
-    for flavor, gpus, cpu_millis, started, ended in session.execute(query):
-        end = min(now if ended is None else float(ended), until, now)
-        seconds = end - max(float(started), since)
-        if seconds > 0:
-            found.append(Held(flavor, int(gpus), int(cpu_millis), seconds))
-    return found
-
-
-def gpu_hours_of(held: Iterable[Held]) -> float:
-    return sum(h.gpus * h.seconds for h in held) / 3600.0
-
-
-def cost_of(held: Iterable[Held], prices: Prices) -> float:
-    """What the usage costs at ``prices`` (a flavor without a price costs nothing): the price
-    function the usage report (``kiban usage``) can use for a cost column."""
-    return sum(
-        prices.cost(h.flavor, h.gpus * h.seconds, h.cpu_millis / 1000 * h.seconds) for h in held
-    )
+def cost_of(held: Iterable[HeldOnFlavor], prices: Prices) -> float:
+    """What the usage costs at ``prices`` (a flavor without a price costs nothing)."""
+    return sum(prices.cost(h.flavor, h.gpu_seconds, h.cpu_seconds) for h in held)
 
 
 def used_amount(
@@ -268,17 +223,49 @@ def _applies(standing: Standing, job: Job) -> bool:
     return job.tenant == decl.tenant and (decl.queue is None or job.queue == decl.queue)
 
 
-def _job_amount(standing: Standing, job: Job, max_runtime: float, prices: Prices) -> float:
+class QueuePrices:
+    """The dearest GPU-hour each queue's jobs may run at, found once per pass.
+
+    Which flavor a job runs on is known only once it is placed, but it is one of the flavors
+    its queue may use (its quota's flavors, all with no quota, less those restricted to other
+    queues; at ``now``, with a time-bounded allocation): a queue of one flavor prices its jobs
+    at that flavor's price. A queue the store does not hold, or one with no usable flavor,
+    falls back to the dearest GPU-hour the policy prices."""
+
+    def __init__(self, session: Session, policy: ClusterPolicy, now: float) -> None:
+        self._session = session
+        self._policy = policy
+        self._now = now
+        self._flavors = {f.name: f for f in policy.flavor_views()}
+        self._prices = policy.price_table
+        self._found: dict[str, float] = {}
+
+    def gpu_hour(self, queue: str) -> float:
+        if queue not in self._found:
+            row = self._session.get(Queue, queue)
+            usable: tuple[str, ...] = ()
+            if row is not None:
+                view = queue_view(row, self._policy, now=self._now)
+                usable = usable_flavors(view, self._flavors)
+            self._found[queue] = (
+                max(self._prices.gpu_hour.get(f, 0.0) for f in usable)
+                if usable
+                else self._prices.highest_gpu_hour
+            )
+        return self._found[queue]
+
+
+def _job_amount(standing: Standing, job: Job, max_runtime: float, prices: QueuePrices) -> float:
     """What a job may use at most, by its maxRuntime, in the budget's unit (cost at the dearest
-    GPU-hour the policy prices: where it will run is not known before it is placed)."""
+    GPU-hour of the flavors its queue may use: ``QueuePrices``)."""
     gpu_hours = (job.gpus or 0) * max_runtime / 3600.0
     if standing.decl.unit is BudgetUnit.GPU_HOURS:
         return gpu_hours
-    return gpu_hours * prices.highest_gpu_hour
+    return gpu_hours * prices.gpu_hour(job.queue)
 
 
 def _verdict(
-    standings_of_job: list[Standing], job: Job, runtimes: MaxRuntimes, prices: Prices
+    standings_of_job: list[Standing], job: Job, runtimes: MaxRuntimes, prices: QueuePrices
 ) -> tuple[str, dict[str, Any]] | None:
     """Why a pending job is held by a budget (message and figures), or None."""
     for standing in standings_of_job:
@@ -361,7 +348,7 @@ def apply_budgets(
     current = standings(session, policy, now)
     for standing in current:
         _warn(session, standing, now, done, runtimes.marks)
-    prices = policy.price_table
+    prices = QueuePrices(session, policy, now)
     tenants = {s.decl.tenant for s in current if s.decl.action is not BudgetAction.WARN}
     query = (
         select(Job)

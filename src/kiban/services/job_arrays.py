@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -207,14 +207,20 @@ def _ranges(indices: Iterable[int]) -> list[str]:
 
 def release_slots(session: Session) -> bool:
     """Let the held indices of each open array through, in index order, up to its
-    parallelism less those already through and not ended. True if any was let through."""
+    parallelism less those already through and not ended. True if any was let through.
+
+    An index through its slot and then held by a budget (``JobGate.BUDGET``) keeps its slot:
+    otherwise each pass would let as many more through to be held in turn, and the budget's
+    release would start them all at once, past the parallelism (Slurm's ``%N`` likewise caps
+    the tasks that run; those waiting on a limit start no siblings)."""
     released = False
+    through = or_(Job.gate.is_(None), Job.gate == JobGate.BUDGET.value)
     for array in session.scalars(select(JobArray).where(JobArray.open.is_(True))):
         limit = array.parallelism or 0
         active = session.scalar(
             select(func.count())
             .select_from(Job)
-            .where(Job.array_id == array.id, Job.gate.is_(None), Job.state.in_(_ACTIVE))
+            .where(Job.array_id == array.id, through, Job.state.in_(_ACTIVE))
         )
         room = limit - int(active or 0)
         if room <= 0:
