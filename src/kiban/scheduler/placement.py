@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
+from kiban.scheduler.capacity import NO_SPREAD_LIMIT, CapacityOverlay, NodeFilter
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.scheduler.snapshot import (
     Extended,
@@ -170,6 +170,23 @@ def could_fit(job: PendingJob, overlay: CapacityOverlay) -> bool:
         if left <= 0:
             break
     return True
+
+
+def replica_demands(job: PendingJob) -> list[tuple[int, int, int]]:
+    """Per task of the gang: GPUs of a replica, the most replicas a node may hold (a large
+    number when the task does not limit it) and how many of its replicas the gang needs: what
+    the capacity arithmetic of a reservation counts room for, as ``replica_slots`` does."""
+    left = job.gang_size
+    demands: list[tuple[int, int, int]] = []
+    for task in job.tasks:
+        take = min(left, task.replicas)
+        if take:
+            cap = NO_SPREAD_LIMIT if task.max_per_node is None else task.max_per_node
+            demands.append((task.gpu, cap, take))
+        left -= take
+        if left <= 0:
+            break
+    return demands
 
 
 def gang_gpus(job: PendingJob) -> int:
