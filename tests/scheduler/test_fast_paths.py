@@ -7,9 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiban.scheduler import Decisions, Snapshot, schedule
+from kiban.scheduler import Decisions, Snapshot, preemption, schedule
 from kiban.scheduler import core as core_module
+from kiban.scheduler.capacity import CapacityOverlay
 from kiban.scheduler.cycle import Cycle, Reservation
+from kiban.scheduler.placement import could_fit
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.snapshot import PendingJob
 from kiban.testing import cluster, job, queue, running, snapshot
@@ -126,5 +128,23 @@ def test_reservations_found_by_capacity_arithmetic_are_those_every_end_tried_fin
     fast = outcome(schedule(snap, policy))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(core_module, "reserve", plain_reserve)
+        plain = outcome(schedule(snap, policy))
+    assert fast == plain
+
+
+def could_fit_anywhere(job: PendingJob, overlay: CapacityOverlay, excluded: object = ()) -> bool:
+    """The victim search's capacity check as it was: the free GPUs of every node counted,
+    those kept for other jobs' reservations too."""
+    return could_fit(job, overlay)
+
+
+@FAST
+@given(contended_snapshots(), st.sampled_from(POLICIES[:1] + POLICIES[2:]))
+def test_victim_searches_off_reserved_nodes_choose_the_victims_every_node_counted_chooses(
+    snap: Snapshot, policy: Policy
+) -> None:
+    fast = outcome(schedule(snap, policy))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(preemption, "could_fit", could_fit_anywhere)
         plain = outcome(schedule(snap, policy))
     assert fast == plain
