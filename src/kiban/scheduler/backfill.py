@@ -12,42 +12,65 @@ history, ``kiban.domain.runtime_estimate``), and never when they have no estimat
 from __future__ import annotations
 
 from kiban.scheduler.cycle import Cycle, Reservation
-from kiban.scheduler.placement import could_fit
+from kiban.scheduler.placement import gang_gpus, replica_demands
 from kiban.scheduler.snapshot import PendingJob
 
 
 def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
-    """Find and record the job's reservation on ``flavor``; None if no known end frees enough."""
+    """Find and record the job's reservation on ``flavor``; None if no known end frees enough.
+
+    The running jobs end in order of their expected ends; after each end (jobs ending at the
+    same time together) the gang is placed, in a what-if, on the capacity freed so far. The
+    shadow time is first sought by capacity arithmetic alone (free GPUs and replica slots off
+    the nodes kept for other reservations, per node as jobs end): a trial placement is made
+    only at an end where the arithmetic says the gang could fit, with every earlier end given
+    back first, so the reservation found is the one trying each end would find.
+    """
     if cycle.reservation_count >= cycle.policy.max_reservations:
         return None
-    now = cycle.snapshot.now
-    victims = cycle.victims
-    ending = sorted(
-        (
-            (now if r.id in victims else r.expected_end, r.id, r)
-            for r in cycle.running_on(flavor)
-            if r.expected_end is not None or r.id in victims
-        ),
-        key=lambda item: (item[0], item[1]),
-    )
+    ending = cycle.ending_on(flavor)
     overlay = cycle.overlays[flavor]
     allow = cycle.reservation_filter(job.id)
+    # The job may not use nodes kept for other reservations: their free GPUs do not count in
+    # the capacity arithmetic that spares trial placements doomed to fail.
+    kept = {n for n in cycle.reserved_for_others(job.id) if n in overlay.nodes}
+    free = overlay.total_free_gpus() - sum(overlay.free_gpus(node) for node in kept)
+    needed = gang_gpus(job)
+    demands = replica_demands(job)
+    slots = [overlay.replica_slots(gpu, cap, kept) for gpu, cap, _take in demands]
+    freed: dict[str, int] = {}  # node -> its free GPUs once the jobs so far have ended
+    given = 0  # the ends given back to the overlay so far (for a trial placement)
     found: Reservation | None = None
+    now = cycle.snapshot.now
     with overlay.transaction():  # the releases below are a what-if, undone on exit
-        for k, (end, _id, running) in enumerate(ending):
-            assert end is not None
+        for k, (end, running) in enumerate(ending):
             for replica in running.replicas:
-                overlay.give(
-                    replica.node,
-                    replica.gpu_ids,
-                    replica.cpu_millis,
-                    replica.memory,
-                    replica.extended,
-                )
+                node = replica.node
+                if node in kept or not overlay.schedules(node):
+                    continue
+                before = freed.get(node)
+                if before is None:
+                    before = overlay.free_gpus(node)
+                after = freed[node] = before + len(replica.gpu_ids)
+                free += after - before
+                for i, (gpu, cap, _take) in enumerate(demands):
+                    if gpu > 0:
+                        slots[i] += min(after // gpu, cap) - min(before // gpu, cap)
             if k + 1 < len(ending) and ending[k + 1][0] == end:
                 continue  # jobs ending at the same time are released together
-            if not could_fit(job, overlay):
+            short = any(n < take for n, (_g, _c, take) in zip(slots, demands, strict=True))
+            if free < needed or short:
                 continue
+            for _end, ended in ending[given : k + 1]:
+                for replica in ended.replicas:
+                    overlay.give(
+                        replica.node,
+                        replica.gpu_ids,
+                        replica.cpu_millis,
+                        replica.memory,
+                        replica.extended,
+                    )
+            given = k + 1
             attempt = cycle.try_place(job, flavor, allow)
             if attempt.fits:
                 nodes = frozenset(p.node for p in attempt.placements)

@@ -18,6 +18,9 @@ from kiban.scheduler.snapshot import NO_EXTENDED, Extended, NodeView
 
 NodeFilter = Callable[[NodeView], bool]
 
+NO_SPREAD_LIMIT = 1_000_000
+"""The replicas per node of a task that does not limit them, in room counts."""
+
 
 @dataclass(slots=True)
 class _Change:
@@ -76,6 +79,10 @@ class CapacityOverlay:
     def free_gpus(self, node: str) -> int:
         return len(self._gpu_ids.get(node, ()))
 
+    def schedules(self, node: str) -> bool:
+        """Whether the overlay schedules the node (capacity given to others is ignored)."""
+        return node in self._gpu_ids
+
     def total_free_gpus(self) -> int:
         return self._total_free
 
@@ -85,18 +92,24 @@ class CapacityOverlay:
     def schedulable_count(self) -> int:
         return len(self._gpu_ids)
 
-    def replica_slots(self, gpus: int, per_node: int | None = None) -> int:
+    def replica_slots(
+        self, gpus: int, per_node: int | None = None, excluded: Collection[str] = ()
+    ) -> int:
         """How many replicas of ``gpus`` GPUs the free GPUs could hold, at most ``per_node`` on
-        a node (None: no limit), CPU and memory aside: a cheap upper bound that spares a gang
-        placement doomed to fail."""
-        cap = 1_000_000 if per_node is None else per_node
+        a node (None: no limit), CPU and memory aside, off the ``excluded`` nodes: a cheap
+        upper bound that spares a gang placement doomed to fail."""
+        cap = NO_SPREAD_LIMIT if per_node is None else per_node
         if gpus <= 0:
-            return sum(len(bucket) for bucket in self._buckets.values()) * cap
-        return sum(
+            off = sum(1 for node in excluded if node in self._gpu_ids)
+            return (sum(len(bucket) for bucket in self._buckets.values()) - off) * cap
+        slots = sum(
             len(bucket) * min(free // gpus, cap)
             for free, bucket in self._buckets.items()
             if free >= gpus
         )
+        for node in excluded:
+            slots -= min(len(self._gpu_ids.get(node, ())) // gpus, cap)
+        return slots
 
     def nodes_with_room(
         self,

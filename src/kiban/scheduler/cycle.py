@@ -81,6 +81,7 @@ class Cycle:
         default_factory=dict, init=False
     )
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
+    _ending: dict[str, tuple[int, list[tuple[float, RunningJob]]]] = field(default_factory=dict)
     _running_by_queue: Mapping[str, Sequence[RunningJob]] | None = None
     _stopping_for: dict[str, list[RunningJob]] | None = None
     _running_sorted: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
@@ -205,6 +206,27 @@ class Cycle:
             self._running_by_flavor = by_flavor
         return self._running_by_flavor.get(flavor, [])
 
+    def ending_on(self, flavor: str) -> list[tuple[float, RunningJob]]:
+        """The flavor's running jobs with a known end, by end (then id), with the end: their
+        expected end, or now for the victims of this cycle. Kept until the victims change
+        (they only grow within a cycle), so a cycle's reservations sort them once."""
+        victims = self._victims
+        known = self._ending.get(flavor)
+        if known is not None and known[0] == len(victims):
+            return known[1]
+        now = self.snapshot.now
+        keyed = sorted(
+            (
+                (now if r.id in victims else r.expected_end, r.id, r)
+                for r in self.running_on(flavor)
+                if r.expected_end is not None or r.id in victims
+            ),
+            key=lambda item: (item[0], item[1]),
+        )
+        ending = [(end, r) for end, _id, r in keyed if end is not None]
+        self._ending[flavor] = (len(victims), ending)
+        return ending
+
     def hold_quota_for(self, job: PendingJob, flavor: str, victims: Sequence[RunningJob]) -> None:
         """Count the quota as it will be once the victims stopped for ``job`` have stopped and
         it has started, so that no other job of this cycle borrows what was freed for it."""
@@ -328,6 +350,11 @@ class Cycle:
                 job, overlay, job.topology, self.snapshot.topology_levels, allow
             )
         return place_gang(job, overlay, allow)
+
+    def reserved_for_others(self, job_id: str) -> list[str]:
+        """The nodes kept for other jobs' reservations: what ``reservation_filter`` keeps the
+        job off (sorted, so what is computed from them does not depend on the order kept)."""
+        return sorted(node for node, owner in self._reserved_by.items() if owner != job_id)
 
     def reservation_filter(self, job_id: str) -> NodeFilter | None:
         """Keeps a job off nodes reserved for other jobs (None: nothing is reserved)."""

@@ -8,9 +8,10 @@ whole for large gangs.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
+from kiban.scheduler.capacity import NO_SPREAD_LIMIT, CapacityOverlay, NodeFilter
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.scheduler.snapshot import (
     Extended,
@@ -155,21 +156,39 @@ def holds_extended(has: Extended, needs: Extended) -> bool:
     return all(advertised.get(name, 0) >= amount for name, amount in needs)
 
 
-def could_fit(job: PendingJob, overlay: CapacityOverlay) -> bool:
-    """A quick necessary condition for the gang to fit the overlay's free GPUs (no placement
-    search): enough GPUs in all, and enough room for the replicas of each task's size, at most
-    ``max_per_node`` of them on a node."""
-    if overlay.total_free_gpus() < gang_gpus(job):
+def could_fit(job: PendingJob, overlay: CapacityOverlay, excluded: Collection[str] = ()) -> bool:
+    """A quick necessary condition for the gang to fit the overlay's free GPUs off the
+    ``excluded`` nodes (no placement search): enough GPUs in all, and enough room for the
+    replicas of each task's size, at most ``max_per_node`` of them on a node."""
+    free = overlay.total_free_gpus() - sum(overlay.free_gpus(node) for node in excluded)
+    if free < gang_gpus(job):
         return False
     left = job.gang_size
     for task in job.tasks:
         take = min(left, task.replicas)
-        if take and overlay.replica_slots(task.gpu, task.max_per_node) < take:
+        if take and overlay.replica_slots(task.gpu, task.max_per_node, excluded) < take:
             return False
         left -= take
         if left <= 0:
             break
     return True
+
+
+def replica_demands(job: PendingJob) -> list[tuple[int, int, int]]:
+    """Per task of the gang: GPUs of a replica, the most replicas a node may hold (a large
+    number when the task does not limit it) and how many of its replicas the gang needs: what
+    the capacity arithmetic of a reservation counts room for, as ``replica_slots`` does."""
+    left = job.gang_size
+    demands: list[tuple[int, int, int]] = []
+    for task in job.tasks:
+        take = min(left, task.replicas)
+        if take:
+            cap = NO_SPREAD_LIMIT if task.max_per_node is None else task.max_per_node
+            demands.append((task.gpu, cap, take))
+        left -= take
+        if left <= 0:
+            break
+    return demands
 
 
 def gang_gpus(job: PendingJob) -> int:

@@ -26,7 +26,7 @@ the job fits quota and placement together; if it never fits, nobody is preempted
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kiban.scheduler.capacity import NodeFilter
@@ -138,6 +138,9 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     ordered = candidates(cycle, job, flavor)
     overlay = cycle.overlays[flavor]
     allow = cycle.reservation_filter(job.id)
+    # Nodes kept for other jobs' reservations: the job may not use them, so their free GPUs
+    # do not count in the capacity arithmetic that spares placements doomed to fail.
+    kept = tuple(n for n in cycle.reserved_for_others(job.id) if overlay.schedules(n))
     chosen: list[tuple[RunningJob, str]] = []
     given_quota: dict[str, int] = {}
     try:
@@ -147,9 +150,11 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
                     continue  # its queue gave back all it borrowed: the rest is its own
                 chosen.append((victim, ground))
                 _release(cycle, victim, flavor, given_quota)
-                attempt = _fit(cycle, job, flavor, allow)
+                attempt = _fit(cycle, job, flavor, allow, kept)
                 if attempt is not None:
-                    attempt = _spare_the_unneeded(cycle, job, flavor, allow, chosen, given_quota)
+                    attempt = _spare_the_unneeded(
+                        cycle, job, flavor, allow, kept, chosen, given_quota
+                    )
                     nodes = frozenset(p.node for p in attempt.placements)
                     return VictimChoice(flavor, tuple(chosen), nodes)
     finally:
@@ -180,11 +185,18 @@ def _extended(victim: RunningJob, flavor: str) -> Extended:
 
 
 def _fit(
-    cycle: Cycle, job: PendingJob, flavor: str, allow: NodeFilter | None
+    cycle: Cycle,
+    job: PendingJob,
+    flavor: str,
+    allow: NodeFilter | None,
+    kept: Sequence[str] = (),
 ) -> GangAttempt | None:
-    """Where the job would go now (quota and placement), without taking anything."""
+    """Where the job would go now (quota and placement, off the ``kept`` nodes that ``allow``
+    keeps it off), without taking anything."""
     overlay = cycle.overlays[flavor]
-    if not could_fit(job, overlay) or not cycle.quota.check(job.queue, flavor, job.total_gpus).fits:
+    if not could_fit(job, overlay, kept):
+        return None
+    if not cycle.quota.check(job.queue, flavor, job.total_gpus).fits:
         return None
     extended = job.total_extended
     if extended and not cycle.quota.check_extended(job.queue, flavor, extended).fits:
@@ -199,13 +211,14 @@ def _spare_the_unneeded(
     job: PendingJob,
     flavor: str,
     allow: NodeFilter | None,
+    kept: Sequence[str],
     chosen: list[tuple[RunningJob, str]],
     given: dict[str, int],
 ) -> GangAttempt:
     """Give each chosen victim back, the last but one first, while the job still fits; the
     last was needed. Least-loss order alone may pick jobs on nodes the gang never uses."""
     overlay = cycle.overlays[flavor]
-    attempt = _fit(cycle, job, flavor, allow)
+    attempt = _fit(cycle, job, flavor, allow, kept)
     assert attempt is not None
     for k in range(len(chosen) - 2, -1, -1):
         victim, _ground = chosen[k]
@@ -222,7 +235,7 @@ def _spare_the_unneeded(
             cycle.quota.take(victim.queue, flavor, gpus)
             held = _extended(victim, flavor)
             cycle.quota.take_extended(victim.queue, flavor, held)
-            without = _fit(cycle, job, flavor, allow)
+            without = _fit(cycle, job, flavor, allow, kept)
             if without is None:
                 cycle.quota.give(victim.queue, flavor, gpus)
                 cycle.quota.give_extended(victim.queue, flavor, held)
