@@ -7,6 +7,7 @@ import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
+from kiban.cli.lazy_group import LazyGroup
 from kiban.cli.main import app
 
 runner = CliRunner()
@@ -17,7 +18,8 @@ def command_paths() -> list[list[str]]:
 
     def walk(command: typer.core.TyperGroup | object, path: list[str]) -> None:
         found.append(path)
-        for name, sub in getattr(command, "commands", {}).items():
+        loaded = command.load_all() if isinstance(command, LazyGroup) else None
+        for name, sub in (loaded or getattr(command, "commands", {})).items():
             walk(sub, [*path, name])
 
     walk(get_command(app), [])

@@ -15,10 +15,15 @@ process with its wall time taken from spawn to exit:
 
 Taking them in turn puts a busy moment of the machine on all four alike, so the distance
 between ``ls`` and ``floor`` is the CLI's, measured side by side.
+
+The report says whether kiban's modules had current bytecode (``settings.bytecode_cached``):
+without it (an editable install under ``PYTHONDONTWRITEBYTECODE=1``, as in CI) every call
+compiles the sources it imports, some tens of milliseconds; ``make setup`` compiles them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -68,6 +73,33 @@ def kiban_program() -> tuple[list[str], str]:
         return [str(script)], str(script)
     entry = "import sys; from kiban.cli.main import main; sys.exit(main())"
     return [sys.executable, "-c", entry], f"{sys.executable} -c (kiban.cli.main:main)"
+
+
+def has_current_bytecode(source: Path) -> bool:
+    """Whether importing ``source`` would load its cached bytecode rather than compile it: a
+    cache of this interpreter whose header matches the source as import checks it (PEP 552:
+    the source's mtime and size, or its hash)."""
+    try:
+        cache = Path(importlib.util.cache_from_source(str(source)))
+        with cache.open("rb") as file:
+            header = file.read(16)
+        stat = source.stat()
+    except (OSError, NotImplementedError, ValueError):
+        return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    flags = int.from_bytes(header[4:8], "little")
+    if flags & 0b01:  # hash-based: checked against the source only with check_source set
+        return not flags & 0b10 or header[8:16] == importlib.util.source_hash(source.read_bytes())
+    mtime = int.from_bytes(header[8:12], "little")
+    size = int.from_bytes(header[12:16], "little")
+    return mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
+
+
+def bytecode_counts(package: Path) -> tuple[int, int]:
+    """How many of the package's source files have current bytecode, of how many."""
+    sources = sorted(package.rglob("*.py"))
+    return sum(has_current_bytecode(source) for source in sources), len(sources)
 
 
 def job_manifest(index: int) -> dict[str, Any]:
@@ -151,6 +183,9 @@ def run_cli_bench(options: CliBenchOptions, say: Progress) -> dict[str, Any]:
         finally:
             server.stop()
     machine["load_average_after"] = describe_machine()["load_average_1m"]
+    import kiban  # the package the CLI above imported: the same path, the same environment
+
+    current, sources = bytecode_counts(Path(kiban.__file__).parent)
     report: dict[str, Any] = {
         case: {
             "p50_s": round(percentile(times[case], 50), 4),
@@ -164,7 +199,15 @@ def run_cli_bench(options: CliBenchOptions, say: Progress) -> dict[str, Any]:
         "ls_p50": report["ls"]["p50_s"] <= GOAL_LS_P50_S,
         "ls_above_floor": above <= GOAL_LS_ABOVE_FLOOR_S,
     }
-    report["settings"] = {"runs": options.runs, "jobs": options.jobs, "kiban": program_text}
+    report["settings"] = {
+        "runs": options.runs,
+        "jobs": options.jobs,
+        "kiban": program_text,
+        "bytecode_cached": current == sources,
+        "bytecode_current_files": current,
+        "source_files": sources,
+        "dont_write_bytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
+    }
     report["machine"] = machine
     return report
 
@@ -209,8 +252,21 @@ def cli_table(report: dict[str, Any]) -> Table:
             f"({'met' if met['ls_above_floor'] else 'not met'})"
             + ("; with under 100 runs, p99 is the slowest run" if settings["runs"] < 100 else ""),
             f"CLI: {settings['kiban']}",
+            bytecode_line(settings),
             f"machine: {machine_line(report['machine'])}",
         ]
     )
     table.caption_justify = "left"
     return table
+
+
+def bytecode_line(settings: dict[str, Any]) -> str:
+    """Whether the CLI ran from compiled bytecode or compiled its sources on every call."""
+    counts = f"{settings['bytecode_current_files']} of {settings['source_files']} source files"
+    if settings["bytecode_cached"]:
+        return f"bytecode: cached and current for kiban's modules ({counts})"
+    unwritten = "; PYTHONDONTWRITEBYTECODE is set" if settings["dont_write_bytecode"] else ""
+    return (
+        f"bytecode: NOT cached for kiban's modules (current for {counts}{unwritten}): each call "
+        "compiles the sources it imports; `make setup` compiles them"
+    )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kiban.cli import complete
+from kiban.cli.failure import fail
 from kiban.cli.output import Output, OutputOpt, print_document
 from kiban.sdk.errors import ApiError
 
@@ -381,3 +382,21 @@ def chat_command(
                 sys.stdout.flush()
             sys.stdout.write("\n")
             messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+def delete_command(
+    kind: Annotated[str, typer.Argument(help="service")],
+    name: Annotated[str, typer.Argument(help="its name", autocompletion=complete.service_names)],
+) -> None:
+    """Delete an inference service: its replicas stop, then it is gone (``kiban cancel`` ends
+    a job)."""
+    from rich.markup import escape
+
+    from kiban.cli import render
+    from kiban.sdk.client import Client
+
+    if kind not in ("service", "svc"):
+        fail(f"kiban delete takes `service NAME`, not {kind!r} (a job is ended by kiban cancel)")
+    with Client() as api:
+        api.delete_service(name)
+    render.err.print(escape(f"service {name} is being deleted; its replicas stop"))
