@@ -1,9 +1,9 @@
 """The audit log in the store: appending records to one hash chain, reading them, verifying it.
 
 Appends are group-committed (as submissions are, ``kiban.services.submissions``): one writer
-thread takes the records queued since its last commit and appends them in one transaction, at
-most one every ``interval_s``, so a burst of audited requests costs a few commits a second, not
-one each. Each transaction first locks the chain head's row and reads it in one statement (an
+thread commits as soon as it has a record, taking everything queued meanwhile, so the requests
+that arrive during one commit share the next and a burst costs a few commits, not one each.
+Each transaction first locks the chain head's row and reads it in one statement (an
 UPDATE ... RETURNING: a row lock on PostgreSQL, the write lock on SQLite), so appends from
 anywhere, another process included, make one chain.
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from prometheus_client import Counter
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -38,6 +38,19 @@ log = logging.getLogger("kiban.audit")
 
 HEAD_ID = 1
 VERIFY_PAGE = 5000
+
+APPEND_FAILURES_METRIC = "kiban_audit_append_failures"
+"""Records the store refused (their requests were carried out and answered all the same)."""
+
+
+def append_failures_counter() -> Counter:
+    """A new counter of refused appends, in no registry: the control plane's ``/metrics``
+    yields the writer's own (so each writer, a test's too, counts only its records)."""
+    return Counter(
+        APPEND_FAILURES_METRIC,
+        "Audit records the store refused to append; their requests were answered regardless.",
+        registry=None,
+    )
 
 
 def append(session: Session, entries: Sequence[AuditEntry]) -> list[ChainedEntry]:
@@ -204,22 +217,22 @@ class AuditWriter:
     """Appends audit entries in batches of up to ``max_batch`` from one thread; each caller's
     future completes with its record's number once it is committed.
 
-    Requests do not wait for their record (a commit each would cost more than the request):
-    a batch holds what queued up in the ``interval_s`` since the previous commit began.
-    ``flush`` waits for what is queued, at once (the log's readers call it first, so they see
-    every request answered before them); ``stop`` writes what is queued. A kill -9 loses the
-    records of the requests of its last ``interval_s`` or so, those not committed yet.
+    There is no linger: the thread commits as soon as it has something, taking what queued up
+    while the previous commit ran, so under load a batch is everything of one commit's time.
+    The API holds each audited answer until its record's future is done
+    (``kiban.api.audit_trail``), so a kill -9 loses no record of an answered request.
+    ``flush`` waits for what is queued; ``stop`` writes what is queued. A batch the store
+    refuses fails every future of it and is counted in ``failures``.
     """
 
-    def __init__(
-        self, sessions: sessionmaker[Session], max_batch: int = 512, interval_s: float = 0.05
-    ) -> None:
+    def __init__(self, sessions: sessionmaker[Session], max_batch: int = 512) -> None:
         self._sessions = sessions
         self._max_batch = max_batch
-        self._interval_s = interval_s
         self._queue: queue.SimpleQueue[_Pending | _Flush | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.failures = append_failures_counter()
+        """Records the store refused (``kiban_audit_append_failures_total``)."""
 
     def record(self, entry: AuditEntry) -> Future[int]:
         """Queue ``entry``; the future completes once it is in the store."""
@@ -252,14 +265,12 @@ class AuditWriter:
             thread.join(timeout=30)
 
     def _run(self) -> None:
-        last_commit = float("-inf")
         while True:
-            item: _Pending | _Flush | None = self._queue.get()
+            item: _Pending | _Flush | None = self._queue.get()  # waits for the first
             batch: list[_Pending] = []
             flushes: list[_Flush] = []
             stopping = False
-            linger_until = last_commit + self._interval_s
-            while True:
+            while True:  # then takes what is queued already, waiting for nothing more
                 if item is None:
                     stopping = True
                 elif isinstance(item, _Flush):
@@ -268,14 +279,11 @@ class AuditWriter:
                     batch.append(item)
                 if stopping or len(batch) >= self._max_batch:
                     break
-                # gather what comes until the interval is up (a flush or a stop: no waiting)
-                wait = 0.0 if flushes else linger_until - time.monotonic()
                 try:
-                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
             if batch:
-                last_commit = time.monotonic()
                 self._commit(batch)
             for marker in flushes:
                 marker.done.set()
@@ -289,6 +297,7 @@ class AuditWriter:
                 session.commit()
         except Exception as exc:
             log.exception("could not append %d audit record(s)", len(batch))
+            self.failures.inc(len(batch))
             for pending in batch:
                 pending.done.set_exception(exc)
             return
