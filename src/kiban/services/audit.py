@@ -11,8 +11,6 @@ anywhere, another process included, make one chain.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from kiban.domain.audit import (
 )
 from kiban.services.auth import Principal
 from kiban.services.errors import Unavailable
+from kiban.services.group_commit import GroupCommit
 from kiban.store.models import AuditChainHead, AuditRecord
 
 log = logging.getLogger("kiban.audit")
@@ -206,16 +205,10 @@ class _Pending:
     done: Future[int] = field(default_factory=Future)
 
 
-@dataclass
-class _Flush:
-    """A marker: set once everything queued before it is committed (or failed)."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-
-
 class AuditWriter:
-    """Appends audit entries in batches of up to ``max_batch`` from one thread; each caller's
-    future completes with its record's number once it is committed.
+    """Appends audit entries in batches of up to ``max_batch`` from one thread
+    (``kiban.services.group_commit``); each caller's future completes with its record's number
+    once it is committed.
 
     There is no linger: the thread commits as soon as it has something, taking what queued up
     while the previous commit ran, so under load a batch is everything of one commit's time.
@@ -227,68 +220,23 @@ class AuditWriter:
 
     def __init__(self, sessions: sessionmaker[Session], max_batch: int = 512) -> None:
         self._sessions = sessions
-        self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[_Pending | _Flush | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._group = GroupCommit(self._commit, max_batch, name="kiban-audit")
         self.failures = append_failures_counter()
         """Records the store refused (``kiban_audit_append_failures_total``)."""
 
     def record(self, entry: AuditEntry) -> Future[int]:
         """Queue ``entry``; the future completes once it is in the store."""
         pending = _Pending(entry)
-        self._put(pending)
+        self._group.put(pending)
         return pending.done
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until what was queued before this call is committed (False: not in time)."""
-        with self._lock:
-            if self._thread is None:
-                return True
-        marker = _Flush()
-        self._put(marker)
-        return marker.done.wait(timeout_s)
-
-    def _put(self, item: _Pending | _Flush) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="kiban-audit", daemon=True)
-                self._thread.start()
-        self._queue.put(item)
+        return self._group.flush(timeout_s)
 
     def stop(self) -> None:
         """Write what is queued, then stop the thread."""
-        with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            self._queue.put(None)
-            thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while True:
-            item: _Pending | _Flush | None = self._queue.get()  # waits for the first
-            batch: list[_Pending] = []
-            flushes: list[_Flush] = []
-            stopping = False
-            while True:  # then takes what is queued already, waiting for nothing more
-                if item is None:
-                    stopping = True
-                elif isinstance(item, _Flush):
-                    flushes.append(item)
-                else:
-                    batch.append(item)
-                if stopping or len(batch) >= self._max_batch:
-                    break
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            if batch:
-                self._commit(batch)
-            for marker in flushes:
-                marker.done.set()
-            if stopping:
-                return
+        self._group.stop()
 
     def _commit(self, batch: list[_Pending]) -> None:
         try:
