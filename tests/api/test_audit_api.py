@@ -348,12 +348,12 @@ def test_no_records_when_auditing_is_off(
 def test_records_queued_at_a_stop_are_written(
     tmp_path: Any, db_url: str, executor: FakeExecutor, clock: ManualClock
 ) -> None:
-    """The answers do not wait for their records; stopping the platform writes what is queued."""
+    """Stopping the platform writes what its writer has queued (records of requests that
+    never got their answer out, say) before it stops."""
     first = build_platform(home=tmp_path / "h", db_url=db_url, executor=executor, clock=clock)
-    token = (first.home / "token").read_text().strip()
-    with TestClient(create_app(first), headers={"Authorization": f"Bearer {token}"}) as client:
-        for node in ("node-0", "node-1", "node-2"):
-            assert client.post(f"/api/v1/nodes/{node}/cordon").status_code == 200
+    assert first.audit is not None
+    for node in ("node-0", "node-1", "node-2"):
+        first.audit.record(cordon_entry(node, clock.now()))
     first.close()  # no flush before: close stops the writer, which writes its queue first
     again = build_platform(home=tmp_path / "h", db_url=db_url, executor=executor, clock=clock)
     try:
@@ -363,3 +363,56 @@ def test_records_queued_at_a_stop_are_written(
             assert audit.verify(session).intact
     finally:
         again.close()
+
+
+def cordon_entry(node: str, at: float) -> AuditEntry:
+    return AuditEntry(
+        at=at,
+        member="admin",
+        role="admin",
+        tenant=None,
+        source=None,
+        method="POST",
+        path=f"/api/v1/nodes/{node}/cordon",
+        action=AuditAction.NODES_CORDON,
+        target=node,
+        status=200,
+        outcome=AuditOutcome.SUCCEEDED,
+    )
+
+
+def test_an_answer_leaves_only_once_its_record_is_stored(
+    api: TestClient, platform: Platform
+) -> None:
+    """Read from the store itself, not through the API (whose listing flushes the writer
+    first): a kill -9 right after an answer cannot lose its record."""
+    for n in range(6):
+        node = f"node-{n % 3}"
+        verb = "cordon" if n < 3 else "uncordon"
+        assert api.post(f"/api/v1/nodes/{node}/{verb}").status_code == 200
+        with platform.sessions() as session:
+            newest = audit.records(session, audit.AuditQuery(limit=1))
+        assert [(r.entry.path, r.entry.target) for r in newest] == [
+            (f"/api/v1/nodes/{node}/{verb}", node)
+        ], f"request {n}'s record is not stored yet"
+
+
+def test_a_record_the_store_refuses_is_answered_logged_and_counted(
+    api: TestClient, platform: Platform, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """The request was carried out: its answer goes out, and the lost record shows in the log
+    and in ``kiban_audit_append_failures_total``."""
+
+    def refuse(session: Any, entries: Any) -> Any:
+        raise RuntimeError("the store refused the append")
+
+    monkeypatch.setattr(audit, "append", refuse)
+    with caplog.at_level("WARNING", logger="kiban.audit"):
+        answer = api.post("/api/v1/nodes/node-1/cordon")
+    assert (answer.status_code, answer.json()["cordoned"]) == (200, True)  # carried out
+    assert "POST /api/v1/nodes/node-1/cordon was answered without its audit record" in caplog.text
+    metrics = api.get("/metrics").text
+    assert "kiban_audit_append_failures_total 1.0" in metrics
+    monkeypatch.undo()
+    assert api.post("/api/v1/nodes/node-2/cordon").status_code == 200
+    assert "kiban_audit_append_failures_total 1.0" in api.get("/metrics").text

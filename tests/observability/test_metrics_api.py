@@ -72,6 +72,7 @@ CONTROL_PLANE_FAMILIES = {
     "kiban_job_idle_gpus",
     "kiban_idle_gpus_while_jobs_wait",
     "kiban_build_info",
+    "kiban_audit_append_failures",
 }
 
 

@@ -53,18 +53,20 @@ def test_many_submissions_are_stored_and_each_caller_is_answered(platform: Platf
 
 
 def test_one_bad_submission_does_not_fail_the_others_in_its_batch(platform: Platform) -> None:
-    writer = SubmissionWriter(platform.sessions, max_batch=64)
     gate = threading.Event()
     holding = threading.Event()
-    # Hold the writer on a first batch so that the next writes queue up into one batch.
-    original = writer._commit
+    opened = 0
 
-    def slow_commit(batch: list) -> None:  # type: ignore[type-arg]
-        holding.set()
-        gate.wait(5)
-        original(batch)
+    def gated_sessions() -> Session:
+        # Hold the writer on a first batch so that the next writes queue up into one batch.
+        nonlocal opened
+        opened += 1
+        if opened == 1:
+            holding.set()
+            gate.wait(5)
+        return platform.sessions()
 
-    writer._commit = slow_commit  # type: ignore[method-assign]
+    writer = SubmissionWriter(gated_sessions, max_batch=64)  # type: ignore[arg-type]
     first = writer.write(*job_and_event("first"))
     assert holding.wait(5), "the writer never took the first batch"
     good = [writer.write(*job_and_event(f"good-{i}")) for i in range(5)]

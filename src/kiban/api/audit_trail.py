@@ -3,15 +3,21 @@
 It sits in front of admission (``kiban.api.admission``), so a request refused there (401, 403,
 413, 503) is recorded as one answered by an endpoint is. The caller is the principal admission
 left in the request's state (none: the token was missing or not one). The record is queued for
-the audit writer as the last part of the answer is sent, and the answer does not wait for it
-(``kiban.services.audit.AuditWriter`` group-commits; the log's readers flush it first).
+the audit writer when the last part of the answer is ready, and that part is sent only once the
+record is committed (``kiban.services.audit.AuditWriter`` group-commits, so concurrent requests
+share commits): a client that got its answer knows its record survives a kill -9. Should the
+store refuse the record, the request was carried out already, so it is answered all the same;
+the refusal is logged and counted (``kiban_audit_append_failures_total``).
 Only the action's target is taken from a successful answer (the id of what it created), never
 its body: a token's secret is never read into the log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from concurrent.futures import Future
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,6 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from kiban.api.deps import PRINCIPAL_STATE
 from kiban.domain.audit import AuditEntry, Operation, is_audited, operation_of, outcome_of
 from kiban.platform import Platform
+
+log = logging.getLogger("kiban.audit")
 
 MAX_TARGET_BODY = 64 * 1024
 """An answer read for its target's name is read this far at most (a job's answer is ~1 KiB)."""
@@ -73,7 +81,9 @@ class AuditTrail:
                     body.extend(message.get("body", b""))
                 if not message.get("more_body", False):
                     recorded = True
-                    self._record(scope, operation, status, bytes(body))
+                    stored = self._record(scope, operation, status, bytes(body))
+                    if stored is not None:
+                        await _stored(stored, scope)
             await send(message)
 
         try:
@@ -83,10 +93,13 @@ class AuditTrail:
                 recorded = True
                 self._record(scope, operation, status, b"")
 
-    def _record(self, scope: Scope, operation: Operation, status: int | None, body: bytes) -> None:
+    def _record(
+        self, scope: Scope, operation: Operation, status: int | None, body: bytes
+    ) -> Future[int] | None:
+        """Queue the request's record; its future completes once it is committed."""
         writer = self.platform.audit
         if writer is None:
-            return
+            return None
         member, role, tenant = principal_fields(scope.get("state", {}).get(PRINCIPAL_STATE))
         target = operation.target
         if target is None and operation.target_key is not None and body:
@@ -105,7 +118,20 @@ class AuditTrail:
             status=status,
             outcome=outcome_of(status),
         )
-        writer.record(entry)
+        return writer.record(entry)
+
+
+async def _stored(stored: Future[int], scope: Scope) -> None:
+    """Wait, without blocking the event loop, until the record is committed; a refusal is
+    logged (and counted by the writer) and the answer goes out regardless."""
+    try:
+        await asyncio.wrap_future(stored)
+    except Exception:
+        log.warning(
+            "%s %s was answered without its audit record: the store refused it",
+            scope["method"],
+            scope["path"],
+        )
 
 
 def _wants_body(operation: Operation, status: int | None) -> bool:

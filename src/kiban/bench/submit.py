@@ -172,11 +172,13 @@ class LoadResult:
 
 
 async def _open_connections(url: str, clients: int, request: bytes) -> list[HttpConnection]:
-    """Open ``clients`` connections and send one warm-up submission on each."""
+    """Open ``clients`` connections and send one warm-up submission on each, all at once (one
+    after another, the last connection sat idle for the others' answers, and the server closes
+    a connection that sends nothing for 10 s: ``kiban.api.http_protocol``)."""
     connections = [await HttpConnection.open(url) for _ in range(clients)]
     try:
-        for conn in connections:
-            status, body = await conn.send(request)
+        answers = await asyncio.gather(*(conn.send(request) for conn in connections))
+        for status, body in answers:
             if status != 201:
                 raise BenchError(f"warm-up submission failed with HTTP {status}: {body[:300]!r}")
     except BaseException:

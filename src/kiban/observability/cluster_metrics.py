@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import HistogramMetricFamily, Metric
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -56,6 +56,7 @@ class ClusterMetrics:
         idle: IdleJobs | None = None,
         budgets: BudgetFamily | None = None,
         estimates: EstimateErrors | None = None,
+        audit_failures: Counter | None = None,
     ) -> None:
         self.sessions = sessions
         self.policy = policy
@@ -64,6 +65,7 @@ class ClusterMetrics:
         self.idle = idle
         self.budgets = budgets
         self.estimates = estimates
+        self.audit_failures = audit_failures
 
     def render(self) -> bytes:
         """A scrape: the text Prometheus reads."""
@@ -76,6 +78,8 @@ class ClusterMetrics:
             found.extend(self.cycles.collect())
         if self.budgets is not None:
             found.append(self.budgets.family())
+        if self.audit_failures is not None:
+            found.extend(self.audit_failures.collect())
         if self.estimates is not None:
             summary = self.estimates.error_summary()
             found.append(

@@ -1,9 +1,9 @@
 """The audit log in the store: appending records to one hash chain, reading them, verifying it.
 
 Appends are group-committed (as submissions are, ``kiban.services.submissions``): one writer
-thread takes the records queued since its last commit and appends them in one transaction, at
-most one every ``interval_s``, so a burst of audited requests costs a few commits a second, not
-one each. Each transaction first locks the chain head's row and reads it in one statement (an
+thread commits as soon as it has a record, taking everything queued meanwhile, so the requests
+that arrive during one commit share the next and a burst costs a few commits, not one each.
+Each transaction first locks the chain head's row and reads it in one statement (an
 UPDATE ... RETURNING: a row lock on PostgreSQL, the write lock on SQLite), so appends from
 anywhere, another process included, make one chain.
 """
@@ -11,13 +11,11 @@ anywhere, another process included, make one chain.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from prometheus_client import Counter
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,12 +30,26 @@ from kiban.domain.audit import (
 )
 from kiban.services.auth import Principal
 from kiban.services.errors import Unavailable
+from kiban.services.group_commit import GroupCommit
 from kiban.store.models import AuditChainHead, AuditRecord
 
 log = logging.getLogger("kiban.audit")
 
 HEAD_ID = 1
 VERIFY_PAGE = 5000
+
+APPEND_FAILURES_METRIC = "kiban_audit_append_failures"
+"""Records the store refused (their requests were carried out and answered all the same)."""
+
+
+def append_failures_counter() -> Counter:
+    """A new counter of refused appends, in no registry: the control plane's ``/metrics``
+    yields the writer's own (so each writer, a test's too, counts only its records)."""
+    return Counter(
+        APPEND_FAILURES_METRIC,
+        "Audit records the store refused to append; their requests were answered regardless.",
+        registry=None,
+    )
 
 
 def append(session: Session, entries: Sequence[AuditEntry]) -> list[ChainedEntry]:
@@ -193,94 +205,38 @@ class _Pending:
     done: Future[int] = field(default_factory=Future)
 
 
-@dataclass
-class _Flush:
-    """A marker: set once everything queued before it is committed (or failed)."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-
-
 class AuditWriter:
-    """Appends audit entries in batches of up to ``max_batch`` from one thread; each caller's
-    future completes with its record's number once it is committed.
+    """Appends audit entries in batches of up to ``max_batch`` from one thread
+    (``kiban.services.group_commit``); each caller's future completes with its record's number
+    once it is committed.
 
-    Requests do not wait for their record (a commit each would cost more than the request):
-    a batch holds what queued up in the ``interval_s`` since the previous commit began.
-    ``flush`` waits for what is queued, at once (the log's readers call it first, so they see
-    every request answered before them); ``stop`` writes what is queued. A kill -9 loses the
-    records of the requests of its last ``interval_s`` or so, those not committed yet.
+    There is no linger: the thread commits as soon as it has something, taking what queued up
+    while the previous commit ran, so under load a batch is everything of one commit's time.
+    The API holds each audited answer until its record's future is done
+    (``kiban.api.audit_trail``), so a kill -9 loses no record of an answered request.
+    ``flush`` waits for what is queued; ``stop`` writes what is queued. A batch the store
+    refuses fails every future of it and is counted in ``failures``.
     """
 
-    def __init__(
-        self, sessions: sessionmaker[Session], max_batch: int = 512, interval_s: float = 0.05
-    ) -> None:
+    def __init__(self, sessions: sessionmaker[Session], max_batch: int = 512) -> None:
         self._sessions = sessions
-        self._max_batch = max_batch
-        self._interval_s = interval_s
-        self._queue: queue.SimpleQueue[_Pending | _Flush | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._group = GroupCommit(self._commit, max_batch, name="kiban-audit")
+        self.failures = append_failures_counter()
+        """Records the store refused (``kiban_audit_append_failures_total``)."""
 
     def record(self, entry: AuditEntry) -> Future[int]:
         """Queue ``entry``; the future completes once it is in the store."""
         pending = _Pending(entry)
-        self._put(pending)
+        self._group.put(pending)
         return pending.done
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until what was queued before this call is committed (False: not in time)."""
-        with self._lock:
-            if self._thread is None:
-                return True
-        marker = _Flush()
-        self._put(marker)
-        return marker.done.wait(timeout_s)
-
-    def _put(self, item: _Pending | _Flush) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="kiban-audit", daemon=True)
-                self._thread.start()
-        self._queue.put(item)
+        return self._group.flush(timeout_s)
 
     def stop(self) -> None:
         """Write what is queued, then stop the thread."""
-        with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            self._queue.put(None)
-            thread.join(timeout=30)
-
-    def _run(self) -> None:
-        last_commit = float("-inf")
-        while True:
-            item: _Pending | _Flush | None = self._queue.get()
-            batch: list[_Pending] = []
-            flushes: list[_Flush] = []
-            stopping = False
-            linger_until = last_commit + self._interval_s
-            while True:
-                if item is None:
-                    stopping = True
-                elif isinstance(item, _Flush):
-                    flushes.append(item)
-                else:
-                    batch.append(item)
-                if stopping or len(batch) >= self._max_batch:
-                    break
-                # gather what comes until the interval is up (a flush or a stop: no waiting)
-                wait = 0.0 if flushes else linger_until - time.monotonic()
-                try:
-                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            if batch:
-                last_commit = time.monotonic()
-                self._commit(batch)
-            for marker in flushes:
-                marker.done.set()
-            if stopping:
-                return
+        self._group.stop()
 
     def _commit(self, batch: list[_Pending]) -> None:
         try:
@@ -289,6 +245,7 @@ class AuditWriter:
                 session.commit()
         except Exception as exc:
             log.exception("could not append %d audit record(s)", len(batch))
+            self.failures.inc(len(batch))
             for pending in batch:
                 pending.done.set_exception(exc)
             return

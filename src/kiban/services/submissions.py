@@ -1,10 +1,11 @@
 """Group commit for submissions: many accepted jobs are written in one transaction.
 
 A submission's cost is dominated by its commit (and, on SQLite, by waiting for the write
-lock). One writer thread takes whatever submissions have queued up since its last commit and
-writes them together, so a burst of N submissions costs about one commit, not N. Each caller
-gets its answer only after its job is durably stored, and after ``on_stored`` was told of it
-(the control loop, which asks for a pass only if a new job may enter a queue's window).
+lock). One writer thread (``kiban.services.group_commit``) takes whatever submissions have
+queued up since its last commit and writes them together, so a burst of N submissions costs
+about one commit, not N. Each caller gets its answer only after its job is durably stored, and
+after ``on_stored`` was told of it (the control loop, which asks for a pass only if a new job
+may enter a queue's window).
 
 Every new job is stored here: the API's submissions and the service controller's replicas
 alike (a replica's own row is written in the same transaction as its job, by ``along``).
@@ -13,8 +14,6 @@ alike (a replica's own row is written in the same transaction as its job, by ``a
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from kiban.services.group_commit import GroupCommit
 from kiban.services.jobs import ID_RENEWALS, renew_job_id
 from kiban.store.models import Event, Job
 
@@ -50,7 +50,8 @@ class _Pending:
 
 
 class SubmissionWriter:
-    """Writes submissions in batches of up to ``max_batch`` from one thread."""
+    """Writes submissions in batches of up to ``max_batch`` from one thread
+    (``kiban.services.group_commit``)."""
 
     def __init__(
         self,
@@ -59,11 +60,8 @@ class SubmissionWriter:
         on_stored: Callable[[Sequence[Job]], None] | None = None,
     ) -> None:
         self._sessions = sessions
-        self._max_batch = max_batch
         self._on_stored = on_stored
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._group = GroupCommit(self._commit, max_batch, name="kiban-submissions")
 
     def write(
         self, job: Job, *events: Event, along: Callable[[Session, Job], None] | None = None
@@ -73,39 +71,12 @@ class SubmissionWriter:
         ``along`` adds rows that belong with the job (a service's replica) in the same
         transaction, once the job is written under its final id."""
         pending = _Pending(job, events, along)
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="kiban-submissions", daemon=True
-                )
-                self._thread.start()
-        self._queue.put(pending)
+        self._group.put(pending)
         return pending.done
 
     def stop(self) -> None:
-        with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            self._queue.put(None)
-            thread.join(timeout=30)
-
-    def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            first = self._queue.get()
-            if first is None:
-                break
-            batch = [first]
-            while len(batch) < self._max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stopping = True
-                    break
-                batch.append(item)
-            self._commit(batch)
+        """Write what is queued, then stop the thread."""
+        self._group.stop()
 
     def _commit(self, batch: list[_Pending]) -> None:
         try:

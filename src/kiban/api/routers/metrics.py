@@ -30,6 +30,7 @@ def cluster_metrics(platform: Platform) -> ClusterMetrics:
         idle=platform.loop.idle_gpus,
         budgets=None if platform.loop.gates.budgets is None else platform.loop.gates.budgets.ratios,
         estimates=platform.loop.runtime_estimates,
+        audit_failures=None if platform.audit is None else platform.audit.failures,
     )
 
 

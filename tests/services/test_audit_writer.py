@@ -1,0 +1,117 @@
+"""The audit writer's group commit: records queued while a commit runs share the next one, a
+commit the store refuses fails every record of its batch (and counts them), and the writer goes
+on with the next batch."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from kiban.domain.audit import AuditAction, AuditEntry, AuditOutcome
+from kiban.platform import Platform
+from kiban.services import audit
+
+
+def entry(n: int) -> AuditEntry:
+    return AuditEntry(
+        at=float(n),
+        member="admin",
+        role="admin",
+        tenant=None,
+        source="127.0.0.1",
+        method="POST",
+        path=f"/api/v1/jobs/j{n}/cancel",
+        action=AuditAction.JOBS_CANCEL,
+        target=f"j{n}",
+        status=404,
+        outcome=AuditOutcome.REFUSED,
+    )
+
+
+class GatedSessions:
+    """The store's sessions, one per commit, counted; the first waits for ``opened`` (so that
+    records queue up behind it), and the transactions numbered in ``refuse`` fail."""
+
+    def __init__(self, sessions: sessionmaker[Session], refuse: frozenset[int] = frozenset()):
+        self.sessions = sessions
+        self.refuse = refuse
+        self.opened = threading.Event()
+        self.commits = 0
+        self.first_started = threading.Event()
+
+    def __call__(self) -> Session:
+        self.commits += 1
+        if self.commits == 1:
+            self.first_started.set()
+            assert self.opened.wait(30), "the gate was never opened"
+        if self.commits in self.refuse:
+            raise RuntimeError(f"the store refused transaction {self.commits}")
+        return self.sessions()
+
+
+def writer_of(gated: GatedSessions, max_batch: int = 512) -> audit.AuditWriter:
+    return audit.AuditWriter(gated, max_batch=max_batch)  # type: ignore[arg-type]
+
+
+def failures(writer: audit.AuditWriter) -> float:
+    """``kiban_audit_append_failures_total`` as the writer's counter reports it."""
+    (metric,) = writer.failures.collect()
+    return next(s.value for s in metric.samples if s.name.endswith("_total"))
+
+
+@pytest.mark.parametrize(("records", "max_batch", "commits"), [(50, 512, 2), (50, 10, 6)])
+def test_records_queued_during_a_commit_share_the_next(
+    platform: Platform, records: int, max_batch: int, commits: int
+) -> None:
+    """The first record is committed at once, alone (no linger); the others, queued while it
+    was, go in as few commits as ``max_batch`` allows."""
+    gated = GatedSessions(platform.sessions)
+    writer = writer_of(gated, max_batch)
+    try:
+        first = writer.record(entry(0))
+        assert gated.first_started.wait(30)
+        rest = [writer.record(entry(n)) for n in range(1, records)]
+        gated.opened.set()
+        seqs = [f.result(timeout=30) for f in [first, *rest]]
+        assert seqs == sorted(seqs) and len(set(seqs)) == records  # one chain, in queue order
+        assert gated.commits == commits
+        with platform.sessions() as session:
+            assert audit.verify(session).intact
+    finally:
+        writer.stop()
+
+
+def test_a_refused_commit_fails_every_record_of_its_batch(platform: Platform) -> None:
+    gated = GatedSessions(platform.sessions, refuse=frozenset({2}))
+    writer = writer_of(gated)
+    try:
+        first = writer.record(entry(0))
+        assert gated.first_started.wait(30)
+        refused = [writer.record(entry(n)) for n in range(1, 8)]
+        gated.opened.set()
+        assert first.result(timeout=30) >= 1
+        for future in refused:
+            with pytest.raises(RuntimeError, match="refused transaction 2"):
+                future.result(timeout=30)
+        assert failures(writer) == 7
+        after: Future[int] = writer.record(entry(8))  # the writer goes on
+        assert after.result(timeout=30) == first.result() + 1
+        assert failures(writer) == 7
+    finally:
+        writer.stop()
+
+
+def test_flush_waits_for_what_was_queued(platform: Platform) -> None:
+    gated = GatedSessions(platform.sessions)
+    writer = writer_of(gated)
+    try:
+        futures = [writer.record(entry(n)) for n in range(5)]
+        assert gated.first_started.wait(30)
+        gated.opened.set()
+        assert writer.flush(timeout_s=30)
+        assert all(f.done() for f in futures)
+    finally:
+        writer.stop()
