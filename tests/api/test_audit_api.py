@@ -416,3 +416,37 @@ def test_a_record_the_store_refuses_is_answered_logged_and_counted(
     monkeypatch.undo()
     assert api.post("/api/v1/nodes/node-2/cordon").status_code == 200
     assert "kiban_audit_append_failures_total 1.0" in api.get("/metrics").text
+
+
+def test_a_submission_s_record_is_written_in_its_job_s_transaction(
+    api: TestClient, alice: TestClient, platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One commit for a stored submission and its record (the answer does not wait for a
+    second one): the audit writer is not asked for it, the record is stored as the job is, and
+    a submission refused before it is stored is recorded by the middleware as before."""
+    assert platform.audit is not None
+    asked: list[AuditEntry] = []
+    real_record = platform.audit.record
+
+    def spy(entry: AuditEntry) -> Any:
+        asked.append(entry)
+        return real_record(entry)
+
+    monkeypatch.setattr(platform.audit, "record", spy)
+    job = {**JOB, "spec": {**JOB["spec"], "queue": "vision-q"}}  # type: ignore[dict-item]
+    submitted = alice.post("/api/v1/jobs", json=job)
+    assert submitted.status_code == 201, submitted.text
+    job_id = submitted.json()["id"]
+    assert asked == []  # not through the writer
+    with platform.sessions() as session:  # stored, without any flush of the writer
+        newest = audit.records(session, audit.AuditQuery(limit=1))
+    assert [(r.entry.action, r.entry.target, r.entry.status, r.entry.member) for r in newest] == [
+        (AuditAction.JOBS_SUBMIT, job_id, 201, "alice")
+    ]
+
+    refused = alice.post("/api/v1/jobs", json={**job, "spec": {"tasks": []}})
+    assert refused.status_code == 422
+    assert [(e.action, e.status, e.outcome) for e in asked] == [
+        (AuditAction.JOBS_SUBMIT, 422, AuditOutcome.REFUSED)
+    ]
+    assert api.get("/api/v1/audit/verify").json()["intact"] is True

@@ -10,6 +10,11 @@ store refuse the record, the request was carried out already, so it is answered 
 the refusal is logged and counted (``kiban_audit_append_failures_total``).
 Only the action's target is taken from a successful answer (the id of what it created), never
 its body: a token's secret is never read into the log.
+
+A submission's record is written in its job's own transaction instead (``AuditDraft``, handed
+to the submission writer by the jobs router): one commit for both, as durable, and a closed-loop
+client does not wait for a second commit after its job's. The middleware then writes nothing
+more for it; a submission that failed is recorded here as any other request.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kiban.api.deps import PRINCIPAL_STATE
+from kiban.clock import Clock
 from kiban.domain.audit import AuditEntry, Operation, is_audited, operation_of, outcome_of
 from kiban.platform import Platform
 
@@ -50,6 +56,53 @@ def principal_fields(principal: Any) -> tuple[str | None, str | None, str | None
     return member, str(role), getattr(principal, "tenant", None)
 
 
+DRAFT_STATE = "audit_draft"
+"""Where an audited request's ``AuditDraft`` is kept in its ASGI state."""
+
+
+class AuditDraft:
+    """An audited request's record before its answer: what an endpoint that writes the record
+    in its own transaction needs (``entry``), and whether it did (``written_with``)."""
+
+    def __init__(self, scope: Scope, operation: Operation, clock: Clock) -> None:
+        self._scope = scope
+        self._operation = operation
+        self._clock = clock
+        self.written_with: int | None = None
+        """The status the record written by the endpoint gives (None: not written)."""
+
+    def entry(self, status: int, target: str | None) -> AuditEntry:
+        """The request's record, as answered with ``status`` about ``target``."""
+        return entry_of(self._scope, self._operation, status, target, self._clock.now())
+
+
+def audit_draft(state: Any) -> AuditDraft | None:
+    """The request's draft (its ``request.state``), or None when the request is not audited."""
+    draft = getattr(state, DRAFT_STATE, None)
+    return draft if isinstance(draft, AuditDraft) else None
+
+
+def entry_of(
+    scope: Scope, operation: Operation, status: int | None, target: str | None, at: float
+) -> AuditEntry:
+    """The record of the request ``scope`` (its caller as admission left it)."""
+    member, role, tenant = principal_fields(scope.get("state", {}).get(PRINCIPAL_STATE))
+    client = scope.get("client")
+    return AuditEntry(
+        at=at,
+        member=member,
+        role=role,
+        tenant=tenant,
+        source=str(client[0]) if client else None,
+        method=scope["method"],
+        path=scope["path"],
+        action=operation.action,
+        target=target[:253] if target else None,
+        status=status,
+        outcome=outcome_of(status),
+    )
+
+
 class AuditTrail:
     """Records each audited request of ``app`` through ``platform.audit`` (None: auditing is
     off, ``kiban up --no-audit``, and requests pass straight through)."""
@@ -68,6 +121,8 @@ class AuditTrail:
             await self.app(scope, receive, send)
             return
         operation = operation_of(scope["method"], scope["path"])
+        draft = AuditDraft(scope, operation, self.platform.clock)
+        scope.setdefault("state", {})[DRAFT_STATE] = draft
         status: int | None = None
         body = bytearray()
         recorded = False
@@ -76,6 +131,8 @@ class AuditTrail:
             nonlocal status, recorded
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                if draft.written_with is not None and draft.written_with == status:
+                    recorded = True  # the endpoint wrote it with its own change
             elif message["type"] == "http.response.body" and not recorded:
                 if _wants_body(operation, status) and len(body) <= MAX_TARGET_BODY:
                     body.extend(message.get("body", b""))
@@ -100,25 +157,10 @@ class AuditTrail:
         writer = self.platform.audit
         if writer is None:
             return None
-        member, role, tenant = principal_fields(scope.get("state", {}).get(PRINCIPAL_STATE))
         target = operation.target
         if target is None and operation.target_key is not None and body:
             target = _answer_key(body, operation.target_key)
-        client = scope.get("client")
-        entry = AuditEntry(
-            at=self.platform.clock.now(),
-            member=member,
-            role=role,
-            tenant=tenant,
-            source=str(client[0]) if client else None,
-            method=scope["method"],
-            path=scope["path"],
-            action=operation.action,
-            target=target[:253] if target else None,
-            status=status,
-            outcome=outcome_of(status),
-        )
-        return writer.record(entry)
+        return writer.record(entry_of(scope, operation, status, target, self.platform.clock.now()))
 
 
 async def _stored(stored: Future[int], scope: Scope) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -12,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kiban.api import request_bodies, responses
 from kiban.api.array_schemas import array_out
+from kiban.api.audit_trail import audit_draft
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN, ArrayFilter, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
@@ -34,6 +36,9 @@ from kiban.services.errors import invalid
 from kiban.services.job_intake import SubmissionBody, SubmissionContext
 
 router = APIRouter(prefix=JOBS_PATH, tags=["jobs"], dependencies=TOKEN, route_class=SessionRoute)
+
+CREATED = 201
+"""A stored submission's answer (and the status its audit record gives)."""
 
 MAX_EVENT_ID = 2**31 - 1  # events.id is an INTEGER column
 MAX_OFFSET = 2**63 - 1  # a file offset
@@ -86,12 +91,18 @@ async def submit_job(request: Request, platform: PlatformDep, principal: Princip
             array.model_dump_json(by_alias=True), status_code=201, media_type="application/json"
         )
     along = job_arrays.hold_for_dependencies(prepared)
-    written = platform.submissions.write(prepared.job, *prepared.events, along=along)
+    draft = audit_draft(request.state)
+    audited = None if draft is None else functools.partial(draft.entry, CREATED)
+    written = platform.submissions.write(
+        prepared.job, *prepared.events, along=along, audited=audited
+    )
     await asyncio.wrap_future(written)
+    if draft is not None:
+        draft.written_with = CREATED  # the middleware adds no second record
     out = job_out(prepared.job)
     out.warnings = list(prepared.warnings)
     answer = out.model_dump_json(by_alias=True)
-    return Response(answer, status_code=201, media_type="application/json")
+    return Response(answer, status_code=CREATED, media_type="application/json")
 
 
 def _standings(platform: Platform, session: Session) -> dict[str, float]:
