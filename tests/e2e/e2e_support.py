@@ -136,6 +136,21 @@ def processes_with_env(key: str, match: Callable[[str], bool]) -> list[psutil.Pr
     return found
 
 
+def cancel_leaves_nothing(kiban: KibanServer, job_id: str, pids: set[int], what: str) -> None:
+    """Cancel ``job_id`` and wait until none of ``pids`` (its ranks and their launchers,
+    ``what`` in the failure message) nor any other process of the job is left."""
+    processes = [psutil.Process(pid) for pid in pids]
+    done = kiban.cli("cancel", job_id)
+    assert done.returncode == 0, done.stderr
+    kiban.wait_for_state(job_id, "Cancelled")
+
+    def all_gone() -> bool:
+        return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
+
+    eventually(all_gone, timeout=30, what=f"no {what} left of {sorted(pids)}")
+    eventually(lambda: not job_processes(job_id), timeout=30, what="no process of the job")
+
+
 def job_processes(job_id: str) -> list[psutil.Process]:
     """Every live process that belongs to a job: the replicas and their children (they carry
     its id in their environment) and the shims that lead their sessions (as root a shim runs in

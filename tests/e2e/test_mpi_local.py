@@ -8,9 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-from e2e_support import KibanServer, eventually, job_processes
+from e2e_support import KibanServer, cancel_leaves_nothing, eventually, job_processes
 
 pytestmark = [
     pytest.mark.e2e,
@@ -110,22 +109,12 @@ def test_cancel_leaves_no_orted_or_rank_behind(kiban: KibanServer) -> None:
     eventually(
         lambda: len(rank_lines(kiban, job_id, "RANK-UP")) == 3, timeout=120, what="3 ranks up"
     )
-    pids = eventually(
-        lambda: (found := mpi_pids(kiban, job_id)) and len(found) >= 6 and found,
-        timeout=30,
-        what="3 ranks and 3 orted",
-    )
-    processes = [psutil.Process(pid) for pid in pids]
+    def ranks_and_daemons() -> set[int] | None:
+        found = mpi_pids(kiban, job_id)
+        return found if len(found) >= 6 else None
 
-    done = kiban.cli("cancel", job_id)
-    assert done.returncode == 0, done.stderr
-    kiban.wait_for_state(job_id, "Cancelled")
-
-    def all_gone() -> bool:
-        return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
-
-    eventually(all_gone, timeout=30, what=f"no orted or rank left of {sorted(pids)}")
-    eventually(lambda: not job_processes(job_id), timeout=30, what="no process of the job")
+    pids = eventually(ranks_and_daemons, timeout=30, what="3 ranks and 3 orted")
+    cancel_leaves_nothing(kiban, job_id, pids, "orted or rank")
 
 
 def test_a_killed_control_plane_readopts_a_running_mpi_job(kiban: KibanServer) -> None:

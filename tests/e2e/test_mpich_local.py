@@ -11,9 +11,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-from e2e_support import KibanServer, eventually, job_processes
+from e2e_support import KibanServer, cancel_leaves_nothing, eventually, job_processes
 
 MPICH_TOOLS = ("mpirun.mpich", "mpicc.mpich", "hydra_pmi_proxy")
 
@@ -131,14 +130,4 @@ def test_cancel_leaves_no_hydra_proxy_or_rank_behind(kiban: KibanServer) -> None
         return ranks | proxies if len(ranks) == 3 and len(proxies) >= 3 else set()
 
     pids = eventually(mpich_pids, timeout=120, what="3 ranks and 3 hydra_pmi_proxy")
-    processes = [psutil.Process(pid) for pid in pids]
-
-    done = kiban.cli("cancel", job_id)
-    assert done.returncode == 0, done.stderr
-    kiban.wait_for_state(job_id, "Cancelled")
-
-    def all_gone() -> bool:
-        return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
-
-    eventually(all_gone, timeout=30, what=f"no hydra_pmi_proxy or rank left of {sorted(pids)}")
-    eventually(lambda: not job_processes(job_id), timeout=30, what="no process of the job")
+    cancel_leaves_nothing(kiban, job_id, pids, "hydra_pmi_proxy or rank")

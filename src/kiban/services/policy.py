@@ -336,7 +336,7 @@ def add_queue(session: Session, principal: Principal, entry: dict[str, Any], at:
     try:
         apply_policy(session, document, actor=f"{principal.name} (create queue {name})", at=at)
     except InvalidInput as exc:
-        raise InvalidInput(list(_relative(exc.problems, prefix))) from None
+        raise InvalidInput(relative_problems(exc.problems, prefix)) from None
     queue = session.get(Queue, name)
     assert queue is not None
     return queue
@@ -354,14 +354,18 @@ def ensure_tenant(session: Session, name: str, at: float) -> Tenant:
     return tenant
 
 
-def _relative(problems: Iterable[FieldProblem], prefix: str) -> Iterable[FieldProblem]:
+def relative_problems(problems: Iterable[FieldProblem], prefix: str) -> list[FieldProblem]:
+    """Problems of a policy entry at ``prefix`` (``queues[3]``) with paths inside the entry
+    (``quota.gpu``), as a request that sent the entry alone is answered."""
+    relative = []
     for problem in problems:
         path = problem.field
         if path == prefix:
             path = ""
         elif path.startswith(prefix + "."):
             path = path[len(prefix) + 1 :]
-        yield FieldProblem(path, problem.message)
+        relative.append(FieldProblem(path, problem.message))
+    return relative
 
 
 def _check_against_store(

@@ -129,7 +129,7 @@ def _apply(
     try:
         after = policy.validate_document(document)
     except InvalidInput as exc:
-        raise InvalidInput(list(_relative(exc.problems, prefix))) from None
+        raise InvalidInput(policy.relative_problems(exc.problems, prefix)) from None
     if not principal.is_admin:
         decl = after.queues[index]
         ceiling = _within_limits(principal, before, after, decl)
@@ -137,7 +137,7 @@ def _apply(
     try:
         policy.apply_policy(session, document, actor=f"{principal.member} ({action})", at=at)
     except InvalidInput as exc:
-        raise InvalidInput(list(_relative(exc.problems, prefix))) from None
+        raise InvalidInput(policy.relative_problems(exc.problems, prefix)) from None
 
 
 def _within_limits(
@@ -223,16 +223,3 @@ def _ceiling_written(
 
 def _weights(policy: ClusterPolicy, tenant: str) -> list[tuple[str, float]]:
     return sorted((q.name, q.fair_share_weight) for q in policy.queues if q.tenant == tenant)
-
-
-def _relative(problems: list[FieldProblem], prefix: str) -> list[FieldProblem]:
-    """Problems with paths inside the queue's entry (``quota.gpu``), as for any request."""
-    relative = []
-    for problem in problems:
-        path = problem.field
-        if path == prefix:
-            path = ""
-        elif path.startswith(prefix + "."):
-            path = path[len(prefix) + 1 :]
-        relative.append(FieldProblem(path, problem.message))
-    return relative

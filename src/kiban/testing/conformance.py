@@ -16,9 +16,7 @@ pytest collects the inherited ``test_`` methods for each subclass.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -36,6 +34,7 @@ from kiban.executors.base import (
     checkpoint_probe,
 )
 from kiban.scheduler.decisions import ReplicaPlacement
+from kiban.testing.waiting import eventually
 
 T = TypeVar("T")
 
@@ -76,21 +75,6 @@ class ConformanceTarget(Protocol):
     def write_checkpoint(self, job_id: str) -> float:
         """Write a checkpoint file as the job's replicas would; its modification time."""
         ...
-
-
-def eventually(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll ``check`` until it returns something other than None or False; fail after
-    ``timeout`` seconds naming ``what`` was awaited."""
-    deadline = time.monotonic() + timeout
-    pause = 0.01
-    while True:
-        found = check()
-        if found is not None and found is not False:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:g}s for {what}")
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.25)
 
 
 def new_job_id(prefix: str = "conf") -> str:
@@ -174,8 +158,8 @@ class ExecutorConformance:
 
         return eventually(
             gone,
-            target.patience_s,
-            f"replica {ref.rank} of {ref.job_id} attempt {ref.attempt} to end",
+            timeout=target.patience_s,
+            what=f"replica {ref.rank} of {ref.job_id} attempt {ref.attempt} to end",
         )
 
     @staticmethod
@@ -186,8 +170,8 @@ class ExecutorConformance:
 
         return eventually(
             runs,
-            target.patience_s,
-            f"replica {ref.rank} of {ref.job_id} to run",
+            timeout=target.patience_s,
+            what=f"replica {ref.rank} of {ref.job_id} to run",
         )
 
     @staticmethod
@@ -257,8 +241,8 @@ class ExecutorConformance:
         job = launched.request.job_id
         eventually(
             lambda: (job, 1) not in target.executor.attempts(),
-            target.patience_s,
-            "the abandoned attempt to be gone from attempts()",
+            timeout=target.patience_s,
+            what="the abandoned attempt to be gone from attempts()",
         )
 
     # -- attempts ------------------------------------------------------------------------------
@@ -277,8 +261,8 @@ class ExecutorConformance:
             if target.lists_attempts:
                 eventually(
                     lambda: (job, 2) in target.executor.attempts(),
-                    target.patience_s,
-                    "attempts() to list the running attempt 2",
+                    timeout=target.patience_s,
+                    what="attempts() to list the running attempt 2",
                 )
             target.executor.stop(first_ref, force=True)
             assert self.running(target, second_ref).running
@@ -287,8 +271,8 @@ class ExecutorConformance:
         self.ended(target, second_ref)
         eventually(
             lambda: not {(job, 1), (job, 2)} & target.executor.attempts(),
-            target.patience_s,
-            "attempts() to list neither attempt once both ended",
+            timeout=target.patience_s,
+            what="attempts() to list neither attempt once both ended",
         )
 
     # -- capabilities --------------------------------------------------------------------------
@@ -311,8 +295,8 @@ class ExecutorConformance:
         self.ended(target, ref)
         eventually(
             lambda: meter.replica_cpu_seconds(ref) is None,
-            target.patience_s,
-            "no CPU reading of a replica that ended",
+            timeout=target.patience_s,
+            what="no CPU reading of a replica that ended",
         )
 
     def test_logs_hold_what_a_replica_printed(self, target: ConformanceTarget) -> None:
@@ -334,8 +318,8 @@ class ExecutorConformance:
 
         data = eventually(
             greeted,
-            target.patience_s,
-            "the replica's greeting in its log",
+            timeout=target.patience_s,
+            what="the replica's greeting in its log",
         )
         part, after = logs.read_log(job, 0, 3, 5)
         assert (part, after) == (data[3:8], 8)

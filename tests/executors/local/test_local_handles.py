@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kiban.domain.manifests import parse_job_manifest
-from kiban.executors.base import LaunchRequest, NodeInfo, ReplicaRef
+from kiban.executors.base import LaunchRequest, NodeInfo, Observation, ReplicaRef
 from kiban.executors.local import LocalExecutor
 from kiban.executors.local.executor import parse_process_handle, process_identity
 from kiban.scheduler.decisions import ReplicaPlacement
-from kiban.testing.conformance import eventually
+from kiban.testing.waiting import eventually
 
 
 def sleeper(executor: LocalExecutor, job_id: str) -> ReplicaRef:
@@ -55,9 +55,12 @@ def test_a_replica_stored_without_a_handle_is_found_by_its_pid_file(tmp_path: Pa
         assert restarted.observe(stored).running
         assert restarted.group_alive(stored)
         restarted.stop(stored, force=False)
-        seen = eventually(
-            lambda: (o := restarted.observe(stored)) and not o.running and o, 30, "the end"
-        )
+
+        def ended() -> Observation | None:
+            observed = restarted.observe(stored)
+            return None if observed.running else observed
+
+        seen = eventually(ended, timeout=30, what="the end")
         assert seen.exit_code != 0  # ended by the signal, recorded by its shim
     finally:
         restarted.stop(launched, force=True)
