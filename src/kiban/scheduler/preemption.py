@@ -142,39 +142,28 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     # do not count in the capacity arithmetic that spares placements doomed to fail.
     kept = tuple(n for n in cycle.reserved_for_others(job.id) if overlay.schedules(n))
     chosen: list[tuple[RunningJob, str]] = []
-    given_quota: dict[str, int] = {}
-    try:
-        with overlay.transaction():  # every give below is undone on exit
-            for victim, ground in ordered:
-                if ground in _COHORT_GROUNDS and cycle.quota.borrowed(victim.queue, flavor) <= 0:
-                    continue  # its queue gave back all it borrowed: the rest is its own
-                chosen.append((victim, ground))
-                _release(cycle, victim, flavor, given_quota)
-                attempt = _fit(cycle, job, flavor, allow, kept)
-                if attempt is not None:
-                    attempt = _spare_the_unneeded(
-                        cycle, job, flavor, allow, kept, chosen, given_quota
-                    )
-                    nodes = frozenset(p.node for p in attempt.placements)
-                    return VictimChoice(flavor, tuple(chosen), nodes)
-    finally:
-        for queue, gpus in given_quota.items():
-            cycle.quota.take(queue, flavor, gpus)
-        for victim, _ground in chosen:  # the spared ones took theirs back already
-            if victim.flavor_extended:
-                cycle.quota.take_extended(victim.queue, flavor, _extended(victim, flavor))
+    # every give below is a what-if: both transactions undo it on exit
+    with overlay.transaction(), cycle.quota.transaction():
+        for victim, ground in ordered:
+            if ground in _COHORT_GROUNDS and cycle.quota.borrowed(victim.queue, flavor) <= 0:
+                continue  # its queue gave back all it borrowed: the rest is its own
+            chosen.append((victim, ground))
+            _release(cycle, victim, flavor)
+            attempt = _fit(cycle, job, flavor, allow, kept)
+            if attempt is not None:
+                attempt = _spare_the_unneeded(cycle, job, flavor, allow, kept, chosen)
+                nodes = frozenset(p.node for p in attempt.placements)
+                return VictimChoice(flavor, tuple(chosen), nodes)
     return None
 
 
-def _release(cycle: Cycle, victim: RunningJob, flavor: str, given: dict[str, int]) -> None:
+def _release(cycle: Cycle, victim: RunningJob, flavor: str) -> None:
     """What-if: the victim's capacity and quota are free."""
     for replica in victim.replicas:
         cycle.overlays[flavor].give(
             replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory, replica.extended
         )
-    gpus = victim.flavor_gpus.get(flavor, 0)
-    cycle.quota.give(victim.queue, flavor, gpus)
-    given[victim.queue] = given.get(victim.queue, 0) + gpus
+    cycle.quota.give(victim.queue, flavor, victim.flavor_gpus.get(flavor, 0))
     if victim.flavor_extended:
         cycle.quota.give_extended(victim.queue, flavor, _extended(victim, flavor))
 
@@ -213,7 +202,6 @@ def _spare_the_unneeded(
     allow: NodeFilter | None,
     kept: Sequence[str],
     chosen: list[tuple[RunningJob, str]],
-    given: dict[str, int],
 ) -> GangAttempt:
     """Give each chosen victim back, the last but one first, while the job still fits; the
     last was needed. Least-loss order alone may pick jobs on nodes the gang never uses."""
@@ -222,8 +210,7 @@ def _spare_the_unneeded(
     assert attempt is not None
     for k in range(len(chosen) - 2, -1, -1):
         victim, _ground = chosen[k]
-        gpus = victim.flavor_gpus.get(flavor, 0)
-        with overlay.transaction() as tx:
+        with overlay.transaction() as tx, cycle.quota.transaction() as quota_tx:
             for replica in victim.replicas:
                 overlay.take_ids(
                     replica.node,
@@ -232,16 +219,13 @@ def _spare_the_unneeded(
                     replica.memory,
                     replica.extended,
                 )
-            cycle.quota.take(victim.queue, flavor, gpus)
-            held = _extended(victim, flavor)
-            cycle.quota.take_extended(victim.queue, flavor, held)
+            cycle.quota.take(victim.queue, flavor, victim.flavor_gpus.get(flavor, 0))
+            cycle.quota.take_extended(victim.queue, flavor, _extended(victim, flavor))
             without = _fit(cycle, job, flavor, allow, kept)
             if without is None:
-                cycle.quota.give(victim.queue, flavor, gpus)
-                cycle.quota.give_extended(victim.queue, flavor, held)
-                continue  # needed: the transaction gives its capacity back on exit
+                continue  # needed: the transactions give its capacity and quota back on exit
             tx.commit()
-        given[victim.queue] -= gpus
+            quota_tx.commit()
         del chosen[k]
         attempt = without
     return attempt

@@ -15,8 +15,9 @@ up to what it was given). A resource the quota does not name is not limited.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from kiban.scheduler.reasons import PendingReason, ReasonCode
 from kiban.scheduler.reasons import gpus as gpu_phrase
@@ -45,6 +46,27 @@ class _Terms:
     borrowing_limit: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class _QuotaChange:
+    queue: str
+    flavor: str
+    gpus: int  # signed: taken > 0, given < 0
+    extended: Extended = ()
+    extended_sign: int = 0
+
+
+@dataclass
+class QuotaTransaction:
+    """Quota changes made in one what-if; ``commit`` keeps them, otherwise they are undone
+    (as ``CapacityOverlay.transaction`` does for capacity)."""
+
+    changes: list[_QuotaChange] = field(default_factory=list)
+    committed: bool = False
+
+    def commit(self) -> None:
+        self.committed = True
+
+
 class QuotaBook:
     """GPUs in use per (queue, flavor), with each cohort's shared pool and what is drawn on it."""
 
@@ -58,6 +80,8 @@ class QuotaBook:
         self._refusals: dict[tuple[str, str, int], tuple[int, QuotaVerdict]] = {}
         self._ceilings: dict[tuple[str, str], int | None] = {}
         self._extended_used: dict[tuple[str, str], dict[str, int]] = {}
+        self._transactions: list[QuotaTransaction] = []
+        self._undoing = False
         for q in self.queues.values():
             if q.extended_used:  # most queues' jobs hold none
                 for flavor, amounts in q.extended_used.items():
@@ -301,6 +325,8 @@ class QuotaBook:
     def _change_extended(self, queue: str, flavor: str, extended: Extended, sign: int) -> None:
         if not extended or queue not in self.queues:
             return
+        if self._transactions and not self._undoing:
+            self._transactions[-1].changes.append(_QuotaChange(queue, flavor, 0, extended, sign))
         used = self._extended_used.setdefault((queue, flavor), {})
         for name, amount in extended:
             used[name] = used.get(name, 0) + sign * amount
@@ -316,6 +342,8 @@ class QuotaBook:
         q = self.queues.get(queue)
         if q is None or delta == 0:
             return
+        if self._transactions and not self._undoing:
+            self._transactions[-1].changes.append(_QuotaChange(queue, flavor, delta))
         self._version += 1
         before = self.draw(queue, flavor)
         self._used[(queue, flavor)] = self.used(queue, flavor) + delta
@@ -323,6 +351,36 @@ class QuotaBook:
             return
         key = (q.cohort, flavor)
         self._drawn[key] = self._drawn.get(key, 0) + self.draw(queue, flavor) - before
+
+    @contextmanager
+    def transaction(self) -> Iterator[QuotaTransaction]:
+        """Group changes; unless committed, they are all undone on exit. Transactions nest: a
+        committed inner one becomes part of the outer one, which can still undo it (a victim
+        search asks what fits once victims' quota is given back, then undoes it)."""
+        tx = QuotaTransaction()
+        self._transactions.append(tx)
+        try:
+            yield tx
+        finally:
+            self._transactions.pop()
+            if tx.committed:
+                if self._transactions:
+                    self._transactions[-1].changes.extend(tx.changes)
+            else:
+                self._undo(tx.changes)
+
+    def _undo(self, changes: list[_QuotaChange]) -> None:
+        self._undoing = True  # an undo is recorded in no transaction (an outer one never saw it)
+        try:
+            for change in reversed(changes):
+                if change.extended_sign:
+                    self._change_extended(
+                        change.queue, change.flavor, change.extended, -change.extended_sign
+                    )
+                else:
+                    self._change(change.queue, change.flavor, -change.gpus)
+        finally:
+            self._undoing = False
 
 
 def _on(flavor: str) -> str:
