@@ -66,8 +66,8 @@ class Platform:
     """The engine of the control loop, the service controller and the submission writer, whose
     connections requests cannot take (None: they share ``engine``)."""
     services: ServiceController = field(init=False)
-    sweeps: HealthSweeps | None = None  # allreduce sweeps (set by build_platform)
-    notebooks: NotebookController | None = None  # readiness and culling (set by build_platform)
+    sweeps: HealthSweeps | None = None  # allreduce sweeps (build_platform makes them)
+    notebooks: NotebookController | None = None  # readiness and culling (build_platform's)
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices one array may have (kiban up option)
     audit: AuditWriter | None = None
     """Appends the audit log's records (None: auditing is off, ``kiban up --no-audit``)."""
@@ -210,12 +210,18 @@ def build_platform(
     control_engine = make_engine(url, CONTROL_POOL)
     control = session_factory(control_engine)
     known_facts = KnownFacts(sessions, executor)
+    loop_settings = loop_settings or LoopSettings()
+    sweeps = HealthSweeps(
+        control, executor, lambda: known_facts.current, every_s=loop_settings.sweep_every_s
+    )
+    notebooks = NotebookController(control, executor, ready_timeout_s=notebook_ready_timeout_s)
     loop = ControlLoop(
         control,
         executor,
         clock=clock,
         settings=loop_settings,
         on_nodes_changed=known_facts.refresh,  # submissions are checked against the nodes now
+        health_hooks=(sweeps.tick, Epilogue(control).tick, notebooks.tick),
     )
     platform = Platform(
         submissions=SubmissionWriter(control, on_stored=loop.jobs_stored),
@@ -230,15 +236,10 @@ def build_platform(
         admin_token=admin_token,
         max_array_size=max_array_size,
         audit=AuditWriter(control) if audit else None,
+        sweeps=sweeps,
+        notebooks=notebooks,
     )
     platform.refresh_facts()
-    platform.sweeps = HealthSweeps(
-        control, executor, lambda: platform.facts, every_s=loop.settings.sweep_every_s
-    )
-    platform.notebooks = NotebookController(
-        control, executor, ready_timeout_s=notebook_ready_timeout_s
-    )
-    loop.health_hooks += [platform.sweeps.tick, Epilogue(control).tick, platform.notebooks.tick]
     platform.refresh_policy()
     return platform
 

@@ -56,3 +56,26 @@ def test_submission_facts_follow_the_nodes_the_loop_stores(
     platform.loop.run_once()
     assert len(platform.facts.nodes) == 4
     assert platform.facts.max_gpus == 8
+
+
+def test_a_loop_is_given_its_health_hooks_when_made(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock
+) -> None:
+    """The active checks (sweeps, the epilogue, notebooks' culling) are construction arguments,
+    run by each pass; the platform's loop has its three, and none can be added afterwards."""
+    seen: list[float] = []
+
+    def hook(now: float) -> bool:
+        seen.append(now)
+        return False
+
+    loop = ControlLoop(platform.control_sessions, executor, clock=clock, health_hooks=(hook,))
+    loop.run_once()
+    assert seen == [clock.now()]
+    assert isinstance(loop.health_hooks, tuple)
+    assert platform.sweeps is not None and platform.notebooks is not None
+    assert [h.__self__ for h in platform.loop.health_hooks][::2] == [  # type: ignore[attr-defined]
+        platform.sweeps,
+        platform.notebooks,
+    ]
+    assert len(platform.loop.health_hooks) == 3

@@ -95,9 +95,13 @@ class ControlLoop:
         settings: LoopSettings | None = None,
         on_pass: Callable[[], None] | None = None,
         on_nodes_changed: Callable[[], None] | None = None,
+        health_hooks: Sequence[Callable[[float], bool]] = (),
     ) -> None:
         """``on_pass``: called after each pass. ``on_nodes_changed``: called after the nodes a
-        sync found changed are stored (the platform reads its submission facts again)."""
+        sync found changed are stored (the platform reads its submission facts again).
+        ``health_hooks``: active health checks run each pass (allreduce sweeps, the epilogue
+        check, notebooks' idle culling), each returning True when it changed what should be
+        scheduled."""
         self.sessions = sessions
         self.executor = executor
         self.clock = clock or SystemClock()
@@ -134,9 +138,7 @@ class ControlLoop:
         self.health = HealthPass(
             sessions, self._requeue_drained, executor.offers.taints, self.clock.now
         )
-        # Active health checks run each pass (allreduce sweeps, the epilogue check): each
-        # returns True when it changed what should be scheduled.
-        self.health_hooks: list[Callable[[float], bool]] = []
+        self.health_hooks = tuple(health_hooks)
         self._last_health_checks = float("-inf")
 
     # -- thread --------------------------------------------------------------------------------
