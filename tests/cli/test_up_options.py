@@ -16,10 +16,23 @@ runner = CliRunner()
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--pod-api-url", "http://kiban:8470"], "--pod-api-url need --backend kubernetes"),
+        (["--pod-api-url", "http://kiban:8470"], "--pod-api-url, --notebook-storage and"),
         (
             ["--backend", "kubernetes", "--pod-api-url", "kiban:8470"],
             "pod_api_url 'kiban:8470' must be an http:// or https:// URL",
+        ),
+        (["--notebook-storage", "20Gi"], "--notebook-storage-class need --backend kubernetes"),
+        (
+            ["--backend", "kubernetes", "--notebook-storage", "lots"],
+            "notebook_storage 'lots': 'lots' is not a memory quantity",
+        ),
+        (
+            ["--backend", "kubernetes", "--notebook-storage", "0Gi"],
+            "notebook_storage '0Gi' must be above zero",
+        ),
+        (
+            ["--backend", "kubernetes", "--notebook-storage-class", "Fast_SSD"],
+            "notebook_storage_class 'Fast_SSD' is not a StorageClass name",
         ),
     ],
 )

@@ -55,6 +55,14 @@ def up(
             "with a token of their job's own); none: they get neither"
         ),
     ] = None,
+    notebook_storage: Annotated[
+        str,
+        typer.Option(help="Kubernetes: the size of the volume claim of each notebook's directory"),
+    ] = "10Gi",
+    notebook_storage_class: Annotated[
+        str | None,
+        typer.Option(help="Kubernetes: the StorageClass of notebooks' claims (none: the default)"),
+    ] = None,
     max_requests_per_principal: Annotated[
         int,
         typer.Option(
@@ -137,13 +145,22 @@ def up(
                 default_image=image,
                 unhealthy_conditions=tuple(unhealthy_condition or defaults.unhealthy_conditions),
                 pod_api_url=pod_api_url,
+                notebook_storage=notebook_storage,
+                notebook_storage_class=notebook_storage_class,
             )
         except ValueError as exc:
             fail(str(exc))
-    elif kubeconfig is not None or image is not None or unhealthy_condition or pod_api_url:
+    elif (
+        kubeconfig is not None
+        or image is not None
+        or unhealthy_condition
+        or pod_api_url
+        or notebook_storage != "10Gi"
+        or notebook_storage_class is not None
+    ):
         fail(
-            "--kubeconfig, --image, --unhealthy-condition and --pod-api-url need "
-            "--backend kubernetes"
+            "--kubeconfig, --image, --unhealthy-condition, --pod-api-url, --notebook-storage "
+            "and --notebook-storage-class need --backend kubernetes"
         )
     if backend != "local" and agent_readings_dir is not None:
         fail("--agent-readings-dir is for the local backend (on Kubernetes a DaemonSet runs it)")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kiban.domain.jobspec import DNS_LABEL
+from kiban.domain.quantity import parse_memory
 
 GPU_RESOURCE = "nvidia.com/gpu"
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""A Kubernetes object name such as a StorageClass's (RFC 1123 subdomain)."""
 
 
 @dataclass(frozen=True)
@@ -57,3 +61,15 @@ class KubernetesOptions:
             raise ValueError(f"pod_api_url {url!r} must be an http:// or https:// URL")
         if self.node_sync_s <= 0:
             raise ValueError(f"node_sync_s must be positive, not {self.node_sync_s}")
+        try:
+            size = parse_memory(self.notebook_storage)
+        except ValueError as exc:
+            raise ValueError(f"notebook_storage {self.notebook_storage!r}: {exc}") from None
+        if size <= 0:
+            raise ValueError(f"notebook_storage {self.notebook_storage!r} must be above zero")
+        storage_class = self.notebook_storage_class
+        if storage_class is not None and not DNS_SUBDOMAIN.match(storage_class):
+            raise ValueError(
+                f"notebook_storage_class {storage_class!r} is not a StorageClass name "
+                "(lowercase letters, digits, '-' and '.')"
+            )
