@@ -53,6 +53,8 @@ CALLS = {
     "create_namespaced_secret": ("secrets", "create"),  # an MPI job's ssh keys
     "read_namespaced_secret": ("secrets", "get"),  # a restarted kiban's deferred launcher
     "delete_namespaced_secret": ("secrets", "delete"),
+    # a notebook's directory: made at its first start, never deleted by kiban
+    "create_namespaced_persistent_volume_claim": ("persistentvolumeclaims", "create"),
 }
 
 
