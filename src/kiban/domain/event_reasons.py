@@ -35,6 +35,7 @@ class JobEventReason(StrEnum):
     GPUS_IDLE = "GpusIdle"  # its GPUs read under the idle threshold for the idle window
     PREFLIGHT_FAILED = "PreflightFailed"  # a placed node failed its check: excluded, re-placed
     EPILOGUE_CHECK = "EpilogueCheck"  # it failed on a node that saw a new Xid or ECC event
+    SWEEP_YIELDED = "SweepYielded"  # an allreduce sweep's job gave way to waiting work
     CULLED = "Culled"  # a notebook idle longer than its idleTimeout: stopped, its directory kept
     NOTEBOOK_NOT_READY = "NotebookNotReady"  # a notebook's server did not answer in time
     NOTEBOOK_STOPPED = "NotebookStopped"  # its owner (or an admin) stopped the notebook

@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.domain.declarations import MAX_PRIORITY
+from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.states import JobState
 from kiban.executors.base import Executor, log_source
 from kiban.health.allreduce import SweepResult, parse_result_line
@@ -372,7 +373,7 @@ def yield_to_work(session: Session, at: float) -> list[str]:
             events.record_for_job(
                 session,
                 job,
-                "SweepYielded",
+                JobEventReason.SWEEP_YIELDED,
                 f"cancelled: job {waiting} waits for capacity, and a sweep gives way to any work",
                 at,
             )
