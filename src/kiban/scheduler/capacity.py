@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from kiban.scheduler.capacity_index import CapacityIndex
 from kiban.scheduler.node_match import NodeConstraint, NodePreference
 from kiban.scheduler.snapshot import NO_EXTENDED, Extended, NodeView
+from kiban.scheduler.what_if import Transaction, nested
 
 NodeFilter = Callable[[NodeView], bool]
 
@@ -30,17 +31,6 @@ class _Change:
     cpu_millis: int
     memory: int
     extended: Extended = NO_EXTENDED
-
-
-@dataclass(slots=True)
-class Transaction:
-    """Changes made so far in one attempt; ``commit`` keeps them, otherwise they are undone."""
-
-    changes: list[_Change] = field(default_factory=list)
-    committed: bool = False
-
-    def commit(self) -> None:
-        self.committed = True
 
 
 class CapacityOverlay:
@@ -65,7 +55,7 @@ class CapacityOverlay:
         self._total_free = index.total_free
         self._max_free = index.max_free
         self._domain_free = [dict(level) for level in index.domain_free]
-        self._transactions: list[Transaction] = []
+        self._transactions: list[Transaction[_Change]] = []
         self._undoing = False
         self._constrained_fits: dict[
             tuple[int, int, int, NodeConstraint, Extended], tuple[bool, int]
@@ -350,24 +340,13 @@ class CapacityOverlay:
         if self._transactions and not self._undoing:
             self._transactions[-1].changes.append(change)
 
-    @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self) -> AbstractContextManager[Transaction[_Change]]:
         """Group changes; unless committed, they are all undone on exit.
 
         Transactions nest: a committed inner one becomes part of the outer one, which can still
         undo it (a "what if" asks whether a gang would fit after giving capacity back).
         """
-        tx = Transaction()
-        self._transactions.append(tx)
-        try:
-            yield tx
-        finally:
-            self._transactions.pop()
-            if tx.committed:
-                if self._transactions:
-                    self._transactions[-1].changes.extend(tx.changes)
-            else:
-                self._undo(tx.changes)
+        return nested(self._transactions, self._undo)
 
     def _undo(self, changes: list[_Change]) -> None:
         self._undoing = True

@@ -15,13 +15,14 @@ up to what it was given). A resource the quota does not name is not limited.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from kiban.scheduler.reasons import PendingReason, ReasonCode
 from kiban.scheduler.reasons import gpus as gpu_phrase
 from kiban.scheduler.snapshot import Extended, QueueView
+from kiban.scheduler.what_if import Transaction, nested
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,18 +56,6 @@ class _QuotaChange:
     extended_sign: int = 0
 
 
-@dataclass
-class QuotaTransaction:
-    """Quota changes made in one what-if; ``commit`` keeps them, otherwise they are undone
-    (as ``CapacityOverlay.transaction`` does for capacity)."""
-
-    changes: list[_QuotaChange] = field(default_factory=list)
-    committed: bool = False
-
-    def commit(self) -> None:
-        self.committed = True
-
-
 class QuotaBook:
     """GPUs in use per (queue, flavor), with each cohort's shared pool and what is drawn on it."""
 
@@ -80,7 +69,7 @@ class QuotaBook:
         self._refusals: dict[tuple[str, str, int], tuple[int, QuotaVerdict]] = {}
         self._ceilings: dict[tuple[str, str], int | None] = {}
         self._extended_used: dict[tuple[str, str], dict[str, int]] = {}
-        self._transactions: list[QuotaTransaction] = []
+        self._transactions: list[Transaction[_QuotaChange]] = []
         self._undoing = False
         for q in self.queues.values():
             if q.extended_used:  # most queues' jobs hold none
@@ -352,22 +341,11 @@ class QuotaBook:
         key = (q.cohort, flavor)
         self._drawn[key] = self._drawn.get(key, 0) + self.draw(queue, flavor) - before
 
-    @contextmanager
-    def transaction(self) -> Iterator[QuotaTransaction]:
+    def transaction(self) -> AbstractContextManager[Transaction[_QuotaChange]]:
         """Group changes; unless committed, they are all undone on exit. Transactions nest: a
         committed inner one becomes part of the outer one, which can still undo it (a victim
         search asks what fits once victims' quota is given back, then undoes it)."""
-        tx = QuotaTransaction()
-        self._transactions.append(tx)
-        try:
-            yield tx
-        finally:
-            self._transactions.pop()
-            if tx.committed:
-                if self._transactions:
-                    self._transactions[-1].changes.extend(tx.changes)
-            else:
-                self._undo(tx.changes)
+        return nested(self._transactions, self._undo)
 
     def _undo(self, changes: list[_QuotaChange]) -> None:
         self._undoing = True  # an undo is recorded in no transaction (an outer one never saw it)
