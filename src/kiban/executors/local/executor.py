@@ -38,7 +38,6 @@ import psutil
 
 from kiban.clock import Clock, SystemClock
 from kiban.domain.service_replica import SERVICE_LABEL
-from kiban.executors import task_hosts
 from kiban.executors.base import (
     Capability,
     LaunchedReplica,
@@ -51,13 +50,13 @@ from kiban.executors.base import (
 )
 from kiban.executors.checkpoints import newest_file_mtime
 from kiban.executors.environment import replica_command, replica_environment
+from kiban.executors.local.hosts_files import write_hosts_files
 from kiban.executors.local.isolation import JOB_UMASK, Isolation, TenantRun
 from kiban.executors.local.log_index import INDEX_FD_ENV, LogMarks, marks_path
 from kiban.executors.local.mpi_replicas import MpiRun
 from kiban.executors.local.process_tree import kill_descendants
 from kiban.executors.local.reaper import Reaper
 from kiban.executors.log_streams import Mark, line_start_from, tail_start
-from kiban.executors.mpi_launch import host_name
 from kiban.serving.runtime.options import HOST_ENV, SOCKET_ENV
 
 logger = logging.getLogger("kiban.executors.local")
@@ -238,7 +237,7 @@ class LocalExecutor:
         mpi = None
         if spec.launcher == "mpirun":
             mpi = self._prepare_mpi(request, attempt_dir, tenant)
-        hosts_env = self._prepare_hosts(request, attempt_dir, tenant) if spec.hosts_files else {}
+        hosts_env = write_hosts_files(request, attempt_dir, tenant) if spec.hosts_files else {}
         programs = []
         for i, task in enumerate(spec.tasks):
             env = {**base_env, **task.env}
@@ -384,32 +383,6 @@ class LocalExecutor:
             for path in (directory, *directory.iterdir()):
                 os.chown(path, tenant.user.uid, tenant.user.gid, follow_symlinks=False)
         return run
-
-    def _prepare_hosts(
-        self, request: LaunchRequest, attempt_dir: Path, tenant: TenantRun | None
-    ) -> dict[str, str]:
-        """Volcano's svc plugin (``spec.hostsFiles``): the ``<task>.host`` files in a directory
-        of the attempt (``/etc/volcano`` is the host's, shared by every job, and not a user's to
-        write), named by ``KIBAN_HOSTS_DIR``; the ``VC_<TASK>_*`` variables to give each replica.
-        A replica's host is its name in an MPI hostfile, ``<job>-<task>-<i>``."""
-        data = task_hosts.hosts_data(
-            request.spec, lambda task, index: host_name(request.job_name, task, index)
-        )
-        if tenant is None:
-            directory = attempt_dir / "hosts"
-        else:
-            directory = tenant.own("run", request.job_id) / f"hosts-{request.attempt}"
-        try:
-            directory.mkdir(exist_ok=True)
-            for name, text in task_hosts.hosts_files(data).items():
-                (directory / name).write_text(text)
-                os.chmod(directory / name, 0o644)
-            if tenant is not None:
-                for path in (directory, *directory.iterdir()):
-                    os.chown(path, tenant.user.uid, tenant.user.gid, follow_symlinks=False)
-        except OSError as exc:
-            raise LaunchError(f"could not write the job's hosts files: {exc}") from exc
-        return {**task_hosts.hosts_env(data), task_hosts.DIR_ENV: str(directory)}
 
     def _check_program(self, program: str, working_dir: Path, env: dict[str, str]) -> Path:
         """The file ``program`` names (in ``working_dir``, or on the PATH), checked to be
