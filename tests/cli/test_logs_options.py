@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from kiban.cli.logs import never_started, parse_since, where_ran
+from kiban.cli.logs import never_started, parse_since, show_logs, where_ran
+from kiban.sdk.client import Client
 
 NOW = datetime(2024, 5, 1, 15, 30)
 
@@ -89,3 +91,45 @@ def test_where_each_replica_ran_is_said_per_rank() -> None:
         "=== kiban: job train-abc123, attempt 2: worker[1] rank 1 on node-1, GPUs 0,1"
     ]
     assert len(where_ran(running, None)) == 2
+
+
+class PendingThenRunning:
+    """A client whose job is Pending when first asked, and running once output comes."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        self.asked += 1
+        if self.asked == 1:
+            return job()
+        replica = {"task": "worker", "index": 0, "rank": 0, "node": "node-3", "gpuIds": []}
+        return job(state="Running", startedAt=1.0, replicas=[replica])
+
+    def logs(self, job_id: str, **options: Any) -> Iterator[bytes]:
+        yield b""
+        yield b"line 1\n"
+        yield b"line 2\n"
+
+
+def test_a_follow_that_began_while_pending_says_where_the_job_then_ran(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = PendingThenRunning()
+    code = show_logs(
+        cast(Client, client),
+        "train-abc123",
+        rank=0,
+        follow=True,
+        all_ranks=False,
+        tail=None,
+        since=None,
+        timestamps=False,
+    )
+    out = capsys.readouterr()
+    assert code == 0
+    assert out.out == "line 1\nline 2\n"
+    assert out.err.splitlines() == [
+        "kiban: job train-abc123 has not started: it is Pending; following its output once it runs",
+        "=== kiban: job train-abc123, attempt 1: worker[0] rank 0 on node-3, GPUs none",
+    ]

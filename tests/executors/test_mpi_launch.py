@@ -95,6 +95,7 @@ AGENT = ["/run/job/mpi-rsh"]
                 "PRTE_MCA_plm_ssh_agent": "/run/job/mpi-rsh",
                 "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
                 "OMPI_MCA_orte_leave_session_attached": "1",
+                "OMPI_MCA_rtc_hwloc_vmhole": "none",  # orted's topology sharing segfaults
             },
             ["OMPI_ALLOW_RUN_AS_ROOT", "HYDRA_HOST_FILE"],
         ),

@@ -88,9 +88,10 @@ def show_logs(
     if missing is not None and (not follow or job["state"] in TERMINAL):
         print(f"kiban: {missing}", file=sys.stderr, flush=True)
         return 1
+    ranks = None if all_ranks else {rank}
     if missing is not None:
         print(f"kiban: {missing}; following its output once it runs", file=sys.stderr)
-    for line in where_ran(job, None if all_ranks else {rank}):
+    for line in where_ran(job, ranks):
         print(line, file=sys.stderr)
     sys.stderr.flush()
     wrote = False
@@ -103,6 +104,10 @@ def show_logs(
         since=since,
         timestamps=timestamps,
     ):
+        if chunk and not wrote and missing is not None:
+            # it was pending when the follow began: where it runs is known once it has output
+            for line in where_ran(api.job(job_id), ranks):
+                print(line, file=sys.stderr, flush=True)
         sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
         wrote = wrote or bool(chunk)

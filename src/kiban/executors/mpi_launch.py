@@ -121,6 +121,11 @@ def launcher_environment(
         env["OMPI_MCA_orte_default_hostfile"] = hostfile
         env["PRTE_MCA_prte_default_hostfile"] = hostfile
         env["OMPI_MCA_orte_keep_fqdn_hostnames"] = "true"
+        # Open MPI 4.1's daemons share their hwloc topology through a mapping at the address of
+        # the "biggest" hole in mpirun's address space; an orted whose own stack or libraries sit
+        # there dies in hwloc_shmem_topology_write (SIGSEGV, seen in CI). "none" turns the
+        # sharing, a memory saving only, off (rtc_hwloc_component.c's ``vmhole`` parameter).
+        env["OMPI_MCA_rtc_hwloc_vmhole"] = "none"
         if rsh_agent is not None:
             spaced = [word for word in rsh_agent if not word or any(c.isspace() for c in word)]
             if spaced or not rsh_agent:
