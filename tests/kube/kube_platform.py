@@ -3,6 +3,7 @@ loop on a real clock, a store of its own, and helpers to read what it made in th
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,8 +57,18 @@ def empty_the_cluster(core: Any) -> None:
         core.delete_namespaced_service(svc.metadata.name, svc.metadata.namespace)
 
 
-def env_of(pod: Any) -> dict[str, str]:
-    return {e.name: e.value for e in pod.spec.containers[0].env or []}
+def env_of(pod: Any, core: Any | None = None) -> dict[str, str]:
+    """A pod's variables; with ``core``, those taken from a Secret read from it (the attempt's
+    credentials are never values in the pod spec)."""
+    env = {}
+    for entry in pod.spec.containers[0].env or []:
+        ref = entry.value_from.secret_key_ref if entry.value_from is not None else None
+        if ref is not None and core is not None:
+            secret = core.read_namespaced_secret(ref.name, pod.metadata.namespace)
+            env[entry.name] = base64.b64decode(secret.data[ref.key]).decode()
+        else:
+            env[entry.name] = entry.value
+    return env
 
 
 def manifest(name: str, *, replicas: int = 1, gpu: int = 2, **spec: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@ three fake 2-GPU nodes (see conftest.NODE_SPEC)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,15 @@ from kube_platform import (
     submit,
 )
 from kube_support import eventually, pod_body, unique
+from kubernetes.client.exceptions import ApiException
 from sqlalchemy import select
 
 from kiban.devtools.kube import ControlPlane
 from kiban.platform import Platform
+from kiban.services import jobs
 from kiban.services.auth import authenticate
 from kiban.store.models import Replica
+from kiban.testing.platform_jobs import ADMIN
 
 pytestmark = pytest.mark.kube
 
@@ -360,7 +364,26 @@ def test_pods_are_told_the_api_and_their_jobs_own_token(platform: Platform, core
     platform.loop.launcher.api_url = "http://kiban.kiban-system.svc:8470"
     job_id = submit(platform, job("told", gpu=1))
     (pod,) = running_pods(core, job_id, 1)
-    env = env_of(pod)
+    env = env_of(pod, core)
     assert env["KIBAN_URL"] == "http://kiban.kiban-system.svc:8470"
     with platform.sessions() as session:
         assert authenticate(session, f"Bearer {env['KIBAN_TOKEN']}").job_id == job_id
+    # the token is in the attempt's Secret, never a value in the pod (readable by get pods)
+    assert env["KIBAN_TOKEN"] not in json.dumps(core.api_client.sanitize_for_serialization(pod))
+    [entry] = [e for e in pod.spec.containers[0].env if e.name == "KIBAN_TOKEN"]
+    secret = entry.value_from.secret_key_ref.name
+    with platform.sessions() as session:
+        jobs.cancel(session, ADMIN, job_id, platform.clock.now())
+        session.commit()
+    platform.loop.wake()
+    eventually(lambda: not secret_exists(core, secret), what=f"Secret {secret} deleted")
+
+
+def secret_exists(core: Any, name: str) -> bool:
+    try:
+        core.read_namespaced_secret(name, NAMESPACE)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

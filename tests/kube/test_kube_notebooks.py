@@ -117,8 +117,9 @@ def test_a_notebook_is_a_pod_placed_by_kiban_and_reached_through_the_route(
         assert "--ServerApp.ip=0.0.0.0" in container.command
         assert "--ServerApp.base_url=/nb/vision/lab/" in container.command
         assert "--ServerApp.root_dir=/kiban/notebooks/lab" in container.command
-        env = env_of(pod)
+        env = env_of(pod, core)  # the token from the attempt's Secret
         assert env["MASTER_PORT"] == str(job.master_port) and len(env["JUPYTER_TOKEN"]) == 64
+        assert [e.value for e in container.env if e.name == "JUPYTER_TOKEN"] == [None]
         assert not any(env["JUPYTER_TOKEN"] in arg for arg in container.command)
         assert container.resources.limits["nvidia.com/gpu"] == "1"
         [mount] = container.volume_mounts

@@ -68,6 +68,11 @@ class LaunchRequest:
     api_env: Mapping[str, str] = field(default_factory=dict)
 
 
+CREDENTIAL_ENV = frozenset({"KIBAN_TOKEN", "JUPYTER_TOKEN"})
+"""The names in ``api_env`` whose values are credentials (the job's API token, a notebook's
+Jupyter token): an executor keeps them out of what others may read, e.g. a pod's spec."""
+
+
 @dataclass(frozen=True)
 class ReplicaRef:
     """Which replica, and the identity its executor gave it at launch: an opaque ``handle``

@@ -11,7 +11,8 @@ hostfile ConfigMap and an ssh key Secret, and its launcher's pod waits for its w
 ended is kept (``kept_logs``)
 before the pod is deleted, in the background, and ``read_log`` serves it after (``pod_logs``
 reads logs, live or kept); the log of a pod stopped while it runs is followed to its end and
-kept (``stopping_logs``). Volcano's svc plugin's hosts ConfigMap is ``hosts_objects``'s.
+kept (``stopping_logs``). Volcano's svc plugin's hosts ConfigMap is ``hosts_objects``'s; the
+attempt's credentials (its API token, a notebook's Jupyter token) are in a Secret, ``env_secrets``.
 
 Replicas are identified by a handle ``namespace/name/uid``; ``observe`` reads a pod cache that
 a watch keeps current (``podcache``), so a restarted kiban finds the pods it started before
@@ -49,7 +50,7 @@ from kiban.executors.base import (
     Offers,
     ReplicaRef,
 )
-from kiban.executors.kubernetes import hosts_objects, mpi_objects
+from kiban.executors.kubernetes import env_secrets, hosts_objects, mpi_objects
 from kiban.executors.kubernetes.api import CoreApi, Obj, connect, ignore_gone
 from kiban.executors.kubernetes.kept_logs import KEPT_LOG_LINES, KeptLogs
 from kiban.executors.kubernetes.mpi_launchers import MpiLaunchers
@@ -230,6 +231,7 @@ class KubernetesExecutor:
         hosts = hosts_objects.prepare(
             request, bodies, namespace, self.options.cluster_domain, alone
         )
+        credentials = env_secrets.prepare(request, bodies, namespace)
         try:
             self._ensure_namespace(namespace)
             if not alone:
@@ -240,10 +242,13 @@ class KubernetesExecutor:
                     body["metadata"]["ownerReferences"] = [owner]
                 if mpi is not None:
                     mpi.with_owner(owner)
-                if hosts is not None:
-                    hosts["metadata"]["ownerReferences"] = [owner]
+                for made in (hosts, credentials):
+                    if made is not None:
+                        made["metadata"]["ownerReferences"] = [owner]
             if hosts is not None:
                 hosts_objects.create(self.api, namespace, hosts)
+            if credentials is not None:
+                env_secrets.create(self.api, namespace, credentials)
             deferred = self.mpi.create_objects(request, namespace, mpi, bodies)
             created = iter(
                 self._create_pods(namespace, [b for i, b in enumerate(bodies) if i != deferred])
@@ -262,6 +267,9 @@ class KubernetesExecutor:
                 launched.append(LaunchedReplica(placement.rank, self._clock.now(), handle))
         except ApiException as exc:
             self.abandon(request.job_id, request.attempt)
+            if credentials is not None:  # no pod may refer to it, so abandon may not find it
+                name = env_secrets.secret_name(request.job_id, request.attempt)
+                ignore_gone(self.api.delete_secret, namespace, name)
             raise LaunchError(f"the Kubernetes API refused: {_api_message(exc)}") from None
         return launched
 
@@ -454,6 +462,9 @@ class KubernetesExecutor:
                 self._in_background(self._end_attempt, replica, namespace, service)
             else:
                 ignore_gone(self.api.delete_service, namespace, service)
+                credentials = env_secrets.secret_name(replica.job_id, replica.attempt)
+                if pod is not None and env_secrets.refers_to_secret(pod, credentials):
+                    ignore_gone(self.api.delete_secret, namespace, credentials)
                 self.mpi.delete_objects(replica.job_id, replica.attempt)
 
     def _in_background(self, task: Callable[..., None], *args: Any) -> None:
@@ -470,15 +481,19 @@ class KubernetesExecutor:
 
     def _end_attempt(self, replica: ReplicaRef, namespace: str, service: str) -> None:
         selector = {JOB_LABEL: job_key(replica.job_id), ATTEMPT_LABEL: str(replica.attempt)}
-        hosts = False
+        credentials = env_secrets.secret_name(replica.job_id, replica.attempt)
+        hosts = secret = False
         for pod in self.pods.select(selector):
             hosts = hosts or hosts_objects.has_hosts(pod)
+            secret = secret or env_secrets.refers_to_secret(pod, credentials)
             if ended(pod):
                 self._keep(replica.job_id, pod)
         ignore_gone(self.api.delete_service, namespace, service)
         if hosts:
             name = hosts_objects.config_map_name(replica.job_id, replica.attempt)
             ignore_gone(self.api.delete_config_map, namespace, name)
+        if secret:
+            ignore_gone(self.api.delete_secret, namespace, credentials)
         self.mpi.delete_objects(replica.job_id, replica.attempt)
 
     def _keep(self, job_id: str, pod: Obj) -> None:
@@ -499,16 +514,20 @@ class KubernetesExecutor:
 
     def abandon(self, job_id: str, attempt: int) -> None:
         """Delete every pod and the Service of one attempt, found by their labels (the logs of
-        pods that ended kept first), and an MPI attempt's ConfigMap and Secret by name in the
-        namespace of its pods (none is listed: kiban may not list Secrets)."""
+        pods that ended kept first), and the attempt's ConfigMaps and Secrets (MPI's, the hosts',
+        the credentials') by name in the namespace of the pods that use them (none is listed:
+        kiban may not list Secrets)."""
         selector = attempt_selector(job_id, attempt)
-        namespaces, hosts = set(), set()
+        credentials = env_secrets.secret_name(job_id, attempt)
+        namespaces, hosts, secrets = set(), set(), set()
         for pod in self.api.list_pods(label_selector=selector).get("items") or []:
             meta = pod["metadata"]
             if mpi_objects.is_mpi_pod(pod):
                 namespaces.add(meta["namespace"])
             if hosts_objects.has_hosts(pod):
                 hosts.add(meta["namespace"])
+            if env_secrets.refers_to_secret(pod, credentials):
+                secrets.add(meta["namespace"])
             if self.kept is not None and ended(pod):
                 self._keep(job_id, pod)
             present = self._node_present(pod)
@@ -522,6 +541,8 @@ class KubernetesExecutor:
         for namespace in sorted(hosts):
             name = hosts_objects.config_map_name(job_id, attempt)
             ignore_gone(self.api.delete_config_map, namespace, name)
+        for namespace in sorted(secrets):
+            ignore_gone(self.api.delete_secret, namespace, credentials)
         known = self.mpi.namespace_of(job_id, attempt)
         for namespace in sorted(namespaces | ({known} if known else set())):
             self.mpi.delete_objects(job_id, attempt, namespace)  # or made before a restart
