@@ -7,6 +7,9 @@ over, since kiban admits and places the job itself. A field without a counterpar
 when ignoring it would change what the job computes (a second container, a secret in the
 environment, a plugin kiban lacks), and otherwise ignored with a warning naming it. Errors and
 warnings name the field as written in the Volcano file.
+
+This module reads the job (metadata, spec, volumes, pod spreads); its tasks and policies are read
+in ``volcano_tasks``, its plugins in ``volcano_plugins``.
 """
 
 from __future__ import annotations
