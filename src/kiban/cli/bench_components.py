@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from kiban.cli import render
-from kiban.cli.bench_report import bad_option, report
+from kiban.cli.bench_report import JsonOpt, checked, report
 
 component_benches = typer.Typer()
 """Mounted in ``kiban bench`` (``kiban.cli.bench``)."""
@@ -51,10 +51,7 @@ def scheduler(
     contended_cycles: Annotated[
         int, typer.Option(help="cycles of each contended case at most")
     ] = 400,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Placements/s, cycle time and memory of the pure scheduler core on a synthetic cluster.
 
@@ -69,25 +66,23 @@ def scheduler(
     from kiban.bench.report import scheduler_table
     from kiban.bench.scheduler import SchedulerBenchOptions, run_scheduler_bench
 
-    try:
-        options = SchedulerBenchOptions(
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            jobs=jobs,
-            queues=queues,
-            cohorts=cohorts,
-            big_queues=big_queues,
-            seed=seed,
-            busy=busy,
-            max_cycles=max_cycles,
-            time_limit_s=time_limit,
-            traces=traces,
-            profile_dir=profile,
-            contended_nodes=contended_nodes,
-            contended_cycles=contended_cycles,
-        )
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(
+        SchedulerBenchOptions,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        jobs=jobs,
+        queues=queues,
+        cohorts=cohorts,
+        big_queues=big_queues,
+        seed=seed,
+        busy=busy,
+        max_cycles=max_cycles,
+        time_limit_s=time_limit,
+        traces=traces,
+        profile_dir=profile,
+        contended_nodes=contended_nodes,
+        contended_cycles=contended_cycles,
+    )
     report(
         lambda: run_scheduler_bench(options, say=render.say),
         (BenchError,),
@@ -109,10 +104,7 @@ def control(
     rounds: Annotated[
         int, typer.Option(help="with --against: runs of each, alternating (medians shown)")
     ] = 1,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """The service controller's and the control loop's pass times with many running jobs and
     services, and how long a cancel or settling transaction waits while a probe hangs.
@@ -121,17 +113,15 @@ def control(
     """
     from kiban.bench.control import ControlBenchOptions, control_table, run_control_bench
 
-    try:
-        options = ControlBenchOptions(
-            running=running,
-            services=services,
-            passes=passes,
-            hang_s=hang,
-            against=against,
-            rounds=rounds,
-        )
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(
+        ControlBenchOptions,
+        running=running,
+        services=services,
+        passes=passes,
+        hang_s=hang,
+        against=against,
+        rounds=rounds,
+    )
     report(
         lambda: run_control_bench(options, say=render.say),
         (RuntimeError,),
@@ -147,21 +137,20 @@ def health(
     faults: Annotated[int, typer.Option(help="nodes that get a GPU fault")] = 32,
     intervals: Annotated[int, typer.Option(help="check intervals simulated")] = 4,
     seed: Annotated[int, typer.Option(help="seed of the faults' nodes and times")] = 0,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """From a GPU fault in a reading to its node cordoned and its jobs requeued (p50/p99), on
     many virtual nodes; the /metrics render and the agent's CPU per check where measured."""
     from kiban.bench.health import HealthBenchOptions, health_table, run_health_bench
 
-    try:
-        options = HealthBenchOptions(
-            nodes=nodes, interval_s=interval, faults=faults, intervals=intervals, seed=seed
-        )
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(
+        HealthBenchOptions,
+        nodes=nodes,
+        interval_s=interval,
+        faults=faults,
+        intervals=intervals,
+        seed=seed,
+    )
     report(lambda: run_health_bench(options), (RuntimeError,), health_table, as_json)
 
 
@@ -174,10 +163,7 @@ def kube(
         int, typer.Option(help="requests in flight when the bench itself creates pods")
     ] = 8,
     timeout: Annotated[float, typer.Option(help="at most this many seconds per phase")] = 600.0,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Pods bound and Running per second through kiban on a real API server, side by side.
 
@@ -200,16 +186,14 @@ def kube(
     from kiban.bench.report import kube_table
     from kiban.devtools.kube import KubeBinariesMissing
 
-    try:
-        options = KubeBenchOptions(
-            nodes=nodes,
-            pods=pods,
-            gpus_per_pod=gpus_per_pod,
-            workers=workers,
-            phase_timeout_s=timeout,
-        )
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(
+        KubeBenchOptions,
+        nodes=nodes,
+        pods=pods,
+        gpus_per_pod=gpus_per_pod,
+        workers=workers,
+        phase_timeout_s=timeout,
+    )
     report(
         lambda: run_kube_bench(options, say=render.say),
         (BenchError, KubeBinariesMissing),
@@ -244,10 +228,7 @@ def router(
             "server under the local executor) or tcp (loopback TCP, as one on another host)"
         ),
     ] = "unix",
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """The latency the serving router adds, the autoscaler's reaction, a model's cold start.
 
@@ -268,18 +249,16 @@ def router(
     from kiban.bench.router import router_table, run_router_bench
     from kiban.bench.router_options import RouterBenchOptions
 
-    try:
-        options = RouterBenchOptions(
-            clients=tuple(clients) if clients else (1, 50, 500),
-            duration_s=duration,
-            warmup_s=warmup,
-            rounds=rounds,
-            step_observe_s=step_observe,
-            cold_start=cold_start,
-            replica_link=replica_link,
-        )
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(
+        RouterBenchOptions,
+        clients=tuple(clients) if clients else (1, 50, 500),
+        duration_s=duration,
+        warmup_s=warmup,
+        rounds=rounds,
+        step_observe_s=step_observe,
+        cold_start=cold_start,
+        replica_link=replica_link,
+    )
     report(
         lambda: run_router_bench(options, say=render.say),
         (BenchError,),

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from kiban.cli import render
-from kiban.cli.bench_report import bad_option, client_counts, report
+from kiban.cli.bench_report import JsonOpt, bad_option, checked, client_counts, report
 
 platform_benches = typer.Typer()
 """Mounted in ``kiban bench`` (``kiban.cli.bench``)."""
@@ -54,10 +54,7 @@ def submit(
         float,
         typer.Option(help="with --sustained: also GET /api/v1/queues every this many seconds"),
     ] = 0.0,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
     array: Annotated[
         int | None,
         typer.Option(
@@ -194,10 +191,7 @@ def _sustained(
 def cli(
     runs: Annotated[int, typer.Option(help="timed runs of each command")] = 20,
     jobs: Annotated[int, typer.Option(help="jobs that kiban ls lists")] = 100,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """How long the CLI takes to answer: `kiban --version`, `kiban ls` and `kiban describe`,
     beside `python -c pass` (the floor), p50 and p99.
@@ -209,10 +203,7 @@ def cli(
     from kiban.bench.cli import CliBenchOptions, cli_table, run_cli_bench
     from kiban.bench.loadgen import BenchError
 
-    try:
-        options = CliBenchOptions(runs=runs, jobs=jobs)
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(CliBenchOptions, runs=runs, jobs=jobs)
     report(
         lambda: run_cli_bench(options, say=render.say),
         (BenchError,),
@@ -230,10 +221,7 @@ def api(
     give_up: Annotated[
         float, typer.Option(help="seconds after which a request without an answer is unanswered")
     ] = 30.0,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """A burst of simultaneous requests from one member against a fresh server: how many were
     answered (2xx or 503), how fast, and /healthz meanwhile, beside /healthz idle.
@@ -249,10 +237,7 @@ def api(
     from kiban.bench.api_burst import ApiBenchOptions, api_table, run_api_bench
     from kiban.bench.loadgen import BenchError
 
-    try:
-        options = ApiBenchOptions(burst=burst, give_up_s=give_up)
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(ApiBenchOptions, burst=burst, give_up_s=give_up)
     report(
         lambda: run_api_bench(options, say=render.say),
         (BenchError,),
@@ -276,10 +261,7 @@ def web(
     notebook: Annotated[
         bool, typer.Option(help="time the notebook route (starts a notebook: JupyterLab)")
     ] = True,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """The dashboard with many jobs: first byte and a rendered jobs page (headless Chromium),
     the list API behind it, and what the notebook route adds to a kernel round trip.
@@ -295,17 +277,15 @@ def web(
     from kiban.bench.loadgen import BenchError
     from kiban.bench.web import WebBenchOptions, run_web_bench, web_table
 
-    try:
-        options = WebBenchOptions(
-            jobs=jobs,
-            loads=loads,
-            list_samples=list_samples,
-            ttfb_samples=ttfb_samples,
-            kernel_samples=kernel_samples,
-            notebook=notebook,
-        )
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(
+        WebBenchOptions,
+        jobs=jobs,
+        loads=loads,
+        list_samples=list_samples,
+        ttfb_samples=ttfb_samples,
+        kernel_samples=kernel_samples,
+        notebook=notebook,
+    )
     report(
         lambda: run_web_bench(options, say=render.say),
         (BenchError,),
@@ -322,23 +302,18 @@ def usage(
     days: Annotated[int, typer.Option(help="days the records are spread over")] = 100,
     rounds: Annotated[int, typer.Option(help="timed reports each way (medians shown)")] = 5,
     stores: Annotated[str, typer.Option(help="postgresql, sqlite or both")] = "postgresql,sqlite",
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """`kiban usage --by user --since 90d` over a million usage records: the report aggregated
     in the store, beside the same records folded in Python, on PostgreSQL and SQLite."""
     from kiban.bench.usage_query import UsageBenchOptions, run_usage_bench, usage_table
 
-    try:
-        options = UsageBenchOptions(
-            records=records,
-            days=days,
-            since_days=since,
-            rounds=rounds,
-            stores=tuple(s.strip() for s in stores.split(",") if s.strip()),
-        )
-    except ValueError as exc:
-        bad_option(exc)
+    options = checked(
+        UsageBenchOptions,
+        records=records,
+        days=days,
+        since_days=since,
+        rounds=rounds,
+        stores=tuple(s.strip() for s in stores.split(",") if s.strip()),
+    )
     report(lambda: run_usage_bench(options, say=render.say), (RuntimeError,), usage_table, as_json)

@@ -4,7 +4,7 @@ one line (exit 2), and the report as a table, or one JSON line with ``--json``."
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
@@ -13,11 +13,30 @@ from kiban.cli import render
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+JsonOpt = Annotated[
+    bool,
+    typer.Option("--json", help="print one JSON object on stdout (the table goes to stderr)"),
+]
+"""Every benchmark's ``--json``: what ``report`` is given as ``as_json``."""
+
 
 def bad_option(problem: ValueError) -> NoReturn:
     """A benchmark's options refused: the problem on one line, exit 2 (nothing ran)."""
     render.err.print(f"error: {problem}", markup=False)
     raise typer.Exit(2) from None
+
+
+def checked(make: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """A benchmark's options made by ``make``; the ValueError it raises refused as
+    ``bad_option`` refuses it."""
+    try:
+        return make(*args, **kwargs)
+    except ValueError as exc:
+        bad_option(exc)
 
 
 def report(

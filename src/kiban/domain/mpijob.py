@@ -7,7 +7,7 @@ launcher first: rank 0); ``slotsPerWorker`` (the Operator's default, 1, written 
 ``runPolicy`` maps to what kiban has (``backoffLimit``, ``activeDeadlineSeconds`` as
 ``maxRuntime``, the scheduling policy's queue, priority class and gang) and the rest is
 ignored with a warning naming it. The pod templates are read as Volcano's are (one container,
-its command, env, resources and claims: ``volcano._Translator.task``), so errors and warnings
+its command, env, resources and claims: ``volcano_tasks.TaskReader.task``), so errors and warnings
 name the field as written in the MPIJob file.
 
 On Kubernetes kiban then makes what the Operator makes (see
@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kiban.domain.mpi import MpiImplementation
-from kiban.domain.volcano import Translation, _pretty, _template, _Translator
+from kiban.domain.volcano import Translation, _template, _Translator
+from kiban.domain.volcano_reader import pretty as _pretty
 
 API_VERSION = "kubeflow.org/v2beta1"
 KIND = "MPIJob"

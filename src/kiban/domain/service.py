@@ -146,26 +146,13 @@ ContainerConcurrency = Annotated[int, Field(ge=0, le=10_000)]
 Timeout = Annotated[float, BeforeValidator(_seconds), Field(gt=0, le=86400)]
 
 
-class ServiceSpec(SpecModel):
-    """What kiban runs for a service, whichever kind was submitted.
-
-    ``runtime`` huggingface runs kiban's model server on ``storage_uri`` (or ``model_id``);
-    custom runs ``command`` (then ``args``), which serves HTTP on ``port`` (kiban sets ``PORT``
-    to it) or, without a port, on ``$MASTER_PORT``, and answers ``readiness_path`` when ready.
-    """
-
-    model_config = ConfigDict(populate_by_name=True)
+class _ServiceFields(SpecModel):
+    """What a Service manifest's spec and the normalized spec (``ServiceSpec``) both carry,
+    written the same in each: queue and class, the container, scaling and traffic."""
 
     queue: QueueName = "default"
     priority_class: str | None = Field(default=None, min_length=1, max_length=253)
-    runtime: Runtime
-    model_name: ModelName
-    storage_uri: StorageUri | None = None
-    model_id: ModelId | None = None
-    task: Task = "auto"
-    args: Args = Field(default_factory=list)
     command: Command | None = None
-    readiness_path: UrlPath = DEFAULT_READINESS_PATH
     port: Port | None = None
     image: Image = None
     env: Env = Field(default_factory=dict)
@@ -179,8 +166,27 @@ class ServiceSpec(SpecModel):
     # Requests one replica is sent at once (KServe's and Knative's containerConcurrency); more
     # wait in the router's queue. 0: no limit (the model server batches what it gets).
     container_concurrency: ContainerConcurrency = 0
-    timeout_s: Timeout = 600.0
     public: bool = False
+
+
+class ServiceSpec(_ServiceFields):
+    """What kiban runs for a service, whichever kind was submitted.
+
+    ``runtime`` huggingface runs kiban's model server on ``storage_uri`` (or ``model_id``);
+    custom runs ``command`` (then ``args``), which serves HTTP on ``port`` (kiban sets ``PORT``
+    to it) or, without a port, on ``$MASTER_PORT``, and answers ``readiness_path`` when ready.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    runtime: Runtime
+    model_name: ModelName
+    storage_uri: StorageUri | None = None
+    model_id: ModelId | None = None
+    task: Task = "auto"
+    args: Args = Field(default_factory=list)
+    readiness_path: UrlPath = DEFAULT_READINESS_PATH
+    timeout_s: Timeout = 600.0
 
     @model_validator(mode="after")
     def _cross_fields(self, info: ValidationInfo) -> Self:
@@ -282,28 +288,13 @@ class ModelSection(SpecModel):
     args: Args = Field(default_factory=list)
 
 
-class ServiceManifestSpec(SpecModel):
+class ServiceManifestSpec(_ServiceFields):
     """The ``spec`` of a ``kiban/v1`` Service, as users write it (see ``ServiceSpec``)."""
 
-    queue: QueueName = "default"
-    priority_class: str | None = Field(default=None, min_length=1, max_length=253)
     runtime: Runtime = "huggingface"
     model: ModelSection = ModelSection()
-    command: Command | None = None
     readiness_path: UrlPath | None = None
-    port: Port | None = None
-    image: Image = None
-    env: Env = Field(default_factory=dict)
-    volumes: Volumes = Field(default_factory=list)
-    resources: Resources = Resources()
-    min_replicas: MinReplicas = 1
-    max_replicas: MaxReplicas = 1
-    scale_metric: ScaleMetric = "concurrency"
-    scale_target: ScaleTarget | None = None
-    canary_traffic_percent: CanaryPercent | None = None
-    container_concurrency: ContainerConcurrency = 0
     timeout: Timeout = 600.0
-    public: bool = False
 
 
 class ServiceManifest(SpecModel):
@@ -328,8 +319,8 @@ class ServiceManifest(SpecModel):
         ``invalid``: manifest paths found invalid (left at their defaults), whose rules are not
         judged."""
         spec, model = self.spec, self.spec.model
-        shared = ServiceManifestSpec.model_fields.keys() - {"model", "timeout", "readiness_path"}
-        data: dict[str, Any] = {name: getattr(spec, name) for name in shared}
+        data: dict[str, Any] = {name: getattr(spec, name) for name in _ServiceFields.model_fields}
+        data["runtime"] = spec.runtime
         data |= {
             "model_name": model.name or self.metadata.name,
             "storage_uri": model.storage_uri,
