@@ -218,6 +218,7 @@ def test_a_queue_with_unfinished_jobs_is_deleted_only_by_draining(world: World) 
         "deleted": False,
         "stopping": 1,
         "cancelled": 1,
+        "services": [],
         "message": "",
     }
     world.platform.loop.run_once()
@@ -246,6 +247,36 @@ def test_deleting_a_tenant_revokes_its_tokens_and_keeps_its_history(world: World
     assert queues == {"default", "speech-q"}
     error_of(world.admin.delete("/api/v1/tenants/vision"), 404)
     assert world.admin.post("/api/v1/tenants", json={"name": "vision"}).status_code == 201
+
+
+def test_draining_a_tenant_deletes_its_services_and_their_replicas_end(world: World) -> None:
+    service = {
+        "apiVersion": "kiban/v1",
+        "kind": "Service",
+        "metadata": {"name": "chat"},
+        "spec": {
+            "queue": "vision-q",
+            "model": {"name": "m", "storageUri": "file:///models/m"},
+            "resources": {"gpu": 1},
+        },
+    }
+    with world.client(world.token("vision", "alice")) as alice:
+        assert alice.post("/api/v1/services", json=service).status_code == 201
+    world.platform.services.run_once()  # its replica
+    world.platform.loop.run_once()
+    error = error_of(world.admin.delete("/api/v1/tenants/vision"), 409)
+    assert "service(s) chat" in error["message"] and "--drain" in error["message"]
+    draining = world.admin.delete("/api/v1/tenants/vision", params={"drain": "true"})
+    assert draining.status_code == 202, draining.text
+    assert (draining.json()["cancelled"], draining.json()["services"]) == (1, ["chat"])
+    assert world.admin.get("/api/v1/services/chat").json()["state"] == "Deleting"
+    for _ in range(3):  # the replica ends after its grace, then the controller removes chat
+        world.platform.services.run_once()
+        world.platform.loop.run_once()
+        world.clock.advance(60)
+    done = world.admin.delete("/api/v1/tenants/vision", params={"drain": "true"})
+    assert done.status_code == 200 and done.json()["deleted"] is True, done.text
+    assert world.admin.get("/api/v1/services").json() == []
 
 
 def test_a_policy_naming_a_deleted_tenants_queue_restores_the_tenant(world: World) -> None:

@@ -8,7 +8,7 @@ from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
 from kiban.api.schemas import ApiModel
-from kiban.services.tenants import Deletion
+from kiban.services.draining import Deletion
 from kiban.store.models import ApiToken
 
 
@@ -46,11 +46,13 @@ class QueueChange(ApiModel):
 
 
 class DeletionOut(ApiModel):
-    """``deleted``; or not yet: ``stopping`` jobs still ending after ``cancelled`` were."""
+    """``deleted``; or not yet: ``stopping`` jobs still ending after ``cancelled`` were, and
+    the deleted ``services`` whose replicas are still being stopped."""
 
     deleted: bool
     stopping: int
     cancelled: int
+    services: list[str]
     message: str
 
 
@@ -72,5 +74,6 @@ def deletion_out(deletion: Deletion) -> DeletionOut:
         deleted=deletion.deleted,
         stopping=deletion.stopping,
         cancelled=deletion.cancelled,
+        services=list(deletion.services),
         message=deletion.message,
     )

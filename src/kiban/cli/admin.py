@@ -101,9 +101,15 @@ def revoke_token(
 
 
 Drain = Annotated[
-    bool, typer.Option(help="cancel its unfinished jobs and delete it once they have ended")
+    bool,
+    typer.Option(
+        help="cancel its unfinished jobs, delete its services, stop its notebooks, and delete "
+        "it once they have ended"
+    ),
 ]
-Wait = Annotated[float, typer.Option(help="with --drain: seconds to wait for its jobs to end")]
+Wait = Annotated[
+    float, typer.Option(help="with --drain: seconds to wait for its jobs and services to end")
+]
 
 
 def _deleted(delete: Any, what: str, drain: bool, wait: float) -> None:
@@ -126,8 +132,9 @@ def delete_tenant(
     drain: Drain = False,
     wait: Wait = 300.0,
 ) -> None:
-    """Delete a tenant: refused while it has unfinished jobs (unless --drain) or services.
-    Its tokens are revoked and its queues leave the policy; its history stays."""
+    """Delete a tenant: refused while it has unfinished jobs, services or running notebooks
+    (unless --drain). Its tokens are revoked and its queues leave the policy; its history
+    stays."""
     from kiban.sdk.client import Client
 
     with Client() as api:
@@ -140,7 +147,8 @@ def delete_queue(
     drain: Drain = False,
     wait: Wait = 300.0,
 ) -> None:
-    """Remove a queue from the policy: refused while it has unfinished jobs (unless --drain)."""
+    """Remove a queue from the policy: refused while it has unfinished jobs, services or
+    running notebooks (unless --drain)."""
     from kiban.sdk.client import Client
 
     with Client() as api:

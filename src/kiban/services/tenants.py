@@ -5,16 +5,16 @@ tokens (member and viewer ones; never a tenant-admin's or an admin's) and queues
 them here, and create them and change their quota, weight and strategy within the limits
 admins set (``kiban.services.queue_admin``).
 
-Deleting a tenant or a queue is refused (409) while it holds unfinished jobs; with ``drain``
-those are cancelled and the answer says how many are still stopping: ask again once they have
-ended (``kiban admin delete-tenant --drain`` waits). A deleted tenant keeps its row, marked
+Deleting a tenant or a queue is refused (409) while it holds unfinished jobs, services or
+active notebooks (``kiban.services.draining``); with ``drain`` its services are deleted, its
+notebooks stopped and its jobs cancelled, and the answer says what is still ending: ask again
+once it has (``kiban admin delete-tenant --drain`` waits). A deleted tenant keeps its row, marked
 deleted, for its finished jobs' and usage's history; its tokens are revoked and its queues
 leave the policy. Creating it again restores it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session
 from kiban.domain.jobspec import DNS_LABEL, check_dns_label
 from kiban.domain.quantity import parse_duration
 from kiban.domain.roles import GRANTABLE_BY_TENANT_ADMIN, TOKEN_ROLES, Role
-from kiban.domain.states import TERMINAL, JobState
-from kiban.services import events, policy
+from kiban.domain.states import JobState
+from kiban.services import draining, events, policy
 from kiban.services.auth import Principal, create_token, hash_token
+from kiban.services.draining import Deletion
 from kiban.services.errors import Conflict, Forbidden, NotFound, invalid
-from kiban.services.jobs import stop_unended
-from kiban.store.models import ApiToken, Job, Queue, Replica, ServiceRow, Tenant
+from kiban.store.models import ApiToken, Job, Queue, Replica, Tenant
 
 MAX_TOKEN_NAME = 128  # the width of api_tokens.name
 
@@ -198,68 +198,14 @@ def _admin_tokens(session: Session) -> int:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Deletion:
-    """What a deletion did: ``deleted``, or not yet, with ``stopping`` jobs still ending
-    (after ``drain`` cancelled them)."""
-
-    deleted: bool
-    stopping: int = 0
-    cancelled: int = 0
-
-    @property
-    def message(self) -> str:
-        if self.deleted:
-            return "deleted"
-        return (
-            f"draining: {self.cancelled} job(s) cancelled now, {self.stopping} still ending; "
-            "ask again once they have ended"
-        )
-
-
-def _unfinished(session: Session, *where: Any) -> list[Job]:
-    terminal = [state.value for state in TERMINAL]
-    query = select(Job).where(Job.state.not_in(terminal), *where).order_by(Job.id)
-    return list(session.scalars(query.with_for_update()))
-
-
-def _drain(
-    session: Session, principal: Principal, jobs: list[Job], what: str, drain: bool, at: float
-) -> Deletion | None:
-    """None when no job is unfinished; else Conflict (no ``drain``) or the drain's progress."""
-    if not jobs:
-        return None
-    if not drain:
-        shown = ", ".join(j.id for j in jobs[:5]) + (" ..." if len(jobs) > 5 else "")
-        raise Conflict(
-            f"{what} holds {len(jobs)} unfinished job(s) ({shown}); cancel them, or delete "
-            "with drain (--drain) to cancel them and delete once they have ended"
-        )
-    cancelled = 0
-    for job in jobs:
-        if JobState(job.state) is not JobState.STOPPING:
-            stop_unended(session, job, f"cancelled by {principal.member} to delete {what}", at)
-            cancelled += 1
-    left = sum(1 for j in jobs if not JobState(j.state).terminal)
-    if left == 0:
-        return None
-    return Deletion(deleted=False, stopping=left, cancelled=cancelled)
-
-
 def delete_tenant(
     session: Session, principal: Principal, name: str, at: float, drain: bool = False
 ) -> Deletion:
     """Delete a tenant (see the module's docstring); admins only."""
     principal.require_admin()
     tenant = live_tenant(session, name)
-    services = session.scalars(select(ServiceRow.name).where(ServiceRow.tenant == name)).all()
-    if services:
-        raise Conflict(
-            f"tenant {name} has services ({', '.join(sorted(services))}); delete them first"
-        )
-    progress = _drain(
-        session, principal, _unfinished(session, Job.tenant == name), f"tenant {name}", drain, at
-    )
+    holdings = draining.of_tenant(session, name)
+    progress = draining.drain(session, principal, holdings, f"tenant {name}", drain, at)
     if progress is not None:
         return progress
     record = policy.current_record(session)
@@ -298,9 +244,8 @@ def delete_queue(
 ) -> Deletion:
     """Remove a queue from the policy (a new version): an admin, or its tenant's tenant-admin."""
     queue = own_queue(session, principal, name, "deleting queues")
-    progress = _drain(
-        session, principal, _unfinished(session, Job.queue == name), f"queue {name}", drain, at
-    )
+    holdings = draining.of_queue(session, queue.tenant, name)
+    progress = draining.drain(session, principal, holdings, f"queue {name}", drain, at)
     if progress is not None:
         return progress
     record = policy.current_record(session)

@@ -25,13 +25,17 @@ DELETION: responses.Responses = {
     **responses.ADMIN_CHANGE,
     202: {
         "model": DeletionOut,
-        "description": "Draining: its unfinished jobs are cancelled and still ending; ask again.",
+        "description": "Draining: its jobs are cancelled, services deleted, notebooks stopped, "
+        "and still ending; ask again.",
     },
 }
 
 Drain = Annotated[
     bool,
-    Query(description="cancel its unfinished jobs, and delete it once they have ended"),
+    Query(
+        description="cancel its unfinished jobs, delete its services, stop its notebooks, and "
+        "delete it once they have ended"
+    ),
 ]
 QueueName = Annotated[
     str, Path(description="the queue's name", json_schema_extra={"pattern": NAME})
@@ -69,9 +73,9 @@ def delete_tenant(
     session: SessionDep,
     drain: Drain = False,
 ) -> DeletionOut:
-    """Delete a tenant: refused (409) while it has unfinished jobs or services; ``drain``
-    cancels the jobs (202 while they end). Its tokens are revoked, its queues leave the
-    policy; its history stays."""
+    """Delete a tenant: refused (409) while it has unfinished jobs, services or active
+    notebooks; ``drain`` deletes the services, stops the notebooks and cancels the jobs (202
+    while they end). Its tokens are revoked, its queues leave the policy; its history stays."""
     deletion = tenants.delete_tenant(session, principal, tenant, platform.clock.now(), drain)
     session.commit()
     platform.lookups.clear()
@@ -92,8 +96,8 @@ def delete_queue(
     session: SessionDep,
     drain: Drain = False,
 ) -> DeletionOut:
-    """Remove a queue from the policy: refused (409) while it has unfinished jobs; ``drain``
-    cancels them (202 while they end)."""
+    """Remove a queue from the policy: refused (409) while it has unfinished jobs, services or
+    active notebooks; ``drain`` ends them as for a tenant (202 while they end)."""
     deletion = tenants.delete_queue(session, principal, name, platform.clock.now(), drain)
     session.commit()
     if deletion.deleted:
