@@ -138,8 +138,33 @@ def test_a_revoked_token_is_refused_on_its_next_request(world: World) -> None:
         )
         revoked = world.admin.delete(f"/api/v1/tokens/{token_id}")
         assert revoked.status_code == 200 and revoked.json()["member"] == "alice"
+        assert revoked.json()["revokedAt"] == world.clock.now()
+        error = error_of(alice.get("/api/v1/jobs"), 401)
+        assert error["message"] == f"token {token_id} (alice) was revoked; ask for a new one"
+    error = error_of(world.admin.delete(f"/api/v1/tokens/{token_id}"), 409)
+    assert "revoked already, by admin" in error["message"]
+    # kept as a revoked row: listed with all=true only
+    assert "alice" not in {t["member"] for t in world.admin.get("/api/v1/tokens").json()}
+    every = world.admin.get("/api/v1/tokens", params={"all": "true"}).json()
+    (row,) = [t for t in every if t["member"] == "alice"]
+    assert (row["id"], row["revokedBy"], row["revokedAt"]) == (token_id, "admin", world.clock.now())
+
+
+def test_a_token_read_while_it_is_revoked_is_not_cached(world: World) -> None:
+    """A request whose caller was read from the store just before the revocation committed
+    (it cleared the cache meanwhile) does not leave that caller cached: the next is refused."""
+    token = world.token("vision", "alice")
+    header = f"Bearer {token}"
+    lookups = world.platform.lookups
+    since = lookups.generation  # the in-flight request reads its caller ...
+    with world.platform.sessions() as session:
+        caller = authenticate(session, header, world.clock.now())
+    token_id = caller.token_id
+    assert world.admin.delete(f"/api/v1/tokens/{token_id}").status_code == 200  # ... revoked ...
+    lookups.put(("principal", header), caller, since)  # ... and it keeps what it read
+    assert lookups.peek(("principal", header)) is None
+    with world.client(token) as alice:
         error_of(alice.get("/api/v1/jobs"), 401)
-    error_of(world.admin.delete(f"/api/v1/tokens/{token_id}"), 404)
 
 
 def test_the_last_admin_token_cannot_be_revoked(world: World) -> None:
@@ -241,6 +266,8 @@ def test_deleting_a_tenant_revokes_its_tokens_and_keeps_its_history(world: World
         drained = world.admin.delete("/api/v1/tenants/vision", params={"drain": "true"})
         assert drained.status_code == 200, drained.text  # a pending job is cancelled at once
         error_of(alice.get("/api/v1/jobs"), 401)
+    every = world.admin.get("/api/v1/tokens", params={"tenant": "vision", "all": "true"}).json()
+    assert [(t["member"], t["revokedBy"]) for t in every] == [("alice", "admin")]
     assert world.admin.get(f"/api/v1/jobs/{job}").json()["state"] == "Cancelled"
     assert [t["name"] for t in world.admin.get("/api/v1/tenants").json()] == ["default", "speech"]
     queues = {q["name"] for q in world.admin.get("/api/v1/queues").json()}

@@ -23,6 +23,8 @@ class TokenInfo(ApiModel):
     created_by: str | None
     expires_at: float | None
     last_used_at: float | None  # noted at most once a minute
+    revoked_at: float | None  # None: active (unless expired)
+    revoked_by: str | None
 
 
 class QueueChange(ApiModel):
@@ -66,6 +68,8 @@ def token_info(row: ApiToken) -> TokenInfo:
         created_by=row.created_by,
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+        revoked_by=row.revoked_by,
     )
 
 

@@ -54,33 +54,39 @@ def create_token(
 @admin_app.command("tokens")
 def tokens(
     tenant: Annotated[str | None, typer.Argument(help="only this tenant's")] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="the revoked tokens too (default: active ones only)")
+    ] = False,
     output: OutputOpt = Output.TABLE,
 ) -> None:
-    """List tokens: id, member, role, created, expires, last use (never the secret)."""
+    """List tokens: id, member, role, created, expires, last use, revoked (never the secret)."""
     from kiban.sdk.client import Client
 
     with Client() as api:
-        rows = api.tokens(tenant)
+        rows = api.tokens(tenant, revoked=all_)
     if output.structured:
         print_document(rows, output)
         return
     from rich.table import Table  # here: a command that prints no table does not load rich
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("ID", "TENANT", "MEMBER", "ROLE", "CREATED", "EXPIRES", "LAST USE"):
+    columns = ["ID", "TENANT", "MEMBER", "ROLE", "CREATED", "EXPIRES", "LAST USE"]
+    for column in columns + (["REVOKED"] if all_ else []):
         table.add_column(column)
     for row in rows:
-        table.add_row(
-            *render.cells(
-                row["id"],
-                row["tenant"] or "-",
-                row["member"],
-                row["role"],
-                _date(row["createdAt"]),
-                _date(row["expiresAt"]),
-                _date(row["lastUsedAt"]),
-            )
-        )
+        cells = [
+            row["id"],
+            row["tenant"] or "-",
+            row["member"],
+            row["role"],
+            _date(row["createdAt"]),
+            _date(row["expiresAt"]),
+            _date(row["lastUsedAt"]),
+        ]
+        if all_:
+            revoked = row.get("revokedAt")
+            cells.append("-" if revoked is None else f"{_date(revoked)} by {row['revokedBy']}")
+        table.add_row(*render.cells(*cells))
     render.out.print(table)
 
 

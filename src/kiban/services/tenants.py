@@ -10,14 +10,14 @@ active notebooks (``kiban.services.draining``); with ``drain`` its services are 
 notebooks stopped and its jobs cancelled, and the answer says what is still ending: ask again
 once it has (``kiban admin delete-tenant --drain`` waits). A deleted tenant keeps its row, marked
 deleted, for its finished jobs' and usage's history; its tokens are revoked and its queues
-leave the policy. Creating it again restores it.
+leave the policy. Creating it again restores it (not its tokens: they stay revoked).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from kiban.domain.jobspec import DNS_LABEL, check_dns_label
@@ -145,26 +145,34 @@ def _lifetime(expires: str | float) -> float:
     return seconds
 
 
-def list_tokens(session: Session, principal: Principal, tenant: str | None) -> list[ApiToken]:
+def list_tokens(
+    session: Session, principal: Principal, tenant: str | None, revoked: bool = False
+) -> list[ApiToken]:
     """The tokens of ``tenant`` (None: every tenant's, for an admin; a tenant-admin's own
-    tenant's), oldest first; never a job's token (they live and end with their job)."""
+    tenant's), oldest first, the revoked ones too with ``revoked``; never a job's token (they
+    live and end with their job)."""
     if tenant is None and not principal.is_admin:
         tenant = principal.tenant or ""
     if tenant is not None:
         principal.require_tenant_admin(tenant, "listing tokens")
     query = select(ApiToken).where(ApiToken.role != Role.JOB.value).order_by(ApiToken.id)
+    if not revoked:
+        query = query.where(ApiToken.revoked_at.is_(None))
     if tenant is not None:
         query = query.where(ApiToken.tenant == tenant)
     return list(session.scalars(query))
 
 
 def revoke_token(session: Session, principal: Principal, token_id: int, at: float) -> ApiToken:
-    """Delete a token: refused on its next request. An admin any; a tenant-admin their tenant's
-    member and viewer tokens and their own (another tenant's: NotFound, as if absent)."""
-    row = session.get(ApiToken, token_id)
+    """Revoke a token: refused from its next request on, its row kept (who had access). An
+    admin any; a tenant-admin their tenant's member and viewer tokens and their own (another
+    tenant's: NotFound, as if absent). Revoked already: Conflict."""
+    row = session.get(ApiToken, token_id, with_for_update=True)
     if row is None or row.role == Role.JOB.value or not principal.can_see(row.tenant):
         raise NotFound(f"token {token_id} not found")
     principal.require_tenant_admin(row.tenant or "", "revoking tokens")
+    if row.revoked_at is not None:
+        raise Conflict(f"token {row.id} of {row.name} was revoked already, by {row.revoked_by}")
     own = row.id == principal.token_id
     if not principal.is_admin and not own and Role(row.role) not in GRANTABLE_BY_TENANT_ADMIN:
         raise Forbidden(
@@ -176,7 +184,7 @@ def revoke_token(session: Session, principal: Principal, token_id: int, at: floa
             f"token {row.id} is the last admin token: revoking it would leave nobody able to "
             "administer the cluster; create another admin token first"
         )
-    session.delete(row)
+    row.revoked_at, row.revoked_by = at, principal.member[:MAX_TOKEN_NAME]
     events.record(
         session,
         kind="Tenant",
@@ -192,7 +200,9 @@ def revoke_token(session: Session, principal: Principal, token_id: int, at: floa
 def _admin_tokens(session: Session) -> int:
     return (
         session.scalar(
-            select(func.count()).select_from(ApiToken).where(ApiToken.role == Role.ADMIN.value)
+            select(func.count())
+            .select_from(ApiToken)
+            .where(ApiToken.role == Role.ADMIN.value, ApiToken.revoked_at.is_(None))
         )
         or 0
     )
@@ -216,7 +226,14 @@ def delete_tenant(
         policy.apply_policy(
             session, document, actor=f"{principal.member} (delete tenant {name})", at=at
         )
-    session.execute(delete(ApiToken).where(ApiToken.tenant == name))
+    session.execute(
+        delete(ApiToken).where(ApiToken.tenant == name, ApiToken.role == Role.JOB.value)
+    )
+    session.execute(
+        update(ApiToken)
+        .where(ApiToken.tenant == name, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=at, revoked_by=principal.member[:MAX_TOKEN_NAME])
+    )
     tenant.deleted_at = at
     events.record(
         session,

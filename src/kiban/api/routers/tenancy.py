@@ -47,17 +47,22 @@ def list_tokens(
     principal: PrincipalDep,
     session: SessionDep,
     tenant: Annotated[str | None, Query(description="only this tenant's")] = None,
+    revoked: Annotated[
+        bool, Query(alias="all", description="the revoked tokens too (default: active only)")
+    ] = False,
 ) -> list[TokenInfo]:
-    """Tokens: id, member, role, created, expires, last use; never the secret. A tenant-admin
-    sees their tenant's."""
-    return [token_info(row) for row in tenants.list_tokens(session, principal, tenant or None)]
+    """Tokens: id, member, role, created, expires, last use, when and by whom revoked; never
+    the secret. A tenant-admin sees their tenant's."""
+    rows = tenants.list_tokens(session, principal, tenant or None, revoked)
+    return [token_info(row) for row in rows]
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenInfo, responses=responses.ADMIN_CHANGE)
 def revoke_token(
     token_id: int, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> TokenInfo:
-    """Revoke a token: its next request is refused (401)."""
+    """Revoke a token: its next request is refused (401); it stays listed with ``all``. 409
+    when it is the last admin token, or revoked already."""
     row = tenants.revoke_token(session, principal, token_id, platform.clock.now())
     session.commit()
     platform.lookups.clear()  # cached callers: read again, this one no more
