@@ -138,8 +138,33 @@ def test_a_revoked_token_is_refused_on_its_next_request(world: World) -> None:
         )
         revoked = world.admin.delete(f"/api/v1/tokens/{token_id}")
         assert revoked.status_code == 200 and revoked.json()["member"] == "alice"
+        assert revoked.json()["revokedAt"] == world.clock.now()
+        error = error_of(alice.get("/api/v1/jobs"), 401)
+        assert error["message"] == f"token {token_id} (alice) was revoked; ask for a new one"
+    error = error_of(world.admin.delete(f"/api/v1/tokens/{token_id}"), 409)
+    assert "revoked already, by admin" in error["message"]
+    # kept as a revoked row: listed with all=true only
+    assert "alice" not in {t["member"] for t in world.admin.get("/api/v1/tokens").json()}
+    every = world.admin.get("/api/v1/tokens", params={"all": "true"}).json()
+    (row,) = [t for t in every if t["member"] == "alice"]
+    assert (row["id"], row["revokedBy"], row["revokedAt"]) == (token_id, "admin", world.clock.now())
+
+
+def test_a_token_read_while_it_is_revoked_is_not_cached(world: World) -> None:
+    """A request whose caller was read from the store just before the revocation committed
+    (it cleared the cache meanwhile) does not leave that caller cached: the next is refused."""
+    token = world.token("vision", "alice")
+    header = f"Bearer {token}"
+    lookups = world.platform.lookups
+    since = lookups.generation  # the in-flight request reads its caller ...
+    with world.platform.sessions() as session:
+        caller = authenticate(session, header, world.clock.now())
+    token_id = caller.token_id
+    assert world.admin.delete(f"/api/v1/tokens/{token_id}").status_code == 200  # ... revoked ...
+    lookups.put(("principal", header), caller, since)  # ... and it keeps what it read
+    assert lookups.peek(("principal", header)) is None
+    with world.client(token) as alice:
         error_of(alice.get("/api/v1/jobs"), 401)
-    error_of(world.admin.delete(f"/api/v1/tokens/{token_id}"), 404)
 
 
 def test_the_last_admin_token_cannot_be_revoked(world: World) -> None:
@@ -218,6 +243,7 @@ def test_a_queue_with_unfinished_jobs_is_deleted_only_by_draining(world: World) 
         "deleted": False,
         "stopping": 1,
         "cancelled": 1,
+        "services": [],
         "message": "",
     }
     world.platform.loop.run_once()
@@ -240,12 +266,44 @@ def test_deleting_a_tenant_revokes_its_tokens_and_keeps_its_history(world: World
         drained = world.admin.delete("/api/v1/tenants/vision", params={"drain": "true"})
         assert drained.status_code == 200, drained.text  # a pending job is cancelled at once
         error_of(alice.get("/api/v1/jobs"), 401)
+    every = world.admin.get("/api/v1/tokens", params={"tenant": "vision", "all": "true"}).json()
+    assert [(t["member"], t["revokedBy"]) for t in every] == [("alice", "admin")]
     assert world.admin.get(f"/api/v1/jobs/{job}").json()["state"] == "Cancelled"
     assert [t["name"] for t in world.admin.get("/api/v1/tenants").json()] == ["default", "speech"]
     queues = {q["name"] for q in world.admin.get("/api/v1/queues").json()}
     assert queues == {"default", "speech-q"}
     error_of(world.admin.delete("/api/v1/tenants/vision"), 404)
     assert world.admin.post("/api/v1/tenants", json={"name": "vision"}).status_code == 201
+
+
+def test_draining_a_tenant_deletes_its_services_and_their_replicas_end(world: World) -> None:
+    service = {
+        "apiVersion": "kiban/v1",
+        "kind": "Service",
+        "metadata": {"name": "chat"},
+        "spec": {
+            "queue": "vision-q",
+            "model": {"name": "m", "storageUri": "file:///models/m"},
+            "resources": {"gpu": 1},
+        },
+    }
+    with world.client(world.token("vision", "alice")) as alice:
+        assert alice.post("/api/v1/services", json=service).status_code == 201
+    world.platform.services.run_once()  # its replica
+    world.platform.loop.run_once()
+    error = error_of(world.admin.delete("/api/v1/tenants/vision"), 409)
+    assert "service(s) chat" in error["message"] and "--drain" in error["message"]
+    draining = world.admin.delete("/api/v1/tenants/vision", params={"drain": "true"})
+    assert draining.status_code == 202, draining.text
+    assert (draining.json()["cancelled"], draining.json()["services"]) == (1, ["chat"])
+    assert world.admin.get("/api/v1/services/chat").json()["state"] == "Deleting"
+    for _ in range(3):  # the replica ends after its grace, then the controller removes chat
+        world.platform.services.run_once()
+        world.platform.loop.run_once()
+        world.clock.advance(60)
+    done = world.admin.delete("/api/v1/tenants/vision", params={"drain": "true"})
+    assert done.status_code == 200 and done.json()["deleted"] is True, done.text
+    assert world.admin.get("/api/v1/services").json() == []
 
 
 def test_a_policy_naming_a_deleted_tenants_queue_restores_the_tenant(world: World) -> None:

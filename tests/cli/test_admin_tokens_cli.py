@@ -38,7 +38,17 @@ def test_tokens_with_roles_are_listed_without_secrets_and_revoked(
     assert vic("queues").code == 0
     assert kiban("admin", "revoke-token", str(rows[1]["id"])).code == 0
     after = vic("queues")
-    assert after.code == 1 and "invalid token" in after.err
+    assert after.code == 1 and f"token {rows[1]['id']} (vic) was revoked" in after.err
+    active = json.loads(kiban("admin", "tokens", "vision", "-o", "json").out)
+    assert [r["member"] for r in active] == ["tina"]
+    every = json.loads(kiban("admin", "tokens", "vision", "--all", "-o", "json").out)
+    assert [(r["member"], r["revokedBy"]) for r in every] == [("tina", None), ("vic", "admin")]
+    assert every[1]["revokedAt"] >= every[1]["createdAt"]
+    table = kiban("admin", "tokens", "--all")
+    assert table.code == 0 and "REVOKED" in table.out
+    (vic_line,) = [line for line in table.out.splitlines() if " vic " in line]
+    assert vic_line.rstrip().endswith("by admin")
+    assert "REVOKED" not in kiban("admin", "tokens").out
 
 
 def test_a_bad_role_is_named(kiban: Run) -> None:

@@ -55,7 +55,13 @@ def test_signing_in_sets_an_httponly_strict_session_cookie_and_a_csrf_cookie(
 ) -> None:
     response = browser.post("/web/session", json={"token": members.vision_token})
     assert response.status_code == 200, response.text
-    assert response.json() == {"name": "alice", "tenant": "vision", "isAdmin": False}
+    assert response.json() == {
+        "name": "alice",
+        "tenant": "vision",
+        "isAdmin": False,
+        "role": "member",
+        "member": "alice",
+    }
     set_cookies = response.headers.get_list("set-cookie")
     session = next(c for c in set_cookies if c.startswith(f"{SESSION_COOKIE}="))
     csrf = next(c for c in set_cookies if c.startswith(f"{CSRF_COOKIE}="))

@@ -6,6 +6,7 @@ import { ErrorLine, StateBadge } from "./components";
 import { clock, relative, yamlish } from "./format";
 import { LIVE_INTERVAL_MS, useLive } from "./live";
 import { navigate } from "./router";
+import { mayManageJob, maySubmit, useWhoAmI } from "./session";
 import { TERMINAL_STATES, type Job, type JobEvent, type Node, type Replica } from "./types";
 
 /** Labels that name a node's topology block, broadest first (OCI's RDMA labels, then k8s'). */
@@ -110,6 +111,7 @@ function Summary({ job }: { job: Job }) {
 }
 
 function Actions({ job, refresh }: { job: Job; refresh: () => void }) {
+  const who = useWhoAmI();
   const [error, setError] = useState<unknown>(undefined);
   const [busy, setBusy] = useState(false);
   const base = `/api/v1/jobs/${encodeURIComponent(job.id)}`;
@@ -135,18 +137,21 @@ function Actions({ job, refresh }: { job: Job; refresh: () => void }) {
     navigate(`/jobs/${encodeURIComponent(created.id)}`);
   };
 
+  if (!maySubmit(who)) return null; // a viewer: nothing to do here
+  const manages = mayManageJob(who, job.submittedBy);
   return (
-    <div class="actions">
+    <div class="actions" data-testid="job-actions">
       <button
         type="button"
         class="danger"
         data-testid="job-cancel"
-        disabled={busy || ended}
+        disabled={busy || ended || !manages}
+        title={manages ? undefined : `submitted by ${job.submittedBy ?? "someone else"}: its submitter or a tenant-admin may cancel it`}
         onClick={() => void act(async () => void (await send("POST", `${base}/cancel`)))}
       >
         Cancel
       </button>
-      <button type="button" data-testid="job-checkpoint" disabled={busy || job.state !== "Running"} onClick={() => void act(async () => void (await send("POST", `${base}/checkpoint`)))}>
+      <button type="button" data-testid="job-checkpoint" disabled={busy || !manages || job.state !== "Running"} onClick={() => void act(async () => void (await send("POST", `${base}/checkpoint`)))}>
         Checkpoint
       </button>
       <button type="button" data-testid="job-resubmit" disabled={busy || !job.spec} onClick={() => void act(resubmit)}>

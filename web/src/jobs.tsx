@@ -6,6 +6,7 @@ import { Loaded, StateBadge } from "./components";
 import { relative } from "./format";
 import { useLive } from "./live";
 import { navigate } from "./router";
+import { maySubmit, useWhoAmI } from "./session";
 import { JOB_STATES, type Job } from "./types";
 
 export const PAGE_SIZE = 50;
@@ -34,6 +35,7 @@ function urlOf(f: Filters): string {
 }
 
 export function JobsPage({ query }: { query: URLSearchParams }) {
+  const who = useWhoAmI();
   const filters = filtersOf(query);
   // the text inputs keep their own value; the URL (and the fetch) follow after a pause in typing
   const [queueText, setQueueText] = useState(filters.queue);
@@ -94,9 +96,11 @@ export function JobsPage({ query }: { query: URLSearchParams }) {
             </button>
           </span>
         ) : null}
-        <a class="button" href="/submit">
-          Submit a job
-        </a>
+        {maySubmit(who) ? (
+          <a class="button" href="/submit" data-testid="jobs-submit">
+            Submit a job
+          </a>
+        ) : null}
       </div>
       <Loaded data={live.data} error={live.error}>
         {(page) => (

@@ -10,20 +10,23 @@ import { NotebooksPage } from "./notebooks";
 import { OverviewPage } from "./overview";
 import { match, navigate, onLinkClick, useLocation } from "./router";
 import { ServicePage, ServicesPage } from "./services";
-import { Session } from "./session";
+import { Session, mayManageTenant, maySubmit } from "./session";
 import { SignIn } from "./signin";
 import { SubmitPage } from "./submit";
+import { TokensPage } from "./tokens";
 import type { WhoAmI } from "./types";
 import { UsagePage } from "./usage";
 
-const NAV: [string, string, string][] = [
+/** The nav: path, label, test id, and who sees the entry (everyone when absent). */
+const NAV: [string, string, string, ((who: WhoAmI) => boolean)?][] = [
   ["/", "Overview", "nav-overview"],
   ["/jobs", "Jobs", "nav-jobs"],
-  ["/submit", "Submit", "nav-submit"],
+  ["/submit", "Submit", "nav-submit", maySubmit],
   ["/nodes", "Nodes", "nav-nodes"],
   ["/services", "Services", "nav-services"],
   ["/usage", "Usage", "nav-usage"],
   ["/notebooks", "Notebooks", "nav-notebooks"],
+  ["/tokens", "Tokens", "nav-tokens", mayManageTenant],
 ];
 
 function Page({ path, query }: { path: string; query: URLSearchParams }) {
@@ -37,6 +40,7 @@ function Page({ path, query }: { path: string; query: URLSearchParams }) {
   if ((params = match("/services/:name", path))) return <ServicePage name={params["name"] as string} />;
   if (match("/usage", path)) return <UsagePage />;
   if (match("/notebooks", path)) return <NotebooksPage />;
+  if (match("/tokens", path)) return <TokensPage />;
   return (
     <section data-testid="not-found">
       <h2>Not found</h2>
@@ -125,16 +129,16 @@ function App() {
           kiban
         </a>
         <nav>
-          {NAV.map(([href, label, testid]) => (
+          {NAV.filter(([, , , shows]) => !shows || shows(who)).map(([href, label, testid]) => (
             <a href={href} data-testid={testid} class={isActive(href, path) ? "active" : ""} aria-current={isActive(href, path) ? "page" : undefined}>
               {label}
             </a>
           ))}
         </nav>
-        <span class="who" data-testid="whoami">
+        <span class="who" data-testid="whoami" data-role={who.role}>
           {who.name}
           {who.tenant ? ` · ${who.tenant}` : ""}
-          {who.isAdmin ? " · admin" : ""}
+          {who.role !== "member" ? ` · ${who.role}` : ""}
         </span>
         <button type="button" class="link" data-testid="signout" onClick={() => void signOut()}>
           Sign out

@@ -4,6 +4,7 @@ import { getJson, send } from "./api";
 import { ErrorLine, FieldErrors, Loaded, OtherErrors, StateBadge, problemsOf } from "./components";
 import { clock, duration, relative } from "./format";
 import { useLive } from "./live";
+import { maySubmit, useWhoAmI } from "./session";
 import type { Notebook, Queue } from "./types";
 
 const FIELDS = ["name", "gpus", "idleTimeout", "queue", "spec.queue"];
@@ -16,6 +17,7 @@ function span(value: number | string | null): string {
 
 export function NotebooksPage() {
   const live = useLive(() => getJson<Notebook[]>("/api/v1/notebooks"), []);
+  const acts = maySubmit(useWhoAmI()); // a viewer starts and stops nothing
   const [stopError, setStopError] = useState<unknown>(undefined);
 
   /** Stop a notebook, or start a stopped one again (its directory was kept). */
@@ -33,7 +35,7 @@ export function NotebooksPage() {
   return (
     <section>
       <h2>Notebooks</h2>
-      <StartForm started={live.refresh} />
+      {acts ? <StartForm started={live.refresh} /> : null}
       <ErrorLine error={stopError} />
       <Loaded data={live.data} error={live.error}>
         {(notebooks) => (
@@ -72,7 +74,7 @@ export function NotebooksPage() {
                           Open
                         </a>
                       ) : null}
-                      {nb.state === "Running" || nb.state === "Starting" ? (
+                      {!acts ? null : nb.state === "Running" || nb.state === "Starting" ? (
                         <button type="button" data-testid="notebook-stop" onClick={() => void act(nb, "stop")}>
                           Stop
                         </button>

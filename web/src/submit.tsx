@@ -4,6 +4,7 @@ import { useEffect, useState } from "preact/hooks";
 import { getJson, send } from "./api";
 import { FieldErrors, OtherErrors, problemsOf } from "./components";
 import { navigate } from "./router";
+import { maySubmit, useWhoAmI } from "./session";
 import type { Job, Queue } from "./types";
 
 /** The form's inputs and the manifest field each one fills. */
@@ -92,6 +93,15 @@ spec:
 
 export function SubmitPage() {
   const [tab, setTab] = useState<"form" | "manifest">("form");
+  const who = useWhoAmI();
+  if (!maySubmit(who)) {
+    return (
+      <section data-testid="submit-forbidden">
+        <h2>Submit a job</h2>
+        <p class="muted">A viewer's token reads and changes nothing: ask a tenant-admin of {who?.tenant ?? "your tenant"} for a member's token to submit.</p>
+      </section>
+    );
+  }
   return (
     <section>
       <h2>Submit a job</h2>

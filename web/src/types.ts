@@ -1,9 +1,28 @@
 /** The API's JSON shapes the dashboard reads (camelCase, as `kiban.api.schemas` writes them). */
 
+/** A token's role (`kiban.domain.roles.Role`); the dashboard never signs in a job's. */
+export type Role = "admin" | "tenant-admin" | "member" | "viewer" | "job";
+
 export interface WhoAmI {
   name: string;
   tenant: string | null;
   isAdmin: boolean;
+  role: Role;
+  member?: string | null;
+}
+
+/** A token as `GET /api/v1/tokens` lists it: never its secret. */
+export interface TokenInfo {
+  id: number;
+  tenant: string | null;
+  member: string;
+  role: Role;
+  createdAt: number;
+  createdBy: string | null;
+  expiresAt: number | null;
+  lastUsedAt: number | null;
+  revokedAt: number | null;
+  revokedBy: string | null;
 }
 
 export interface Reason {

@@ -199,11 +199,12 @@ class Admission:
 
     def _read(self, authorization: str) -> Principal:
         """The caller, read from the store in a session of its own (on a worker thread)."""
+        since = self.platform.lookups.generation  # a token revoked meanwhile: not kept
         with self.platform.sessions() as session:
             principal = authenticate(session, authorization, self.platform.clock.now())
             session.commit()  # the token's last use, when it is a minute old or more
         if principal.job_id is None:  # a job's token is read each time: it ends with its job
-            self.platform.lookups.put(("principal", authorization), principal)
+            self.platform.lookups.put(("principal", authorization), principal, since)
         return principal
 
     # -- answers ---------------------------------------------------------------------------------

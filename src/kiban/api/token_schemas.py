@@ -8,7 +8,7 @@ from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
 from kiban.api.schemas import ApiModel
-from kiban.services.tenants import Deletion
+from kiban.services.draining import Deletion
 from kiban.store.models import ApiToken
 
 
@@ -23,6 +23,8 @@ class TokenInfo(ApiModel):
     created_by: str | None
     expires_at: float | None
     last_used_at: float | None  # noted at most once a minute
+    revoked_at: float | None  # None: active (unless expired)
+    revoked_by: str | None
 
 
 class QueueChange(ApiModel):
@@ -46,11 +48,13 @@ class QueueChange(ApiModel):
 
 
 class DeletionOut(ApiModel):
-    """``deleted``; or not yet: ``stopping`` jobs still ending after ``cancelled`` were."""
+    """``deleted``; or not yet: ``stopping`` jobs still ending after ``cancelled`` were, and
+    the deleted ``services`` whose replicas are still being stopped."""
 
     deleted: bool
     stopping: int
     cancelled: int
+    services: list[str]
     message: str
 
 
@@ -64,6 +68,8 @@ def token_info(row: ApiToken) -> TokenInfo:
         created_by=row.created_by,
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+        revoked_by=row.revoked_by,
     )
 
 
@@ -72,5 +78,6 @@ def deletion_out(deletion: Deletion) -> DeletionOut:
         deleted=deletion.deleted,
         stopping=deletion.stopping,
         cancelled=deletion.cancelled,
+        services=list(deletion.services),
         message=deletion.message,
     )

@@ -54,33 +54,39 @@ def create_token(
 @admin_app.command("tokens")
 def tokens(
     tenant: Annotated[str | None, typer.Argument(help="only this tenant's")] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="the revoked tokens too (default: active ones only)")
+    ] = False,
     output: OutputOpt = Output.TABLE,
 ) -> None:
-    """List tokens: id, member, role, created, expires, last use (never the secret)."""
+    """List tokens: id, member, role, created, expires, last use, revoked (never the secret)."""
     from kiban.sdk.client import Client
 
     with Client() as api:
-        rows = api.tokens(tenant)
+        rows = api.tokens(tenant, revoked=all_)
     if output.structured:
         print_document(rows, output)
         return
     from rich.table import Table  # here: a command that prints no table does not load rich
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("ID", "TENANT", "MEMBER", "ROLE", "CREATED", "EXPIRES", "LAST USE"):
+    columns = ["ID", "TENANT", "MEMBER", "ROLE", "CREATED", "EXPIRES", "LAST USE"]
+    for column in columns + (["REVOKED"] if all_ else []):
         table.add_column(column)
     for row in rows:
-        table.add_row(
-            *render.cells(
-                row["id"],
-                row["tenant"] or "-",
-                row["member"],
-                row["role"],
-                _date(row["createdAt"]),
-                _date(row["expiresAt"]),
-                _date(row["lastUsedAt"]),
-            )
-        )
+        cells = [
+            row["id"],
+            row["tenant"] or "-",
+            row["member"],
+            row["role"],
+            _date(row["createdAt"]),
+            _date(row["expiresAt"]),
+            _date(row["lastUsedAt"]),
+        ]
+        if all_:
+            revoked = row.get("revokedAt")
+            cells.append("-" if revoked is None else f"{_date(revoked)} by {row['revokedBy']}")
+        table.add_row(*render.cells(*cells))
     render.out.print(table)
 
 
@@ -101,9 +107,15 @@ def revoke_token(
 
 
 Drain = Annotated[
-    bool, typer.Option(help="cancel its unfinished jobs and delete it once they have ended")
+    bool,
+    typer.Option(
+        help="cancel its unfinished jobs, delete its services, stop its notebooks, and delete "
+        "it once they have ended"
+    ),
 ]
-Wait = Annotated[float, typer.Option(help="with --drain: seconds to wait for its jobs to end")]
+Wait = Annotated[
+    float, typer.Option(help="with --drain: seconds to wait for its jobs and services to end")
+]
 
 
 def _deleted(delete: Any, what: str, drain: bool, wait: float) -> None:
@@ -126,8 +138,9 @@ def delete_tenant(
     drain: Drain = False,
     wait: Wait = 300.0,
 ) -> None:
-    """Delete a tenant: refused while it has unfinished jobs (unless --drain) or services.
-    Its tokens are revoked and its queues leave the policy; its history stays."""
+    """Delete a tenant: refused while it has unfinished jobs, services or running notebooks
+    (unless --drain). Its tokens are revoked and its queues leave the policy; its history
+    stays."""
     from kiban.sdk.client import Client
 
     with Client() as api:
@@ -140,7 +153,8 @@ def delete_queue(
     drain: Drain = False,
     wait: Wait = 300.0,
 ) -> None:
-    """Remove a queue from the policy: refused while it has unfinished jobs (unless --drain)."""
+    """Remove a queue from the policy: refused while it has unfinished jobs, services or
+    running notebooks (unless --drain)."""
     from kiban.sdk.client import Client
 
     with Client() as api:

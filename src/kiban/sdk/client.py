@@ -555,17 +555,20 @@ class Client:
             body["expires"] = expires
         return dict(self._request("POST", path, json=body))
 
-    def tokens(self, tenant: str | None = None) -> list[dict[str, Any]]:
-        """Tokens (never their secrets): every tenant's for an admin, a tenant-admin's own."""
-        params = {"tenant": tenant} if tenant else {}
+    def tokens(self, tenant: str | None = None, revoked: bool = False) -> list[dict[str, Any]]:
+        """Tokens (never their secrets): every tenant's for an admin, a tenant-admin's own;
+        the revoked ones too with ``revoked``."""
+        params: dict[str, str] = {"tenant": tenant} if tenant else {}
+        if revoked:
+            params["all"] = "true"
         return list(self._request("GET", "/api/v1/tokens", params=params))
 
     def revoke_token(self, token_id: int) -> dict[str, Any]:
         return dict(self._request("DELETE", f"/api/v1/tokens/{int(token_id)}"))
 
     def delete_tenant(self, name: str, drain: bool = False) -> dict[str, Any]:
-        """Delete a tenant; ``drain``: cancel its jobs first (``deleted`` false while they
-        end: call again)."""
+        """Delete a tenant; ``drain``: cancel its jobs, delete its services and stop its
+        notebooks first (``deleted`` false while they end: call again)."""
         path = resource_path("tenants", name, "tenant name")
         return dict(self._request("DELETE", path, params={"drain": str(drain).lower()}))
 

@@ -154,12 +154,14 @@ def authenticate(
     session: Session, authorization: str | None, now: float | None = None
 ) -> Principal:
     """The principal behind an ``Authorization: Bearer ...`` header, or Unauthorized (also
-    for an expired token). ``now``: the time, to check expiry and note the token's last use
-    (at most once a ``LAST_USE_RESOLUTION_S``; the caller commits); None: neither."""
+    for a revoked or an expired token). ``now``: the time, to check expiry and note the token's
+    last use (at most once a ``LAST_USE_RESOLUTION_S``; the caller commits); None: neither."""
     token = bearer_token(authorization)
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
     if row is None:
         raise Unauthorized("invalid token")
+    if row.revoked_at is not None:
+        raise Unauthorized(f"token {row.id} ({row.name}) was revoked; ask for a new one")
     if now is not None:
         if row.expires_at is not None and now >= row.expires_at:
             raise Unauthorized(f"token {row.id} ({row.name}) expired; ask for a new one")
@@ -237,7 +239,11 @@ def ensure_admin_token(session: Session, token_file: Path | None, at: float) -> 
 
     Returns the new token, or None when an admin token already exists and the file is kept.
     """
-    existing = session.scalar(select(ApiToken).where(ApiToken.role == Role.ADMIN.value).limit(1))
+    existing = session.scalar(
+        select(ApiToken)
+        .where(ApiToken.role == Role.ADMIN.value, ApiToken.revoked_at.is_(None))
+        .limit(1)
+    )
     if token_file is None:
         if existing is not None:
             return None

@@ -3,7 +3,9 @@
 Submissions are the API's hot path; reading the same token and queue rows for each of
 hundreds per second costs more than the submission itself. Entries live ``ttl_s`` seconds;
 only lookups that found something are kept, so a new token or queue is seen at once, and a
-change to an existing one within ``ttl_s``. Time comes from an injected clock (the monotonic
+change to an existing one within ``ttl_s``; ``clear`` (a token revoked, a queue changed) is
+seen at once, a lookup under way when it came included: its value is not kept (it may have
+been read before the change). Time comes from an injected clock (the monotonic
 one by default), so that tests expire entries by moving a ``ManualClock``, not by sleeping.
 """
 
@@ -37,21 +39,25 @@ class LookupCache:
         self._clock = clock or _MonotonicClock()
         self._entries: dict[Hashable, tuple[float, object]] = {}
         self._lock = threading.Lock()
+        self._generation = 0  # one more at each clear
+
+    @property
+    def generation(self) -> int:
+        """What ``put`` is given as ``since``: a value read before a later ``clear`` is stale."""
+        with self._lock:
+            return self._generation
 
     def get(self, key: Hashable, load: Callable[[], T]) -> T:
         """The cached value of ``key``, or ``load()`` (kept unless it raised or gave None)."""
         now = self._clock.now()
         with self._lock:
             found = self._entries.get(key)
+            since = self._generation
         if found is not None and found[0] > now:
             return found[1]  # type: ignore[return-value]
         value = load()
-        if value is None:
-            return value
-        with self._lock:
-            if len(self._entries) >= self.max_entries:
-                self._entries.clear()
-            self._entries[key] = (now + self.ttl_s, value)
+        if value is not None:
+            self._keep(key, now + self.ttl_s, value, since)
         return value
 
     def peek(self, key: Hashable) -> object | None:
@@ -62,13 +68,20 @@ class LookupCache:
             return found[1]
         return None
 
-    def put(self, key: Hashable, value: object) -> None:
-        """Keep ``value`` for ``key`` for ``ttl_s`` seconds."""
+    def put(self, key: Hashable, value: object, since: int | None = None) -> None:
+        """Keep ``value`` for ``key`` for ``ttl_s`` seconds, unless the cache was cleared after
+        ``generation`` was ``since`` (the value was read before the change that cleared it)."""
+        self._keep(key, self._clock.now() + self.ttl_s, value, since)
+
+    def _keep(self, key: Hashable, until: float, value: object, since: int | None) -> None:
         with self._lock:
+            if since is not None and since != self._generation:
+                return
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()
-            self._entries[key] = (self._clock.now() + self.ttl_s, value)
+            self._entries[key] = (until, value)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._generation += 1

@@ -364,9 +364,12 @@ def rollback(session: Session, principal: Principal, name: str, at: float) -> Se
     return service
 
 
-def delete(session: Session, principal: Principal, name: str, at: float) -> ServiceRow:
-    """Retire every revision; the controller stops the replicas and then drops the service."""
-    service = get_visible(session, principal, name)
+def delete(
+    session: Session, principal: Principal, name: str, at: float, tenant: str | None = None
+) -> ServiceRow:
+    """Retire every revision; the controller stops the replicas and then drops the service.
+    An admin names the ``tenant`` when two have a service of that name."""
+    service = get_visible(session, principal, name, tenant)
     for number in (service.canary_revision, service.stable_revision):
         if number is not None:
             _retire(session, service, number, at, f"service deleted by {principal.name}")

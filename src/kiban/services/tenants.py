@@ -5,30 +5,30 @@ tokens (member and viewer ones; never a tenant-admin's or an admin's) and queues
 them here, and create them and change their quota, weight and strategy within the limits
 admins set (``kiban.services.queue_admin``).
 
-Deleting a tenant or a queue is refused (409) while it holds unfinished jobs; with ``drain``
-those are cancelled and the answer says how many are still stopping: ask again once they have
-ended (``kiban admin delete-tenant --drain`` waits). A deleted tenant keeps its row, marked
+Deleting a tenant or a queue is refused (409) while it holds unfinished jobs, services or
+active notebooks (``kiban.services.draining``); with ``drain`` its services are deleted, its
+notebooks stopped and its jobs cancelled, and the answer says what is still ending: ask again
+once it has (``kiban admin delete-tenant --drain`` waits). A deleted tenant keeps its row, marked
 deleted, for its finished jobs' and usage's history; its tokens are revoked and its queues
-leave the policy. Creating it again restores it.
+leave the policy. Creating it again restores it (not its tokens: they stay revoked).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from kiban.domain.jobspec import DNS_LABEL, check_dns_label
 from kiban.domain.quantity import parse_duration
 from kiban.domain.roles import GRANTABLE_BY_TENANT_ADMIN, TOKEN_ROLES, Role
-from kiban.domain.states import TERMINAL, JobState
-from kiban.services import events, policy
+from kiban.domain.states import JobState
+from kiban.services import draining, events, policy
 from kiban.services.auth import Principal, create_token, hash_token
+from kiban.services.draining import Deletion
 from kiban.services.errors import Conflict, Forbidden, NotFound, invalid
-from kiban.services.jobs import stop_unended
-from kiban.store.models import ApiToken, Job, Queue, Replica, ServiceRow, Tenant
+from kiban.store.models import ApiToken, Job, Queue, Replica, Tenant
 
 MAX_TOKEN_NAME = 128  # the width of api_tokens.name
 
@@ -145,26 +145,34 @@ def _lifetime(expires: str | float) -> float:
     return seconds
 
 
-def list_tokens(session: Session, principal: Principal, tenant: str | None) -> list[ApiToken]:
+def list_tokens(
+    session: Session, principal: Principal, tenant: str | None, revoked: bool = False
+) -> list[ApiToken]:
     """The tokens of ``tenant`` (None: every tenant's, for an admin; a tenant-admin's own
-    tenant's), oldest first; never a job's token (they live and end with their job)."""
+    tenant's), oldest first, the revoked ones too with ``revoked``; never a job's token (they
+    live and end with their job)."""
     if tenant is None and not principal.is_admin:
         tenant = principal.tenant or ""
     if tenant is not None:
         principal.require_tenant_admin(tenant, "listing tokens")
     query = select(ApiToken).where(ApiToken.role != Role.JOB.value).order_by(ApiToken.id)
+    if not revoked:
+        query = query.where(ApiToken.revoked_at.is_(None))
     if tenant is not None:
         query = query.where(ApiToken.tenant == tenant)
     return list(session.scalars(query))
 
 
 def revoke_token(session: Session, principal: Principal, token_id: int, at: float) -> ApiToken:
-    """Delete a token: refused on its next request. An admin any; a tenant-admin their tenant's
-    member and viewer tokens and their own (another tenant's: NotFound, as if absent)."""
-    row = session.get(ApiToken, token_id)
+    """Revoke a token: refused from its next request on, its row kept (who had access). An
+    admin any; a tenant-admin their tenant's member and viewer tokens and their own (another
+    tenant's: NotFound, as if absent). Revoked already: Conflict."""
+    row = session.get(ApiToken, token_id, with_for_update=True)
     if row is None or row.role == Role.JOB.value or not principal.can_see(row.tenant):
         raise NotFound(f"token {token_id} not found")
     principal.require_tenant_admin(row.tenant or "", "revoking tokens")
+    if row.revoked_at is not None:
+        raise Conflict(f"token {row.id} of {row.name} was revoked already, by {row.revoked_by}")
     own = row.id == principal.token_id
     if not principal.is_admin and not own and Role(row.role) not in GRANTABLE_BY_TENANT_ADMIN:
         raise Forbidden(
@@ -176,7 +184,7 @@ def revoke_token(session: Session, principal: Principal, token_id: int, at: floa
             f"token {row.id} is the last admin token: revoking it would leave nobody able to "
             "administer the cluster; create another admin token first"
         )
-    session.delete(row)
+    row.revoked_at, row.revoked_by = at, principal.member[:MAX_TOKEN_NAME]
     events.record(
         session,
         kind="Tenant",
@@ -192,58 +200,12 @@ def revoke_token(session: Session, principal: Principal, token_id: int, at: floa
 def _admin_tokens(session: Session) -> int:
     return (
         session.scalar(
-            select(func.count()).select_from(ApiToken).where(ApiToken.role == Role.ADMIN.value)
+            select(func.count())
+            .select_from(ApiToken)
+            .where(ApiToken.role == Role.ADMIN.value, ApiToken.revoked_at.is_(None))
         )
         or 0
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Deletion:
-    """What a deletion did: ``deleted``, or not yet, with ``stopping`` jobs still ending
-    (after ``drain`` cancelled them)."""
-
-    deleted: bool
-    stopping: int = 0
-    cancelled: int = 0
-
-    @property
-    def message(self) -> str:
-        if self.deleted:
-            return "deleted"
-        return (
-            f"draining: {self.cancelled} job(s) cancelled now, {self.stopping} still ending; "
-            "ask again once they have ended"
-        )
-
-
-def _unfinished(session: Session, *where: Any) -> list[Job]:
-    terminal = [state.value for state in TERMINAL]
-    query = select(Job).where(Job.state.not_in(terminal), *where).order_by(Job.id)
-    return list(session.scalars(query.with_for_update()))
-
-
-def _drain(
-    session: Session, principal: Principal, jobs: list[Job], what: str, drain: bool, at: float
-) -> Deletion | None:
-    """None when no job is unfinished; else Conflict (no ``drain``) or the drain's progress."""
-    if not jobs:
-        return None
-    if not drain:
-        shown = ", ".join(j.id for j in jobs[:5]) + (" ..." if len(jobs) > 5 else "")
-        raise Conflict(
-            f"{what} holds {len(jobs)} unfinished job(s) ({shown}); cancel them, or delete "
-            "with drain (--drain) to cancel them and delete once they have ended"
-        )
-    cancelled = 0
-    for job in jobs:
-        if JobState(job.state) is not JobState.STOPPING:
-            stop_unended(session, job, f"cancelled by {principal.member} to delete {what}", at)
-            cancelled += 1
-    left = sum(1 for j in jobs if not JobState(j.state).terminal)
-    if left == 0:
-        return None
-    return Deletion(deleted=False, stopping=left, cancelled=cancelled)
 
 
 def delete_tenant(
@@ -252,14 +214,8 @@ def delete_tenant(
     """Delete a tenant (see the module's docstring); admins only."""
     principal.require_admin()
     tenant = live_tenant(session, name)
-    services = session.scalars(select(ServiceRow.name).where(ServiceRow.tenant == name)).all()
-    if services:
-        raise Conflict(
-            f"tenant {name} has services ({', '.join(sorted(services))}); delete them first"
-        )
-    progress = _drain(
-        session, principal, _unfinished(session, Job.tenant == name), f"tenant {name}", drain, at
-    )
+    holdings = draining.of_tenant(session, name)
+    progress = draining.drain(session, principal, holdings, f"tenant {name}", drain, at)
     if progress is not None:
         return progress
     record = policy.current_record(session)
@@ -270,7 +226,14 @@ def delete_tenant(
         policy.apply_policy(
             session, document, actor=f"{principal.member} (delete tenant {name})", at=at
         )
-    session.execute(delete(ApiToken).where(ApiToken.tenant == name))
+    session.execute(
+        delete(ApiToken).where(ApiToken.tenant == name, ApiToken.role == Role.JOB.value)
+    )
+    session.execute(
+        update(ApiToken)
+        .where(ApiToken.tenant == name, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=at, revoked_by=principal.member[:MAX_TOKEN_NAME])
+    )
     tenant.deleted_at = at
     events.record(
         session,
@@ -298,9 +261,8 @@ def delete_queue(
 ) -> Deletion:
     """Remove a queue from the policy (a new version): an admin, or its tenant's tenant-admin."""
     queue = own_queue(session, principal, name, "deleting queues")
-    progress = _drain(
-        session, principal, _unfinished(session, Job.queue == name), f"queue {name}", drain, at
-    )
+    holdings = draining.of_queue(session, queue.tenant, name)
+    progress = draining.drain(session, principal, holdings, f"queue {name}", drain, at)
     if progress is not None:
         return progress
     record = policy.current_record(session)

@@ -68,7 +68,9 @@ class MemberUsage(Base):
 class ApiToken(Base):
     """A bearer token, stored as its SHA-256; admin tokens have no tenant, a job's token
     (role "job") names its job and lives while the job does. ``name`` is the member the token
-    belongs to; ``last_used_at`` is noted at most once a minute (``kiban.services.auth``)."""
+    belongs to; ``last_used_at`` is noted at most once a minute (``kiban.services.auth``). A
+    revoked token keeps its row (``revoked_at``, ``revoked_by``: who had access, and whose
+    audited actions) and is refused."""
 
     __tablename__ = "api_tokens"
 
@@ -82,6 +84,8 @@ class ApiToken(Base):
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 def _gpus(per_flavor: dict[str, Any] | None) -> dict[str, int]:

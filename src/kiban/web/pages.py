@@ -29,6 +29,7 @@ PAGES = (
     "/services/{name}",
     "/usage",
     "/notebooks",
+    "/tokens",
 )
 """The dashboard's page paths (the ones its router knows)."""
 NOT_BUILT = (

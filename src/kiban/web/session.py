@@ -40,6 +40,8 @@ class SignedIn(BaseModel):
     name: str
     tenant: str | None
     is_admin: bool
+    role: str  # admin, tenant-admin, member or viewer: what the dashboard offers
+    member: str
 
 
 def _principal(platform: Platform, token: str) -> Principal:
@@ -83,7 +85,13 @@ async def sign_in(request: Request, response: Response) -> SignedIn:
         CSRF_COOKIE, secrets.token_urlsafe(32), samesite="strict", path="/", secure=secure
     )
     response.headers["Cache-Control"] = "no-store"
-    return SignedIn(name=principal.name, tenant=principal.tenant, is_admin=principal.is_admin)
+    return SignedIn(
+        name=principal.name,
+        tenant=principal.tenant,
+        is_admin=principal.is_admin,
+        role=principal.role.value,
+        member=principal.member,
+    )
 
 
 async def sign_out() -> Response:

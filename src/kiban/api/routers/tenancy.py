@@ -25,13 +25,17 @@ DELETION: responses.Responses = {
     **responses.ADMIN_CHANGE,
     202: {
         "model": DeletionOut,
-        "description": "Draining: its unfinished jobs are cancelled and still ending; ask again.",
+        "description": "Draining: its jobs are cancelled, services deleted, notebooks stopped, "
+        "and still ending; ask again.",
     },
 }
 
 Drain = Annotated[
     bool,
-    Query(description="cancel its unfinished jobs, and delete it once they have ended"),
+    Query(
+        description="cancel its unfinished jobs, delete its services, stop its notebooks, and "
+        "delete it once they have ended"
+    ),
 ]
 QueueName = Annotated[
     str, Path(description="the queue's name", json_schema_extra={"pattern": NAME})
@@ -43,17 +47,22 @@ def list_tokens(
     principal: PrincipalDep,
     session: SessionDep,
     tenant: Annotated[str | None, Query(description="only this tenant's")] = None,
+    revoked: Annotated[
+        bool, Query(alias="all", description="the revoked tokens too (default: active only)")
+    ] = False,
 ) -> list[TokenInfo]:
-    """Tokens: id, member, role, created, expires, last use; never the secret. A tenant-admin
-    sees their tenant's."""
-    return [token_info(row) for row in tenants.list_tokens(session, principal, tenant or None)]
+    """Tokens: id, member, role, created, expires, last use, when and by whom revoked; never
+    the secret. A tenant-admin sees their tenant's."""
+    rows = tenants.list_tokens(session, principal, tenant or None, revoked)
+    return [token_info(row) for row in rows]
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenInfo, responses=responses.ADMIN_CHANGE)
 def revoke_token(
     token_id: int, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
 ) -> TokenInfo:
-    """Revoke a token: its next request is refused (401)."""
+    """Revoke a token: its next request is refused (401); it stays listed with ``all``. 409
+    when it is the last admin token, or revoked already."""
     row = tenants.revoke_token(session, principal, token_id, platform.clock.now())
     session.commit()
     platform.lookups.clear()  # cached callers: read again, this one no more
@@ -69,9 +78,9 @@ def delete_tenant(
     session: SessionDep,
     drain: Drain = False,
 ) -> DeletionOut:
-    """Delete a tenant: refused (409) while it has unfinished jobs or services; ``drain``
-    cancels the jobs (202 while they end). Its tokens are revoked, its queues leave the
-    policy; its history stays."""
+    """Delete a tenant: refused (409) while it has unfinished jobs, services or active
+    notebooks; ``drain`` deletes the services, stops the notebooks and cancels the jobs (202
+    while they end). Its tokens are revoked, its queues leave the policy; its history stays."""
     deletion = tenants.delete_tenant(session, principal, tenant, platform.clock.now(), drain)
     session.commit()
     platform.lookups.clear()
@@ -92,8 +101,8 @@ def delete_queue(
     session: SessionDep,
     drain: Drain = False,
 ) -> DeletionOut:
-    """Remove a queue from the policy: refused (409) while it has unfinished jobs; ``drain``
-    cancels them (202 while they end)."""
+    """Remove a queue from the policy: refused (409) while it has unfinished jobs, services or
+    active notebooks; ``drain`` ends them as for a tenant (202 while they end)."""
     deletion = tenants.delete_queue(session, principal, name, platform.clock.now(), drain)
     session.commit()
     if deletion.deleted:
