@@ -65,8 +65,7 @@ def test_credentials_become_references_to_the_attempts_secret() -> None:
                 "valueFrom": {"secretKeyRef": {"name": name, "key": key}},
             }
         assert TOKEN not in json.dumps(pod) and JUPYTER not in json.dumps(pod)
-        assert env_secrets.refers_to_secret(pod, name)
-        assert not env_secrets.refers_to_secret(pod, "another")
+        assert env_secrets.refers_to_secret(pod)
 
 
 def test_an_attempt_without_credentials_has_no_secret() -> None:
@@ -75,6 +74,7 @@ def test_an_attempt_without_credentials_has_no_secret() -> None:
     before = json.dumps(pods)
     assert env_secrets.prepare(launch, pods, "kiban-t") is None
     assert json.dumps(pods) == before
+    assert not any(env_secrets.refers_to_secret(pod) for pod in pods)
 
 
 class RecordingApi:

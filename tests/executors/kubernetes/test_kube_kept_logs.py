@@ -91,6 +91,9 @@ class ScriptedCluster:
     def delete_service(self, namespace: str, name: str) -> None:
         self.calls.append(f"delete service {name}")
 
+    def delete_secret(self, namespace: str, name: str) -> None:
+        self.calls.append(f"delete secret {name}")
+
     def list_nodes(self, label_selector: str = "") -> list[Obj]:
         return [{"metadata": {"name": "node-0"}}]
 
@@ -140,6 +143,7 @@ def test_the_logs_of_an_attempt_that_ended_are_kept_before_anything_is_deleted(
         f"delete pod kb-{JOB}-1-0",
         f"log kb-{JOB}-1-1 tail",  # before the Service, which owns the pod, is deleted
         f"delete service kb-{JOB}-1",
+        f"delete secret kb-{JOB}-1-env",  # by name: the attempt's credentials, if it had any
         f"delete pod kb-{JOB}-1-1",
     ]
     assert not cluster.pods
@@ -273,7 +277,11 @@ def test_without_a_log_dir_nothing_is_kept(monkeypatch: pytest.MonkeyPatch) -> N
     kube = make(monkeypatch, cluster, None)
     kube.stop(ref(0), force=True)
     kube.close()
-    assert cluster.calls == [f"delete pod kb-{JOB}-1-0", f"delete service kb-{JOB}-1"]
+    assert cluster.calls == [
+        f"delete pod kb-{JOB}-1-0",
+        f"delete service kb-{JOB}-1",
+        f"delete secret kb-{JOB}-1-env",
+    ]
 
 
 def test_a_newer_attempts_pod_is_read_rather_than_an_older_kept_log(

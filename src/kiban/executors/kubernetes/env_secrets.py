@@ -17,16 +17,20 @@ from kiban.executors.base import CREDENTIAL_ENV, LaunchRequest
 from kiban.executors.kubernetes.api import CoreApi, Obj, ignore_gone
 from kiban.executors.kubernetes.naming import JOB_ID_ANNOTATION, job_labels, service_name
 
+SUFFIX = "-env"
+
 
 def secret_name(job_id: str, attempt: int) -> str:
-    return f"{service_name(job_id, attempt)}-env"
+    return f"{service_name(job_id, attempt)}{SUFFIX}"
 
 
-def refers_to_secret(pod: Obj, name: str) -> bool:
-    """Whether a pod's container takes a variable from the Secret ``name``."""
+def refers_to_secret(pod: Obj) -> bool:
+    """Whether a pod takes a variable from its attempt's credentials Secret."""
     containers = (pod.get("spec") or {}).get("containers") or []
     return any(
-        ((entry.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name") == name
+        str(((entry.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")).endswith(
+            SUFFIX
+        )
         for container in containers
         for entry in container.get("env") or []
     )

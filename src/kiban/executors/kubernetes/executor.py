@@ -463,8 +463,7 @@ class KubernetesExecutor:
             else:
                 ignore_gone(self.api.delete_service, namespace, service)
                 credentials = env_secrets.secret_name(replica.job_id, replica.attempt)
-                if pod is not None and env_secrets.refers_to_secret(pod, credentials):
-                    ignore_gone(self.api.delete_secret, namespace, credentials)
+                ignore_gone(self.api.delete_secret, namespace, credentials)
                 self.mpi.delete_objects(replica.job_id, replica.attempt)
 
     def _in_background(self, task: Callable[..., None], *args: Any) -> None:
@@ -481,19 +480,19 @@ class KubernetesExecutor:
 
     def _end_attempt(self, replica: ReplicaRef, namespace: str, service: str) -> None:
         selector = {JOB_LABEL: job_key(replica.job_id), ATTEMPT_LABEL: str(replica.attempt)}
-        credentials = env_secrets.secret_name(replica.job_id, replica.attempt)
-        hosts = secret = False
+        hosts = False
         for pod in self.pods.select(selector):
             hosts = hosts or hosts_objects.has_hosts(pod)
-            secret = secret or env_secrets.refers_to_secret(pod, credentials)
             if ended(pod):
                 self._keep(replica.job_id, pod)
         ignore_gone(self.api.delete_service, namespace, service)
         if hosts:
             name = hosts_objects.config_map_name(replica.job_id, replica.attempt)
             ignore_gone(self.api.delete_config_map, namespace, name)
-        if secret:
-            ignore_gone(self.api.delete_secret, namespace, credentials)
+        # by name, whatever the pods said: they may be gone from the cache by now (a Secret
+        # the attempt never had is a 404, ignored)
+        credentials = env_secrets.secret_name(replica.job_id, replica.attempt)
+        ignore_gone(self.api.delete_secret, namespace, credentials)
         self.mpi.delete_objects(replica.job_id, replica.attempt)
 
     def _keep(self, job_id: str, pod: Obj) -> None:
@@ -518,7 +517,6 @@ class KubernetesExecutor:
         the credentials') by name in the namespace of the pods that use them (none is listed:
         kiban may not list Secrets)."""
         selector = attempt_selector(job_id, attempt)
-        credentials = env_secrets.secret_name(job_id, attempt)
         namespaces, hosts, secrets = set(), set(), set()
         for pod in self.api.list_pods(label_selector=selector).get("items") or []:
             meta = pod["metadata"]
@@ -526,7 +524,7 @@ class KubernetesExecutor:
                 namespaces.add(meta["namespace"])
             if hosts_objects.has_hosts(pod):
                 hosts.add(meta["namespace"])
-            if env_secrets.refers_to_secret(pod, credentials):
+            if env_secrets.refers_to_secret(pod):
                 secrets.add(meta["namespace"])
             if self.kept is not None and ended(pod):
                 self._keep(job_id, pod)
@@ -542,6 +540,7 @@ class KubernetesExecutor:
             name = hosts_objects.config_map_name(job_id, attempt)
             ignore_gone(self.api.delete_config_map, namespace, name)
         for namespace in sorted(secrets):
+            credentials = env_secrets.secret_name(job_id, attempt)
             ignore_gone(self.api.delete_secret, namespace, credentials)
         known = self.mpi.namespace_of(job_id, attempt)
         for namespace in sorted(namespaces | ({known} if known else set())):
