@@ -109,3 +109,17 @@ def test_a_job_waiting_for_other_nodes_leaves_the_sweep_running(
         job = session.get(Job, waiting)
         assert job is not None and job.reason_code == "InsufficientCapacity"
     assert yielded_events(platform, sweep) == []
+
+
+def test_a_sweep_queue_declared_before_scavengers_is_made_one(
+    platform: Platform, api: TestClient
+) -> None:
+    with platform.sessions() as session:
+        queues = [{"name": "default"}, {"name": SWEEP_QUEUE, "tenant": "default"}]
+        policy.apply_policy(session, {"queues": queues}, actor="test", at=0.0)
+        session.commit()
+    assert api.post("/api/v1/health/sweeps").status_code == 201
+    with platform.sessions() as session:
+        current = policy.current_policy(session)
+        assert current.is_scavenger(SWEEP_QUEUE)
+        assert [q.name for q in current.queues].count(SWEEP_QUEUE) == 1
