@@ -741,3 +741,17 @@ def test_a_bad_topology_request_names_its_field(topology: dict[str, Any], field:
     with pytest.raises(SpecError) as caught:
         parse_job_manifest(job(topology=topology))
     assert [p.field for p in caught.value.problems] == [field]
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, {"on": True}])
+def test_a_queues_scavenger_flag_is_a_boolean(value: object) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_policy({"queues": [{"name": "q", "scavenger": value}]})
+    assert [p.field for p in caught.value.problems] == ["queues[0].scavenger"]
+
+
+def test_a_scavenger_queue_is_known_by_name() -> None:
+    policy = parse_policy({"queues": [{"name": "idle", "scavenger": True}, {"name": "work"}]})
+    assert [policy.is_scavenger(q) for q in ("idle", "work", "absent")] == [True, False, False]
+    (dumped, _) = [q.model_dump(by_alias=True) for q in policy.queues]
+    assert dumped["scavenger"] is True

@@ -38,6 +38,7 @@ class FakeGpu:
     fabric: tuple[int, int] | None = (3, 0)  # state, status; None: not supported
     nvlinks: list[int] = field(default_factory=lambda: [1] * 18)  # 1 up, 0 down
     crc: int = 0  # per link and counter
+    nvlink_kib: tuple[int, int] | None = None  # (TX, RX) data per link up; None: unsupported
     reasons: int = 0
     utilization: int = 0
     memory: tuple[int, int] = (512 * 2**20, 80_000 * 2**20)
@@ -155,6 +156,28 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkErrorCounter(self, gpu: FakeGpu, link: int, counter: int) -> int:
         self._q("nvmlDeviceGetNvLinkErrorCounter", gpu)
         return gpu.crc
+
+    def nvmlDeviceGetFieldValues(
+        self, gpu: FakeGpu, wanted: list[tuple[int, int]]
+    ) -> list[SimpleNamespace]:
+        """The NVLink data throughput fields (138 TX, 139 RX) of each link, as unsigned long
+        longs; every other field, or a GPU without them, answers NOT_SUPPORTED per field."""
+        self._q("nvmlDeviceGetFieldValues", gpu)
+        values = []
+        for field_id, link in wanted:
+            kib = gpu.nvlink_kib
+            ok = kib is not None and field_id in (138, 139) and link < len(gpu.nvlinks)
+            amount = kib[field_id - 138] if ok and kib is not None else 0
+            values.append(
+                SimpleNamespace(
+                    fieldId=field_id,
+                    scopeId=link,
+                    valueType=3,  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                    nvmlReturn=0 if ok else NOT_SUPPORTED,
+                    value=SimpleNamespace(ullVal=amount),
+                )
+            )
+        return values
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, gpu: FakeGpu) -> int:
         self._q("nvmlDeviceGetCurrentClocksEventReasons", gpu)

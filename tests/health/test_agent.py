@@ -226,6 +226,17 @@ def test_metrics_of_the_checks_and_no_sample_for_a_field_not_given(readings: Pat
     assert 'DCGM_FI_DEV_XID_ERRORS{Hostname="n1"' in text
 
 
+def test_nvlink_bandwidth_has_a_sample_only_where_the_reading_has_one(readings: Path) -> None:
+    both = with_gpu(node_reading("n1", gpus=2), 0, nvlink_bandwidth_total=420)
+    put(readings, with_gpu(both, 1, nvlink_bandwidth_total=None))  # GPU 1: NVML gave none
+    agent = agent_over(readings, ManualClock())
+    agent.check("n1")
+    text = TestClient(create_agent_app(agent)).get("/metrics").text
+    name = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{"
+    samples = [line for line in text.splitlines() if line.startswith(name)]
+    assert len(samples) == 1 and 'gpu="0"' in samples[0] and samples[0].endswith(" 420.0")
+
+
 def test_xid_metric_keeps_the_last_code(readings: Path) -> None:
     from kiban.health.readings import XidEvent
 

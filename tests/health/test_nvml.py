@@ -85,6 +85,25 @@ def test_a_gpu_without_nvswitch_or_nvlink_has_no_fabric_and_no_links_down() -> N
     assert (gpu.nvlink_links_down, gpu.nvlink_crc_errors) == (0, 0)
 
 
+def test_nvlink_data_is_summed_over_the_links_that_are_up() -> None:
+    gpu = FakeGpu("GPU-a", nvlinks=[1, 0, 1, 1], nvlink_kib=(100, 40))
+    nvml_reader, nvml = reader(gpu)
+    read = nvml_reader.read("n1").gpus[0]
+    assert read.nvlink_bandwidth_total == 3 * (100 + 40)  # TX and RX of the three links up
+    assert nvml.calls.count("nvmlDeviceGetFieldValues") == 1  # one call for all the links
+
+
+def test_no_nvlink_data_where_nvml_has_none_never_a_zero() -> None:
+    for gpu in (
+        FakeGpu("GPU-l4", fabric=None, nvlinks=[], nvlink_kib=(1, 1)),  # no NVLink at all
+        FakeGpu("GPU-down", nvlinks=[0, 0], nvlink_kib=(1, 1)),  # no link up
+        FakeGpu("GPU-old"),  # a driver without the throughput fields: NOT_SUPPORTED each
+        FakeGpu("GPU-x", nvlink_kib=(1, 1), fail={"nvmlDeviceGetFieldValues": NOT_SUPPORTED}),
+    ):
+        read = reader(gpu)[0].read("n1").gpus[0]
+        assert read.nvlink_bandwidth_total is None, gpu.uuid
+
+
 def test_an_unexpected_fabric_error_is_unknown_not_absent() -> None:
     gpu = (
         reader(FakeGpu("GPU-a", fail={"nvmlDeviceGetGpuFabricInfo": UNKNOWN}))[0].read("n").gpus[0]

@@ -93,6 +93,7 @@ class ClusterPolicy(SpecModel):
     """Ceilings on what tenant-admins may give their tenant's queues
     (``kiban.domain.tenant_limits``)."""
     _allocations: dict[str, QueueAllocationDecl] | None = PrivateAttr(default=None)
+    _scavengers: frozenset[str] | None = PrivateAttr(default=None)
 
     def notebook_class(self) -> str | None:
         """The priority class a notebook's job names (None: the policy's default)."""
@@ -352,6 +353,12 @@ class ClusterPolicy(SpecModel):
             }
         allocation = self._allocations.get(queue)
         return allocation if allocation is not None and allocation.holds_at(now) else None
+
+    def is_scavenger(self, queue: str) -> bool:
+        """Whether ``queue`` is declared ``scavenger: true`` (its jobs use idle capacity only)."""
+        if self._scavengers is None:
+            self._scavengers = frozenset(q.name for q in self.queues if q.scavenger)
+        return queue in self._scavengers
 
     @property
     def price_table(self) -> Prices:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BeforeValidator,
     Field,
+    StrictBool,
     TypeAdapter,
     ValidationError,
     field_serializer,
@@ -280,6 +281,8 @@ class QueueDecl(SpecModel):
     quota of a policy without flavors (the implicit ``default`` flavor). ``borrowingLimit``:
     how much more than its nominal it may borrow from its cohort (a flavor not listed: no
     limit); ``lendingLimit``: how much of its unused nominal it lends (not listed: all of it).
+    ``scavenger: true``: its jobs run only on otherwise idle capacity: any waiting job of any
+    queue whose placement needs their nodes preempts them first, and they preempt nothing.
     """
 
     name: str
@@ -291,6 +294,7 @@ class QueueDecl(SpecModel):
     strategy: Literal["StrictFIFO", "BestEffortFIFO", "LeastAttainedService"] = "StrictFIFO"
     fair_share_weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
     allocation: QueueAllocationDecl | None = None  # time-bounded quota and weight
+    scavenger: StrictBool = False  # idle capacity only: preempted by any job needing its nodes
 
     @field_validator("name", "tenant")
     @classmethod

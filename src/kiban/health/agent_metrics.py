@@ -51,7 +51,8 @@ GPU_SERIES: list[tuple[str, str, Callable[[GpuReading], float | None]]] = [
     ),
     (
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "Total number of NVLink bandwidth counters for all lanes.",
+        "Total number of NVLink bandwidth counters for all lanes (KiB of data sent and "
+        "received over the links that are up, since the driver loaded).",
         lambda g: g.nvlink_bandwidth_total,
     ),
     (

@@ -34,6 +34,20 @@ FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # 0: not s
 THERMAL_REASONS = 0x20 | 0x40  # SwThermalSlowdown | HwThermalSlowdown
 POWER_REASONS = 0x04 | 0x80  # SwPowerCap | HwPowerBrakeSlowdown
 CRC_COUNTERS = (2, 3)  # NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_CRC_DATA
+# NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _RX (nvml.h): data sent and received over one link
+# (the field value's scopeId), in KiB
+NVLINK_DATA_FIELDS = (138, 139)
+SUCCESS = 0  # NVML_SUCCESS: a field value's own nvmlReturn
+# nvmlValueType_t -> the member of nvmlValue_t holding the value
+VALUE_MEMBERS = {
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
+}
 XID_EVENTS_KEPT = 4096  # the newest Xid events remembered for the nodes not read yet
 MIB = 2**20
 
@@ -267,10 +281,12 @@ def _fabric(q: GpuQueries) -> dict[str, Any]:
 
 
 def _nvlink(q: GpuQueries) -> dict[str, Any]:
-    """Links that exist and are down, and the CRC errors summed over the links that are up.
-    A GPU without NVLink (every link unsupported) has none down and no errors."""
+    """Links that exist and are down, the CRC errors summed over the links that are up, and
+    the data those links carried (``_nvlink_data_kib``). A GPU without NVLink (every link
+    unsupported) has none down, no errors, and no bandwidth figure."""
     links = int(getattr(q.nvml, "NVML_NVLINK_MAX_LINKS", 18))
     down = crc = 0
+    up: list[int] = []
     answered = False
     for link in range(links):
         if q.lost:
@@ -292,6 +308,7 @@ def _nvlink(q: GpuQueries) -> dict[str, Any]:
         if int(state) != 1:  # NVML_FEATURE_ENABLED
             down += 1
             continue
+        up.append(link)
         for counter in CRC_COUNTERS:
             value = q.ask("nvmlDeviceGetNvLinkErrorCounter", link, counter)
             if value is None:
@@ -299,7 +316,31 @@ def _nvlink(q: GpuQueries) -> dict[str, Any]:
             crc += int(value)
     if not answered:
         return {}
-    return {"nvlink_links_down": down, "nvlink_crc_errors": crc}
+    found: dict[str, Any] = {"nvlink_links_down": down, "nvlink_crc_errors": crc}
+    data = _nvlink_data_kib(q, up)
+    if data is not None:
+        found["nvlink_bandwidth_total"] = data
+    return found
+
+
+def _nvlink_data_kib(q: GpuQueries, links: Sequence[int]) -> int | None:
+    """KiB sent and received over ``links`` since the driver loaded, summed (NVML's NVLink
+    throughput fields, one per link and direction, in one ``nvmlDeviceGetFieldValues``). None
+    without links, or where NVML cannot give every one of them (an older driver or binding):
+    never a partial sum, nor a 0 made up."""
+    if not links:
+        return None
+    wanted = [(field_id, link) for link in links for field_id in NVLINK_DATA_FIELDS]
+    values = q.ask("nvmlDeviceGetFieldValues", wanted)
+    if values is None or len(values) != len(wanted):
+        return None
+    total = 0
+    for value in values:
+        member = VALUE_MEMBERS.get(int(value.valueType))
+        if int(value.nvmlReturn) != SUCCESS or member is None:
+            return None
+        total += int(getattr(value.value, member))
+    return total
 
 
 def _throttle(q: GpuQueries) -> dict[str, Any]:

@@ -57,7 +57,9 @@ class GpuReading(Reading):
     # NVLink: links that should be up and are down; the CRC error counters summed over links.
     nvlink_links_down: int | None = None
     nvlink_crc_errors: int | None = None
-    nvlink_bandwidth_total: int | None = None  # DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (counter)
+    # KiB sent and received over the links that are up, since the driver loaded (NVML's
+    # NVLink data throughput fields); exported as DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL
+    nvlink_bandwidth_total: int | None = None
     # Throttling (nvmlDeviceGetCurrentClocksEventReasons)
     thermal_throttle: bool | None = None
     power_throttle: bool | None = None

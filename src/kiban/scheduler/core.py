@@ -53,8 +53,9 @@ def schedule(
        reservations unless it ends before them). The first flavor that fits admits the job.
     5. Otherwise, if it could never start on its queue's flavors, even with every node idle, it
        waits as ``Unschedulable`` (see ``feasibility``). Else, if victims already stop for it,
-       it waits for them; else look for victims (priority, reclaim, fair share) after whose
-       stop it would fit, and preempt them.
+       it waits for them; else look for victims (scavenger, priority, reclaim, fair share)
+       after whose stop it would fit, and preempt them (a scavenger queue's job preempts
+       nobody, reserves nothing, and comes after the other queues' jobs in the order).
     6. Otherwise, if free capacity (not quota) is what it lacks, reserve GPUs for it at the
        earliest time the running jobs' maxRuntime frees enough.
     7. Once the cycle has placed ``max_placements_per_cycle`` replicas, the jobs after wait
@@ -151,7 +152,7 @@ def _admit_or_explain(
                 {"victims": names},
             ),
         )
-    if cycle.may_search_victims():
+    if not queue.scavenger and cycle.may_search_victims():  # a scavenger preempts nobody
         for flavor in flavors:
             cycle.note_victim_search()
             choice = find_victims(cycle, job, flavor)
@@ -170,7 +171,7 @@ def _admit_or_explain(
                         PendingReason(
                             ReasonCode.WAITING_FOR_PREEMPTION,
                             f"preempted ({ground}) to make room for job {job.id}",
-                            {"preemptor": job.id, "ground": ground, "flavor": flavor},
+                            {"preemptor": job.id, "ground": ground.value, "flavor": flavor},
                         ),
                         nodes,
                     )
@@ -182,7 +183,7 @@ def _admit_or_explain(
                     {"victims": names, "flavor": flavor},
                 ),
             )
-    if cycle.policy.backfill:
+    if cycle.policy.backfill and not queue.scavenger:  # idle capacity only: it reserves none
         for flavor in capacity_short:
             reservation = reserve(cycle, job, flavor)
             if reservation is not None:

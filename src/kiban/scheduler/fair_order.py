@@ -1,6 +1,7 @@
 """The fair order of one cycle: each queue's jobs in its own order (with a tenant's members
 interleaved by their standing, ``fair_tree``), queue heads taken by their tenant's standing,
-lowest first; jobs that preempted first, jobs of unknown queues last."""
+lowest first; jobs that preempted first, then those of scavenger queues (idle capacity only),
+jobs of unknown queues last."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kiban.scheduler.policy import OrderKey
 from kiban.scheduler.snapshot import PendingJob, QueueView, Snapshot
 
 _KEY = itemgetter(0)
+_Entry = tuple[float, tuple[float | int | str, ...], str]  # (standing, job's key, queue)
 
 
 def fair_order(
@@ -31,7 +33,8 @@ def fair_order(
     Jobs for which victims were stopped (they hold nominated nodes) come first: the fair order
     chose them when it preempted for them, and the quota and nodes freed are theirs; were they
     left to the fair order again, a borrower could take that room back and be preempted again,
-    round after round. Jobs of unknown queues come last. A heap entry's standing may be stale
+    round after round. The jobs of scavenger queues come after all others' (they run on what
+    the others leave idle), and jobs of unknown queues last. A heap entry's standing may be stale
     after an admission of the same tenant; such an entry is pushed back with its new standing
     before it is used. A queue named in ``dropped`` (looked at as the order goes) yields no
     more jobs from its heap entry on: the jobs behind a blocked StrictFIFO head.
@@ -46,33 +49,35 @@ def fair_order(
     yield from preemptors
     skip = {job.id for job in preemptors}
     unknown: list[PendingJob] = []
-    heap: list[tuple[float, tuple[float | int | str, ...], str]] = []
+    heaps: tuple[list[_Entry], list[_Entry]] = ([], [])  # other queues', then scavenger ones'
     next_index: dict[str, int] = {}
     for name, jobs in ordered.items():
-        if name not in queues:
+        queue = queues.get(name)
+        if queue is None:
             unknown.extend(job for job in jobs if job.id not in skip)
             continue
         k = _skip(jobs, 0, skip)
         if k < len(jobs):
             head = jobs[k]
             next_index[name] = k
-            heap.append((standing(head.tenant), key_of(name, k), name))
-    heapq.heapify(heap)
-    while heap:
-        was, key, name = heapq.heappop(heap)
-        if dropped is not None and name in dropped:
-            continue
-        jobs = ordered[name]
-        job = jobs[next_index[name]]
-        now_standing = standing(job.tenant)
-        if now_standing > was:
-            heapq.heappush(heap, (now_standing, key, name))
-            continue
-        yield job
-        k = next_index[name] = _skip(jobs, next_index[name] + 1, skip)
-        if k < len(jobs):
-            following = jobs[k]
-            heapq.heappush(heap, (standing(following.tenant), key_of(name, k), name))
+            heaps[queue.scavenger].append((standing(head.tenant), key_of(name, k), name))
+    for heap in heaps:
+        heapq.heapify(heap)
+        while heap:
+            was, key, name = heapq.heappop(heap)
+            if dropped is not None and name in dropped:
+                continue
+            jobs = ordered[name]
+            job = jobs[next_index[name]]
+            now_standing = standing(job.tenant)
+            if now_standing > was:
+                heapq.heappush(heap, (now_standing, key, name))
+                continue
+            yield job
+            k = next_index[name] = _skip(jobs, next_index[name] + 1, skip)
+            if k < len(jobs):
+                following = jobs[k]
+                heapq.heappush(heap, (standing(following.tenant), key_of(name, k), name))
     unknown.sort(key=order_key)
     yield from unknown
 

@@ -1,7 +1,11 @@
 """Who may be preempted for a waiting job, in what order, and whether it would then fit.
 
-Three grounds, each one-directional so that two jobs can never preempt each other back and forth:
+Four grounds (``PreemptionGround``), each one-directional so that two jobs can never preempt
+each other back and forth:
 
+- scavenger: a job of a ``scavenger`` queue, for any waiting job of any other queue, whatever
+  its priority, queue or cohort; tried before every other ground. Scavenger jobs use idle
+  capacity only: they never preempt, on any ground, and hold no backfill reservation;
 - priority: in the job's own queue, a lower-priority job, if the job's class may preempt;
 - reclaim: in the job's cohort, a job of a queue that borrows the flavor, when the job's queue
   stays within its nominal quota (the lender takes back what it lent);
@@ -9,7 +13,7 @@ Three grounds, each one-directional so that two jobs can never preempt each othe
   the preemptor tenant's standing *after* admission; within one tenant, a teammate's job
   whose member standing is higher than the preemptor member's after admission (``fair_tree``).
 
-A policy may add a fourth ground, ``order`` (``Policy.may_preempt``): any running job for which
+A policy may add a fifth ground, ``order`` (``Policy.may_preempt``): any running job for which
 its predicate holds, such as a job with more remaining work for shortest-remaining-time-first;
 the predicate must be one-way, as these are.
 
@@ -17,7 +21,7 @@ A job is also never a victim of the job it preempted last, whatever the ground, 
 back in its queue after a preemption does not preempt on the fair-share ground (it may reclaim
 its own quota or preempt by priority): otherwise one reclaim cascades through the cohort, each
 borrower stopped passing the loss on to the next, round after round. Victims are
-tried in the order that loses the least: lower priority first, borrowed before
+tried in the order that loses the least: scavenger jobs first, then lower priority, borrowed before
 nominal, the least work since the last checkpoint, then the most recently started. A job
 inside its class's minRuntime is never a victim. Victims are taken greedily in that order until
 the job fits quota and placement together; if it never fits, nobody is preempted.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from kiban.scheduler.capacity import NodeFilter
 from kiban.scheduler.cycle import Cycle, loss_order
@@ -36,25 +41,39 @@ from kiban.scheduler.placement import GangAttempt, could_fit
 from kiban.scheduler.snapshot import Extended, PendingJob, RunningJob
 
 
+class PreemptionGround(StrEnum):
+    """On what ground a running job is preempted (a preemption's ``ground`` detail)."""
+
+    SCAVENGER = "scavenger"  # its queue runs on idle capacity only: any waiting job may have it
+    PRIORITY = "priority"  # lower priority in the preemptor's own queue
+    RECLAIM = "reclaim"  # its queue borrows what the preemptor's queue lent
+    FAIR_SHARE = "fair-share"  # its tenant (or member) stands above the preemptor's
+    ORDER = "order"  # the policy's own ground (``Policy.may_preempt``)
+
+
 @dataclass(frozen=True, slots=True)
 class VictimChoice:
     """The victims that make room for the job on one flavor, and on what ground each."""
 
     flavor: str
-    victims: tuple[tuple[RunningJob, str], ...]
+    victims: tuple[tuple[RunningJob, PreemptionGround], ...]
     nodes: frozenset[str]  # where the job would start once they stop
 
 
-Candidate = tuple[RunningJob, str]
-_COHORT_GROUNDS = ("reclaim", "fair-share")  # victims only while their queue borrows
+Candidate = tuple[RunningJob, PreemptionGround]
+_COHORT_GROUNDS = (PreemptionGround.RECLAIM, PreemptionGround.FAIR_SHARE)  # while they borrow
+_FIRST, _THEN = 0, 1  # the scavenger ground's victims come before every other ground's
 
 
 def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate]:
     """Running jobs that may be preempted for ``job`` on ``flavor``, each with its ground, least
     loss first: lower priority, borrowed before nominal, least work since the last checkpoint,
     most recently started. Lazily merged from per-queue lists, so that a search which finds
-    room after a few victims does not visit the cluster's every running job."""
+    room after a few victims does not visit the cluster's every running job. Jobs of scavenger
+    queues come first, and a scavenger queue's job has none."""
     queue = cycle.queues[job.queue]
+    if queue.scavenger:
+        return
     now = cycle.snapshot.now
     nominal = cycle.quota.nominal(job.queue, flavor)
     within_nominal = (
@@ -63,19 +82,32 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
     standing_after = cycle.standing(job.tenant) + cycle.charge(job)
     tree = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)  # members (second level)
     groups: list[Iterator[tuple[tuple[float | int | str, ...], Candidate]]] = []
+    for other in cycle.queues.values():
+        if other.scavenger:
+            borrows = cycle.quota.borrowed(other.name, flavor) > 0
+            groups.append(
+                _group(cycle, other.name, flavor, PreemptionGround.SCAVENGER, borrows, now)
+            )
     if job.preempts:
         own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
-        groups.append(_group(cycle, job.queue, flavor, "priority", own_borrows, now, job.priority))
+        groups.append(
+            _group(
+                cycle, job.queue, flavor, PreemptionGround.PRIORITY, own_borrows, now, job.priority
+            )
+        )
     if queue.cohort is not None:
         for other in cycle.cohort_members(queue.cohort):
             if other.name == job.queue or cycle.quota.borrowed(other.name, flavor) <= 0:
                 continue
             if within_nominal:
-                groups.append(_group(cycle, other.name, flavor, "reclaim", True, now, 0))
+                groups.append(
+                    _group(cycle, other.name, flavor, PreemptionGround.RECLAIM, True, now)
+                )
             elif job.preempted_by is None and tree.reaches(
                 job, standing_after, other.tenant, cycle.standing(other.tenant)
             ):
-                groups.append(_group(cycle, other.name, flavor, "fair-share", True, now, 0))
+                ground = PreemptionGround.FAIR_SHARE
+                groups.append(_group(cycle, other.name, flavor, ground, True, now))
     may_preempt = cycle.policy.may_preempt
     if may_preempt is not None:
         # Only its own queue's jobs, and borrowers of its cohort, can make room within its quota
@@ -92,7 +124,7 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
                 ]
         for name in names:
             borrows = cycle.quota.borrowed(name, flavor) > 0
-            groups.append(_group(cycle, name, flavor, "order", borrows, now, 0))
+            groups.append(_group(cycle, name, flavor, PreemptionGround.ORDER, borrows, now))
     seen: set[str] = set()
     taken = cycle.victims
     for _key, (victim, ground) in heapq.merge(*groups, key=lambda item: item[0]):
@@ -102,33 +134,42 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
             continue
         if victim.id == job.preempted_by or now < victim.protected_until:
             continue
-        if ground == "fair-share" and not tree.outranks(
+        if ground is PreemptionGround.FAIR_SHARE and not tree.outranks(
             job, standing_after, victim, cycle.standing(victim.tenant)
         ):
             continue
-        if ground == "order" and (may_preempt is None or not may_preempt(job, victim, now)):
+        if ground is PreemptionGround.ORDER and (
+            may_preempt is None or not may_preempt(job, victim, now)
+        ):
             continue
         seen.add(victim.id)
         yield victim, ground
 
 
 def _group(
-    cycle: Cycle, queue: str, flavor: str, ground: str, borrowing: bool, now: float, below: int
+    cycle: Cycle,
+    queue: str,
+    flavor: str,
+    ground: PreemptionGround,
+    borrowing: bool,
+    now: float,
+    below: int = 0,
 ) -> Iterator[tuple[tuple[float | int | str, ...], Candidate]]:
     """One queue's candidates: on the priority ground those below the preemptor's priority; on
     a cohort ground only while the queue still borrows (the search gives back its victims'
-    quota as it goes)."""
-    if ground == "priority":
+    quota as it goes); on the scavenger ground all of them, ahead of every other ground's."""
+    if ground is PreemptionGround.PRIORITY:
         lowest = cycle.lowest_priority(queue)
         if lowest is None or lowest >= below:
             return
+    rank = _FIRST if ground is PreemptionGround.SCAVENGER else _THEN
     for victim in cycle.running_in(queue, flavor):  # lowest priority first
-        if ground == "priority" and victim.priority >= below:
+        if ground is PreemptionGround.PRIORITY and victim.priority >= below:
             return
         if ground in _COHORT_GROUNDS and cycle.quota.borrowed(queue, flavor) <= 0:
             return
         key = loss_order(victim, now)
-        yield (key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
+        yield (rank, key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
 
 
 def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | None:
@@ -141,7 +182,7 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     # Nodes kept for other jobs' reservations: the job may not use them, so their free GPUs
     # do not count in the capacity arithmetic that spares placements doomed to fail.
     kept = tuple(n for n in cycle.reserved_for_others(job.id) if overlay.schedules(n))
-    chosen: list[tuple[RunningJob, str]] = []
+    chosen: list[Candidate] = []
     # every give below is a what-if: both transactions undo it on exit
     with overlay.transaction(), cycle.quota.transaction():
         for victim, ground in ordered:
@@ -201,7 +242,7 @@ def _spare_the_unneeded(
     flavor: str,
     allow: NodeFilter | None,
     kept: Sequence[str],
-    chosen: list[tuple[RunningJob, str]],
+    chosen: list[Candidate],
 ) -> GangAttempt:
     """Give each chosen victim back, the last but one first, while the job still fits; the
     last was needed. Least-loss order alone may pick jobs on nodes the gang never uses."""

@@ -130,6 +130,8 @@ class QueueView:
     quota at all (every flavor, no limit). Borrowing happens only within a cohort; an absent
     ``borrowing_limit`` entry means no limit beyond what the cohort can lend, an absent
     ``lending_limit`` entry means all of the queue's unused nominal quota may be lent.
+    A ``scavenger`` queue's jobs use idle capacity only: any job needing their nodes preempts
+    them (``preemption``), and they preempt nothing.
     """
 
     name: str
@@ -143,6 +145,7 @@ class QueueView:
     weight: float = 1.0
     extended_nominal: Mapping[str, Mapping[str, int]] = field(default_factory=_no_limits)
     extended_used: Mapping[str, Mapping[str, int]] = field(default_factory=_no_limits)
+    scavenger: bool = False
 
 
 @dataclass(frozen=True, slots=True)

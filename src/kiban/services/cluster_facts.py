@@ -114,6 +114,7 @@ def _queue_view(queue: QueueDecl, policy: ClusterPolicy) -> QueueView:
         borrowing_limit=queue.borrowing,
         lending_limit=queue.lending,
         extended_nominal=queue.extended_nominal,
+        scavenger=queue.scavenger,
     )
 
 

@@ -7,6 +7,11 @@ other nodes excluded, so it lands on its block on every executor). When a sweep 
 its result line (``kiban.health.allreduce``) is read from rank 0's log, each node's and the
 block's busbw is stored against its baseline (the median of its past sweeps), and nodes below
 ``degraded_fraction`` of it get condition ``AllreduceDegraded`` True (else False).
+
+The sweep queue is a scavenger queue: its jobs run on idle nodes only, and the scheduler
+preempts one for any waiting job whose placement needs its nodes (``scheduler.preemption``),
+and for no other. A sweep job so preempted is cancelled rather than requeued (the next sweep
+measures its block again) with event ``SweepYielded`` naming the job that took its nodes.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.domain.declarations import MAX_PRIORITY
 from kiban.domain.event_reasons import JobEventReason
 from kiban.domain.states import JobState
+from kiban.domain.stop_intents import StopIntent
 from kiban.executors.base import Executor, log_source
 from kiban.health.allreduce import SweepResult, parse_result_line
 from kiban.health.conditions import CheckType, Condition, ConditionStatus
@@ -37,7 +43,6 @@ from kiban.health.sweeps import (
     node_busbw,
     plan_sweep,
 )
-from kiban.scheduler.reasons import ReasonCode
 from kiban.services import events, jobs, policy
 from kiban.services.auth import Principal
 from kiban.services.node_health import store_conditions
@@ -91,11 +96,12 @@ class StartedSweep:
 
 
 def ensure_sweep_queue(session: Session, at: float) -> None:
-    """The system tenant, the lowest priority class and the sweep queue, added to the policy
-    (one new version) when missing."""
+    """The system tenant, the lowest priority class and the sweep queue (a scavenger queue),
+    added to the policy (one new version) when missing; a sweep queue declared before it was
+    a scavenger one is made one."""
     record = policy.current_record(session)
     current = record.policy
-    if current.queue(SWEEP_QUEUE) is not None and current.priority_class(SWEEP_PRIORITY_CLASS):
+    if current.is_scavenger(SWEEP_QUEUE) and current.priority_class(SWEEP_PRIORITY_CLASS):
         return
     policy.ensure_tenant(session, SWEEP_TENANT, at)
     document = dict(record.document)
@@ -107,12 +113,21 @@ def ensure_sweep_queue(session: Session, at: float) -> None:
         lowest = min((c.value for c in current.priority_classes), default=0)
         classes.append({"name": SWEEP_PRIORITY_CLASS, "value": max(lowest - 1, -MAX_PRIORITY)})
     document["priorityClasses"] = classes
-    if current.queue(SWEEP_QUEUE) is None:
-        queues = list(
-            document.get("queues")
+    if not current.is_scavenger(SWEEP_QUEUE):
+        queues = [
+            {**q, "scavenger": True} if q.get("name") == SWEEP_QUEUE else q
+            for q in document.get("queues")
             or [q.model_dump(by_alias=True, exclude_none=True) for q in current.queues]
-        )
-        queues.append({"name": SWEEP_QUEUE, "tenant": SWEEP_TENANT, "strategy": "BestEffortFIFO"})
+        ]
+        if current.queue(SWEEP_QUEUE) is None:
+            queues.append(
+                {
+                    "name": SWEEP_QUEUE,
+                    "tenant": SWEEP_TENANT,
+                    "strategy": "BestEffortFIFO",
+                    "scavenger": True,
+                }
+            )
         document["queues"] = queues
     policy.apply_policy(session, document, actor="kiban health sweep", at=at)
 
@@ -334,50 +349,34 @@ def latest_results(session: Session) -> dict[str, Any]:
     return result
 
 
-# What a job waiting for nodes the sweep may hold says: the sweep gives way to it.
-WAITING_FOR_NODES = (
-    ReasonCode.INSUFFICIENT_CAPACITY.value,
-    ReasonCode.WAITING_FOR_RESERVATION.value,
-    ReasonCode.BLOCKED_BY_RESERVATION.value,
-    ReasonCode.WAITING_FOR_PREEMPTION.value,
-)
-
-
-def yield_to_work(session: Session, at: float) -> list[str]:
-    """Cancel the unfinished sweep jobs while any other job waits for capacity: a sweep is
-    the lowest priority work, preempted by any real work whatever its priority class. The
-    ids of the jobs cancelled. Not committed."""
-    waiting = session.scalars(
-        select(Job.id)
+def give_way(session: Session, at: float) -> list[str]:
+    """Cancel the sweep jobs the scheduler preempted (stopping for it, or back in their queue
+    after it), each with event ``SweepYielded`` naming the job that took its nodes: a sweep
+    interrupted is not resumed, the next sweep measures its block again. Their ids. Not
+    committed."""
+    preempted = session.scalars(
+        select(Job)
         .where(
-            Job.state == JobState.PENDING.value,
-            Job.queue != SWEEP_QUEUE,
-            Job.reason_code.in_(WAITING_FOR_NODES),
-        )
-        .limit(1)
-    ).first()
-    if waiting is None:
-        return []
-    unfinished = session.scalars(
-        select(Job.id).where(
             Job.queue == SWEEP_QUEUE,
-            Job.state.in_(
-                [JobState.PENDING.value, JobState.ADMITTED.value, JobState.RUNNING.value]
+            Job.preempted_by.is_not(None),
+            or_(
+                Job.state == JobState.PENDING.value,
+                and_(Job.state == JobState.STOPPING.value, Job.stop_intent == StopIntent.PREEMPT),
             ),
         )
+        .order_by(Job.id)
     ).all()
-    for job_id in unfinished:
-        jobs.cancel(session, SYSTEM, job_id, at)
-        job = session.get(Job, job_id)
-        if job is not None:
-            events.record_for_job(
-                session,
-                job,
-                JobEventReason.SWEEP_YIELDED,
-                f"cancelled: job {waiting} waits for capacity, and a sweep gives way to any work",
-                at,
-            )
-    return list(unfinished)
+    for job in preempted:
+        jobs.stop_unended(session, job, f"cancelled by {SYSTEM.name}", at)
+        events.record_for_job(
+            session,
+            job,
+            JobEventReason.SWEEP_YIELDED,
+            f"preempted by the scheduler for job {job.preempted_by}, which needs its nodes: "
+            "a sweep runs on idle nodes only, and gives way to any work",
+            at,
+        )
+    return [job.id for job in preempted]
 
 
 class HealthSweeps:
@@ -412,7 +411,7 @@ class HealthSweeps:
         schedule)."""
         collect(self.sessions, self.executor, self.settings, now, self._without_result)
         with self.sessions() as session:
-            yielded = yield_to_work(session, now)
+            yielded = give_way(session, now)
             session.commit()
         if yielded:
             return True

@@ -137,6 +137,7 @@ def queue_view(
         weight=weight,
         extended_nominal=extended,
         extended_used=dict(extended_used or {}),
+        scavenger=policy.is_scavenger(q.name),
     )
 
 

@@ -141,6 +141,7 @@ def from_config(config: ClusterConfig, source: str = "cluster file") -> SimClust
             borrowing_limit=q.borrowing,
             lending_limit=q.lending,
             weight=q.fair_share_weight,
+            scavenger=q.scavenger,
         )
         for q in config.queues
     )

@@ -202,6 +202,7 @@ class QueueBuilder:
     _lending: dict[str, int] = field(default_factory=dict)
     _weight: float = 1.0
     _extended: dict[str, dict[str, int]] = field(default_factory=dict)
+    _scavenger: bool = False
 
     def tenant(self, name: str) -> Self:
         self._tenant = name
@@ -261,6 +262,11 @@ class QueueBuilder:
         self._strategy = QueueStrategy.LEAST_ATTAINED_SERVICE
         return self
 
+    def scavenger(self) -> Self:
+        """Its jobs run on idle capacity only, preempted by any job needing their nodes."""
+        self._scavenger = True
+        return self
+
     def build(self, running: Iterable[RunningJob] = ()) -> QueueView:
         """The queue; GPUs used per flavor come from ``uses``/``using`` plus its running jobs."""
         nominal = self._nominal
@@ -290,6 +296,7 @@ class QueueBuilder:
             weight=self._weight,
             extended_nominal={f: dict(limits) for f, limits in self._extended.items()},
             extended_used=extended_used,
+            scavenger=self._scavenger,
         )
 
 
