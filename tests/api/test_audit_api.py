@@ -141,6 +141,21 @@ def test_denials_and_refusals_are_recorded(
     assert last(api)["outcome"] == "refused"
 
 
+def test_a_refused_queue_creation_names_the_queue(api: TestClient, alice: TestClient) -> None:
+    """Nothing was created, so no answer names it: the endpoint read the name from the request
+    (a tenant-admin's refusal above the ceiling: ``test_tenant_admin_queues``)."""
+    again = api.post("/api/v1/queues", json={"name": "vision-q", "tenant": "vision"})
+    assert again.status_code == 409, again.text
+    record = last(api)
+    assert (record["action"], record["target"], record["outcome"], record["status"]) == (
+        "queues.create",
+        "vision-q",
+        "refused",
+        409,
+    )
+    # (a member is denied before the endpoint reads the request: that record names no queue)
+
+
 def test_a_job_token_beyond_its_job_is_recorded_as_denied(
     api: TestClient, platform: Platform
 ) -> None:

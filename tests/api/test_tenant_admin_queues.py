@@ -54,7 +54,8 @@ def test_a_tenant_admin_moves_quota_within_the_ceiling_and_is_refused_above_it(
         "tina",
         "tenant-admin",
         "denied",
-    )  # (a refused creation names no target: nothing was created)
+    )
+    assert record["target"] == "vision-dev"  # named by the endpoint from the request
 
     lowered = tina.patch("/api/v1/queues/vision-q", json={"quota": {"gpu": 1}})
     assert lowered.status_code == 200, lowered.text

@@ -1,18 +1,22 @@
 """The audit writer's group commit: records queued while a commit runs share the next one, a
 commit the store refuses fails every record of its batch (and counts them), and the writer goes
-on with the next batch."""
+on with the next batch. And the append itself: to the head this process moved last in two
+statements, after another writer's records when its guess no longer holds."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pytest
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.domain.audit import AuditAction, AuditEntry, AuditOutcome
 from kiban.platform import Platform
 from kiban.services import audit
+from kiban.store.db import make_engine, migrate, session_factory
 
 
 def entry(n: int) -> AuditEntry:
@@ -115,3 +119,83 @@ def test_flush_waits_for_what_was_queued(platform: Platform) -> None:
         assert all(f.done() for f in futures)
     finally:
         writer.stop()
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Engine]:
+    engine = make_engine(db_url)
+    migrate(engine)
+    yield engine
+    engine.dispose()
+
+
+def appended(engine: Engine, heads: audit.ChainHeads, *ns: int, commit: bool = True) -> list[int]:
+    """Append ``entry(n)`` for each of ``ns`` in one transaction, guessing with ``heads``."""
+    with session_factory(engine)() as session:
+        seqs = [c.seq for c in audit.append(session, [entry(n) for n in ns], heads)]
+        if commit:
+            session.commit()
+        else:
+            session.rollback()
+    return seqs
+
+
+def statements(engine: Engine) -> list[str]:
+    """The SQL statements ``engine`` runs from now on (first words), as they run."""
+    seen: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _seen(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
+        seen.append(" ".join(sql.split()[:3]))
+
+    return seen
+
+
+def test_an_append_to_the_head_this_process_moved_last_takes_two_statements(
+    store: Engine,
+) -> None:
+    heads = audit.ChainHeads()
+    assert appended(store, heads, 0) == [1]  # the head unknown: locked and read first
+    seen = statements(store)
+    assert appended(store, heads, 1, 2) == [2, 3]
+    assert [s for s in seen if not s.startswith("select")] == [
+        "UPDATE audit_chain_head SET",
+        "INSERT INTO audit_log",
+    ]
+    with session_factory(store)() as session:
+        assert audit.verify(session).intact
+
+
+def test_an_append_after_another_writer_moved_the_head_appends_after_its_records(
+    store: Engine,
+) -> None:
+    """Another process (its own guesses) appended meanwhile: ours no longer holds, so the head
+    is locked and read, and the records follow the other writer's."""
+    ours, theirs = audit.ChainHeads(), audit.ChainHeads()
+    assert appended(store, ours, 0) == [1]
+    assert appended(store, theirs, 1, 2) == [2, 3]
+    assert appended(store, ours, 3) == [4]
+    assert appended(store, theirs, 4) == [5]
+    with session_factory(store)() as session:
+        assert audit.verify(session).intact
+        assert [r.entry.at for r in audit.records(session, audit.AuditQuery())] == [
+            4.0,
+            3.0,
+            2.0,
+            1.0,
+            0.0,
+        ]
+
+
+def test_a_rolled_back_append_s_head_is_not_followed(store: Engine) -> None:
+    """Our guess names a record that was rolled back, and another writer has since stored a
+    record of the same number: its hash tells them apart, and ours follows the stored one."""
+    ours, theirs = audit.ChainHeads(), audit.ChainHeads()
+    assert appended(store, ours, 0) == [1]
+    assert appended(store, ours, 1, commit=False) == [2]  # guessed head: record 2, rolled back
+    assert appended(store, theirs, 2) == [2]
+    assert appended(store, ours, 3) == [3]
+    with session_factory(store)() as session:
+        verdict = audit.verify(session)
+        assert verdict.intact, verdict.message
+        assert verdict.records == 3

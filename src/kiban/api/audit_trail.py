@@ -9,7 +9,8 @@ share commits): a client that got its answer knows its record survives a kill -9
 store refuse the record, the request was carried out already, so it is answered all the same;
 the refusal is logged and counted (``kiban_audit_append_failures_total``).
 Only the action's target is taken from a successful answer (the id of what it created), never
-its body: a token's secret is never read into the log.
+its body: a token's secret is never read into the log. A creation that was refused names its
+target too where its endpoint read the name from the request (``name_target``).
 
 A submission's record is written in its job's own transaction instead (``AuditDraft``, handed
 to the submission writer by the jobs router): one commit for both, as durable, and a closed-loop
@@ -70,9 +71,20 @@ class AuditDraft:
         self._clock = clock
         self.written_with: int | None = None
         """The status the record written by the endpoint gives (None: not written)."""
+        self.target: str | None = None
+        """The target the endpoint read from its request (what a creation names), for an
+        answer that names none: a refused creation's record still says what it tried."""
+
+    @property
+    def operation(self) -> Operation:
+        return self._operation
 
     def entry(self, status: int, target: str | None) -> AuditEntry:
         """The request's record, as answered with ``status`` about ``target``."""
+        return self.entry_at(status, target)
+
+    def entry_at(self, status: int | None, target: str | None) -> AuditEntry:
+        """The request's record, as answered with ``status`` (None: not answered)."""
         return entry_of(self._scope, self._operation, status, target, self._clock.now())
 
 
@@ -80,6 +92,14 @@ def audit_draft(state: Any) -> AuditDraft | None:
     """The request's draft (its ``request.state``), or None when the request is not audited."""
     draft = getattr(state, DRAFT_STATE, None)
     return draft if isinstance(draft, AuditDraft) else None
+
+
+def name_target(state: Any, target: str) -> None:
+    """Name the target of the request's record (its ``request.state``; nothing when the request
+    is not audited): for an endpoint whose path does not name it, before it may be refused."""
+    draft = audit_draft(state)
+    if draft is not None:
+        draft.target = target
 
 
 def entry_of(
@@ -138,7 +158,7 @@ class AuditTrail:
                     body.extend(message.get("body", b""))
                 if not message.get("more_body", False):
                     recorded = True
-                    stored = self._record(scope, operation, status, bytes(body))
+                    stored = self._record(draft, status, bytes(body))
                     if stored is not None:
                         await _stored(stored, scope)
             await send(message)
@@ -148,19 +168,21 @@ class AuditTrail:
         finally:
             if not recorded:  # no answer, or not all of it: the server failed or the client left
                 recorded = True
-                self._record(scope, operation, status, b"")
+                self._record(draft, status, b"")
 
-    def _record(
-        self, scope: Scope, operation: Operation, status: int | None, body: bytes
-    ) -> Future[int] | None:
-        """Queue the request's record; its future completes once it is committed."""
+    def _record(self, draft: AuditDraft, status: int | None, body: bytes) -> Future[int] | None:
+        """Queue the request's record; its future completes once it is committed. Its target:
+        the path's, else the successful answer's, else the one the endpoint named."""
         writer = self.platform.audit
         if writer is None:
             return None
+        operation = draft.operation
         target = operation.target
         if target is None and operation.target_key is not None and body:
             target = _answer_key(body, operation.target_key)
-        return writer.record(entry_of(scope, operation, status, target, self.platform.clock.now()))
+        if target is None:
+            target = draft.target
+        return writer.record(draft.entry_at(status, target))
 
 
 async def _stored(stored: Future[int], scope: Scope) -> None:

@@ -3,20 +3,26 @@
 Appends are group-committed (as submissions are, ``kiban.services.submissions``): one writer
 thread commits as soon as it has a record, taking everything queued meanwhile, so the requests
 that arrive during one commit share the next and a burst costs a few commits, not one each.
-Each transaction first locks the chain head's row and reads it in one statement (an
-UPDATE ... RETURNING: a row lock on PostgreSQL, the write lock on SQLite), so appends from
-anywhere, another process included, make one chain.
+Every append moves the chain head's row in its transaction (a row lock on PostgreSQL, the write
+lock on SQLite, held to the commit), so appends from anywhere, another process included, make
+one chain. Where this process knows the head (it moved it last), the records are chained before
+the lock is taken and the head is moved on condition that it is still that one: two statements
+(move the head, insert the records); otherwise, or when another writer moved it, the head is
+locked and read first (an UPDATE ... RETURNING), as a third.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import cast
 
 from prometheus_client import Counter
-from sqlalchemy import insert, select, update
+from sqlalchemy import Table, insert, select, update
+from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session, sessionmaker
 
 from kiban.domain.audit import (
@@ -36,6 +42,8 @@ from kiban.store.models import AuditChainHead, AuditRecord
 log = logging.getLogger("kiban.audit")
 
 HEAD_ID = 1
+_HEAD = cast(Table, AuditChainHead.__table__)
+_LOG = cast(Table, AuditRecord.__table__)
 VERIFY_PAGE = 5000
 
 APPEND_FAILURES_METRIC = "kiban_audit_append_failures"
@@ -52,26 +60,76 @@ def append_failures_counter() -> Counter:
     )
 
 
-def append(session: Session, entries: Sequence[AuditEntry]) -> list[ChainedEntry]:
+class ChainHeads:
+    """The chain head as this process last moved it, per database (its URL): an append
+    then guesses where the chain ends without reading it under the lock first.
+
+    A guess is only ever a guess: the append moves the head on condition that it is still the
+    one guessed (its number and hash), and when another writer moved it meanwhile (another
+    process, or a transaction of this one that was rolled back) it reads the head under the
+    lock and appends there, as without a guess. So a stale guess costs a statement, never a
+    broken chain."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._heads: dict[URL, tuple[int, str]] = {}
+
+    def get(self, database: URL) -> tuple[int, str] | None:
+        with self._lock:
+            return self._heads.get(database)
+
+    def moved(self, database: URL, seq: int, hash_: str) -> None:
+        with self._lock:
+            self._heads[database] = (seq, hash_)
+
+
+HEADS = ChainHeads()
+"""This process's guesses (the audit writer and the submission writer share them)."""
+
+
+def append(
+    session: Session, entries: Sequence[AuditEntry], heads: ChainHeads = HEADS
+) -> list[ChainedEntry]:
     """Append ``entries`` to the chain in ``session``'s transaction (the caller commits); the
-    chain head stays locked until then."""
+    chain head stays locked until then.
+
+    Where ``heads`` knows the head, the records are chained to it before any lock is taken and
+    written in two statements: the head moved on condition that it is still the one known (a
+    row lock on PostgreSQL, the write lock on SQLite, held to the commit), then the records.
+    Otherwise (or when the head moved elsewhere) the head is locked and read first."""
+    if not entries:
+        return []
+    # Core statements on the tables, on the session's connection: the ORM's bulk machinery
+    # (identity map, evaluation of the criteria) has nothing to do for these rows
+    connection = session.connection()
+    database = connection.engine.url
+    known = heads.get(database)
+    if known is not None:
+        chained = chain(known[1], known[0], entries)
+        last = chained[-1]
+        moved = connection.execute(
+            update(_HEAD)
+            .where(_HEAD.c.id == HEAD_ID, _HEAD.c.seq == known[0], _HEAD.c.hash == known[1])
+            .values(seq=last.seq, hash=last.hash)
+        )
+        if moved.rowcount == 1:
+            connection.execute(insert(_LOG), [_row(c) for c in chained])
+            heads.moved(database, last.seq, last.hash)
+            return chained
     # lock and read in one statement: a concurrent append waits here, then reads our head
-    head = session.execute(
-        update(AuditChainHead)
-        .where(AuditChainHead.id == HEAD_ID)
-        .values(seq=AuditChainHead.seq)
-        .returning(AuditChainHead.seq, AuditChainHead.hash)
+    head = connection.execute(
+        update(_HEAD)
+        .where(_HEAD.c.id == HEAD_ID)
+        .values(seq=_HEAD.c.seq)
+        .returning(_HEAD.c.seq, _HEAD.c.hash)
     ).one()
     chained = chain(head.hash, head.seq, entries)
-    if not chained:
-        return chained
-    session.execute(insert(AuditRecord), [_row(c) for c in chained])
+    connection.execute(insert(_LOG), [_row(c) for c in chained])
     last = chained[-1]
-    session.execute(
-        update(AuditChainHead)
-        .where(AuditChainHead.id == HEAD_ID)
-        .values(seq=last.seq, hash=last.hash)
+    connection.execute(
+        update(_HEAD).where(_HEAD.c.id == HEAD_ID).values(seq=last.seq, hash=last.hash)
     )
+    heads.moved(database, last.seq, last.hash)
     return chained
 
 

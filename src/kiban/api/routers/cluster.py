@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from kiban.api import responses
+from kiban.api.audit_trail import name_target
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN, NodeName, TenantName
 from kiban.api.schemas import (
@@ -53,10 +54,15 @@ def list_queues(
     "/queues", status_code=201, response_model=QueueOut, responses=responses.ADMIN_CHANGE_JSON
 )
 def create_queue(
-    body: QueueIn, platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    body: QueueIn,
+    request: Request,
+    platform: PlatformDep,
+    principal: PrincipalDep,
+    session: SessionDep,
 ) -> QueueOut:
     """Add a queue to the policy (a new policy version): an admin, or a tenant-admin for their
     own tenant, with a quota within the limits admins set (403 naming the field otherwise)."""
+    name_target(request.state, body.name)  # a refusal's audit record names the queue too
     queue = queue_admin.create_queue(session, principal, body.entry(), platform.clock.now())
     session.commit()
     platform.policy_changed()
