@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kiban.scheduler.policy import priority_then_fifo
+from kiban.scheduler import schedule
+from kiban.scheduler.policy import Policy, priority_then_fifo
 from kiban.scheduler.snapshot import (
     FlavorView,
     NodeView,
@@ -11,6 +12,7 @@ from kiban.scheduler.snapshot import (
     RunningReplica,
 )
 from kiban.sim.state import ClusterState
+from kiban.testing import job
 
 
 def state() -> ClusterState:
@@ -61,3 +63,27 @@ def test_started_replaced_and_finished_jobs_are_grouped_as_they_are_now() -> Non
     assert index is not None
     assert {name: [j.id for j in jobs] for name, jobs in index.by_queue.items()} == {"a": ["a1"]}
     assert list(index.stopping) == []
+
+
+def one_member(cluster: ClusterState) -> frozenset[str]:
+    index = cluster.snapshot(0.0, {}).pending_index
+    assert index is not None
+    return frozenset(index.one_member)
+
+
+def test_the_queues_of_one_members_jobs_are_named_as_jobs_come_and_start() -> None:
+    cluster = state()
+    assert one_member(cluster) == frozenset()  # no waiting job yet: nothing to say
+    for i in (1, 2):  # u1's jobs never fit a node
+        u1 = job(f"u1-{i}").queue("a").tenant("a").member("u1").replicas(1, gpu=16)
+        cluster.add_waiting(u1.submitted(0.0).build())
+    cluster.add_waiting(job("b1").queue("b").tenant("b").submitted(0.0).build())  # no member
+    assert one_member(cluster) == {"a", "b"}
+
+    cluster.add_waiting(job("u2-1").queue("a").tenant("a").member("u2").submitted(1.0).build())
+    assert one_member(cluster) == {"b"}  # a mixes u1 and u2: the core looks at its jobs
+
+    decisions = schedule(cluster.snapshot(0.0, {}), Policy())
+    assert {a.job_id for a in decisions.admitted} == {"u2-1", "b1"}
+    cluster.apply(decisions, 0.0)
+    assert one_member(cluster) == {"a", "b"}  # u2's job started: u1's are left; b is empty

@@ -57,6 +57,7 @@ class CapacityOverlay:
         self._domain_free = [dict(level) for level in index.domain_free]
         self._transactions: list[Transaction[_Change]] = []
         self._undoing = False
+        self._live_changes = 0  # takes and gives made and not undone: 0 while it equals its index
         self._constrained_fits: dict[
             tuple[int, int, int, NodeConstraint, Extended], tuple[bool, int]
         ] = {}
@@ -75,6 +76,12 @@ class CapacityOverlay:
 
     def total_free_gpus(self) -> int:
         return self._total_free
+
+    @property
+    def pristine(self) -> bool:
+        """Whether the overlay holds its index's capacity unchanged: no take or give made that
+        was not undone (one made and reversed by hand counts as a change)."""
+        return self._live_changes == 0
 
     def schedulable_nodes(self) -> list[str]:
         return sorted(self._gpu_ids)
@@ -337,7 +344,10 @@ class CapacityOverlay:
         self._extended[node] = free
 
     def _record(self, change: _Change) -> None:
-        if self._transactions and not self._undoing:
+        if self._undoing:
+            return
+        self._live_changes += 1
+        if self._transactions:
             self._transactions[-1].changes.append(change)
 
     def transaction(self) -> AbstractContextManager[Transaction[_Change]]:
@@ -370,6 +380,7 @@ class CapacityOverlay:
                     )
         finally:
             self._undoing = False
+        self._live_changes -= len(changes)
 
     def _resize(self, node: str, old_free: int, new_free: int) -> None:
         if old_free == new_free:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import compress
 from operator import is_not
 
 from kiban.scheduler.feasibility import EmptyCluster, NodeSize
-from kiban.scheduler.snapshot import Extended, NodeView, extended_of
+from kiban.scheduler.reasons import PendingReason
+from kiban.scheduler.snapshot import Extended, NodeView, PendingJob, TopologyRequest, extended_of
 
 NodeShape = tuple[int, int, int, bool, Extended]
 """A node's capacity (GPUs, CPU millis, memory), whether it is schedulable, and the extended
@@ -34,6 +36,28 @@ def _insert(items: list[str], name: str) -> None:
 
 def _remove(items: list[str], name: str) -> None:
     del items[bisect.bisect_left(items, name)]
+
+
+@dataclass(frozen=True, slots=True)
+class FailedPlacement:
+    """A gang that did not fit the index's free capacity, and why: what the answer depends on
+    besides the capacity (the gang's shape, the topology levels), so that a job whose shape
+    changed under the same id is not answered from the memo."""
+
+    tasks: tuple[object, ...]
+    gang_size: int
+    topology: TopologyRequest | None
+    levels: tuple[str, ...]
+    reason: PendingReason
+
+    def answers(self, job: PendingJob, levels: tuple[str, ...]) -> bool:
+        """Whether this failure is the answer for ``job`` (the same shape, the same levels)."""
+        return (
+            self.tasks == job.tasks
+            and self.gang_size == job.gang_size
+            and self.topology == job.topology
+            and self.levels == levels
+        )
 
 
 class CapacityIndex:
@@ -60,11 +84,22 @@ class CapacityIndex:
         self.domain_size: list[dict[tuple[str, ...], int]] = []
         self.domain_nodes: list[dict[tuple[str, ...], list[str]]] = []
         self.shapes: Counter[NodeShape] = Counter()
+        # What gangs failed to fit on this very capacity (see ``failures``): forgotten at the
+        # first change of any node, so an entry always describes the index as it is.
+        self._failures: dict[str, FailedPlacement] = {}
         for node in sorted(nodes, key=lambda n: n.name):
             self.add(node)
 
+    @property
+    def failures(self) -> dict[str, FailedPlacement]:
+        """Memo of the placements that failed on the index as it is now, by job id, for the
+        cycles that try a blocked head again while nothing changed (``Cycle.known_failure``).
+        Every change of a node (``add``, ``remove``, ``update``) empties it."""
+        return self._failures
+
     def add(self, node: NodeView) -> None:
         """Index a node not indexed yet."""
+        self._failures.clear()
         self.nodes[node.name] = node
         self.shapes[node_shape(node)] += 1
         if not node.schedulable:
@@ -91,6 +126,7 @@ class CapacityIndex:
 
     def remove(self, name: str) -> None:
         """Forget a node (it changed, moved to another flavor, or left the cluster)."""
+        self._failures.clear()
         node = self.nodes.pop(name)
         shape = node_shape(node)
         self.shapes[shape] -= 1
@@ -122,6 +158,7 @@ class CapacityIndex:
 
     def update(self, old: NodeView, new: NodeView) -> None:
         """Re-index a node whose view changed (usually only what is free on it)."""
+        self._failures.clear()
         same_shape = (
             old.schedulable
             and new.schedulable

@@ -210,6 +210,11 @@ def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, Pen
     if cycle.known_not_to_fit(job, flavor):
         return _NO_FIT, _capacity_reason(cycle, job, flavor, None)
     allow = cycle.reservation_filter(job.id)
+    if allow is None:  # the answer depends on the free capacity alone: it may be known
+        known = cycle.known_failure(job, flavor)
+        if known is not None:
+            cycle.remember_failure(job, flavor)
+            return _NO_FIT, known
     attempt = cycle.try_place(job, flavor, allow)
     if attempt.fits:
         return attempt, None
@@ -231,7 +236,10 @@ def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, Pen
                     {"flavor": flavor, "reservation_job": first.job_id, "reserved_at": first.at},
                 )
     cycle.remember_failure(job, flavor)
-    return _NO_FIT, _capacity_reason(cycle, job, flavor, attempt.placed)
+    reason = _capacity_reason(cycle, job, flavor, attempt.placed)
+    if allow is None:
+        cycle.note_failure(job, flavor, reason)
+    return _NO_FIT, reason
 
 
 _NO_FIT = GangAttempt((), 0, False)

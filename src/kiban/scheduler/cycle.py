@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
-from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex
+from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex, FailedPlacement
 from kiban.scheduler.feasibility import EmptyCluster, never_fits, usable_flavors
 from kiban.scheduler.node_match import NodeConstraint
 from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
@@ -395,6 +395,28 @@ class Cycle:
             all(mine >= theirs for mine, theirs in zip(shape, failed, strict=True))
             for failed in self._failed(job, flavor)
         )
+
+    def known_failure(self, job: PendingJob, flavor: str) -> PendingReason | None:
+        """Why the job did not fit the flavor's free capacity when last tried on the very same
+        capacity (None: not known). A blocked head is tried again in every cycle; while no node
+        of the flavor changed (the index empties its memo at any change) and this cycle has
+        taken nothing on it yet, the placement would fail again, for the same reason."""
+        overlay = self.overlays[flavor]
+        if not overlay.pristine:
+            return None
+        known = overlay.index.failures.get(job.id)
+        if known is None or not known.answers(job, self.snapshot.topology_levels):
+            return None
+        return known.reason
+
+    def note_failure(self, job: PendingJob, flavor: str, reason: PendingReason) -> None:
+        """Keep a placement's failure on the flavor's untouched capacity for the next cycles
+        (``known_failure``); nothing is kept once this cycle changed the capacity."""
+        overlay = self.overlays[flavor]
+        if overlay.pristine:
+            levels = self.snapshot.topology_levels
+            failed = FailedPlacement(job.tasks, job.gang_size, job.topology, levels, reason)
+            overlay.index.failures[job.id] = failed
 
     def remember_failure(self, job: PendingJob, flavor: str) -> None:
         shape = self.shape(job)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from operator import itemgetter
 
 from kiban.scheduler.fair_tree import FairTree
@@ -39,8 +40,8 @@ def fair_order(
     before it is used. A queue named in ``dropped`` (looked at as the order goes) yields no
     more jobs from its heap entry on: the jobs behind a blocked StrictFIFO head.
     """
-    ordered, preemptors = _by_queue_in_order(snapshot, queues, order_key)
-    ordered, place_keys = _members_ordered(ordered, members, order_key)
+    ordered, preemptors, one_member = _by_queue_in_order(snapshot, queues, order_key)
+    ordered, place_keys = _members_ordered(ordered, members, order_key, one_member)
 
     def key_of(name: str, k: int) -> tuple[float | int | str, ...]:
         keys = place_keys.get(name)  # a queue reordered by member: each place keeps its key
@@ -83,15 +84,19 @@ def fair_order(
 
 
 def _members_ordered(
-    ordered: Mapping[str, Sequence[PendingJob]], members: FairTree, order_key: OrderKey
+    ordered: Mapping[str, Sequence[PendingJob]],
+    members: FairTree,
+    order_key: OrderKey,
+    one_member: AbstractSet[str],
 ) -> tuple[Mapping[str, Sequence[PendingJob]], dict[str, list[tuple[float | int | str, ...]]]]:
     """Each queue's jobs with its tenants' members interleaved by their standing (fair
     share's second level, ``fair_tree``), and for the queues so reordered the key of each
-    place. Queues of one member, or of jobs naming none, are left as they are (and unkeyed)."""
+    place. Queues of one member, or of jobs naming none, are left as they are (and unkeyed):
+    those the snapshot's index names (``one_member``) without a look at their jobs."""
     place_keys: dict[str, list[tuple[float | int | str, ...]]] = {}
     reordered: dict[str, Sequence[PendingJob]] | None = None
     for name, jobs in ordered.items():
-        if not members.mixes_members(jobs):
+        if name in one_member or not members.mixes_members(jobs):
             continue
         keyed = [(order_key(job), job) for job in jobs]
         members.order_members(keyed)
@@ -111,15 +116,16 @@ def _skip(jobs: Sequence[PendingJob], k: int, skip: Container[str]) -> int:
 
 def _by_queue_in_order(
     snapshot: Snapshot, queues: Mapping[str, QueueView], order_key: OrderKey
-) -> tuple[Mapping[str, Sequence[PendingJob]], list[PendingJob]]:
+) -> tuple[Mapping[str, Sequence[PendingJob]], list[PendingJob], AbstractSet[str]]:
     """Each queue's jobs in its order, and the jobs holding nominated nodes of known queues in
     order (they are also in their queue's list, where the fair order skips them). Taken from
     the snapshot's ``pending_index`` when it is sorted by the same key, else keyed and sorted
-    here: keys are total orders (they end in the job id), so both give the same order."""
+    here: keys are total orders (they end in the job id), so both give the same order. With
+    them, the queues the index knows to hold one member's jobs only."""
     index = snapshot.pending_index
     if index is not None and index.order_key is order_key:
         nominated = [job for job in index.nominated if job.queue in queues]
-        return index.by_queue, sorted(nominated, key=order_key)
+        return index.by_queue, sorted(nominated, key=order_key), index.one_member
     keyed: dict[str, list[tuple[tuple[float | int | str, ...], PendingJob]]] = {}
     preemptors: list[PendingJob] = []
     for job in snapshot.pending:
@@ -131,4 +137,4 @@ def _by_queue_in_order(
     for name, jobs in keyed.items():
         jobs.sort(key=_KEY)
         ordered[name] = [job for _key, job in jobs]
-    return ordered, sorted(preemptors, key=order_key)
+    return ordered, sorted(preemptors, key=order_key), frozenset()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -300,11 +301,16 @@ class PendingIndex:
     ``order_key``, and those holding nominated nodes (they go first). Optional in a snapshot:
     a producer that keeps its waiting jobs so (the simulator's cluster state) spares the core
     keying and sorting the whole backlog every cycle; the core uses it only when ``order_key``
-    is its policy's own. It must hold exactly the jobs of ``Snapshot.pending``."""
+    is its policy's own. It must hold exactly the jobs of ``Snapshot.pending``.
+
+    ``one_member``: queues whose jobs are all of one (tenant, member), or name no member; the
+    fair order leaves them in the policy's order without looking at every job (``fair_tree``).
+    A queue left out is looked at."""
 
     by_queue: Mapping[str, Sequence[PendingJob]]
     nominated: Sequence[PendingJob]
     order_key: Callable[[PendingJob], tuple[float | int | str, ...]]
+    one_member: AbstractSet[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -105,6 +106,8 @@ class ClusterState:
         self._queue_jobs: dict[str, tuple[RunningJob, ...]] = {}  # last snapshot's, by queue
         self._queues_changed: set[str] = set()
         self.waiting: dict[str, list[PendingJob]] = {name: [] for name in self.queues}
+        # per queue, its waiting jobs counted by (tenant, member): see ``_one_member``
+        self._members: dict[str, Counter[tuple[str, str | None]]] = {}
         self.in_window: dict[str, PendingJob] = {}
         self.nominated: set[str] = set()  # waiting jobs holding nominated nodes
 
@@ -157,6 +160,7 @@ class ClusterState:
                 {name: jobs[:window] for name, jobs in self.waiting.items() if jobs},
                 nominated,
                 self.order_key,
+                self._one_member(),
             ),
         )
 
@@ -171,9 +175,26 @@ class ClusterState:
         self._queues_changed.clear()
         return RunningIndex(dict(self._queue_jobs), tuple(self._stopping.values()))
 
+    def _one_member(self) -> frozenset[str]:
+        """The queues whose waiting jobs are all of one (tenant, member) or name no member:
+        the core need not look at each of their jobs for fair share's second level."""
+        return frozenset(
+            name
+            for name, counts in self._members.items()
+            if len(counts) < 2 or all(member is None for _tenant, member in counts)
+        )
+
+    def _count_waiting(self, job: PendingJob, sign: int) -> None:
+        counts = self._members.setdefault(job.queue, Counter())
+        key = (job.tenant, job.member)
+        counts[key] += sign
+        if not counts[key]:
+            del counts[key]
+
     # -- changing --------------------------------------------------------------------------------
     def add_waiting(self, job: PendingJob) -> None:
         """A job joins its queue at its place in the policy's order."""
+        self._count_waiting(job, 1)
         jobs = self.waiting.setdefault(job.queue, [])
         if not jobs or self.order_key(jobs[-1]) <= self.order_key(job):
             jobs.append(job)  # arrivals in submit order: the usual case, no search
@@ -234,7 +255,12 @@ class ClusterState:
             reach = self.window + len(stopped)  # requeued victims may have pushed them back
             for name in {job.queue for job in started}:
                 jobs = self.waiting[name]
-                jobs[:reach] = [j for j in jobs[:reach] if j.id not in self.running]
+                kept = [j for j in jobs[:reach] if j.id not in self.running]
+                if len(kept) < len(jobs[:reach]):
+                    for j in jobs[:reach]:
+                        if j.id in self.running:
+                            self._count_waiting(j, -1)
+                jobs[:reach] = kept
         if self.nominated:
             self._drop_stale_nominations(decisions)
         return Applied(tuple(started), tuple(stopped))
