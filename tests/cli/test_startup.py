@@ -1,7 +1,8 @@
 """What the CLI imports to answer: nothing of the server, the store, the manifest models, the
 ML stack or Kubernetes for ``kiban ls``, ``describe`` and ``--version`` (each import costs start-up
 time on every call; ``kiban bench cli`` measures it). Each runs in a fresh interpreter against a
-small stand-in for the API, and reports the modules it ended with."""
+small stand-in for the API, and reports the modules it ended with. And how it ends: a command
+that only reads skips the interpreter's teardown, its output and exit code as they were."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,6 +85,10 @@ HEAVY = (
     "kiban.cli.sim",
     "kiban.cli.dev",
     "yaml",
+    "typer.rich_utils",  # Typer's help in Rich: for --help, not for an answer
+    "markdown_it",
+    "rich.progress",
+    "rich.syntax",
 )
 
 
@@ -119,13 +125,29 @@ except SystemExit as exc:
     code = exc.code
 else:
     code = 0
+import gc
 with open({modules!r}, "w") as f:
-    json.dump({{"code": code, "modules": sorted(sys.modules)}}, f)
+    json.dump(
+        {{
+            "code": code,
+            "modules": sorted(k for k, v in sys.modules.items() if v is not None),
+            "kept_out": sorted(k for k, v in sys.modules.items() if v is None),
+            "gc_enabled": gc.isenabled(),
+        }},
+        f,
+    )
 """
 
 
 def imported(args: list[str], url: str, tmp_path: Path) -> tuple[str, list[str]]:
     """What ``kiban ARGS`` printed, and every module it had imported at its end."""
+    out, report = run_probe(args, url, tmp_path)
+    return out, report["modules"]
+
+
+def run_probe(args: list[str], url: str, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """What ``kiban ARGS`` printed, and the state of its interpreter at its end: modules
+    imported, modules kept out (``None`` in ``sys.modules``), whether the collector runs."""
     modules = tmp_path / "modules.json"
     env = {**os.environ, "KIBAN_URL": url, "KIBAN_TOKEN": "t", "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
@@ -139,7 +161,7 @@ def imported(args: list[str], url: str, tmp_path: Path) -> tuple[str, list[str]]
     assert done.returncode == 0, done.stderr
     report = json.loads(modules.read_text())
     assert report["code"] in (0, None), done.stderr
-    return done.stdout, report["modules"]
+    return done.stdout, report
 
 
 def heavy_in(modules: list[str]) -> list[str]:
@@ -177,3 +199,76 @@ def test_importing_the_cli_changes_nothing_but_what_it_imports() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "httpx._main" not in json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("args", [["ls"], ["describe", "train-abc123"]], ids=" ".join)
+def test_answering_keeps_httpx_command_line_out(
+    api_url: str, tmp_path: Path, args: list[str]
+) -> None:
+    """httpx's own command line (click, Rich's progress bars, Pygments) stays out, and the
+    garbage collector, paused while modules load, runs again after."""
+    _, report = run_probe(args, api_url, tmp_path)
+    assert "httpx" in report["modules"]
+    assert "httpx._main" in report["kept_out"]
+    assert report["gc_enabled"]
+
+
+WITNESS = """
+import atexit, sys
+
+class Witness:
+    def __del__(self):
+        sys.stderr.write("torn down\\n")
+
+witness = Witness()  # freed by the interpreter's teardown, which says so
+atexit.register(lambda: sys.stderr.write("atexit ran\\n"))
+"""
+
+
+def kiban_entry(args: list[str], url: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``kiban ARGS`` through the console script's entry point, its output buffered as in a
+    pipe, with a witness of the interpreter's teardown."""
+    (tmp_path / "sitecustomize.py").write_text(WITNESS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update({"KIBAN_URL": url, "KIBAN_TOKEN": "t", "PYTHONDONTWRITEBYTECODE": "1"})
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "kiban.cli.entry", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "args", [["ls"], ["describe", "train-abc123"], ["--version"]], ids=" ".join
+)
+def test_reading_ends_without_the_interpreters_teardown(
+    api_url: str, tmp_path: Path, args: list[str]
+) -> None:
+    done = kiban_entry(args, api_url, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "torn down" not in done.stderr
+    assert "atexit ran" in done.stderr  # what asked to run at exit did
+    if args[0] == "--version":
+        assert done.stdout.startswith("kiban ")
+    else:
+        assert "train-abc123" in done.stdout  # its output, flushed before the end
+
+
+def test_a_usage_error_ending_at_once_keeps_its_message_and_code(
+    api_url: str, tmp_path: Path
+) -> None:
+    done = kiban_entry(["ls", "--limit", "many"], api_url, tmp_path)
+    assert done.returncode == 2
+    assert "--limit" in done.stderr and "'many'" in done.stderr
+    assert "torn down" not in done.stderr
+
+
+def test_other_commands_end_as_python_does(api_url: str, tmp_path: Path) -> None:
+    """``kiban up`` and the rest are not marked as only reading: they keep the teardown."""
+    done = kiban_entry(["up", "--help"], api_url, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "torn down" in done.stderr and "atexit ran" in done.stderr

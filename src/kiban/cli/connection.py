@@ -11,6 +11,9 @@ if TYPE_CHECKING:
 
 def client() -> Client:
     """A client of the API at ``KIBAN_URL`` (or the kiban home's), with the caller's token."""
-    from kiban.sdk.client import Client
+    from kiban.cli.quick import loading
 
-    return Client()
+    with loading():  # the HTTP client's modules: httpx, and httpcore as the client is made
+        from kiban.sdk.client import Client
+
+        return Client()

@@ -21,6 +21,8 @@ from typer.core import TyperCommand, TyperGroup
 from typer.main import get_command_from_info, get_group_from_info
 from typer.models import CommandInfo, TyperInfo
 
+from kiban.cli import quick
+
 
 class Kind(Enum):
     """What a registry entry's target is."""
@@ -40,6 +42,9 @@ class Lazy:
     summary: str
     """What ``kiban --help`` shows beside the name: the first paragraph of its help."""
     kind: Kind = Kind.COMMAND
+    at_once: bool = False
+    """The command only asks the API and prints: after it, the process may end without the
+    interpreter's teardown (``kiban.cli.quick.end``)."""
 
 
 def listed_help(command: Command) -> str:
@@ -57,6 +62,8 @@ class LazyGroup(TyperGroup):
     called (or completed past its name). Subclasses set ``registry``."""
 
     registry: ClassVar[Mapping[str, Lazy]] = {}
+    resolved: ClassVar[str | None] = None
+    """The command the last call named (None: none, as ``--version`` or ``--help`` alone)."""
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
@@ -67,6 +74,7 @@ class LazyGroup(TyperGroup):
         self, ctx: Context, args: list[str]
     ) -> tuple[str | None, Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
+        type(self).resolved = name
         if name is not None and isinstance(command, Listed):
             command = self.load(name)
         return name, command, rest
@@ -78,7 +86,8 @@ class LazyGroup(TyperGroup):
             return command
         lazy = self.registry[name]
         module_name, _, attr = lazy.target.partition(":")
-        found = getattr(importlib.import_module(module_name), attr)
+        with quick.loading():
+            found = getattr(importlib.import_module(module_name), attr)
         if lazy.kind is Kind.GROUP:
             command = get_group_from_info(
                 TyperInfo(found, name=name),

@@ -39,6 +39,7 @@ COMMANDS: Final[dict[str, Lazy]] = {
         "kiban.cli.jobs:job_commands",
         "List jobs, newest first; a waiting job's reason and forecast start (ETA). An array is "
         "one line: its indices counted by state (``kiban describe ARRAY`` shows them).",
+        at_once=True,
     ),
     "describe": Lazy(
         "kiban.cli.jobs:job_commands",
@@ -48,10 +49,12 @@ COMMANDS: Final[dict[str, Lazy]] = {
         "traffic split, latency and URL; as ``describe node NAME``, a node's capacity, use, "
         "cordon, agent, health checks, latest GPU readings, their history and the remediation "
         "actions taken. ``-o wide`` adds the manifest as stored (a node: its whole history).",
+        at_once=True,
     ),
     "logs": Lazy(
         "kiban.cli.jobs:job_commands",
         "A replica's output (rank 0 unless told) on stdout; where it ran on stderr.",
+        at_once=True,
     ),
     "wait": Lazy(
         "kiban.cli.jobs:job_commands",
@@ -72,12 +75,14 @@ COMMANDS: Final[dict[str, Lazy]] = {
         "kiban.cli.cluster:cluster_commands",
         "Queues per flavor: nominal, used, borrowed, lent, pending; the tenant's usage, "
         "standing. ``-o wide`` adds the borrowing and lending limits and the fair-share weight.",
+        at_once=True,
     ),
     "nodes": Lazy(
         "kiban.cli.cluster:cluster_commands",
         "Nodes with their GPUs, use, health, who cordoned them, and their health checks' "
         "conditions that are not False (``GpuEcc``: failing; ``GpuXid?``: Unknown; ``ok``: "
         "none); ``-o wide`` adds free GPUs and the health message of healthy nodes too.",
+        at_once=True,
     ),
     "cordon": Lazy(
         "kiban.cli.cluster:cluster_commands",
@@ -94,6 +99,7 @@ COMMANDS: Final[dict[str, Lazy]] = {
     "services": Lazy(
         "kiban.cli.serving:services_command",
         "List inference services: state, ready replicas, traffic split and URL.",
+        at_once=True,
     ),
     "promote": Lazy(
         "kiban.cli.serving:promote_command",
@@ -124,17 +130,20 @@ COMMANDS: Final[dict[str, Lazy]] = {
         "weights, raw and decayed usage (weighted GPU-hours), part of the tenant's decayed "
         "usage, standing (decayed usage per weight, in hours; lower goes first within the "
         "tenant) and rank.",
+        at_once=True,
     ),
     "usage": Lazy(
         "kiban.cli.usage:usage_command",
         "Usage within a window from the accounting records: GPU-hours, CPU-hours, attempts and "
         "jobs, and the GPU-hours lost to preemption and to node failures (a member sees their "
         "tenant's, an admin every tenant's).",
+        at_once=True,
     ),
     "audit": Lazy(
         "kiban.cli.audit:audit_command",
         "The audit log, newest first (admin): every request that changed state or tried to, "
         "denials included. ``--verify`` checks that no record was changed or removed.",
+        at_once=True,
     ),
     "sim": Lazy(
         "kiban.cli.sim:sim_command",
@@ -224,6 +233,13 @@ def root(
     ] = False,
 ) -> None:
     """kiban: a multi-tenant GPU platform."""
+
+
+def ends_at_once() -> bool:
+    """Whether this call may end without the interpreter's teardown: it ran no command
+    (``--version``, ``--help``, a completion of the first word) or one that only reads."""
+    name = KibanGroup.resolved
+    return name is None or COMMANDS[name].at_once
 
 
 def auth_hint() -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from kiban.cli import HELP_MARKUP
+from kiban.cli.quick import loading
 from kiban.domain.quantity import format_duration
 from kiban.scheduler import units
 
@@ -34,14 +35,16 @@ T = TypeVar("T")
 def stdout_console() -> Console:
     """stdout's console. Piped output is not cut to 80 columns: scripts and logs get whole
     lines."""
-    from rich.console import Console
+    with loading():
+        from rich.console import Console
 
     return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 @functools.cache
 def stderr_console() -> Console:
-    from rich.console import Console
+    with loading():
+        from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -164,8 +167,9 @@ def aligned(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Text:
     than it folds the lines; nothing is cut). Rich's Table lays out the same rows at about
     1.5 ms a row, longer than the rest of ``kiban ls`` for a hundred jobs; widths here are
     Rich's ``cell_len``, so wide characters align too."""
-    from rich.cells import cell_len
-    from rich.text import Text
+    with loading():
+        from rich.cells import cell_len
+        from rich.text import Text
 
     lines = [list(columns), *([str(v) for v in row] for row in rows)]
     widths = [max(cell_len(line[i]) for line in lines) for i in range(len(columns))]
