@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -344,11 +344,25 @@ def manifest_demand(document: dict[str, Any]) -> Demand:
     return Demand(spec.total_replicas, spec.total_gpus)
 
 
-def job_demand(job: Job) -> Demand:
+class DemandColumns(Protocol):
+    """What ``job_demand`` reads of a job: a ``Job`` row, or a listing's columns
+    (``kiban.services.job_listing``; ``spec`` there only where the counts are missing)."""
+
+    @property
+    def replicas(self) -> int | None: ...
+    @property
+    def gpus(self) -> int | None: ...
+    @property
+    def spec(self) -> dict[str, Any] | None: ...
+
+
+def job_demand(job: DemandColumns) -> Demand:
     """What the job asks for: from its columns, set at submission; from its manifest in rows
     stored before they were (migrations 0011 and 0013)."""
     if job.replicas is not None and job.gpus is not None:
         return Demand(job.replicas, job.gpus)
+    if job.spec is None:  # a listing reads the spec of every job whose counts are missing
+        raise ValueError("a job without replica and GPU counts was read without its spec")
     return manifest_demand(job.spec)
 
 
