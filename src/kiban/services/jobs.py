@@ -228,9 +228,11 @@ def prepare_submission(
     )
 
 
-def parse_checked(document: dict[str, Any]) -> JobSubmission:
-    """The submitted document parsed as a job manifest (InvalidInput naming the field)."""
-    problem = json_problem(document)
+def parse_checked(document: dict[str, Any], plain_json: bool = False) -> JobSubmission:
+    """The submitted document parsed as a job manifest (InvalidInput naming the field);
+    ``plain_json``: read from JSON without ``NaN`` or ``Infinity``, so that every value in it
+    is one the store holds (``job_intake.read_manifest_body``) and none is looked for."""
+    problem = None if plain_json else json_problem(document)
     if problem is not None:
         raise invalid(*problem)
     return parse_submission(document)
