@@ -15,7 +15,13 @@ from starlette.concurrency import run_in_threadpool
 from kiban.api import request_bodies, responses
 from kiban.api.array_schemas import array_out
 from kiban.api.audit_trail import audit_draft
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
+from kiban.api.deps import (
+    PRINCIPAL_STATE,
+    PlatformDep,
+    PrincipalDep,
+    SessionDep,
+    SessionRoute,
+)
 from kiban.api.params import TOKEN, ArrayFilter, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.states import JobState
@@ -32,7 +38,7 @@ from kiban.services import (
     queue_status,
     runtime_estimates,
 )
-from kiban.services.auth import JOBS_PATH
+from kiban.services.auth import JOBS_PATH, Principal
 from kiban.services.errors import invalid
 from kiban.services.job_intake import SubmissionBody, SubmissionContext
 
@@ -61,7 +67,7 @@ MAX_SINCE_S = 1e11  # seconds: any time people mean
     },
     openapi_extra=request_bodies.JOB_MANIFEST,
 )
-async def submit_job(request: Request, platform: PlatformDep, principal: PrincipalDep) -> Response:
+async def submit_job(request: Request) -> Response:
     """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
 
     The caller was authenticated before the body was read (``kiban.api.admission``). When the
@@ -69,7 +75,13 @@ async def submit_job(request: Request, platform: PlatformDep, principal: Princip
     right here; otherwise on a worker thread (they read the store). The write joins the group
     commit of submissions, which tells the control loop of the job. An array (``spec.array``)
     is written in a transaction of its own, every index at once.
+
+    The platform and the caller are read from the request, not declared as dependencies:
+    FastAPI solves each dependency for every request, and this is the busiest route (the
+    router's ``check_access`` has refused a request with no caller already).
     """
+    platform: Platform = request.app.state.platform
+    principal: Principal = getattr(request.state, PRINCIPAL_STATE)
     body = SubmissionBody(await request.body(), request.headers.get("content-type", ""))
     context = SubmissionContext(
         facts=platform.facts,
