@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from kiban.domain.errors import SpecError
+from kiban.domain.manifests import json_problem
 from kiban.platform import Platform
-from kiban.services import jobs
 from kiban.services.auth import Principal
 from kiban.services.errors import InvalidInput
 from kiban.services.job_intake import (
@@ -106,13 +106,12 @@ def test_only_a_body_json_cannot_hold_is_walked_for_values_the_store_cannot_hold
     """Plain JSON holds nothing the store cannot: its values are not walked again. A JSON body
     with ``NaN`` (which Python's reader takes) and any YAML are, and refused naming the field."""
     walked: list[dict[str, Any]] = []
-    real = jobs.json_problem
 
     def counted(document: dict[str, Any]) -> tuple[str, str] | None:
         walked.append(document)
-        return real(document)
+        return json_problem(document)
 
-    monkeypatch.setattr(jobs, "json_problem", counted)
+    monkeypatch.setattr("kiban.services.jobs.json_problem", counted)
     prepare_with_store(as_json(job()), ADMIN, context(platform), CountedSessions(platform))
     assert prepare_cached(as_json(job()), ADMIN, context(platform)) is not None
     assert walked == []
