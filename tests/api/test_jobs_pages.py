@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
+from sqlalchemy import event, update
 
 from kiban.platform import Platform
+from kiban.store.models import Job
 from kiban.testing import ManualClock, manifest
 
 
@@ -78,3 +80,42 @@ def test_jobs_no_pass_has_judged_are_found_by_the_reason_the_api_shows(
     listed = api.get("/api/v1/jobs", params={"reason": "QueueBacklog"})
     assert len(listed.json()) == 2
     assert listed.headers["X-Total-Count"] == "2"
+
+
+def test_a_listed_job_reads_as_its_own_document_without_an_orm_object_per_job(
+    api: TestClient, clock: ManualClock, platform: Platform
+) -> None:
+    """A listing reads plain rows (``job_listing.ListedJob``): no ``Job`` object is loaded,
+    and each listed job says what its own document says (but for the fields only that has)."""
+    ids = submit(api, clock, 3)
+    loaded: list[object] = []
+    listen = (Job, "load", lambda target, _context: loaded.append(target))
+    event.listen(*listen)
+    try:
+        page = api.get("/api/v1/jobs")
+    finally:
+        event.remove(*listen)
+    assert page.status_code == 200, page.text
+    assert loaded == []
+    assert page.headers["X-Total-Count"] == "3"
+    only_its_own = ("spec", "replicas", "executorLimits", "estimatedRuntime", "standing")
+    for listed in page.json():
+        own = api.get(f"/api/v1/jobs/{listed['id']}").json()
+        assert {k: v for k, v in listed.items() if k not in only_its_own} == {
+            k: v for k, v in own.items() if k not in only_its_own
+        }
+    assert [job["id"] for job in page.json()] == ids[::-1]
+
+
+def test_a_job_stored_without_its_counts_is_listed_with_those_of_its_manifest(
+    api: TestClient, platform: Platform
+) -> None:
+    """Rows stored before migrations 0011 and 0014 have no ``gpus`` or ``replicas``: a
+    listing reads their manifest for them (and only theirs)."""
+    response = api.post("/api/v1/jobs", json=manifest("old", gpu=2, replicas=1))
+    assert response.status_code == 201, response.text
+    with platform.sessions() as session:
+        session.execute(update(Job).values(gpus=None, replicas=None))
+        session.commit()
+    (listed,) = api.get("/api/v1/jobs").json()
+    assert (listed["gpus"], listed["replicaCount"]) == (2, 1)

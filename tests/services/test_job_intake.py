@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from kiban.domain.errors import SpecError
+from kiban.domain.manifests import json_problem
 from kiban.platform import Platform
 from kiban.services.auth import Principal
 from kiban.services.errors import InvalidInput
@@ -97,3 +98,27 @@ def test_an_unknown_queue_is_refused_by_the_store(platform: Platform) -> None:
     assert [(p.field, p.message) for p in missing.value.problems] == [
         ("spec.queue", "queue nowhere does not exist")
     ]
+
+
+def test_only_a_body_json_cannot_hold_is_walked_for_values_the_store_cannot_hold(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain JSON holds nothing the store cannot: its values are not walked again. A JSON body
+    with ``NaN`` (which Python's reader takes) and any YAML are, and refused naming the field."""
+    walked: list[dict[str, Any]] = []
+
+    def counted(document: dict[str, Any]) -> tuple[str, str] | None:
+        walked.append(document)
+        return json_problem(document)
+
+    monkeypatch.setattr("kiban.services.jobs.json_problem", counted)
+    prepare_with_store(as_json(job()), ADMIN, context(platform), CountedSessions(platform))
+    assert prepare_cached(as_json(job()), ADMIN, context(platform)) is not None
+    assert walked == []
+    nan = json.dumps(job()).replace('"true"', "NaN").encode()
+    with pytest.raises(InvalidInput) as refused:
+        prepare_cached(SubmissionBody(nan, "application/json"), ADMIN, context(platform))
+    assert refused.value.problems[0].field == "spec.tasks[0].command[0]"
+    yaml = SubmissionBody(json.dumps(job()).encode(), "application/yaml")
+    prepare_with_store(yaml, ADMIN, context(platform), CountedSessions(platform))
+    assert len(walked) == 2

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from kiban.api.job_view import JobView
 from kiban.domain.declarations import DEFAULT_TENANT
 from kiban.domain.jobspec import DNS_LABEL
 from kiban.domain.runtime_estimate import RuntimeEstimate
@@ -19,7 +20,6 @@ from kiban.services.policy import PolicyChange, PolicyRecord
 from kiban.services.queue_status import FlavorStatus, QueueStatus
 from kiban.store.models import (
     Event,
-    Job,
     Node,
     NodeCondition,
     PolicyVersion,
@@ -336,7 +336,7 @@ class WhoAmI(ApiModel):
 
 
 def job_out(
-    job: Job,
+    job: JobView,
     replicas: list[Replica] | None = None,
     with_spec: bool = False,
     standing: float | None = None,

@@ -31,6 +31,13 @@ INLINE_BODY_LIMIT = 64 * 1024
 
 def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
     """The manifest in a request body: JSON, or YAML (which also reads JSON)."""
+    return read_manifest_body(raw, content_type)[0]
+
+
+def read_manifest_body(raw: bytes, content_type: str) -> tuple[dict[str, Any], bool]:
+    """The manifest in a request body, and whether it is plain JSON: read as JSON, with no
+    ``NaN`` or ``Infinity`` (which Python's reader takes): then every value is one the store
+    can hold, and ``kiban.domain.manifests.json_problem`` need not walk it."""
     if len(raw) > MAX_MANIFEST_BYTES:
         raise invalid("", "manifest larger than 1 MiB")
     try:
@@ -39,16 +46,22 @@ def parse_manifest_body(raw: bytes, content_type: str) -> dict[str, Any]:
         raise invalid("", "the manifest is not UTF-8 text") from None
     try:
         if "json" in content_type:
+            constants: list[str] = []
+
+            def constant(name: str) -> float:
+                constants.append(name)
+                return float(name)  # as json.loads: NaN, Infinity, -Infinity
+
             try:
-                data = json.loads(text)
+                data = json.loads(text, parse_constant=constant)
             except json.JSONDecodeError as exc:
                 raise invalid(
                     "", f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
                 ) from None
             if not isinstance(data, dict):
                 raise invalid("", "a manifest must be a JSON object")
-            return data
-        return load_document(text)
+            return data, not constants
+        return load_document(text), False
     except RecursionError:
         raise invalid("", "the manifest is nested too deeply") from None
 
@@ -65,8 +78,9 @@ class SubmissionBody:
         """Whether it is parsed cheaply enough to check on the event loop."""
         return "json" in self.content_type and len(self.raw) <= INLINE_BODY_LIMIT
 
-    def document(self) -> dict[str, Any]:
-        return parse_manifest_body(self.raw, self.content_type)
+    def document(self) -> tuple[dict[str, Any], bool]:
+        """The manifest, and whether it is plain JSON (``read_manifest_body``)."""
+        return read_manifest_body(self.raw, self.content_type)
 
 
 @dataclass(frozen=True)
@@ -93,7 +107,7 @@ def prepare_cached(
     store (InvalidInput naming the field)."""
     if not body.small_json:
         return None
-    submission = jobs.parse_checked(body.document())
+    submission = jobs.parse_checked(*body.document())
     if _related(submission):
         return None  # an array or dependencies: checked where the store is read
     name = jobs.queue_of(submission, principal, context.policy)
@@ -119,13 +133,13 @@ def prepare_with_store(
 ) -> jobs.Prepared:
     """The submission checked, its queue read from the cache or else the store (and cached);
     a session connects only when the store is read. Blocking: run it off the event loop."""
-    document = body.document()
+    document, plain_json = body.document()
     with sessions() as session:
 
         def find_queue(name: str) -> Queue | None:
             return context.lookups.get(_queue_key(name), lambda: session.get(Queue, name))
 
-        submission = jobs.parse_checked(document)
+        submission = jobs.parse_checked(document, plain_json)
         queue_name = jobs.queue_of(submission, principal, context.policy)
         prepared = jobs.prepare_parsed(
             submission,

@@ -5,8 +5,9 @@ indexes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import JSON, ColumnElement, and_, case, func, null, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
 from kiban.domain.states import JobState
@@ -88,9 +89,55 @@ def job_filters(
     return where
 
 
+class ListedJob(NamedTuple):
+    """What a listing shows of a job (``kiban.api.schemas.job_out``), read as a plain row: no
+    ORM object per job, no manifest parsed (the largest of its columns), and each field a
+    tuple's (cheap to read, unlike a SQLAlchemy row's attributes)."""
+
+    id: str
+    name: str
+    tenant: str
+    queue: str
+    state: str
+    priority: int
+    attempt: int
+    submitted_at: float
+    submitted_by: str | None
+    admitted_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    reason_code: str | None
+    reason_message: str | None
+    reason_details: dict[str, Any] | None
+    queue_position: int | None
+    cluster_position: int | None
+    eta: float | None
+    eta_estimated: bool | None
+    preempted_by: str | None
+    last_checkpoint_at: float | None
+    message: str | None
+    master_port: int | None
+    gpus: int | None
+    replicas: int | None
+    array_id: str | None
+    array_index: int | None
+    spec: dict[str, Any] | None
+    """The manifest only where its counts (``gpus``, ``replicas``) are missing: rows stored
+    before migrations 0011 and 0014 (``kiban.services.jobs.job_demand``)."""
+
+
+_SPEC_IF_UNCOUNTED = type_coerce(
+    case((or_(Job.gpus.is_(None), Job.replicas.is_(None)), Job.spec), else_=null()), JSON
+).label("spec")
+LISTED_COLUMNS = (
+    *(getattr(Job, name) for name in ListedJob._fields if name != "spec"),
+    _SPEC_IF_UNCOUNTED,
+)
+
+
 def list_page(
     session: Session, where: Sequence[ColumnElement[bool]], *, offset: int = 0, limit: int = 100
-) -> list[Job]:
+) -> list[ListedJob]:
     """The jobs that match ``where`` (``job_filters``), newest first, from the ``offset``-th
     on, ``limit`` of them: one query over the jobs' indexes."""
     if not 1 <= limit <= 1000:
@@ -98,13 +145,13 @@ def list_page(
     if not 0 <= offset <= MAX_LIST_OFFSET:
         raise invalid("offset", f"must be between 0 and {MAX_LIST_OFFSET}")
     query = (
-        select(Job)
+        select(*LISTED_COLUMNS)
         .where(*where)
         .order_by(Job.submitted_at.desc(), Job.id)
         .offset(offset)
         .limit(limit)
     )
-    return list(session.scalars(query))
+    return [ListedJob._make(row) for row in session.execute(query)]
 
 
 def count_jobs(session: Session, where: Sequence[ColumnElement[bool]]) -> int:

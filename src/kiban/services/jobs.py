@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -228,9 +228,11 @@ def prepare_submission(
     )
 
 
-def parse_checked(document: dict[str, Any]) -> JobSubmission:
-    """The submitted document parsed as a job manifest (InvalidInput naming the field)."""
-    problem = json_problem(document)
+def parse_checked(document: dict[str, Any], plain_json: bool = False) -> JobSubmission:
+    """The submitted document parsed as a job manifest (InvalidInput naming the field);
+    ``plain_json``: read from JSON without ``NaN`` or ``Infinity``, so that every value in it
+    is one the store holds (``job_intake.read_manifest_body``) and none is looked for."""
+    problem = None if plain_json else json_problem(document)
     if problem is not None:
         raise invalid(*problem)
     return parse_submission(document)
@@ -344,11 +346,25 @@ def manifest_demand(document: dict[str, Any]) -> Demand:
     return Demand(spec.total_replicas, spec.total_gpus)
 
 
-def job_demand(job: Job) -> Demand:
+class DemandColumns(Protocol):
+    """What ``job_demand`` reads of a job: a ``Job`` row, or a listing's columns
+    (``kiban.services.job_listing``; ``spec`` there only where the counts are missing)."""
+
+    @property
+    def replicas(self) -> int | None: ...
+    @property
+    def gpus(self) -> int | None: ...
+    @property
+    def spec(self) -> dict[str, Any] | None: ...
+
+
+def job_demand(job: DemandColumns) -> Demand:
     """What the job asks for: from its columns, set at submission; from its manifest in rows
     stored before they were (migrations 0011 and 0013)."""
     if job.replicas is not None and job.gpus is not None:
         return Demand(job.replicas, job.gpus)
+    if job.spec is None:  # a listing reads the spec of every job whose counts are missing
+        raise ValueError("a job without replica and GPU counts was read without its spec")
     return manifest_demand(job.spec)
 
 

@@ -8,13 +8,20 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from kiban.api import request_bodies, responses
 from kiban.api.array_schemas import array_out
 from kiban.api.audit_trail import audit_draft
-from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
+from kiban.api.deps import (
+    PRINCIPAL_STATE,
+    PlatformDep,
+    PrincipalDep,
+    SessionDep,
+    SessionRoute,
+)
 from kiban.api.params import TOKEN, ArrayFilter, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
 from kiban.domain.states import JobState
@@ -31,7 +38,7 @@ from kiban.services import (
     queue_status,
     runtime_estimates,
 )
-from kiban.services.auth import JOBS_PATH
+from kiban.services.auth import JOBS_PATH, Principal
 from kiban.services.errors import invalid
 from kiban.services.job_intake import SubmissionBody, SubmissionContext
 
@@ -60,7 +67,7 @@ MAX_SINCE_S = 1e11  # seconds: any time people mean
     },
     openapi_extra=request_bodies.JOB_MANIFEST,
 )
-async def submit_job(request: Request, platform: PlatformDep, principal: PrincipalDep) -> Response:
+async def submit_job(request: Request) -> Response:
     """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
 
     The caller was authenticated before the body was read (``kiban.api.admission``). When the
@@ -68,7 +75,13 @@ async def submit_job(request: Request, platform: PlatformDep, principal: Princip
     right here; otherwise on a worker thread (they read the store). The write joins the group
     commit of submissions, which tells the control loop of the job. An array (``spec.array``)
     is written in a transaction of its own, every index at once.
+
+    The platform and the caller are read from the request, not declared as dependencies:
+    FastAPI solves each dependency for every request, and this is the busiest route (the
+    router's ``check_access`` has refused a request with no caller already).
     """
+    platform: Platform = request.app.state.platform
+    principal: Principal = getattr(request.state, PRINCIPAL_STATE)
     body = SubmissionBody(await request.body(), request.headers.get("content-type", ""))
     context = SubmissionContext(
         facts=platform.facts,
@@ -112,6 +125,8 @@ def _standings(platform: Platform, session: Session) -> dict[str, float]:
 
 
 TOTAL_COUNT = "X-Total-Count"
+JOB_PAGE = TypeAdapter(list[JobOut])
+"""A page of jobs as ``response_model=list[JobOut]`` writes it (made once: building one is slow)."""
 
 
 @router.get(
@@ -134,7 +149,6 @@ def list_jobs(
     platform: PlatformDep,
     principal: PrincipalDep,
     session: SessionDep,
-    response: Response,
     state: Annotated[
         list[JobState] | None, Query(description="only jobs in these states (repeatable)")
     ] = None,
@@ -165,9 +179,12 @@ def list_jobs(
         Query(ge=0, le=job_listing.MAX_LIST_OFFSET, description="skip this many (newest first)"),
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> list[JobOut]:
+) -> Response:
     """Jobs the caller may see, newest first, a page of them; a member's are its tenant's
-    whatever ``tenant`` says. ``X-Total-Count`` says how many match on all pages."""
+    whatever ``tenant`` says. ``X-Total-Count`` says how many match on all pages.
+
+    The answer is serialized here, on the worker thread, as ``response_model`` would
+    (camelCase): not validated again and written on the event loop."""
     where = job_listing.job_filters(
         principal,
         states=[s.value for s in state or ()],
@@ -180,9 +197,14 @@ def list_jobs(
         array_indices=array_indices,
     )
     rows = job_listing.list_page(session, where, offset=offset, limit=limit)
-    response.headers[TOTAL_COUNT] = str(job_listing.count_jobs(session, where))
+    total = job_listing.count_jobs(session, where)
     standing = _standings(platform, session) if rows else {}
-    return [job_out(j, standing=standing.get(j.tenant)) for j in rows]
+    page = [job_out(j, standing=standing.get(j.tenant)) for j in rows]
+    return Response(
+        JOB_PAGE.dump_json(page, by_alias=True),
+        media_type="application/json",
+        headers={TOTAL_COUNT: str(total)},
+    )
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=responses.READ_ONE)
