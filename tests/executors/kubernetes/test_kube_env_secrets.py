@@ -9,19 +9,18 @@ import json
 from typing import Any
 
 import pytest
+from kube_fakes import OPTIONS, executor_over
 from kubernetes.client.exceptions import ApiException
 
 from kiban.domain.manifests import parse_job_manifest
 from kiban.executors.base import LaunchError, LaunchRequest, ReplicaRef
-from kiban.executors.kubernetes import KubernetesOptions, env_secrets, executor
-from kiban.executors.kubernetes.executor import KubernetesExecutor
+from kiban.executors.kubernetes import env_secrets
 from kiban.executors.kubernetes.pods import pod_manifest
 from kiban.scheduler.decisions import ReplicaPlacement
 
 Obj = dict[str, Any]
 TOKEN = "kbn_job_token_secret_value"
 JUPYTER = "f" * 64
-OPTIONS = KubernetesOptions(default_image="img:1")
 
 
 def request(replicas: int = 2, api_env: dict[str, str] | None = None) -> LaunchRequest:
@@ -142,29 +141,6 @@ class RecordingApi:
         pass
 
 
-class NoCache:
-    def __init__(self, *args: Any) -> None:
-        pass
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-    def put(self, pod: Obj) -> None:
-        pass
-
-    def get(self, namespace: str, name: str) -> Obj | None:
-        return None
-
-
-def make(monkeypatch: pytest.MonkeyPatch, api: RecordingApi) -> KubernetesExecutor:
-    monkeypatch.setattr(executor, "CoreApi", lambda _client: api)
-    monkeypatch.setattr(executor, "PodCache", NoCache)
-    return KubernetesExecutor(object(), OPTIONS)  # type: ignore[arg-type]
-
-
 SECRET = env_secrets.secret_name("g-abc123", 1)
 
 
@@ -172,7 +148,7 @@ def test_the_secret_is_made_before_the_pods_and_goes_with_the_attempt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api = RecordingApi()
-    kube = make(monkeypatch, api)
+    kube = executor_over(monkeypatch, api)
     try:
         launched = kube.launch(request())
         assert api.calls[0] == ("create secret", SECRET)
@@ -191,7 +167,7 @@ def test_the_secret_is_made_before_the_pods_and_goes_with_the_attempt(
 
 def test_a_refused_launch_deletes_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     api = RecordingApi(refuse={"kb-g-abc123-1-0"})
-    kube = make(monkeypatch, api)
+    kube = executor_over(monkeypatch, api)
     try:
         with pytest.raises(LaunchError):
             kube.launch(request())
@@ -205,7 +181,7 @@ def test_a_secret_left_by_an_earlier_try_of_the_attempt_is_replaced(
 ) -> None:
     api = RecordingApi(secret_exists=True)
     api.secrets[SECRET] = {"data": {"KIBAN_TOKEN": "old"}}
-    kube = make(monkeypatch, api)
+    kube = executor_over(monkeypatch, api)
     try:
         kube.launch(request())
     finally:

@@ -10,12 +10,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kube_fakes import executor_over
 from kubernetes.client.exceptions import ApiException
 
 from kiban.domain.manifests import parse_job_manifest
 from kiban.executors.base import EXIT_CANNOT_START, LaunchError, LaunchRequest, ReplicaRef
-from kiban.executors.kubernetes import KubernetesOptions, executor
-from kiban.executors.kubernetes.executor import LAUNCH_WORKERS, KubernetesExecutor
+from kiban.executors.kubernetes import KubernetesOptions
+from kiban.executors.kubernetes.executor import LAUNCH_WORKERS
 from kiban.executors.kubernetes.pods import PULL_DEADLINE_S
 from kiban.scheduler.decisions import ReplicaPlacement
 from kiban.testing import ManualClock
@@ -78,29 +79,6 @@ class ScriptedApi:
         pass
 
 
-class NoCache:
-    def __init__(self, *args: Any) -> None:
-        self.pods: list[Obj] = []
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-    def put(self, pod: Obj) -> None:
-        self.pods.append(pod)
-
-    def get(self, namespace: str, name: str) -> Obj | None:
-        return None  # not seen by a watch: the executor reads the pod itself
-
-
-def make(monkeypatch: pytest.MonkeyPatch, api: ScriptedApi) -> KubernetesExecutor:
-    monkeypatch.setattr(executor, "CoreApi", lambda _client: api)
-    monkeypatch.setattr(executor, "PodCache", NoCache)
-    return KubernetesExecutor(object(), KubernetesOptions(default_image="img:1"))  # type: ignore[arg-type]
-
-
 def gang(replicas: int) -> LaunchRequest:
     document = {
         "apiVersion": "kiban/v1",
@@ -119,7 +97,7 @@ def test_a_gang_is_created_several_pods_at_a_time_in_rank_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api = ScriptedApi()
-    kube = make(monkeypatch, api)
+    kube = executor_over(monkeypatch, api)
     try:
         launched = kube.launch(gang(40))
     finally:
@@ -136,7 +114,7 @@ def test_a_refused_pod_fails_the_launch_and_every_pod_made_is_deleted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api = ScriptedApi(refuse={"kb-g-abc123-1-5"})
-    kube = make(monkeypatch, api)
+    kube = executor_over(monkeypatch, api)
     try:
         with pytest.raises(LaunchError, match="refused"):
             kube.launch(gang(200))
@@ -151,7 +129,7 @@ def test_the_node_sync_lists_only_live_pods_kiban_did_not_create(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api = ScriptedApi()
-    kube = make(monkeypatch, api)
+    kube = executor_over(monkeypatch, api)
     try:
         kube.nodes()
     finally:
@@ -175,10 +153,8 @@ def test_observing_a_pod_counts_its_wait_for_the_image_on_the_executors_clock(
     }
     api = ScriptedApi()
     api.read_pod = lambda namespace, name: pod  # type: ignore[attr-defined]
-    monkeypatch.setattr(executor, "CoreApi", lambda _client: api)
-    monkeypatch.setattr(executor, "PodCache", NoCache)
     clock = ManualClock(datetime(2026, 11, 25, 12, 5, tzinfo=UTC).timestamp())
-    kube = KubernetesExecutor(object(), KubernetesOptions(), clock=clock)  # type: ignore[arg-type]
+    kube = executor_over(monkeypatch, api, KubernetesOptions(), clock=clock)
     replica = ReplicaRef("g-abc123", 1, "w", 0, 0, "kiban-t/kb-g-abc123-1-0/u1")
     try:
         assert kube.observe(replica).running  # five minutes in: the kubelet keeps trying

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kube_fakes import executor_over
 
-from kiban.executors.kubernetes import KubernetesOptions, executor
-from kiban.executors.kubernetes.executor import KubernetesExecutor
+from kiban.executors.kubernetes import KubernetesOptions
 from kiban.executors.kubernetes.pods import revision_service_manifest
 
 Obj = dict[str, Any]
@@ -31,25 +31,12 @@ class ListedServices:
         pass
 
 
-class NoCache:
-    def __init__(self, *args: Any) -> None:
-        pass
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-
 def listed(
     monkeypatch: pytest.MonkeyPatch, services: list[Obj]
 ) -> tuple[dict[tuple[str, str], str], list[str]]:
     """What the executor lists over these Services, and the selectors it asked with."""
     api = ListedServices(services)
-    monkeypatch.setattr(executor, "CoreApi", lambda _client: api)
-    monkeypatch.setattr(executor, "PodCache", NoCache)
-    kube = KubernetesExecutor(object(), KubernetesOptions())  # type: ignore[arg-type]
+    kube = executor_over(monkeypatch, api, KubernetesOptions())
     try:
         return kube.published_revisions(), api.selectors
     finally:
