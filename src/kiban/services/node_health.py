@@ -181,19 +181,11 @@ def store_conditions(
         if not same_status or row.reason != condition.reason:
             _changed(session, node, condition, now, first=False)
             changed.append(kind)
-        bumps = row.bumps
-        if (
-            bumps is not None
-            and same_status
-            and (row.reason, row.message)
-            == (
-                condition.reason,
-                condition.message,
-            )
-        ):
-            bumps += 1
-        else:
-            bumps = None
+        as_it_was = same_status and (row.reason, row.message) == (
+            condition.reason,
+            condition.message,
+        )
+        bumps = row.bumps + 1 if as_it_was and row.bumps is not None else None
         kept[kind] = _Kept(
             status,
             condition.reason,
