@@ -139,3 +139,19 @@ def test_the_stored_reading_is_the_latest_for_describe_and_the_metrics(
         assert (use.taken_at, use.utilization) == (t + 10, {0: 3.0})
         row = session.get_one(NodeReadingRow, NODE)
         assert node_health.stored_reading(row).taken_at == t + 10
+
+
+def test_rows_the_session_already_holds_show_what_a_report_wrote(
+    platform: Platform, clock: ManualClock
+) -> None:
+    t = clock.now()
+    ingest(platform, report(t, faults=ECC), t)
+    with platform.sessions() as session:
+        condition = session.get_one(NodeCondition, (NODE, CheckType.GPU_ECC.value))
+        held = session.get_one(NodeReadingRow, NODE)
+        assert (condition.streak, held.taken_at) == (1, t)
+        node_health.ingest(session, NODE, report(t + 5, faults=ECC), t + 5)
+        assert (condition.streak, condition.updated_at, held.taken_at) == (2, t + 5, t + 5)
+        node_health.ingest(session, NODE, report(t + 10), t + 10)
+        assert (condition.status, condition.streak) == ("False", 1)
+        session.commit()
