@@ -21,9 +21,9 @@ from kiban.health.epilogue import (
     findings,
     may_return,
 )
-from kiban.health.readings import NodeReading
 from kiban.health.remediation import CordonSource
 from kiban.services import events
+from kiban.services.node_health import stored_reading
 from kiban.services.nodes import set_cordon
 from kiban.store.models import (
     Job,
@@ -64,7 +64,7 @@ def check_failed_job(session: Session, job: Job, at: float) -> list[str]:
     readings = []
     for row in session.scalars(select(NodeReadingRow).where(NodeReadingRow.node.in_(nodes))):
         try:
-            readings.append(NodeReading.model_validate(row.reading))
+            readings.append(stored_reading(row))
         except ValueError:
             continue
     cordoned = []

@@ -8,24 +8,41 @@ control-loop pass does (silent agents, pending drains) is ``kiban.services.healt
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, NamedTuple, cast
 
 import httpx
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session
 
 from kiban.health.conditions import Condition, ConditionStatus
+from kiban.health.readings import NodeReading
 from kiban.health.remediation import CordonSource
 from kiban.health.report import GpuAllocation, NodeHealthReply, NodeHealthReport
 from kiban.services import events
-from kiban.services.errors import Conflict, Unavailable, invalid
-from kiban.services.nodes import get_node
-from kiban.store.models import Job, NodeCondition, NodeConditionChange, NodeReadingRow, Replica
+from kiban.services.errors import Conflict, NotFound, Unavailable, invalid
+from kiban.services.nodes import get_node, node_name_plausible
+from kiban.store.models import (
+    Base,
+    Job,
+    Node,
+    NodeCondition,
+    NodeConditionChange,
+    NodeReadingRow,
+    Replica,
+)
 
 AGENT_NOT_REPORTING = "AgentNotReporting"
+
+# Written with statements of their tables: cheaper than the ORM's bulk UPDATE (see ingest).
+NODES = cast(Table, Node.__table__)
+CONDITIONS = cast(Table, NodeCondition.__table__)
+READINGS = cast(Table, NodeReadingRow.__table__)
+REPLICAS = cast(Table, Replica.__table__)
+JOBS = cast(Table, Job.__table__)
 
 
 class NodeHealthEvent(StrEnum):
@@ -52,26 +69,82 @@ class Ingested:
 
 def ingest(session: Session, name: str, report: NodeHealthReport, now: float) -> Ingested:
     """Store an agent's report on node ``name`` (NotFound; 422 when the reading names another
-    node) and answer with the node's GPU allocations. The caller commits."""
-    node = get_node(session, name)
+    node) and answer with the node's GPU allocations. The caller commits.
+
+    A report like the last one costs a few statements and no ORM objects: one UPDATE of the
+    node (that also reads its cordon), one read and one UPDATE of its conditions' streaks, the
+    reading's time alone, and the allocations."""
     if report.reading.node != name:
+        get_node(session, name)  # NotFound comes first
         raise invalid(
             "reading.node", f"the report is for node {report.reading.node!r}, posted to {name!r}"
         )
+    cordoned, cordon_source = _mark_reported(session, name, report.agent_address, now)
     store_conditions(session, name, report.conditions, now)
-    row = session.get(NodeReadingRow, name)
-    reading = report.reading.model_dump(mode="json")
-    if row is None:
-        session.add(NodeReadingRow(node=name, taken_at=report.reading.taken_at, reading=reading))
-    else:
-        row.taken_at = report.reading.taken_at
-        row.reading = reading
-    node.agent_address = report.agent_address
-    node.agent_reported_at = now
+    store_reading(session, report.reading)
     problems = any(c.status is not ConditionStatus.FALSE for c in report.conditions)
-    lift = node.cordoned and node.cordon_source == CordonSource.REMEDIATION.value
+    lift = cordoned and cordon_source == CordonSource.REMEDIATION.value
     reply = NodeHealthReply(allocations=allocations(session, name), interval_s=report.interval_s)
     return Ingested(reply, problems or lift)
+
+
+def _mark_reported(session: Session, name: str, address: str, now: float) -> tuple[bool, str]:
+    """Record where the node's agent is and that it reported now, in one statement that also
+    answers the node's cordon (NotFound when there is no such node)."""
+    if not node_name_plausible(name):
+        get_node(session, name)  # raises NotFound without asking the store
+    session.flush()  # the statements below are the store's, not the session's
+    marked = session.execute(
+        update(NODES)
+        .where(NODES.c.name == name)
+        .values(agent_address=address, agent_reported_at=now)
+        .returning(NODES.c.cordoned, NODES.c.cordon_source)
+    ).first()
+    if marked is None:
+        raise NotFound(f"node {name} not found")
+    _expire_loaded(session, Node, [name])
+    return bool(marked.cordoned), str(marked.cordon_source)
+
+
+def store_reading(session: Session, reading: NodeReading) -> None:
+    """Keep ``reading`` as its node's latest. The JSON is rewritten only when more than
+    ``taken_at`` changed; the row's ``taken_at`` column is always the latest (read the row
+    with ``stored_reading``)."""
+    content = reading.model_dump(mode="json")
+    session.flush()
+    row = session.execute(select(READINGS.c.reading).where(READINGS.c.node == reading.node)).first()
+    if row is None:
+        session.add(NodeReadingRow(node=reading.node, taken_at=reading.taken_at, reading=content))
+        return
+    values: dict[str, Any] = {"taken_at": reading.taken_at}
+    if not _same_but_time(row.reading, content):
+        values["reading"] = content
+    session.execute(update(READINGS).where(READINGS.c.node == reading.node).values(**values))
+    _expire_loaded(session, NodeReadingRow, [reading.node])
+
+
+def _same_but_time(stored: Mapping[str, Any], content: Mapping[str, Any]) -> bool:
+    keys = set(stored) | set(content)
+    keys.discard("taken_at")
+    return all(stored.get(key) == content.get(key) for key in keys)
+
+
+def stored_reading(row: NodeReadingRow) -> NodeReading:
+    """The node's latest reading as stored by ``store_reading``: its JSON, at the row's time
+    (the JSON keeps the time its content was first read; ValidationError when not a reading)."""
+    return NodeReading.model_validate({**row.reading, "taken_at": row.taken_at})
+
+
+class _Kept(NamedTuple):
+    """A condition as stored; ``bumps`` counts the reports that only added to its streak since
+    it was read (None once anything else about it changed: the row is written whole)."""
+
+    status: str
+    reason: str
+    message: str
+    since: float  # last_transition_time
+    streak: int
+    bumps: int | None = 0
 
 
 def store_conditions(
@@ -79,44 +152,102 @@ def store_conditions(
 ) -> list[str]:
     """Insert or update the node's conditions: the streak counts reports with the same status;
     the transition time is kept while the status stays (else the agent's, never later than
-    now); each change of status or reason is a history row and an event. The types changed."""
-    existing = {
-        c.type: c for c in session.scalars(select(NodeCondition).where(NodeCondition.node == node))
+    now); each change of status or reason is a history row and an event. The types changed.
+
+    The conditions a report leaves as they were (status, reason and message) cost one UPDATE
+    together, their streaks counted in the store."""
+    session.flush()
+    c = CONDITIONS.c
+    loaded = {
+        kind: _Kept(status, reason, message, since, streak)
+        for kind, status, reason, message, since, streak in session.execute(
+            select(c.type, c.status, c.reason, c.message, c.last_transition_time, c.streak).where(
+                c.node == node
+            )
+        )
     }
+    kept = dict(loaded)
     changed: list[str] = []
     for condition in conditions:
-        row = existing.get(condition.type.value)
-        status = condition.status.value
+        kind, status = condition.type.value, condition.status.value
+        row = kept.get(kind)
+        since = min(condition.last_transition_time, now)
         if row is None:
-            row = NodeCondition(
-                node=node,
-                type=condition.type.value,
-                status=status,
-                reason=condition.reason,
-                message=condition.message,
-                last_transition_time=min(condition.last_transition_time, now),
-                updated_at=now,
-                streak=1,
-            )
-            session.add(row)
-            existing[row.type] = row
+            kept[kind] = _Kept(status, condition.reason, condition.message, since, 1, None)
             _changed(session, node, condition, now, first=True)
-            changed.append(row.type)
+            changed.append(kind)
             continue
         same_status = row.status == status
         if not same_status or row.reason != condition.reason:
             _changed(session, node, condition, now, first=False)
-            changed.append(row.type)
-        if same_status:
-            row.streak += 1
-        else:
-            row.streak = 1
-            row.last_transition_time = min(condition.last_transition_time, now)
-        row.status = status
-        row.reason = condition.reason
-        row.message = condition.message
-        row.updated_at = now
+            changed.append(kind)
+        as_it_was = same_status and (row.reason, row.message) == (
+            condition.reason,
+            condition.message,
+        )
+        bumps = row.bumps + 1 if as_it_was and row.bumps is not None else None
+        kept[kind] = _Kept(
+            status,
+            condition.reason,
+            condition.message,
+            row.since if same_status else since,
+            row.streak + 1 if same_status else 1,
+            bumps,
+        )
+    _write_conditions(session, node, loaded, kept, now)
     return changed
+
+
+def _write_conditions(
+    session: Session,
+    node: str,
+    loaded: Mapping[str, _Kept],
+    kept: Mapping[str, _Kept],
+    now: float,
+) -> None:
+    """Write what ``store_conditions`` made of the report: new rows inserted, rows only
+    counted one UPDATE per count (one in all, but for a report naming a check twice), any other
+    row written whole."""
+    counted: dict[int, list[str]] = {}
+    for kind, row in kept.items():
+        if row.bumps == 0:
+            continue  # not in the report
+        if row.bumps is not None:
+            counted.setdefault(row.bumps, []).append(kind)
+            continue
+        values = {
+            "status": row.status,
+            "reason": row.reason,
+            "message": row.message,
+            "last_transition_time": row.since,
+            "updated_at": now,
+            "streak": row.streak,
+        }
+        if kind not in loaded:
+            session.add(NodeCondition(node=node, type=kind, **values))
+            continue
+        c = CONDITIONS.c
+        session.execute(update(CONDITIONS).where(c.node == node, c.type == kind).values(**values))
+        _expire_loaded(session, NodeCondition, [(node, kind)])
+    for bumps, kinds in counted.items():
+        c = CONDITIONS.c
+        session.execute(
+            update(CONDITIONS)
+            .where(c.node == node, c.type.in_(kinds))
+            .values(streak=c.streak + bumps, updated_at=now)
+        )
+        _expire_loaded(session, NodeCondition, [(node, kind) for kind in kinds])
+
+
+def _expire_loaded(session: Session, model: type[Base], keys: Iterable[Any]) -> None:
+    """Expire the rows of ``model`` the session holds under these primary keys: a statement
+    wrote them behind the ORM's back (cheaper than its bulk UPDATE, which builds much more)."""
+    if not session.identity_map:
+        return
+    for key in keys:
+        loaded = session.identity_map.get(session.identity_key(model, key))
+        if loaded is not None:
+            session.expire(loaded)
 
 
 def _changed(session: Session, node: str, condition: Condition, now: float, first: bool) -> None:
@@ -144,12 +275,14 @@ def _changed(session: Session, node: str, condition: Condition, now: float, firs
 
 
 def allocations(session: Session, node: str) -> list[GpuAllocation]:
-    """Which job holds each GPU of the node (active replicas' devices)."""
+    """Which job holds each GPU of the node (active replicas' devices), in one query of
+    columns."""
+    r, j = REPLICAS.c, JOBS.c
     rows = session.execute(
-        select(Replica.gpu_ids, Job.id, Job.tenant, Job.queue)
-        .join(Job, Job.id == Replica.job_id)
-        .where(Replica.node == node, Replica.active.is_(True))
-        .order_by(Job.id, Replica.rank)
+        select(r.gpu_ids, j.id, j.tenant, j.queue)
+        .join_from(REPLICAS, JOBS, j.id == r.job_id)
+        .where(r.node == node, r.active.is_(True))
+        .order_by(j.id, r.rank)
     )
     return [
         GpuAllocation(gpu=int(gpu), job=job, tenant=tenant, queue=queue)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from kiban.health.conditions import ConditionStatus
 from kiban.health.readings import NodeReading
 from kiban.services.auth import Principal
+from kiban.services.node_health import stored_reading
 from kiban.services.nodes import get_node
 from kiban.store.models import (
     Job,
@@ -126,7 +127,7 @@ def node_health(
         )
     )
     row = session.get(NodeReadingRow, node.name)
-    reading = None if row is None else NodeReading.model_validate(row.reading)
+    reading = None if row is None else stored_reading(row)
     return NodeHealth(
         node=node.name,
         conditions=conditions,

@@ -26,11 +26,15 @@ from kiban.store.models import Job, Node, Replica
 MAX_NODE_NAME = 253  # the width of nodes.name
 
 
+def node_name_plausible(name: str) -> bool:
+    """Whether the store could hold a node called ``name``: one it cannot is not looked up
+    (PostgreSQL refuses NUL characters)."""
+    return 0 < len(name) <= MAX_NODE_NAME and name.isprintable()
+
+
 def get_node(session: Session, name: str) -> Node:
     """The node called ``name``, or NotFound."""
-    # A name the store cannot hold is not looked up (PostgreSQL refuses NUL characters).
-    plausible = 0 < len(name) <= MAX_NODE_NAME and name.isprintable()
-    node = session.get(Node, name) if plausible else None
+    node = session.get(Node, name) if node_name_plausible(name) else None
     if node is None:
         raise NotFound(f"node {name} not found")
     return node
