@@ -88,6 +88,7 @@ class Cycle:
     _lowest_priority: dict[str, int | None] = field(default_factory=dict)
     _queue_flavors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _cohorts: dict[str, list[QueueView]] | None = None
+    _scavengers: list[QueueView] | None = None
     cache: CapacityCache = field(default_factory=CapacityCache)
     _empty: EmptyCluster | None = None
     _queue_terms: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = field(
@@ -171,6 +172,13 @@ class Cycle:
                     cohorts.setdefault(q.cohort, []).append(q)
             self._cohorts = cohorts
         return self._cohorts.get(cohort, [])
+
+    def scavenger_queues(self) -> list[QueueView]:
+        """The ``scavenger`` queues (their jobs are every waiting job's victims), in the
+        snapshot's order; found once a cycle, not at each victim search."""
+        if self._scavengers is None:
+            self._scavengers = [q for q in self.queues.values() if q.scavenger]
+        return self._scavengers
 
     def running_in(self, queue: str, flavor: str) -> list[RunningJob]:
         """The queue's running jobs holding GPUs of the flavor, least loss first (see

@@ -82,12 +82,9 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
     standing_after = cycle.standing(job.tenant) + cycle.charge(job)
     tree = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)  # members (second level)
     groups: list[Iterator[tuple[tuple[float | int | str, ...], Candidate]]] = []
-    for other in cycle.queues.values():
-        if other.scavenger:
-            borrows = cycle.quota.borrowed(other.name, flavor) > 0
-            groups.append(
-                _group(cycle, other.name, flavor, PreemptionGround.SCAVENGER, borrows, now)
-            )
+    for other in cycle.scavenger_queues():
+        borrows = cycle.quota.borrowed(other.name, flavor) > 0
+        groups.append(_group(cycle, other.name, flavor, PreemptionGround.SCAVENGER, borrows, now))
     if job.preempts:
         own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
         groups.append(
