@@ -139,9 +139,7 @@ def test_what_still_has_no_effect_is_warned_of() -> None:
 
 
 def test_a_volcano_anti_affinity_on_its_template_labels_becomes_one_per_node() -> None:
-    task = volcano_task(
-        "worker", 3, anti({"matchLabels": {"app": "vddp"}}), labels={"app": "vddp"}
-    )
+    task = volcano_task("worker", 3, anti({"matchLabels": {"app": "vddp"}}), labels={"app": "vddp"})
     submission = parse_submission(volcano_job(task))
     assert submission.document["spec"]["tasks"][0]["maxReplicasPerNode"] == 1
     assert spread_of(volcano_job(task)) == [1]

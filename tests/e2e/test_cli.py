@@ -135,9 +135,7 @@ BAD_MANIFESTS = {
         ("spec.tasks[0].replicas", "can never start", "the 3 nodes could hold 6 even when idle"),
     ),
     "one-per-node-on-too-few-nodes": (
-        yaml.safe_dump(
-            job_manifest("wide", ["echo"], replicas=4, task={"maxReplicasPerNode": 1})
-        ),
+        yaml.safe_dump(job_manifest("wide", ["echo"], replicas=4, task={"maxReplicasPerNode": 1})),
         ("spec.tasks[0].maxReplicasPerNode", "needs 4 nodes", "only 3 such nodes exist"),
     ),
     "not-a-mapping": ("- just\n- a list\n", ("mapping",)),

@@ -109,6 +109,7 @@ def test_cancel_leaves_no_orted_or_rank_behind(kiban: KibanServer) -> None:
     eventually(
         lambda: len(rank_lines(kiban, job_id, "RANK-UP")) == 3, timeout=120, what="3 ranks up"
     )
+
     def ranks_and_daemons() -> set[int] | None:
         found = mpi_pids(kiban, job_id)
         return found if len(found) >= 6 else None

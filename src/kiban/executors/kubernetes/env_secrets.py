@@ -28,9 +28,7 @@ def refers_to_secret(pod: Obj) -> bool:
     """Whether a pod takes a variable from its attempt's credentials Secret."""
     containers = (pod.get("spec") or {}).get("containers") or []
     return any(
-        str(((entry.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")).endswith(
-            SUFFIX
-        )
+        str(((entry.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")).endswith(SUFFIX)
         for container in containers
         for entry in container.get("env") or []
     )
