@@ -23,7 +23,7 @@ from kiban.domain.audit import (
 from kiban.platform import Platform, build_platform
 from kiban.services import audit
 from kiban.store.db import make_engine, session_factory
-from kiban.store.models import AuditRecord
+from kiban.store.models_audit import AuditRecord
 from kiban.testing import FakeExecutor, ManualClock
 
 JOB = {

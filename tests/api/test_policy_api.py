@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 
 from kiban.api.app import create_app
 from kiban.platform import Platform
-from kiban.store.models import Event, Node, PolicyVersion, Queue, Tenant
+from kiban.store.models import Event, PolicyVersion, Queue, Tenant
+from kiban.store.models_nodes import Node
 from kiban.testing import manifest
 
 HOST = "kubernetes.io/hostname"

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from kiban.api.app import create_app
 from kiban.platform import Platform
-from kiban.store.models import UsageRecord
+from kiban.store.models_accounting import UsageRecord
 from kiban.testing import ManualClock
 
 HOUR = 3600.0

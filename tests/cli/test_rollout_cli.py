@@ -12,7 +12,7 @@ from kiban.cli.serving import promote_lines, rollback_lines
 from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
-from kiban.store.models import ServiceRow
+from kiban.store.models_serving import ServiceRow
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)
 

@@ -7,7 +7,7 @@ import json
 from cli_support import Run
 
 from kiban.platform import Platform
-from kiban.store.models import MemberUsage
+from kiban.store.models_accounting import MemberUsage
 
 
 def test_share_lists_members_by_standing(kiban: Run, platform: Platform) -> None:

@@ -15,7 +15,8 @@ from kiban.control.loop_settings import LoopSettings
 from kiban.platform import Platform, build_platform
 from kiban.services.accounting import Granularity, UsageGroup, usage_report
 from kiban.services.auth import Principal
-from kiban.store.models import Job, Replica, UsageRecord
+from kiban.store.models import Job, Replica
+from kiban.store.models_accounting import UsageRecord
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import ADMIN, submit_to_platform
 

@@ -9,7 +9,8 @@ from sqlalchemy import select
 from kiban.platform import Platform
 from kiban.services import serving
 from kiban.services.auth import Principal
-from kiban.store.models import Job, UsageRecord
+from kiban.store.models import Job
+from kiban.store.models_accounting import UsageRecord
 from kiban.testing import ManualClock
 
 ALICE = Principal(name="alice", tenant="default", is_admin=False)

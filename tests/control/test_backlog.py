@@ -19,7 +19,8 @@ from kiban.platform import Platform
 from kiban.scheduler.reasons import SCHEDULING_WINDOW
 from kiban.services import nodes
 from kiban.stats import percentile
-from kiban.store.models import Job, Node
+from kiban.store.models import Job
+from kiban.store.models_nodes import Node
 from kiban.testing import ManualClock, eventually, manifest
 from kiban.testing import submit as submit_through_api
 

@@ -22,7 +22,8 @@ from kiban.services import budgets
 from kiban.services.auth import Principal
 from kiban.services.errors import Forbidden, InvalidInput, NotFound
 from kiban.services.policy import apply_policy
-from kiban.store.models import BudgetExtension, Event, Job, UsageRecord
+from kiban.store.models import Event, Job
+from kiban.store.models_accounting import BudgetExtension, UsageRecord
 from kiban.testing import ManualClock, manifest, submit
 from kiban.testing.platform_jobs import ADMIN, submit_to_platform
 

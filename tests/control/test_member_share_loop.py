@@ -8,7 +8,8 @@ from loop_support import cancel, state
 from sqlalchemy import select
 
 from kiban.platform import Platform
-from kiban.store.models import Job, MemberUsage
+from kiban.store.models import Job
+from kiban.store.models_accounting import MemberUsage
 from kiban.testing import ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
 

@@ -19,7 +19,7 @@ from kiban.health.conditions import CheckType, Condition, ConditionStatus
 from kiban.health.readings import NodeReading
 from kiban.health.report import NodeHealthReport
 from kiban.platform import Platform, build_platform
-from kiban.store.models import Node, NodeCondition
+from kiban.store.models_nodes import Node, NodeCondition
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
 

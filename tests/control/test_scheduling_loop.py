@@ -15,7 +15,9 @@ from kiban.platform import Platform
 from kiban.scheduler.policy import Policy
 from kiban.services.errors import InvalidInput
 from kiban.services.policy import apply_policy
-from kiban.store.models import Node, Replica, TenantUsage
+from kiban.store.models import Replica
+from kiban.store.models_accounting import TenantUsage
+from kiban.store.models_nodes import Node
 from kiban.testing import FakeExecutor, ManualClock, eventually, manifest
 from kiban.testing.platform_jobs import submit_to_platform
 

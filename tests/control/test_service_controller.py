@@ -21,7 +21,8 @@ from kiban.services import jobs, serving
 from kiban.services.auth import Principal
 from kiban.services.service_status import service_status
 from kiban.serving.router.traffic import TrafficMetrics
-from kiban.store.models import Event, Job, ServiceRevision, ServiceRow
+from kiban.store.models import Event, Job
+from kiban.store.models_serving import ServiceRevision, ServiceRow
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
 

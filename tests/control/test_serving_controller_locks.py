@@ -15,7 +15,8 @@ from kiban.domain.roles import Role
 from kiban.platform import Platform
 from kiban.services import jobs, serving
 from kiban.services.auth import Principal
-from kiban.store.models import Event, Job, ServiceReplica, ServiceRevision, ServiceRow
+from kiban.store.models import Event, Job
+from kiban.store.models_serving import ServiceReplica, ServiceRevision, ServiceRow
 
 ALICE = Principal(name="alice", tenant="default", is_admin=False)
 # cancels the services' replica jobs: a member may cancel only jobs they submitted

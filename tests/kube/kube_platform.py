@@ -17,7 +17,8 @@ from kiban.devtools.kube import ControlPlane
 from kiban.executors.kubernetes import KubernetesExecutor, KubernetesOptions, connect
 from kiban.executors.kubernetes.naming import MANAGED_SELECTOR, job_key
 from kiban.platform import Platform, build_platform
-from kiban.store.models import Event, Job, Node
+from kiban.store.models import Event, Job
+from kiban.store.models_nodes import Node
 from kiban.testing.platform_jobs import submit_to_platform
 
 OPTIONS = KubernetesOptions(default_image="registry.example/train:1", node_sync_s=0.2)

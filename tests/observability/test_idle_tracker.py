@@ -7,7 +7,8 @@ from sqlalchemy import select
 
 from kiban.platform import Platform
 from kiban.services.policy import apply_policy
-from kiban.store.models import Event, NodeReadingRow, Replica
+from kiban.store.models import Event, Replica
+from kiban.store.models_nodes import NodeReadingRow
 from kiban.testing import manifest
 from kiban.testing.platform_jobs import submit_to_platform
 

@@ -16,18 +16,9 @@ from kiban.executors.base import NodeInfo
 from kiban.platform import Platform
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services.policy import apply_policy
-from kiban.store.models import (
-    Event,
-    Job,
-    Node,
-    NodeCondition,
-    NodeReadingRow,
-    RemediationAction,
-    Replica,
-    ServiceReplica,
-    ServiceRevision,
-    ServiceRow,
-)
+from kiban.store.models import Event, Job, Replica
+from kiban.store.models_nodes import Node, NodeCondition, NodeReadingRow, RemediationAction
+from kiban.store.models_serving import ServiceReplica, ServiceRevision, ServiceRow
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
 

@@ -23,7 +23,7 @@ from kiban.services.accounting import (
 from kiban.services.auth import Principal
 from kiban.services.errors import InvalidInput
 from kiban.store.db import make_engine, migrate, session_factory
-from kiban.store.models import UsageRecord
+from kiban.store.models_accounting import UsageRecord
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from kiban.services import notebooks, serving, tenants
 from kiban.services.auth import Principal
 from kiban.services.draining import Deletion
 from kiban.services.errors import Conflict
-from kiban.store.models import Job, NotebookRow, ServiceRow
+from kiban.store.models import Job
+from kiban.store.models_serving import NotebookRow, ServiceRow
 
 ADMIN = Principal("admin", None, is_admin=True)
 TINA = Principal("tina", "vision", role=Role.TENANT_ADMIN)

@@ -6,14 +6,8 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from kiban.platform import Platform
-from kiban.store.models import (
-    Event,
-    Node,
-    NodeCondition,
-    NodeConditionChange,
-    RemediationAction,
-    Replica,
-)
+from kiban.store.models import Event, Replica
+from kiban.store.models_nodes import Node, NodeCondition, NodeConditionChange, RemediationAction
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
 

@@ -17,14 +17,8 @@ from kiban.services.health_sweeps import (
     SWEEP_TENANT,
     SweepSettings,
 )
-from kiban.store.models import (
-    AllreduceResult,
-    Event,
-    Job,
-    NodeCondition,
-    NodeConditionChange,
-    Replica,
-)
+from kiban.store.models import Event, Job, Replica
+from kiban.store.models_nodes import AllreduceResult, NodeCondition, NodeConditionChange
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import ADMIN, submit_to_platform
 

@@ -18,15 +18,13 @@ from kiban.health.conditions import CheckType, ConditionStatus
 from kiban.platform import Platform
 from kiban.services import nodes
 from kiban.services.auth import Principal
-from kiban.store.models import (
-    Event,
-    Job,
+from kiban.store.models import Event, Job, Replica
+from kiban.store.models_nodes import (
     Node,
     NodeCondition,
     NodeConditionChange,
     NodeReadingRow,
     RemediationAction,
-    Replica,
 )
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.health_reports import health_report

@@ -18,7 +18,8 @@ from kiban.health.report import NodeHealthReport
 from kiban.observability.idle_tracker import read_use
 from kiban.platform import Platform
 from kiban.services import node_health
-from kiban.store.models import Event, NodeCondition, NodeConditionChange, NodeReadingRow
+from kiban.store.models import Event
+from kiban.store.models_nodes import NodeCondition, NodeConditionChange, NodeReadingRow
 from kiban.testing import ManualClock
 from kiban.testing.health_reports import health_report
 

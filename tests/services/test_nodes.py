@@ -10,7 +10,8 @@ from kiban.platform import Platform
 from kiban.services import jobs, nodes
 from kiban.services.auth import Principal
 from kiban.services.errors import Forbidden, NotFound
-from kiban.store.models import Event, Node
+from kiban.store.models import Event
+from kiban.store.models_nodes import Node
 from kiban.testing import FakeExecutor, manifest
 from kiban.testing.platform_jobs import submit_to_platform
 

@@ -21,7 +21,8 @@ from kiban.services.nodes import sync_nodes
 from kiban.services.policy import apply_policy, current_policy
 from kiban.services.queue_status import QueueStatus, queue_statuses, tenant_shares
 from kiban.store.db import make_engine, migrate, session_factory
-from kiban.store.models import Job, Replica, TenantUsage
+from kiban.store.models import Job, Replica
+from kiban.store.models_accounting import TenantUsage
 from kiban.testing import manifest
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)

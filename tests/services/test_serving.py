@@ -17,7 +17,8 @@ from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, NotFound
 from kiban.services.jobs import ClusterFacts
 from kiban.services.service_warnings import scaling_warnings
-from kiban.store.models import Event, ServiceRevision, ServiceRow
+from kiban.store.models import Event
+from kiban.store.models_serving import ServiceRevision, ServiceRow
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)
 ALICE = Principal(name="alice", tenant="default", is_admin=False)

@@ -17,7 +17,8 @@ from kiban.domain.manifests import parse_job_manifest
 from kiban.scheduler.snapshot import DEFAULT_FLAVOR
 from kiban.services.policy import latest_record, policy_generation
 from kiban.store.db import MIGRATIONS, make_engine, migrate, session_factory
-from kiban.store.models import ApiToken, Base, Event, Job, Queue, Replica, Tenant
+from kiban.store.models import ApiToken, Event, Job, Queue, Replica, Tenant
+from kiban.store.schema import metadata
 
 # Partial indexes (with a WHERE, or a DESC column) are beyond what Alembic's autogenerate
 # compares; their presence is checked by name in test_partial_indexes_exist.
@@ -82,8 +83,8 @@ def test_migrate_creates_every_table_of_the_models(db_url: str) -> None:
         assert inspect(engine).get_table_names() == []
         migrate(engine)
         tables = schema(engine)
-        assert set(tables) == set(Base.metadata.tables) | {"alembic_version"}
-        for name, table in Base.metadata.tables.items():
+        assert set(tables) == set(metadata.tables) | {"alembic_version"}
+        for name, table in metadata.tables.items():
             assert [c[0] for c in tables[name]["columns"]] == [c.name for c in table.columns]
             expected_nullable = {c.name: c.nullable for c in table.columns}
             assert {c[0]: c[2] for c in tables[name]["columns"]} == expected_nullable, name
@@ -93,7 +94,7 @@ def test_migrate_creates_every_table_of_the_models(db_url: str) -> None:
             context = MigrationContext.configure(
                 connection, opts={"include_object": comparable_by_alembic}
             )
-            drift = compare_metadata(context, Base.metadata)
+            drift = compare_metadata(context, metadata)
         assert drift == []
         with engine.connect() as connection:
             version = connection.execute(text("SELECT version_num FROM alembic_version")).all()

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from kiban.domain.budgets import Instant, Standing, end_of
-from kiban.store.models import BudgetExtension
+from kiban.store.models_accounting import BudgetExtension
 
 
 class _Model(BaseModel):

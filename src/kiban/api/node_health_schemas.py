@@ -7,7 +7,7 @@ from kiban.api.schemas import ApiModel
 from kiban.health.conditions import CheckType, ConditionStatus
 from kiban.health.readings import NodeReading
 from kiban.services.node_health_views import ActionView, AgentState, NodeHealth
-from kiban.store.models import NodeCondition, NodeConditionChange
+from kiban.store.models_nodes import NodeCondition, NodeConditionChange
 
 
 class NodeConditionOut(ApiModel):

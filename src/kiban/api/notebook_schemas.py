@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kiban.api.schemas import ApiModel
 from kiban.domain.notebook import NotebookSpec, NotebookState, notebook_url
-from kiban.store.models import NotebookRow
+from kiban.store.models_serving import NotebookRow
 
 
 class NotebookOut(ApiModel):

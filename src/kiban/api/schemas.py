@@ -18,14 +18,8 @@ from kiban.scheduler.reasons import awaiting_pass
 from kiban.services.jobs import job_demand
 from kiban.services.policy import PolicyChange, PolicyRecord
 from kiban.services.queue_status import FlavorStatus, QueueStatus
-from kiban.store.models import (
-    Event,
-    Node,
-    NodeCondition,
-    PolicyVersion,
-    Replica,
-    Tenant,
-)
+from kiban.store.models import Event, PolicyVersion, Replica, Tenant
+from kiban.store.models_nodes import Node, NodeCondition
 
 NAME_FIELD = Field(json_schema_extra={"pattern": DNS_LABEL.pattern})
 """A new tenant's or queue's name: a DNS label (the services check it and say what is wrong)."""

@@ -70,7 +70,8 @@ def measure_fault_to_requeue(options: HealthBenchOptions) -> dict[str, Any]:
     from kiban.services import jobs
     from kiban.services.auth import Principal
     from kiban.services.policy import apply_policy
-    from kiban.store.models import Job, Node, Replica
+    from kiban.store.models import Job, Replica
+    from kiban.store.models_nodes import Node
     from kiban.testing import FakeExecutor, ManualClock
     from kiban.testing.health_reports import health_report
 

@@ -32,15 +32,9 @@ from kiban.observability.scheduling_cycles import cycle_histogram
 from kiban.scheduler.reasons import ReasonCode
 from kiban.services.policy import apply_policy, current_policy
 from kiban.store.db import make_engine, migrate, session_factory
-from kiban.store.models import (
-    Event,
-    Job,
-    Node,
-    NodeCondition,
-    NodeReadingRow,
-    Replica,
-    TenantUsage,
-)
+from kiban.store.models import Event, Job, Replica
+from kiban.store.models_accounting import TenantUsage
+from kiban.store.models_nodes import Node, NodeCondition, NodeReadingRow
 
 NOW = 1_700_000_000.0
 TENANTS = 16

@@ -53,7 +53,8 @@ from kiban.services.jobs import ClusterFacts, new_job_id, prepare_submission
 from kiban.services.policy import current_policy
 from kiban.stats import percentile
 from kiban.store.db import default_url, make_engine, session_factory
-from kiban.store.models import Event, Job, Node
+from kiban.store.models import Event, Job
+from kiban.store.models_nodes import Node
 
 Progress = Callable[[str], None]
 

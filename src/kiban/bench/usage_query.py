@@ -27,7 +27,7 @@ from kiban.bench.submit import postgres_missing
 from kiban.services.accounting import HOUR, UsageGroup, usage_report
 from kiban.services.auth import Principal
 from kiban.store.db import make_engine, migrate
-from kiban.store.models import UsageRecord
+from kiban.store.models_accounting import UsageRecord
 
 ADMIN = Principal(name="bench", tenant=None, is_admin=True)
 NOW = 1_790_000_000.0  # a fixed "now": the records end before it, or are open at it

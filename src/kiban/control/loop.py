@@ -62,7 +62,8 @@ from kiban.services.policy import PolicyCache
 from kiban.services.runtime_estimates import RuntimeEstimates
 from kiban.services.transitions import transition
 from kiban.services.usage import accrue_usage
-from kiban.store.models import Job, Node, Replica
+from kiban.store.models import Job, Replica
+from kiban.store.models_nodes import Node
 
 log = logging.getLogger("kiban.control")
 

@@ -42,7 +42,8 @@ from kiban.domain.notebook_culling import (
 from kiban.domain.states import JobState
 from kiban.executors.base import Executor
 from kiban.services import notebooks
-from kiban.store.models import Job, NotebookRow
+from kiban.store.models import Job
+from kiban.store.models_serving import NotebookRow
 
 log = logging.getLogger("kiban.notebooks")
 

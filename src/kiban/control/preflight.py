@@ -39,7 +39,8 @@ from kiban.health.preflight import (
 from kiban.health.report import NodeHealthReport
 from kiban.scheduler.decisions import Admit
 from kiban.services.events import record_for_job
-from kiban.store.models import Job, Node, NodeCondition
+from kiban.store.models import Job
+from kiban.store.models_nodes import Node, NodeCondition
 
 log = logging.getLogger("kiban.control")
 

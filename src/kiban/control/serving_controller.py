@@ -70,13 +70,8 @@ from kiban.serving.capacity import scaling_policy
 from kiban.serving.cpu_use import CpuMeter, CpuSample
 from kiban.serving.router.table import RoutingTable
 from kiban.serving.router.traffic import TrafficMetrics
-from kiban.store.models import (
-    Event,
-    Job,
-    ServiceReplica,
-    ServiceRevision,
-    ServiceRow,
-)
+from kiban.store.models import Event, Job
+from kiban.store.models_serving import ServiceReplica, ServiceRevision, ServiceRow
 
 log = logging.getLogger("kiban.services.controller")
 

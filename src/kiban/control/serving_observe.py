@@ -11,7 +11,8 @@ from kiban.control.settling import replica_ref
 from kiban.domain.rollout import RevisionState
 from kiban.domain.states import JobState
 from kiban.services.serving import stored_spec
-from kiban.store.models import Job, Replica, ServiceReplica, ServiceRevision, ServiceRow
+from kiban.store.models import Job, Replica
+from kiban.store.models_serving import ServiceReplica, ServiceRevision, ServiceRow
 
 
 def observe_services(session: Session) -> list[ServiceView]:

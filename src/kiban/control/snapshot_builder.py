@@ -37,7 +37,8 @@ from kiban.services.member_usage import member_standings
 from kiban.services.quota_ledger import queue_view
 from kiban.services.runtime_estimates import RuntimeEstimates, spec_features
 from kiban.services.usage import standings
-from kiban.store.models import Job, Node, Queue, Replica
+from kiban.store.models import Job, Queue, Replica
+from kiban.store.models_nodes import Node
 
 
 class SpecCache:

@@ -25,14 +25,8 @@ from kiban.scheduler.reasons import ReasonCode
 from kiban.scheduler.snapshot import DEFAULT_FLAVOR
 from kiban.services.quota_ledger import HOLDING, NOTHING, Share, ledger, queue_view
 from kiban.services.usage import standings
-from kiban.store.models import (
-    Event,
-    Job,
-    Node,
-    Queue,
-    RemediationAction,
-    Replica,
-)
+from kiban.store.models import Event, Job, Queue, Replica
+from kiban.store.models_nodes import Node, RemediationAction
 
 CHUNK = 500  # names per IN (...) of a query
 

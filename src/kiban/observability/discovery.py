@@ -26,7 +26,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kiban.domain.rollout import revision_name
-from kiban.store.models import Node, ServiceReplica, ServiceRevision, ServiceRow
+from kiban.store.models_nodes import Node
+from kiban.store.models_serving import ServiceReplica, ServiceRevision, ServiceRow
 
 METRICS_PATH = "/metrics"
 UNIX_PREFIX = "unix:"  # the executors' Unix-socket addresses (kiban.serving.router.upstream)

@@ -20,7 +20,7 @@ from kiban.observability.idle_gpus import HeldJob, IdleJob, IdleState, NodeUse, 
 from kiban.scheduler.reasons import counted
 from kiban.scheduler.snapshot import RunningJob
 from kiban.services import events
-from kiban.store.models import NodeReadingRow
+from kiban.store.models_nodes import NodeReadingRow
 
 CHUNK = 500  # nodes per query of readings
 

@@ -38,7 +38,8 @@ from kiban.domain.stop_intents import StopIntent
 from kiban.services.auth import Principal
 from kiban.services.errors import invalid
 from kiban.services.policy import current_policy
-from kiban.store.models import Job, Replica, UsageRecord
+from kiban.store.models import Job, Replica
+from kiban.store.models_accounting import UsageRecord
 
 HOUR = 3600.0
 WIDE_WINDOW_S = 7 * 24 * HOUR

@@ -37,7 +37,7 @@ from kiban.domain.audit import (
 from kiban.services.auth import Principal
 from kiban.services.errors import Unavailable
 from kiban.services.group_commit import GroupCommit
-from kiban.store.models import AuditChainHead, AuditRecord
+from kiban.store.models_audit import AuditChainHead, AuditRecord
 
 log = logging.getLogger("kiban.audit")
 

@@ -41,7 +41,8 @@ from kiban.services.auth import Principal
 from kiban.services.errors import NotFound, invalid
 from kiban.services.jobs import stop_unended
 from kiban.services.quota_ledger import queue_view
-from kiban.store.models import BudgetExtension, BudgetMark, Job, Queue
+from kiban.store.models import Job, Queue
+from kiban.store.models_accounting import BudgetExtension, BudgetMark
 
 log = logging.getLogger("kiban.control")
 

@@ -31,7 +31,7 @@ from kiban.scheduler.snapshot import (
     TopologyRequest,
 )
 from kiban.services.errors import invalid
-from kiban.store.models import Node
+from kiban.store.models_nodes import Node
 
 
 @dataclass(frozen=True)

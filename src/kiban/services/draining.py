@@ -24,7 +24,8 @@ from kiban.services import notebooks, serving
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict
 from kiban.services.jobs import stop_unended
-from kiban.store.models import Job, NotebookRow, ServiceReplica, ServiceRevision, ServiceRow
+from kiban.store.models import Job
+from kiban.store.models_serving import NotebookRow, ServiceReplica, ServiceRevision, ServiceRow
 
 SHOWN = 5
 """How many names of each kind a refusal lists (then ``...``)."""

@@ -25,14 +25,13 @@ from kiban.health.remediation import CordonSource
 from kiban.services import events
 from kiban.services.node_health import stored_reading
 from kiban.services.nodes import set_cordon
-from kiban.store.models import (
-    Job,
+from kiban.store.models import Job, Replica
+from kiban.store.models_nodes import (
     Node,
     NodeCondition,
     NodeConditionChange,
     NodeReadingRow,
     RemediationAction,
-    Replica,
 )
 
 

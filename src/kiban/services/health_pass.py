@@ -19,7 +19,7 @@ from kiban.health.conditions import CheckType, Condition, ConditionStatus
 from kiban.services.node_health import AGENT_NOT_REPORTING, store_conditions
 from kiban.services.policy import PolicyCache
 from kiban.services.remediation import Requeue, carry_out, fail_orphans, remediate, run_drains
-from kiban.store.models import Node, NodeCondition
+from kiban.store.models_nodes import Node, NodeCondition
 
 
 def mark_stale_agents(session: Session, policy: HealthPolicyDecl, now: float) -> list[str]:

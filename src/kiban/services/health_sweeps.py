@@ -46,12 +46,8 @@ from kiban.health.sweeps import (
 from kiban.services import events, jobs, policy
 from kiban.services.auth import Principal
 from kiban.services.node_health import store_conditions
-from kiban.store.models import (
-    AllreduceResult,
-    Job,
-    Node,
-    Replica,
-)
+from kiban.store.models import Job, Replica
+from kiban.store.models_nodes import AllreduceResult, Node
 
 log = logging.getLogger("kiban.health")
 

@@ -20,7 +20,7 @@ from kiban.domain.usage import accrue, decay, standing, weighted_rate
 from kiban.scheduler.fair_tree import MemberKey, member_key
 from kiban.scheduler.snapshot import RunningJob
 from kiban.services.auth import Principal
-from kiban.store.models import MemberUsage
+from kiban.store.models_accounting import MemberUsage
 
 
 def accrue_member_usage(

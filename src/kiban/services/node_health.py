@@ -25,15 +25,8 @@ from kiban.health.report import GpuAllocation, NodeHealthReply, NodeHealthReport
 from kiban.services import events
 from kiban.services.errors import Conflict, NotFound, Unavailable, invalid
 from kiban.services.nodes import get_node, node_name_plausible
-from kiban.store.models import (
-    Base,
-    Job,
-    Node,
-    NodeCondition,
-    NodeConditionChange,
-    NodeReadingRow,
-    Replica,
-)
+from kiban.store.models import Base, Job, Replica
+from kiban.store.models_nodes import Node, NodeCondition, NodeConditionChange, NodeReadingRow
 
 AGENT_NOT_REPORTING = "AgentNotReporting"
 

@@ -21,8 +21,8 @@ from kiban.health.readings import NodeReading
 from kiban.services.auth import Principal
 from kiban.services.node_health import stored_reading
 from kiban.services.nodes import get_node
-from kiban.store.models import (
-    Job,
+from kiban.store.models import Job
+from kiban.store.models_nodes import (
     Node,
     NodeCondition,
     NodeConditionChange,

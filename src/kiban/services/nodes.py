@@ -21,7 +21,8 @@ from kiban.scheduler.reasons import counted, cpus, extended_amount
 from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import NotFound
-from kiban.store.models import Job, Node, Replica
+from kiban.store.models import Job, Replica
+from kiban.store.models_nodes import Node
 
 MAX_NODE_NAME = 253  # the width of nodes.name
 

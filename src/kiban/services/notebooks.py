@@ -39,7 +39,8 @@ from kiban.services.auth import Principal
 from kiban.services.errors import InvalidInput, NotFound, Unavailable, invalid
 from kiban.services.jobs import ClusterFacts
 from kiban.services.transitions import transition
-from kiban.store.models import Job, NotebookKey, NotebookRow, Queue, Replica
+from kiban.store.models import Job, Queue, Replica
+from kiban.store.models_serving import NotebookKey, NotebookRow
 
 KEY_ROW = 1
 

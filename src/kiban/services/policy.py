@@ -58,7 +58,8 @@ from kiban.services import events
 from kiban.services.auth import Principal
 from kiban.services.errors import Conflict, InvalidInput, invalid
 from kiban.services.quota_ledger import freed_by, ledger, quota_book
-from kiban.store.models import Job, Node, PolicyVersion, Queue, Tenant
+from kiban.store.models import Job, PolicyVersion, Queue, Tenant
+from kiban.store.models_nodes import Node
 
 POLICY_OBJECT = "cluster"  # events of the policy: kind "Policy", name "cluster"
 MAX_ACTOR = 128  # the width of policy_versions.created_by

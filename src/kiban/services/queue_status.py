@@ -40,7 +40,8 @@ from kiban.services.quota_ledger import (
     used_per_flavor,
 )
 from kiban.services.usage import standings
-from kiban.store.models import Job, Queue, Replica, TenantUsage
+from kiban.store.models import Job, Queue, Replica
+from kiban.store.models_accounting import TenantUsage
 
 
 @dataclass(frozen=True, slots=True)

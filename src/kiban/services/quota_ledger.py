@@ -36,7 +36,8 @@ from kiban.domain.quantity import parse_duration
 from kiban.domain.states import JobState
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.snapshot import QueueStrategy, QueueView
-from kiban.store.models import Job, Node, Queue, Replica
+from kiban.store.models import Job, Queue, Replica
+from kiban.store.models_nodes import Node
 
 HOLDING = tuple(s.value for s in JobState if s.holds_resources)
 

@@ -38,7 +38,7 @@ from kiban.health.remediation import (
 from kiban.services import events
 from kiban.services.node_health import NodeHealthEvent
 from kiban.services.nodes import jobs_on_node, set_cordon
-from kiban.store.models import Node, NodeCondition, RemediationAction
+from kiban.store.models_nodes import Node, NodeCondition, RemediationAction
 
 log = logging.getLogger("kiban.health")
 

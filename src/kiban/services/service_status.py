@@ -18,7 +18,8 @@ from kiban.domain.service import ServiceSpec
 from kiban.domain.states import JobState
 from kiban.services.serving import revisions_of, stored_spec
 from kiban.serving.capacity import replica_concurrency
-from kiban.store.models import Job, Replica, ServiceReplica, ServiceRevision, ServiceRow
+from kiban.store.models import Job, Replica
+from kiban.store.models_serving import ServiceReplica, ServiceRevision, ServiceRow
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from kiban.services.service_warnings import (
     runtime_arg_warnings,
     scaling_warnings,
 )
-from kiban.store.models import Queue, ServiceRevision, ServiceRow
+from kiban.store.models import Queue
+from kiban.store.models_serving import ServiceRevision, ServiceRow
 
 _NAME = re.compile(r"^[a-z0-9][-a-z0-9]{0,62}$")
 SERVING_PRIORITY_CLASS = "serving"

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from kiban.domain.cluster import ClusterPolicy
 from kiban.domain.usage import accrue, decay, standing, weighted_rate
 from kiban.scheduler.snapshot import QueueView, RunningJob
-from kiban.store.models import TenantUsage
+from kiban.store.models_accounting import TenantUsage
 
 
 def accrue_usage(

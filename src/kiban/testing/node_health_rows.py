@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kiban.health.conditions import CheckType, ConditionStatus
 from kiban.health.readings import NodeReading
 from kiban.platform import Platform
-from kiban.store.models import (
+from kiban.store.models_nodes import (
     Node,
     NodeCondition,
     NodeConditionChange,

@@ -34,7 +34,7 @@ from kiban.platform import Platform
 from kiban.services import notebooks
 from kiban.services.auth import Principal, authenticate
 from kiban.services.errors import Forbidden, ServiceError
-from kiban.store.models import NotebookRow
+from kiban.store.models_serving import NotebookRow
 from kiban.web.csrf import (
     CSRF_COOKIE,
     SAFE_METHODS,

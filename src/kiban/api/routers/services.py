@@ -19,7 +19,7 @@ from kiban.platform import Platform
 from kiban.services import events, serving
 from kiban.services.job_intake import parse_manifest_body
 from kiban.services.service_status import service_status
-from kiban.store.models import ServiceRow
+from kiban.store.models_serving import ServiceRow
 
 router = APIRouter(
     prefix="/api/v1/services", tags=["services"], dependencies=TOKEN, route_class=SessionRoute

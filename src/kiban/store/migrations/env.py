@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from kiban.store.models import Base
+from kiban.store.schema import metadata
 
 config = context.config
 connection: Connection | None = config.attributes.get("connection")
@@ -14,7 +14,7 @@ if connection is None:
 
 context.configure(
     connection=connection,
-    target_metadata=Base.metadata,
+    target_metadata=metadata,
     render_as_batch=connection.dialect.name == "sqlite",
 )
 with context.begin_transaction():
