@@ -37,7 +37,8 @@ import httpx
 from kiban.bench.loadgen import BenchError, HttpConnection, prepare_request
 from kiban.bench.machine import describe_machine
 from kiban.bench.servers import KibanServer, bench_workspace
-from kiban.bench.submit import HELD_NODE, STORES, closed_loop, cordon, postgres_missing
+from kiban.bench.submit import HELD_NODE, STORES, postgres_missing
+from kiban.bench.submit_load import closed_loop, cordon
 from kiban.devtools.postgres import PostgresUnavailable, ThrowawayPostgres
 
 CLUSTER_FILE = """\

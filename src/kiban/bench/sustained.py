@@ -38,15 +38,8 @@ from sqlalchemy.orm import Session
 from kiban.bench.loadgen import BenchError, HttpConnection, as_ms, prepare_request
 from kiban.bench.machine import describe_machine, machine_line
 from kiban.bench.servers import KibanServer
-from kiban.bench.submit import (
-    STORES,
-    LoadResult,
-    _Workspace,
-    _workspace,
-    closed_loop,
-    jobs_in_queue,
-    postgres_missing,
-)
+from kiban.bench.submit import STORES, _Workspace, _workspace, postgres_missing
+from kiban.bench.submit_load import LoadResult, closed_loop, jobs_in_queue
 from kiban.executors.base import NodeInfo
 from kiban.services.auth import Principal
 from kiban.services.jobs import ClusterFacts, new_job_id, prepare_submission
