@@ -147,6 +147,7 @@ def test_an_admin_replaces_the_policy(api: TestClient, platform: Platform) -> No
         "usage": 0.0,
         "usageGpuHours": 0.0,
         "standing": 0.0,
+        "scavenger": False,
     }
     assert [(f["flavor"], f["nominal"], f["borrowingLimit"], f["used"]) for f in flavors] == [
         ("large", 4, None, 0),
@@ -290,6 +291,21 @@ def test_a_queue_created_through_the_api_is_in_the_policy(api: TestClient) -> No
     current = api.get("/api/v1/policy").json()
     assert current["version"] == 3
     assert current["document"]["queues"][-1] == body
+
+
+def test_the_queues_say_which_is_a_scavenger_queue(api: TestClient, member: TestClient) -> None:
+    spare = {"name": "spare", "quota": {"small": {"gpu": 0}}, "scavenger": True}
+    policy = {**POLICY, "queues": [*POLICY["queues"], spare]}
+    assert api.put("/api/v1/policy", json=policy).status_code == 200
+    listed = api.get("/api/v1/queues").json()
+    assert {q["name"]: q["scavenger"] for q in listed} == {
+        "default": False,
+        "spare": True,
+        "vision": False,
+    }
+    # A member of tenant default sees its scavenger queue marked too.
+    mine = {q["name"]: q["scavenger"] for q in member.get("/api/v1/queues").json()}
+    assert mine == {"default": False, "spare": True}
 
 
 # -- nodes: cordon and uncordon --------------------------------------------------------------------

@@ -230,6 +230,27 @@ def test_queue_rows(queue: dict[str, Any], rows: list[list[str]]) -> None:
     assert got == rows
 
 
+def test_queues_mark_a_scavenger_queue_in_every_output(kiban: Run, tmp_path: Path) -> None:
+    policy = yaml.safe_load(POLICY_FILE)
+    del policy["nodes"]
+    policy["queues"].append({"name": "spare", "tenant": "vision", "scavenger": True})
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    assert kiban("policy", "apply", str(path)).code == 0
+    for output in ("table", "wide"):
+        listed = kiban("queues", "-o", output)
+        assert listed.code == 0, listed.err
+        strategies = {row.split()[0]: row.split()[3] for row in listed.out.splitlines()[1:]}
+        assert {name: strategies[name] for name in ("default", "spare", "vision")} == {
+            "default": "StrictFIFO",
+            "spare": "StrictFIFO,scavenger",
+            "vision": "BestEffortFIFO",
+        }
+    as_json = {q["name"]: q["scavenger"] for q in json.loads(kiban("queues", "-o", "json").out)}
+    as_yaml = {q["name"]: q["scavenger"] for q in yaml.safe_load(kiban("queues", "-o", "yaml").out)}
+    assert as_json == as_yaml == {"default": False, "spare": True, "vision": False}
+
+
 def test_cutting_a_quota_below_use_states_the_plan_and_keeps_the_book(
     kiban: Run, platform: Platform, tmp_path: Path
 ) -> None:

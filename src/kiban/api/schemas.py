@@ -160,7 +160,8 @@ class QueueOut(ApiModel):
     ``flavors`` gives per flavor nominal, used, borrowed, lent, over quota and pending;
     ``borrowed``, ``lent`` and ``overQuota`` are their sums. ``usage`` is the tenant's decayed
     usage (weighted resource-seconds; ``usageGpuHours`` the same in hours) and ``standing`` its
-    usage per unit of weight.
+    usage per unit of weight. ``scavenger``: the policy declares it ``scavenger: true``, its jobs
+    run on idle capacity only and any job that needs their nodes preempts them.
     """
 
     name: str
@@ -183,6 +184,7 @@ class QueueOut(ApiModel):
     usage: float = 0.0
     usage_gpu_hours: float = 0.0
     standing: float = 0.0
+    scavenger: bool = False
 
 
 class ConditionSummaryOut(ApiModel):
@@ -456,6 +458,7 @@ def queue_out(status: QueueStatus) -> QueueOut:
         usage=status.usage,
         usage_gpu_hours=status.usage / 3600,
         standing=status.standing,
+        scavenger=status.scavenger,
     )
 
 

@@ -282,6 +282,12 @@ def _flavor_cells(f: dict[str, Any]) -> list[object]:
     ]
 
 
+def strategy_text(q: dict[str, Any]) -> str:
+    """``StrictFIFO``; a scavenger queue's ``StrictFIFO,scavenger`` (its jobs use idle capacity
+    only: any job needing their nodes preempts them)."""
+    return f"{q['strategy']},scavenger" if q.get("scavenger") else str(q["strategy"])
+
+
 def queue_rows(q: dict[str, Any]) -> list[list[str]]:
     """A queue's rows, in the order of QUEUE_COLUMNS: one when it has at most one flavor;
     otherwise its totals (FLAVOR ``all``) and then one row per flavor."""
@@ -290,7 +296,7 @@ def queue_rows(q: dict[str, Any]) -> list[list[str]]:
         q["name"],
         q["tenant"],
         q.get("cohort") or "-",
-        q["strategy"],
+        strategy_text(q),
     ]
     tenant_cells: list[object] = [
         q["running"],

@@ -12,6 +12,9 @@ and puts the rest into its cohort's shared pool; use beyond its own part draws o
 - **pending**: waiting jobs and the GPUs they ask for. Per flavor, only the jobs whose
   current reason names that flavor (a waiting job has no flavor until it is admitted).
 
+A **scavenger** queue (the policy's ``scavenger: true``) runs its jobs on idle capacity only:
+any job that needs their nodes preempts them, whatever its queue or priority.
+
 Usage is the tenant's decayed weighted resource-seconds (``kiban.services.usage``); the
 standing is usage per unit of fair-share weight, the number the scheduler orders tenants by.
 """
@@ -72,6 +75,7 @@ class QueueStatus:
     running_jobs: int
     usage: float  # the tenant's decayed weighted resource-seconds
     standing: float  # usage per unit of fair-share weight
+    scavenger: bool  # declared ``scavenger: true``: its jobs use idle capacity only
 
     @property
     def borrowed(self) -> int:
@@ -227,6 +231,7 @@ def queue_statuses(
                 running_jobs=held.get(q.name, (0, 0))[0],
                 usage=standing.usage,
                 standing=standing.standing,
+                scavenger=policy.is_scavenger(q.name),
             )
         )
     return result
