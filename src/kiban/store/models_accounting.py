@@ -3,16 +3,7 @@ service replicas, and budgets' extensions and the marks they reached."""
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Text,
-    text,
-)
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kiban.store.models import Base

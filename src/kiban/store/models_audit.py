@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    Float,
-    Index,
-    Integer,
-    String,
-    Text,
-)
+from sqlalchemy import BigInteger, Float, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kiban.store.models import Base

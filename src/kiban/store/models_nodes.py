@@ -5,16 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Boolean,
-    Float,
-    Index,
-    Integer,
-    String,
-    Text,
-)
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kiban.store.models import Base
