@@ -4,8 +4,8 @@ parsing imports no HTTP client, and tests can stand a client of their own in for
 A command that prints through Rich gets Rich's console imported while it waits for the
 server's first answer (``kiban.cli.quick.warm_up``): from the moment its request is sent to the
 moment the answer's headers come, the one thing this process does is wait, and the server's
-work is on the other core. The answer's headers wait for that import to finish, so the command
-itself never imports Rich while the warm-up does.
+work is on the other core. Once the headers have come (or failed to), the command waits for
+that import to finish, so it never imports Rich while the warm-up does.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ Two costs of every call that are Python's, not the command's:
   once instead (``end``): its output flushed and its ``atexit`` handlers run, then
   ``os._exit`` with its exit code (mypy ends its command line the same way). Any other thread
   still running, or output that cannot be flushed, and it ends as Python does.
+
+And one wait put to use: ``warm_up`` imports modules in a background thread while the command
+waits for the server (``kiban.cli.connection`` warms Rich's console so), and ``warmed`` waits
+for that thread before the command imports any of them itself.
 """
 
 from __future__ import annotations
