@@ -140,3 +140,26 @@ def test_output_that_cannot_be_flushed_keeps_the_normal_exit(
     with pytest.raises(SystemExit) as exc:
         quick.end(0, at_once=True)
     assert exc.value.code == 0 and ended == []
+
+
+def test_a_warm_up_imports_in_its_own_thread_and_is_waited_for(
+    monkeypatch: pytest.MonkeyPatch, collecting: None
+) -> None:
+    for name in ("tabnanny", "kiban_no_such_module"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    loaded_by: dict[str, str] = {}
+    importing = __import__
+
+    def recording(name: str, *args: object, **kwargs: object) -> object:
+        if name in ("tabnanny", "kiban_no_such_module"):
+            loaded_by.setdefault(name, threading.current_thread().name)
+        return importing(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("builtins.__import__", recording)
+    quick.warm_up(("kiban_no_such_module", "tabnanny"))  # the first fails: it stops, quietly
+    quick.warm_up(("tabnanny",))
+    quick.warmed()
+    assert loaded_by == {"kiban_no_such_module": "kiban-warm-up", "tabnanny": "kiban-warm-up"}
+    assert "tabnanny" in sys.modules
+    assert not [t for t in threading.enumerate() if t.name == "kiban-warm-up"]
+    assert gc.isenabled()

@@ -116,8 +116,15 @@ def api_url() -> Iterator[str]:
 
 
 PROBE = """
-import json, sys
+import json, sys, threading
 sys.argv = ["kiban", *json.loads(sys.argv[1])]
+loaded_by = {{}}  # the thread that imported each module of Rich's
+
+def record(event, args):
+    if event == "import" and args[0].startswith("rich"):
+        loaded_by.setdefault(args[0], threading.current_thread().name)
+
+sys.addaudithook(record)
 from kiban.cli.main import main
 try:
     main()
@@ -133,6 +140,8 @@ with open({modules!r}, "w") as f:
             "modules": sorted(k for k, v in sys.modules.items() if v is not None),
             "kept_out": sorted(k for k, v in sys.modules.items() if v is None),
             "gc_enabled": gc.isenabled(),
+            "loaded_by": loaded_by,
+            "threads": [t.name for t in threading.enumerate()],
         }},
         f,
     )
@@ -147,7 +156,8 @@ def imported(args: list[str], url: str, tmp_path: Path) -> tuple[str, list[str]]
 
 def run_probe(args: list[str], url: str, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     """What ``kiban ARGS`` printed, and the state of its interpreter at its end: modules
-    imported, modules kept out (``None`` in ``sys.modules``), whether the collector runs."""
+    imported, modules kept out (``None`` in ``sys.modules``), whether the collector runs,
+    which thread imported each of Rich's modules, the threads left."""
     modules = tmp_path / "modules.json"
     env = {**os.environ, "KIBAN_URL": url, "KIBAN_TOKEN": "t", "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
@@ -211,6 +221,57 @@ def test_answering_keeps_httpx_command_line_out(
     assert "httpx" in report["modules"]
     assert "httpx._main" in report["kept_out"]
     assert report["gc_enabled"]
+
+
+@pytest.mark.parametrize("args", [["ls"], ["describe", "train-abc123"]], ids=" ".join)
+def test_rich_loads_while_the_server_answers(api_url: str, tmp_path: Path, args: list[str]) -> None:
+    """Rich's console (a ninth of ``kiban ls``) is imported by the warm-up thread while the
+    command waits for its first answer, and that thread has ended before the command prints:
+    the command's own thread imported none of what it did."""
+    out, report = run_probe(args, api_url, tmp_path)
+    assert "train-abc123" in out
+    loaded_by = report["loaded_by"]
+    assert loaded_by["rich.console"] == "kiban-warm-up"
+    assert loaded_by["rich.text"] == loaded_by["rich.cells"] == "kiban-warm-up"
+    assert "kiban-warm-up" not in report["threads"]
+    assert report["gc_enabled"]
+
+
+@pytest.mark.parametrize("form", ["json", "yaml"])
+def test_structured_output_loads_no_rich(api_url: str, tmp_path: Path, form: str) -> None:
+    """``-o json`` and ``-o yaml`` print no Rich: nothing of it is warmed up for them."""
+    out, report = run_probe(["ls", "-o", form], api_url, tmp_path)
+    assert "train-abc123" in out
+    assert not [m for m in report["modules"] if m.split(".")[0] == "rich"]
+    assert report["loaded_by"] == {}
+
+
+class HangUp(BaseHTTPRequestHandler):
+    """Reads the request, then closes the connection without an answer."""
+
+    def do_GET(self) -> None:
+        self.close_connection = True
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hang_up_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HangUp)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_an_answer_that_never_comes_is_one_error_line(hang_up_url: str, tmp_path: Path) -> None:
+    """The warm-up started for the request is waited for when its answer fails: one error
+    line with Rich's markup, no traceback."""
+    done = kiban_entry(["ls"], hang_up_url, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: cannot reach kiban at"), done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
 
 
 WITNESS = """

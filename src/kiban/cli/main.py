@@ -256,9 +256,11 @@ def auth_hint() -> str:
 
 
 def error_line(message: str) -> None:
-    from rich.markup import escape
-
     from kiban.cli import render
+    from kiban.cli.quick import warmed
+
+    warmed()  # a request that failed while Rich loaded for it (kiban.cli.connection)
+    from rich.markup import escape
 
     render.err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
 

@@ -11,6 +11,10 @@ Two costs of every call that are Python's, not the command's:
   once instead (``end``): its output flushed and its ``atexit`` handlers run, then
   ``os._exit`` with its exit code (mypy ends its command line the same way). Any other thread
   still running, or output that cannot be flushed, and it ends as Python does.
+
+And one wait put to use: ``warm_up`` imports modules in a background thread while the command
+waits for the server (``kiban.cli.connection`` warms Rich's console so), and ``warmed`` waits
+for that thread before the command imports any of them itself.
 """
 
 from __future__ import annotations
@@ -20,7 +24,12 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    import threading
+
+_warm_ups: list[threading.Thread] = []
 
 
 @contextmanager
@@ -33,6 +42,32 @@ def loading() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def warm_up(modules: tuple[str, ...]) -> None:
+    """Import ``modules`` in a background thread, with the collector paused as in
+    ``loading``: call it when this thread is about to wait (for the server's answer), and
+    ``warmed`` before this thread imports any of the same modules. A module that fails to
+    import is left for this thread to import, and report, itself."""
+    import threading
+
+    def run() -> None:
+        with loading():
+            for name in modules:
+                try:
+                    __import__(name)
+                except Exception:  # the command's own import says what is wrong
+                    return
+
+    thread = threading.Thread(target=run, name="kiban-warm-up", daemon=True)
+    _warm_ups.append(thread)
+    thread.start()
+
+
+def warmed() -> None:
+    """Wait for the warm-ups started to finish."""
+    while _warm_ups:
+        _warm_ups.pop().join()
 
 
 def end(code: object, at_once: bool) -> NoReturn:

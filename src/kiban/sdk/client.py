@@ -1,18 +1,13 @@
 """A thin client of the HTTP API. The CLI uses it; so can notebooks and scripts.
 
-It finds the server and token from ``KIBAN_URL``/``KIBAN_TOKEN``, else from the kiban home
-(``KIBAN_HOME``, default ``~/.kiban``): ``kiban up`` writes ``url`` and ``token`` there. A
-variable set but empty (``KIBAN_TOKEN=``) counts as unset. A job finds its own id in
-``KIBAN_JOB_ID``, so ``Client().checkpoint()`` inside it reports its own checkpoint (given a URL
-and token it can reach).
-
-A job manifest is completed here, for the CLI and the SDK alike (``complete_job_manifest``):
-it runs in the directory it was submitted from unless it says otherwise, as Slurm runs jobs.
+It finds the server and token as ``kiban.sdk.discovery`` says (``KIBAN_URL``/``KIBAN_TOKEN``,
+else the kiban home). A job finds its own id in ``KIBAN_JOB_ID``, so ``Client().checkpoint()``
+inside it reports its own checkpoint (given a URL and token it can reach). A job manifest is
+completed by ``kiban.sdk.submission`` before it is sent, for the CLI and the SDK alike.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -23,98 +18,25 @@ from urllib.parse import quote
 
 import httpx
 
+from kiban.sdk.discovery import default_home, discover, env_value
 from kiban.sdk.errors import ApiError
+from kiban.sdk.submission import as_document, complete_job_manifest
 
-__all__ = ["TERMINAL_STATES", "ApiError", "Client", "complete_job_manifest", "discover"]
+__all__ = [
+    "TERMINAL_STATES",
+    "ApiError",
+    "Client",
+    "complete_job_manifest",
+    "default_home",
+    "discover",
+    "env_value",
+]
 
 TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled"})
 """States a job never leaves."""
 
 CHECK_TIMEOUT_S = 45.0
 """How long ``check_node`` waits: the server gives the node's agent 30 s to answer."""
-
-
-def env_value(name: str) -> str | None:
-    """An environment variable's value; None when it is unset or empty (``KIBAN_TOKEN=``
-    in a shell means "no token here", not "an empty token")."""
-    return os.environ.get(name) or None
-
-
-def default_home() -> Path:
-    return Path(env_value("KIBAN_HOME") or Path.home() / ".kiban")
-
-
-def discover(home: Path | None = None) -> tuple[str, str | None]:
-    """The server URL and token, from the environment or the kiban home."""
-    home = home or default_home()
-    url = env_value("KIBAN_URL")
-    token = env_value("KIBAN_TOKEN")
-    if url is None:
-        url_file = home / "url"
-        url = (url_file.read_text().strip() if url_file.exists() else "") or (
-            "http://127.0.0.1:8470"
-        )
-    if token is None:
-        token_file = home / "token"
-        if token_file.exists():
-            token = token_file.read_text().strip() or None
-    return url, token
-
-
-def complete_job_manifest(
-    manifest: dict[str, Any], working_dir: str | Path | None = None, queue: str | None = None
-) -> dict[str, Any]:
-    """A job manifest as the CLI and the SDK send it; ``manifest`` itself is not changed.
-
-    A ``kiban/v1`` Job that names no ``spec.workingDir`` runs in ``working_dir`` (default: the
-    current directory), where it was submitted from, as Slurm runs jobs. A job (kiban's or a
-    Volcano Job) that names no ``spec.queue`` goes to ``queue`` (default: ``$KIBAN_QUEUE``;
-    unset, the server chooses the member's queue), an MPIJob likewise in its scheduling
-    policy. Other documents are returned as they are.
-    """
-    spec = manifest.get("spec")
-    kind = (manifest.get("apiVersion"), manifest.get("kind"))
-    if kind == ("kubeflow.org/v2beta1", "MPIJob"):
-        return _mpijob_queue(manifest, queue)
-    if kind not in (("kiban/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job")):
-        return manifest
-    if not isinstance(spec, dict):
-        return manifest
-    added: dict[str, Any] = {}
-    if kind[0] == "kiban/v1" and "workingDir" not in spec:
-        added["workingDir"] = os.getcwd() if working_dir is None else os.fspath(working_dir)
-    queue = queue or env_value("KIBAN_QUEUE")
-    if queue and "queue" not in spec:
-        added["queue"] = queue
-    return {**manifest, "spec": {**spec, **added}} if added else manifest
-
-
-def _mpijob_queue(manifest: dict[str, Any], queue: str | None) -> dict[str, Any]:
-    """An MPIJob names its queue in ``spec.runPolicy.schedulingPolicy.queue``: ``queue``
-    (default ``$KIBAN_QUEUE``) goes there when it names none."""
-    queue = queue or env_value("KIBAN_QUEUE")
-    spec = manifest.get("spec")
-    policy = spec.get("runPolicy", {}) if isinstance(spec, dict) else None
-    scheduling = policy.get("schedulingPolicy", {}) if isinstance(policy, dict) else None
-    if not queue or not isinstance(scheduling, dict) or "queue" in scheduling:
-        return manifest
-    assert isinstance(spec, dict) and isinstance(policy, dict)
-    scheduling = {**scheduling, "queue": queue}
-    policy = {**policy, "schedulingPolicy": scheduling}
-    return {**manifest, "spec": {**spec, "runPolicy": policy}}
-
-
-def _as_document(text: str) -> dict[str, Any] | None:
-    """A manifest's text as a mapping that JSON can carry; None when it is not one (the server
-    then reads the text itself and says what is wrong with it, line and column)."""
-    import yaml
-
-    try:
-        document = yaml.safe_load(text)
-        json.dumps(document, allow_nan=False)
-    except (yaml.YAMLError, TypeError, ValueError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else None
 
 
 class Client:
@@ -137,6 +59,13 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+
+    @property
+    def event_hooks(self) -> dict[str, list[Callable[..., Any]]]:
+        """httpx's event hooks of this client, to add to: ``"request"`` ones are called with
+        each request before it is sent, ``"response"`` ones with each response once its
+        headers have come (https://www.python-httpx.org/advanced/event-hooks/)."""
+        return self._http.event_hooks
 
     def __enter__(self) -> Client:
         return self
@@ -221,7 +150,7 @@ class Client:
         """Submit a manifest given as a mapping or as YAML/JSON text. A ``kiban/v1`` Job runs
         in ``working_dir`` (default: the current directory) unless it names its
         ``spec.workingDir``, as ``kiban submit`` and ``kiban run`` do."""
-        document = _as_document(manifest) if isinstance(manifest, str) else manifest
+        document = as_document(manifest) if isinstance(manifest, str) else manifest
         if document is None:
             assert isinstance(manifest, str)
             return dict(
