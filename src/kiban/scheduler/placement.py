@@ -41,7 +41,7 @@ def place_gang(
     job: PendingJob,
     overlay: CapacityOverlay,
     allow: NodeFilter | None = None,
-    within: list[str] | None = None,
+    within: Collection[str] | None = None,
 ) -> GangAttempt:
     """Place replicas in rank order; commit if at least the gang fits, else leave nothing behind."""
     placements: list[ReplicaPlacement] = []
@@ -144,7 +144,7 @@ def _place_in_some_domain(
         if free >= needed and (spread <= 1 or len(overlay.domain_nodes(level, domain)) >= spread)
     )
     for _free, domain in candidates[:MAX_DOMAIN_TRIES]:
-        attempt = place_gang(job, overlay, allow, within=overlay.domain_nodes(level, domain))
+        attempt = place_gang(job, overlay, allow, within=overlay.domain_members(level, domain))
         if attempt.fits:
             return attempt
     return NO_FIT
