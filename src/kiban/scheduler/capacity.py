@@ -403,13 +403,12 @@ class CapacityOverlay:
         old = self._own_bucket(old_free)
         del old[bisect.bisect_left(old, node)]
         bisect.insort(self._own_bucket(new_free), node)
-        self._max_free = max(self._max_free, new_free)
+        if new_free > self._max_free:
+            self._max_free = new_free
         delta = new_free - old_free
         self._total_free += delta
-        topology = self.nodes[node].topology
-        for level in range(len(topology)):
-            domain = topology[: level + 1]
-            self._domain_free[level][domain] += delta
+        for free, domain in zip(self._domain_free, self.index.domains_of[node], strict=False):
+            free[domain] += delta
 
     def _own_bucket(self, free: int) -> list[str]:
         """The bucket's list, copied from the index's before this overlay first changes it."""

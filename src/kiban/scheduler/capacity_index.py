@@ -83,6 +83,8 @@ class CapacityIndex:
         self.domain_free: list[dict[tuple[str, ...], int]] = []
         self.domain_size: list[dict[tuple[str, ...], int]] = []
         self.domain_nodes: list[dict[tuple[str, ...], list[str]]] = []
+        # each schedulable node's domains, outermost first (the prefixes of its topology path)
+        self.domains_of: dict[str, tuple[tuple[str, ...], ...]] = {}
         # the same members as sets, made when first asked for and forgotten when a node joins
         # or leaves (a change of what is free on a node does not change them)
         self._domain_sets: dict[tuple[int, tuple[str, ...]], frozenset[str]] = {}
@@ -127,6 +129,9 @@ class CapacityIndex:
         _insert(self.buckets.setdefault(len(free), []), node.name)
         self.total_free += len(free)
         self.max_free = max(self.max_free, len(free))
+        self.domains_of[node.name] = tuple(
+            node.topology[: level + 1] for level in range(len(node.topology))
+        )
         while self.levels < len(node.topology):
             self.domain_free.append({})
             self.domain_size.append({})
@@ -150,7 +155,7 @@ class CapacityIndex:
         if not node.schedulable:
             return
         free = len(self.gpu_ids.pop(name))
-        del self.cpu[name], self.memory[name]
+        del self.cpu[name], self.memory[name], self.domains_of[name]
         self.extended.pop(name, None)
         bucket = self.buckets[free]
         _remove(bucket, name)
