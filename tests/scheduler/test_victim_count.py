@@ -26,6 +26,7 @@ from kiban.scheduler.preemption import (
 )
 from kiban.scheduler.snapshot import PendingJob, RunningJob
 from kiban.testing import cluster, job, queue, running, snapshot
+from kiban.testing.job_builders import RunningBuilder
 
 FAST = settings(max_examples=80, deadline=None)
 COHORT_GROUNDS = (PreemptionGround.RECLAIM, PreemptionGround.FAIR_SHARE)
@@ -90,7 +91,7 @@ def crowded_snapshots(draw: st.DrawFn) -> Snapshot:
         count = draw(st.integers(1, 4))
         nodes.nodes(count, gpus=8, prefix=f"{block}n", topology=(block,))
         names += [f"{block}n-{i}" for i in range(count)]
-    runs = []
+    runs: list[RunningBuilder] = []
     for node in names:
         left = 8
         while left:
