@@ -275,6 +275,7 @@ def test_a_case_reports_consistent_numbers(scenario: Scenario) -> None:
     )
     assert result["cycles"] >= result["admitting_cycles"] >= 1
     assert result["p50_cycle_ms"] <= result["p99_cycle_ms"] <= result["max_cycle_ms"]
+    assert 0 < result["p99_cycle_cpu_ms"] <= result["core_cpu_s"] * 1000
     assert result["peak_rss_mb"] > 0
 
 

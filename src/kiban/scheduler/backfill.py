@@ -12,7 +12,7 @@ history, ``kiban.domain.runtime_estimate``), and never when they have no estimat
 from __future__ import annotations
 
 from kiban.scheduler.cycle import Cycle, Reservation
-from kiban.scheduler.placement import gang_gpus, replica_demands
+from kiban.scheduler.placement import RoomCount
 from kiban.scheduler.snapshot import PendingJob
 
 
@@ -33,33 +33,17 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     allow = cycle.reservation_filter(job.id)
     # The job may not use nodes kept for other reservations: their free GPUs do not count in
     # the capacity arithmetic that spares trial placements doomed to fail.
-    kept = {n for n in cycle.reserved_for_others(job.id) if n in overlay.nodes}
-    free = overlay.total_free_gpus() - sum(overlay.free_gpus(node) for node in kept)
-    needed = gang_gpus(job)
-    demands = replica_demands(job)
-    slots = [overlay.replica_slots(gpu, cap, kept) for gpu, cap, _take in demands]
-    freed: dict[str, int] = {}  # node -> its free GPUs once the jobs so far have ended
+    room = RoomCount(job, overlay, cycle.reserved_for_others(job.id))
     given = 0  # the ends given back to the overlay so far (for a trial placement)
     found: Reservation | None = None
     now = cycle.snapshot.now
     with overlay.transaction():  # the releases below are a what-if, undone on exit
         for k, (end, running) in enumerate(ending):
             for replica in running.replicas:
-                node = replica.node
-                if node in kept or not overlay.schedules(node):
-                    continue
-                before = freed.get(node)
-                if before is None:
-                    before = overlay.free_gpus(node)
-                after = freed[node] = before + len(replica.gpu_ids)
-                free += after - before
-                for i, (gpu, cap, _take) in enumerate(demands):
-                    if gpu > 0:
-                        slots[i] += min(after // gpu, cap) - min(before // gpu, cap)
+                room.change(replica.node, len(replica.gpu_ids))
             if k + 1 < len(ending) and ending[k + 1][0] == end:
                 continue  # jobs ending at the same time are released together
-            short = any(n < take for n, (_g, _c, take) in zip(slots, demands, strict=True))
-            if free < needed or short:
+            if not room.fits():
                 continue
             for _end, ended in ending[given : k + 1]:
                 for replica in ended.replicas:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Collection, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -167,6 +168,10 @@ class CapacityOverlay:
         """The schedulable nodes of one domain, by name."""
         return self.index.domain_nodes[level].get(domain, [])
 
+    def domain_members(self, level: int, domain: tuple[str, ...]) -> frozenset[str]:
+        """The schedulable nodes of one domain, as a set (``best_fit``'s ``within``)."""
+        return self.index.domain_members(level, domain)
+
     def fits(self, node: str, gpus: int, cpu_millis: int, memory: int) -> bool:
         return (
             len(self._gpu_ids[node]) >= gpus
@@ -180,17 +185,21 @@ class CapacityOverlay:
         cpu_millis: int,
         memory: int,
         allow: NodeFilter | None = None,
-        within: list[str] | None = None,
+        within: Collection[str] | None = None,
         prefers: NodePreference | None = None,
     ) -> str | None:
         """The node that fits with the fewest GPUs left over (first by name among equals).
 
         ``within`` limits the choice to those nodes (a topology domain); ``allow`` filters;
         ``prefers`` puts the nodes it scores higher first (every fitting node is then visited).
+        A domain given as a set is searched through the free-GPU buckets when fewer nodes have
+        room for ``gpus`` than the domain has nodes: the same node, fewer visited.
         """
         if prefers is not None:
             return self._preferred_fit(gpus, cpu_millis, memory, allow, within, prefers)
-        if within is not None:
+        if within is not None and not (
+            isinstance(within, AbstractSet) and self._with_gpus(gpus) < len(within)
+        ):
             best: tuple[int, str] | None = None
             for name in within:
                 if not self.fits(name, gpus, cpu_millis, memory):
@@ -206,6 +215,8 @@ class CapacityOverlay:
             if not bucket:
                 continue
             for name in bucket:
+                if within is not None and name not in within:
+                    continue
                 if self._cpu[name] < cpu_millis or self._memory[name] < memory:
                     continue
                 if allow is not None and not allow(self.nodes[name]):
@@ -213,13 +224,17 @@ class CapacityOverlay:
                 return name
         return None
 
+    def _with_gpus(self, gpus: int) -> int:
+        """How many schedulable nodes have at least ``gpus`` GPUs free."""
+        return sum(len(bucket) for free, bucket in self._buckets.items() if free >= gpus)
+
     def _preferred_fit(
         self,
         gpus: int,
         cpu_millis: int,
         memory: int,
         allow: NodeFilter | None,
-        within: list[str] | None,
+        within: Collection[str] | None,
         prefers: NodePreference,
     ) -> str | None:
         candidates: Iterator[str] = (
@@ -388,13 +403,12 @@ class CapacityOverlay:
         old = self._own_bucket(old_free)
         del old[bisect.bisect_left(old, node)]
         bisect.insort(self._own_bucket(new_free), node)
-        self._max_free = max(self._max_free, new_free)
+        if new_free > self._max_free:
+            self._max_free = new_free
         delta = new_free - old_free
         self._total_free += delta
-        topology = self.nodes[node].topology
-        for level in range(len(topology)):
-            domain = topology[: level + 1]
-            self._domain_free[level][domain] += delta
+        for free, domain in zip(self._domain_free, self.index.domains_of[node], strict=False):
+            free[domain] += delta
 
     def _own_bucket(self, free: int) -> list[str]:
         """The bucket's list, copied from the index's before this overlay first changes it."""

@@ -83,6 +83,11 @@ class CapacityIndex:
         self.domain_free: list[dict[tuple[str, ...], int]] = []
         self.domain_size: list[dict[tuple[str, ...], int]] = []
         self.domain_nodes: list[dict[tuple[str, ...], list[str]]] = []
+        # each schedulable node's domains, outermost first (the prefixes of its topology path)
+        self.domains_of: dict[str, tuple[tuple[str, ...], ...]] = {}
+        # the same members as sets, made when first asked for and forgotten when a node joins
+        # or leaves (a change of what is free on a node does not change them)
+        self._domain_sets: dict[tuple[int, tuple[str, ...]], frozenset[str]] = {}
         self.shapes: Counter[NodeShape] = Counter()
         # What gangs failed to fit on this very capacity (see ``failures``): forgotten at the
         # first change of any node, so an entry always describes the index as it is.
@@ -97,9 +102,20 @@ class CapacityIndex:
         Every change of a node (``add``, ``remove``, ``update``) empties it."""
         return self._failures
 
+    def domain_members(self, level: int, domain: tuple[str, ...]) -> frozenset[str]:
+        """The schedulable nodes of one domain of a topology level, as a set (for best fit
+        inside the domain: ``CapacityOverlay.best_fit``)."""
+        key = (level, domain)
+        members = self._domain_sets.get(key)
+        if members is None:
+            members = frozenset(self.domain_nodes[level].get(domain, ()))
+            self._domain_sets[key] = members
+        return members
+
     def add(self, node: NodeView) -> None:
         """Index a node not indexed yet."""
         self._failures.clear()
+        self._domain_sets.clear()
         self.nodes[node.name] = node
         self.shapes[node_shape(node)] += 1
         if not node.schedulable:
@@ -113,6 +129,9 @@ class CapacityIndex:
         _insert(self.buckets.setdefault(len(free), []), node.name)
         self.total_free += len(free)
         self.max_free = max(self.max_free, len(free))
+        self.domains_of[node.name] = tuple(
+            node.topology[: level + 1] for level in range(len(node.topology))
+        )
         while self.levels < len(node.topology):
             self.domain_free.append({})
             self.domain_size.append({})
@@ -127,6 +146,7 @@ class CapacityIndex:
     def remove(self, name: str) -> None:
         """Forget a node (it changed, moved to another flavor, or left the cluster)."""
         self._failures.clear()
+        self._domain_sets.clear()
         node = self.nodes.pop(name)
         shape = node_shape(node)
         self.shapes[shape] -= 1
@@ -135,7 +155,7 @@ class CapacityIndex:
         if not node.schedulable:
             return
         free = len(self.gpu_ids.pop(name))
-        del self.cpu[name], self.memory[name]
+        del self.cpu[name], self.memory[name], self.domains_of[name]
         self.extended.pop(name, None)
         bucket = self.buckets[free]
         _remove(bucket, name)

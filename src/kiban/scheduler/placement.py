@@ -41,7 +41,7 @@ def place_gang(
     job: PendingJob,
     overlay: CapacityOverlay,
     allow: NodeFilter | None = None,
-    within: list[str] | None = None,
+    within: Collection[str] | None = None,
 ) -> GangAttempt:
     """Place replicas in rank order; commit if at least the gang fits, else leave nothing behind."""
     placements: list[ReplicaPlacement] = []
@@ -144,7 +144,7 @@ def _place_in_some_domain(
         if free >= needed and (spread <= 1 or len(overlay.domain_nodes(level, domain)) >= spread)
     )
     for _free, domain in candidates[:MAX_DOMAIN_TRIES]:
-        attempt = place_gang(job, overlay, allow, within=overlay.domain_nodes(level, domain))
+        attempt = place_gang(job, overlay, allow, within=overlay.domain_members(level, domain))
         if attempt.fits:
             return attempt
     return NO_FIT
@@ -172,6 +172,43 @@ def could_fit(job: PendingJob, overlay: CapacityOverlay, excluded: Collection[st
         if left <= 0:
             break
     return True
+
+
+class RoomCount:
+    """``could_fit`` kept up to date by arithmetic as GPUs are freed or taken node by node,
+    without changing the overlay: the free GPUs off the ``kept`` nodes and the replica slots of
+    each task's size. A what-if that frees capacity step by step (a reservation's ends, a
+    victim search's victims) changes the overlay and places the gang only where this says it
+    could fit. Changes on kept or unscheduled nodes do not count, as they do not there."""
+
+    def __init__(self, job: PendingJob, overlay: CapacityOverlay, kept: Collection[str]) -> None:
+        self._overlay = overlay
+        self._kept = frozenset(n for n in kept if overlay.schedules(n))
+        self._needed = gang_gpus(job)
+        self._demands = replica_demands(job)
+        self._free = overlay.total_free_gpus() - sum(overlay.free_gpus(n) for n in self._kept)
+        self._slots = [overlay.replica_slots(gpu, cap, self._kept) for gpu, cap, _ in self._demands]
+        self._free_on: dict[str, int] = {}  # the nodes changed so far: their free GPUs now
+
+    def change(self, node: str, gpus: int) -> None:
+        """Count ``gpus`` GPUs freed on the node (taken, when negative)."""
+        if not gpus or node in self._kept or not self._overlay.schedules(node):
+            return
+        before = self._free_on.get(node)
+        if before is None:
+            before = self._overlay.free_gpus(node)
+        after = self._free_on[node] = before + gpus
+        self._free += gpus
+        slots = self._slots
+        for i, (gpu, cap, _take) in enumerate(self._demands):
+            if gpu > 0:
+                slots[i] += min(after // gpu, cap) - min(before // gpu, cap)
+
+    def fits(self) -> bool:
+        """What ``could_fit`` says of the overlay with the changes counted so far made."""
+        if self._free < self._needed:
+            return False
+        return all(n >= take for n, (_g, _c, take) in zip(self._slots, self._demands, strict=True))
 
 
 def replica_demands(job: PendingJob) -> list[tuple[int, int, int]]:

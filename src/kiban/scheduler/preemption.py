@@ -37,7 +37,7 @@ from enum import StrEnum
 from kiban.scheduler.capacity import NodeFilter
 from kiban.scheduler.cycle import Cycle, loss_order
 from kiban.scheduler.fair_tree import FairTree
-from kiban.scheduler.placement import GangAttempt, could_fit
+from kiban.scheduler.placement import GangAttempt, RoomCount, could_fit
 from kiban.scheduler.snapshot import Extended, PendingJob, RunningJob
 
 
@@ -172,35 +172,53 @@ def _group(
 def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | None:
     """The victims, taken in loss order until the job fits quota and placement (off nodes kept
     for others), then pruned: a victim without whom it still fits is spared. None if it never
-    fits."""
+    fits.
+
+    Each victim's GPUs are first counted free by arithmetic (``RoomCount``); the victims
+    counted so far are given back to the overlay, and the gang's quota and placement tried,
+    only once that count says the gang could fit (the check ``_fit`` starts with)."""
     ordered = candidates(cycle, job, flavor)
     overlay = cycle.overlays[flavor]
     allow = cycle.reservation_filter(job.id)
     # Nodes kept for other jobs' reservations: the job may not use them, so their free GPUs
     # do not count in the capacity arithmetic that spares placements doomed to fail.
     kept = tuple(n for n in cycle.reserved_for_others(job.id) if overlay.schedules(n))
+    room = RoomCount(job, overlay, kept)
     chosen: list[Candidate] = []
+    counted: list[RunningJob] = []  # released in the count and the quota, not on the overlay yet
     # every give below is a what-if: both transactions undo it on exit
     with overlay.transaction(), cycle.quota.transaction():
         for victim, ground in ordered:
             if ground in _COHORT_GROUNDS and cycle.quota.borrowed(victim.queue, flavor) <= 0:
                 continue  # its queue gave back all it borrowed: the rest is its own
             chosen.append((victim, ground))
-            _release(cycle, victim, flavor)
-            attempt = _fit(cycle, job, flavor, allow, kept)
+            _release_quota(cycle, victim, flavor)
+            for replica in victim.replicas:
+                room.change(replica.node, len(replica.gpu_ids))
+            counted.append(victim)
+            if not room.fits():
+                continue
+            for released in counted:
+                _release_capacity(cycle, released, flavor)
+            counted.clear()
+            attempt = _fit(cycle, job, flavor, allow, kept, counted=True)
             if attempt is not None:
-                attempt = _spare_the_unneeded(cycle, job, flavor, allow, kept, chosen)
+                attempt = _spare_the_unneeded(cycle, job, flavor, allow, kept, chosen, attempt)
                 nodes = frozenset(p.node for p in attempt.placements)
                 return VictimChoice(flavor, tuple(chosen), nodes)
     return None
 
 
-def _release(cycle: Cycle, victim: RunningJob, flavor: str) -> None:
-    """What-if: the victim's capacity and quota are free."""
+def _release_capacity(cycle: Cycle, victim: RunningJob, flavor: str) -> None:
+    """What-if: the victim's GPUs, CPU and memory are free on its nodes."""
     for replica in victim.replicas:
         cycle.overlays[flavor].give(
             replica.node, replica.gpu_ids, replica.cpu_millis, replica.memory, replica.extended
         )
+
+
+def _release_quota(cycle: Cycle, victim: RunningJob, flavor: str) -> None:
+    """What-if: the victim's quota is given back to its queue."""
     cycle.quota.give(victim.queue, flavor, victim.flavor_gpus.get(flavor, 0))
     if victim.flavor_extended:
         cycle.quota.give_extended(victim.queue, flavor, _extended(victim, flavor))
@@ -217,11 +235,14 @@ def _fit(
     flavor: str,
     allow: NodeFilter | None,
     kept: Sequence[str] = (),
+    *,
+    counted: bool = False,
 ) -> GangAttempt | None:
     """Where the job would go now (quota and placement, off the ``kept`` nodes that ``allow``
-    keeps it off), without taking anything."""
+    keeps it off), without taking anything. ``counted``: a ``RoomCount`` of the overlay as it
+    is already says the gang could fit, so ``could_fit`` is not asked again."""
     overlay = cycle.overlays[flavor]
-    if not could_fit(job, overlay, kept):
+    if not counted and not could_fit(job, overlay, kept):
         return None
     if not cycle.quota.check(job.queue, flavor, job.total_gpus).fits:
         return None
@@ -240,14 +261,21 @@ def _spare_the_unneeded(
     allow: NodeFilter | None,
     kept: Sequence[str],
     chosen: list[Candidate],
+    attempt: GangAttempt,
 ) -> GangAttempt:
     """Give each chosen victim back, the last but one first, while the job still fits; the
-    last was needed. Least-loss order alone may pick jobs on nodes the gang never uses."""
+    last was needed. Least-loss order alone may pick jobs on nodes the gang never uses.
+    ``attempt``: where the job fits with every chosen victim stopped."""
     overlay = cycle.overlays[flavor]
-    attempt = _fit(cycle, job, flavor, allow, kept)
-    assert attempt is not None
+    room = RoomCount(job, overlay, kept)  # every chosen victim's capacity is free in it
     for k in range(len(chosen) - 2, -1, -1):
         victim, _ground = chosen[k]
+        for replica in victim.replicas:
+            room.change(replica.node, -len(replica.gpu_ids))
+        if not room.fits():  # needed: without it the gang could not fit (``_fit``'s first check)
+            for replica in victim.replicas:
+                room.change(replica.node, len(replica.gpu_ids))
+            continue
         with overlay.transaction() as tx, cycle.quota.transaction() as quota_tx:
             for replica in victim.replicas:
                 overlay.take_ids(
@@ -259,8 +287,10 @@ def _spare_the_unneeded(
                 )
             cycle.quota.take(victim.queue, flavor, victim.flavor_gpus.get(flavor, 0))
             cycle.quota.take_extended(victim.queue, flavor, _extended(victim, flavor))
-            without = _fit(cycle, job, flavor, allow, kept)
+            without = _fit(cycle, job, flavor, allow, kept, counted=True)
             if without is None:
+                for replica in victim.replicas:
+                    room.change(replica.node, len(replica.gpu_ids))
                 continue  # needed: the transactions give its capacity and quota back on exit
             tx.commit()
             quota_tx.commit()
