@@ -8,7 +8,7 @@ control-loop pass does (silent agents, pending drains) is ``kiban.services.healt
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, cast
@@ -79,13 +79,50 @@ def ingest(session: Session, name: str, report: NodeHealthReport, now: float) ->
         raise invalid(
             "reading.node", f"the report is for node {report.reading.node!r}, posted to {name!r}"
         )
+    worth_deciding = _take(session, name, report, now)
+    reply = NodeHealthReply(allocations=allocations(session, name), interval_s=report.interval_s)
+    return Ingested(reply, worth_deciding)
+
+
+def ingest_batch(
+    session: Session, reports: Sequence[NodeHealthReport], now: float
+) -> list[Ingested]:
+    """Store several nodes' reports (each node at most once), in order; what ``ingest`` gives
+    for each. All or none: a report refused (a node twice, a node that does not exist) is a
+    422 naming its index (``reports[3].reading.node``) and the caller commits nothing. The
+    allocations of every node are read in one query."""
+    first: dict[str, int] = {}
+    for index, report in enumerate(reports):
+        node = report.reading.node
+        if node in first:
+            raise invalid(
+                f"reports[{index}].reading.node",
+                f"node {node!r} is reported twice in one batch (also reports[{first[node]}])",
+            )
+        first[node] = index
+    worth: list[bool] = []
+    for index, report in enumerate(reports):
+        try:
+            worth.append(_take(session, report.reading.node, report, now))
+        except NotFound as exc:
+            raise invalid(f"reports[{index}].reading.node", exc.message) from None
+    held = allocations_of(session, list(first))
+    return [
+        Ingested(
+            NodeHealthReply(allocations=held.get(r.reading.node, []), interval_s=r.interval_s), w
+        )
+        for r, w in zip(reports, worth, strict=True)
+    ]
+
+
+def _take(session: Session, name: str, report: NodeHealthReport, now: float) -> bool:
+    """Store the report of node ``name`` (NotFound); whether a rule could act on it now."""
     cordoned, cordon_source = _mark_reported(session, name, report.agent_address, now)
     store_conditions(session, name, report.conditions, now)
     store_reading(session, report.reading)
     problems = any(c.status is not ConditionStatus.FALSE for c in report.conditions)
     lift = cordoned and cordon_source == CordonSource.REMEDIATION.value
-    reply = NodeHealthReply(allocations=allocations(session, name), interval_s=report.interval_s)
-    return Ingested(reply, problems or lift)
+    return problems or lift
 
 
 def _mark_reported(session: Session, name: str, address: str, now: float) -> tuple[bool, str]:
@@ -277,18 +314,27 @@ def _changed(session: Session, node: str, condition: Condition, now: float, firs
 def allocations(session: Session, node: str) -> list[GpuAllocation]:
     """Which job holds each GPU of the node (active replicas' devices), in one query of
     columns."""
+    return allocations_of(session, [node]).get(node, [])
+
+
+def allocations_of(session: Session, nodes: Sequence[str]) -> dict[str, list[GpuAllocation]]:
+    """``allocations`` of several nodes in one query (a node holding nothing is absent)."""
     r, j = REPLICAS.c, JOBS.c
+    where = r.node == nodes[0] if len(nodes) == 1 else r.node.in_(nodes)
     rows = session.execute(
-        select(r.gpu_ids, j.id, j.tenant, j.queue)
+        select(r.node, r.gpu_ids, j.id, j.tenant, j.queue)
         .join_from(REPLICAS, JOBS, j.id == r.job_id)
-        .where(r.node == node, r.active.is_(True))
+        .where(where, r.active.is_(True))
         .order_by(j.id, r.rank)
     )
-    return [
-        GpuAllocation(gpu=int(gpu), job=job, tenant=tenant, queue=queue)
-        for gpu_ids, job, tenant, queue in rows.all()
-        for gpu in gpu_ids or ()
-    ]
+    held: dict[str, list[GpuAllocation]] = {}
+    for node, gpu_ids, job, tenant, queue in rows.all():
+        mine = held.setdefault(node, [])
+        mine.extend(
+            GpuAllocation(gpu=int(gpu), job=job, tenant=tenant, queue=queue)
+            for gpu in gpu_ids or ()
+        )
+    return held
 
 
 # -- asking the agent ----------------------------------------------------------------------------
