@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, cast
 
 import httpx
 from pydantic import ValidationError
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from kiban.health.conditions import Condition, ConditionStatus
@@ -43,6 +43,25 @@ CONDITIONS = cast(Table, NodeCondition.__table__)
 READINGS = cast(Table, NodeReadingRow.__table__)
 REPLICAS = cast(Table, Replica.__table__)
 JOBS = cast(Table, Job.__table__)
+
+# The statements every report runs, built once (building one costs about what running it does
+# on SQLite); the parameters are bound per call.
+_MARK_REPORTED = (
+    update(NODES)
+    .where(NODES.c.name == bindparam("node_name"))
+    .values(agent_address=bindparam("address"), agent_reported_at=bindparam("reported_at"))
+    .returning(NODES.c.cordoned, NODES.c.cordon_source)
+)
+_READ_READING = select(READINGS.c.reading).where(READINGS.c.node == bindparam("node_name"))
+_ALLOCATIONS = (
+    select(REPLICAS.c.node, REPLICAS.c.gpu_ids, JOBS.c.id, JOBS.c.tenant, JOBS.c.queue)
+    .join_from(REPLICAS, JOBS, JOBS.c.id == REPLICAS.c.job_id)
+    .where(
+        REPLICAS.c.node.in_(bindparam("nodes", expanding=True)),
+        REPLICAS.c.active.is_(True),
+    )
+    .order_by(JOBS.c.id, REPLICAS.c.rank)
+)
 
 
 class NodeHealthEvent(StrEnum):
@@ -132,10 +151,7 @@ def _mark_reported(session: Session, name: str, address: str, now: float) -> tup
         get_node(session, name)  # raises NotFound without asking the store
     session.flush()  # the statements below are the store's, not the session's
     marked = session.execute(
-        update(NODES)
-        .where(NODES.c.name == name)
-        .values(agent_address=address, agent_reported_at=now)
-        .returning(NODES.c.cordoned, NODES.c.cordon_source)
+        _MARK_REPORTED, {"node_name": name, "address": address, "reported_at": now}
     ).first()
     if marked is None:
         raise NotFound(f"node {name} not found")
@@ -149,7 +165,7 @@ def store_reading(session: Session, reading: NodeReading) -> None:
     with ``stored_reading``)."""
     content = reading.model_dump(mode="json")
     session.flush()
-    row = session.execute(select(READINGS.c.reading).where(READINGS.c.node == reading.node)).first()
+    row = session.execute(_READ_READING, {"node_name": reading.node}).first()
     if row is None:
         session.add(NodeReadingRow(node=reading.node, taken_at=reading.taken_at, reading=content))
         return
@@ -319,14 +335,7 @@ def allocations(session: Session, node: str) -> list[GpuAllocation]:
 
 def allocations_of(session: Session, nodes: Sequence[str]) -> dict[str, list[GpuAllocation]]:
     """``allocations`` of several nodes in one query (a node holding nothing is absent)."""
-    r, j = REPLICAS.c, JOBS.c
-    where = r.node == nodes[0] if len(nodes) == 1 else r.node.in_(nodes)
-    rows = session.execute(
-        select(r.node, r.gpu_ids, j.id, j.tenant, j.queue)
-        .join_from(REPLICAS, JOBS, j.id == r.job_id)
-        .where(where, r.active.is_(True))
-        .order_by(j.id, r.rank)
-    )
+    rows = session.execute(_ALLOCATIONS, {"nodes": list(nodes)})
     held: dict[str, list[GpuAllocation]] = {}
     for node, gpu_ids, job, tenant, queue in rows.all():
         mine = held.setdefault(node, [])
