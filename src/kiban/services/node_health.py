@@ -53,6 +53,22 @@ _MARK_REPORTED = (
     .returning(NODES.c.cordoned, NODES.c.cordon_source)
 )
 _READ_READING = select(READINGS.c.reading).where(READINGS.c.node == bindparam("node_name"))
+_READ_CONDITIONS = select(
+    CONDITIONS.c.type,
+    CONDITIONS.c.status,
+    CONDITIONS.c.reason,
+    CONDITIONS.c.message,
+    CONDITIONS.c.last_transition_time,
+    CONDITIONS.c.streak,
+).where(CONDITIONS.c.node == bindparam("node_name"))
+_COUNT_STREAKS = (
+    update(CONDITIONS)
+    .where(
+        CONDITIONS.c.node == bindparam("node_name"),
+        CONDITIONS.c.type.in_(bindparam("kinds", expanding=True)),
+    )
+    .values(streak=CONDITIONS.c.streak + bindparam("bumps"), updated_at=bindparam("updated"))
+)
 _ALLOCATIONS = (
     select(REPLICAS.c.node, REPLICAS.c.gpu_ids, JOBS.c.id, JOBS.c.tenant, JOBS.c.queue)
     .join_from(REPLICAS, JOBS, JOBS.c.id == REPLICAS.c.job_id)
@@ -210,13 +226,10 @@ def store_conditions(
     The conditions a report leaves as they were (status, reason and message) cost one UPDATE
     together, their streaks counted in the store."""
     session.flush()
-    c = CONDITIONS.c
     loaded = {
         kind: _Kept(status, reason, message, since, streak)
         for kind, status, reason, message, since, streak in session.execute(
-            select(c.type, c.status, c.reason, c.message, c.last_transition_time, c.streak).where(
-                c.node == node
-            )
+            _READ_CONDITIONS, {"node_name": node}
         )
     }
     kept = dict(loaded)
@@ -283,12 +296,8 @@ def _write_conditions(
         session.execute(update(CONDITIONS).where(c.node == node, c.type == kind).values(**values))
         _expire_loaded(session, NodeCondition, [(node, kind)])
     for bumps, kinds in counted.items():
-        c = CONDITIONS.c
-        session.execute(
-            update(CONDITIONS)
-            .where(c.node == node, c.type.in_(kinds))
-            .values(streak=c.streak + bumps, updated_at=now)
-        )
+        values = {"node_name": node, "kinds": kinds, "bumps": bumps, "updated": now}
+        session.execute(_COUNT_STREAKS, values)
         _expire_loaded(session, NodeCondition, [(node, kind) for kind in kinds])
 
 
