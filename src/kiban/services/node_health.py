@@ -1,6 +1,7 @@
 """Node health on the control plane, reports in: a node agent's report is stored (each
 condition with its streak, a history row on each change, the latest reading, where the agent is
-and when it reported), and the reply tells the agent which job holds each GPU.
+and when it reported), and the reply tells the agent which job holds each GPU. An agent's
+reports on several nodes are taken together (``ingest_batch``), all or none.
 
 What the rules make of the stored conditions is ``kiban.services.remediation``'s; what each
 control-loop pass does (silent agents, pending drains) is ``kiban.services.health_pass``'s.
