@@ -259,6 +259,26 @@ def test_nodes_due_together_are_reported_in_one_batch(readings: Path) -> None:
     assert recorder.requests[-1].url.path == "/api/v1/nodes/n1/health"
 
 
+class SlowPasses(ManualClock):
+    """Time moves on while the agent works: every reading of the clock takes 0.25 s."""
+
+    def now(self) -> float:
+        self.advance(0.25)
+        return super().now()
+
+
+def test_nodes_reported_together_stay_due_together_however_long_the_passes_take(
+    readings: Path,
+) -> None:
+    recorder = BatchRecorder()
+    clock = SlowPasses()
+    agent = agent_over(readings, clock, reporter=reporter_to(recorder, []), interval_s=30.0)
+    for _ in range(3):
+        assert len(agent.tick()) == 2
+        clock.advance(agent.seconds_to_next())
+    assert [r.url.path for r in recorder.requests] == ["/api/v1/nodes/health"] * 3
+
+
 def test_a_refused_batch_is_sent_again_node_by_node(readings: Path) -> None:
     recorder = BatchRecorder(batch_status=422)
     reporter = reporter_to(recorder, [])

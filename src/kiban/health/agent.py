@@ -135,11 +135,14 @@ class NodeAgent:
         on the per-node route)."""
         if len(nodes) < 2 or self.reporter is None:
             return [self.check(node) for node in nodes]
-        passes = [self._pass(node) for node in nodes]
+        # Due again together: timed from when the batch began, not from each node's own pass
+        # (which would spread them apart by the passes' durations, one more tick each).
+        began = self.clock.now()
+        passes = [self._pass(node, began) for node in nodes]
         replies = self.reporter.report_many([report for report, _ in passes])
         for report, at in passes:
             node = report.reading.node
-            self._take_reply(node, replies.get(node), at)
+            self._take_reply(node, replies.get(node), began)
             self._write_sinks(node, report, at)
         return [report for report, _ in passes]
 
@@ -165,8 +168,9 @@ class NodeAgent:
         self._write_sinks(node, report, now)
         return report
 
-    def _pass(self, node: str) -> tuple[NodeHealthReport, float]:
-        """Read, check and keep: the report to send, and when the pass ran."""
+    def _pass(self, node: str, due_from: float | None = None) -> tuple[NodeHealthReport, float]:
+        """Read, check and keep: the report to send, and when the pass ran; the node is due
+        again an interval after ``due_from`` (None: after this pass)."""
         state = self.state[node]
         with state.lock:
             now = self.clock.now()
@@ -185,7 +189,7 @@ class NodeAgent:
             for gpu in reading.gpus:
                 if gpu.xids:
                     state.last_xid[gpu.uuid or str(gpu.index)] = gpu.xids[-1].code
-            state.next_due = now + self.interval_s
+            state.next_due = (now if due_from is None else due_from) + self.interval_s
             report = NodeHealthReport(
                 reading=reading,
                 conditions=conditions,
@@ -259,7 +263,7 @@ class NodeAgent:
         if reply.interval_s != self.interval_s:
             log.info("check interval now %g s (the control plane's)", reply.interval_s)
             self.interval_s = reply.interval_s
-        # ``now`` is when the node's pass ran (several may have run before this reply came)
+        # ``now``: what the pass timed the node from (several may have run before this reply)
         self.state[node].next_due = now + reply.interval_s
 
     def _write_sinks(self, node: str, report: NodeHealthReport, now: float) -> None:
