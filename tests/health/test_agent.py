@@ -259,20 +259,31 @@ def test_nodes_due_together_are_reported_in_one_batch(readings: Path) -> None:
     assert recorder.requests[-1].url.path == "/api/v1/nodes/n1/health"
 
 
-class SlowPasses(ManualClock):
-    """Time moves on while the agent works: every reading of the clock takes 0.25 s."""
+class SlowReadings(DirectoryReadings):
+    """Readings that take a second of the clock's time each (a slow NVML)."""
 
-    def now(self) -> float:
-        self.advance(0.25)
-        return super().now()
+    def __init__(self, directory: Path, clock: ManualClock) -> None:
+        super().__init__(directory)
+        self.clock = clock
+
+    def read(self, node: str) -> NodeReading:
+        self.clock.advance(1.0)
+        return super().read(node)
 
 
 def test_nodes_reported_together_stay_due_together_however_long_the_passes_take(
     readings: Path,
 ) -> None:
     recorder = BatchRecorder()
-    clock = SlowPasses()
-    agent = agent_over(readings, clock, reporter=reporter_to(recorder, []), interval_s=30.0)
+    clock = ManualClock()
+    agent = NodeAgent(
+        ["n1", "n2"],
+        SlowReadings(readings, clock),
+        clock,
+        reporter=reporter_to(recorder, []),
+        interval_s=30.0,
+        follow_reply_interval=False,
+    )
     for _ in range(3):
         assert len(agent.tick()) == 2
         clock.advance(agent.seconds_to_next())
