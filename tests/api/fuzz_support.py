@@ -30,6 +30,8 @@ SERVER_RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/queues"): "its tenant must exist, and the policy's rules across entries",
     ("POST", "/api/v1/nodes/{name}/health"): "the report's reading must be of the node it is "
     "posted to",
+    ("POST", "/api/v1/nodes/health"): "each report's node must exist and be reported once in "
+    "the batch",
     ("GET", "/api/v1/jobs/{job_id}/logs"): "rank must be one of the job's ranks; offset is "
     "not with all_ranks, since_seconds not with since_time; a since needs an executor that "
     "knows when the log was written",

@@ -134,6 +134,9 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/api/v1/nodes/{name}/health"): Entry(
         f"/api/v1/nodes/{GONE}/health", ADMINS, body={"nonsense": 1}
     ),
+    ("POST", "/api/v1/nodes/health"): Entry(
+        "/api/v1/nodes/health", ADMINS, body={"reports": [{"nonsense": 1}]}
+    ),
     ("POST", "/api/v1/nodes/{name}/health/check"): Entry(
         f"/api/v1/nodes/{GONE}/health/check", ADMINS
     ),

@@ -234,3 +234,7 @@ def test_a_fault_injected_through_the_agents_reading_seam_drains_the_node(
     finishes_elsewhere(kiban, job_id, bad, running["submittedAt"])
     ((check, reading),) = store(kiban, 'SELECT "check", reading FROM remediation_actions')
     assert check == "GpuEcc" and "GPU 1" in reading  # the agent's reading, named
+    # kiban up's one agent sent its three nodes' reports together, pass after pass
+    paths = {path for (path,) in store(kiban, "SELECT path FROM audit_log WHERE method = 'POST'")}
+    assert "/api/v1/nodes/health" in paths
+    assert not {p for p in paths if p.startswith("/api/v1/nodes/node-")}, paths

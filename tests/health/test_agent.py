@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -167,7 +167,9 @@ class Recorder:
         return httpx.Response(200, json={"allocations": allocations, "interval_s": 30.0})
 
 
-def reporter_to(recorder: Recorder, sleeps: list[float]) -> ControlPlaneReporter:
+def reporter_to(
+    recorder: Callable[[httpx.Request], httpx.Response], sleeps: list[float]
+) -> ControlPlaneReporter:
     return ControlPlaneReporter(
         "http://cp:8470", "tok", transport=httpx.MockTransport(recorder), sleep=sleeps.append
     )
@@ -212,6 +214,106 @@ def test_a_refused_report_is_not_retried(readings: Path) -> None:
     agent = agent_over(readings, ManualClock(), reporter=reporter_to(recorder, sleeps))
     agent.check("n1")
     assert len(recorder.requests) == 1
+
+
+class BatchRecorder:
+    """A control plane that takes batches (or refuses them with ``batch_status``) and single
+    reports, each node's reply naming its own job on GPU 1."""
+
+    def __init__(self, batch_status: int = 200) -> None:
+        self.requests: list[httpx.Request] = []
+        self.batch_status = batch_status
+
+    @staticmethod
+    def reply(node: str) -> dict[str, object]:
+        held = [{"gpu": 1, "job": f"job-of-{node}", "tenant": "vision", "queue": "gpu"}]
+        return {"allocations": held, "interval_s": 30.0}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.url.path == "/api/v1/nodes/health":
+            if self.batch_status != 200:
+                return httpx.Response(self.batch_status, json={"detail": "reports[1]: no"})
+            nodes = [r["reading"]["node"] for r in json.loads(request.content)["reports"]]
+            return httpx.Response(200, json={"replies": {n: self.reply(n) for n in nodes}})
+        node = NodeHealthReport.model_validate_json(request.content).reading.node
+        return httpx.Response(200, json=self.reply(node))
+
+
+def test_nodes_due_together_are_reported_in_one_batch(readings: Path) -> None:
+    recorder = BatchRecorder()
+    clock = ManualClock()
+    agent = agent_over(readings, clock, reporter=reporter_to(recorder, []))
+    assert [r.reading.node for r in agent.tick()] == ["n1", "n2"]
+    (request,) = recorder.requests
+    assert request.url.path == "/api/v1/nodes/health"
+    sent = [NodeHealthReport.model_validate(r) for r in json.loads(request.content)["reports"]]
+    assert [r.reading.node for r in sent] == ["n1", "n2"]
+    for node in ("n1", "n2"):  # each node keeps its own reply
+        assert [a.job for a in agent.state[node].allocations] == [f"job-of-{node}"]
+        assert agent.state[node].next_due == clock.now() + 30.0
+    # A node due on its own goes to the per-node route.
+    agent.state["n2"].next_due = clock.now() + 60
+    clock.advance(30)
+    agent.tick()
+    assert recorder.requests[-1].url.path == "/api/v1/nodes/n1/health"
+
+
+class SlowReadings(DirectoryReadings):
+    """Readings that take a second of the clock's time each (a slow NVML)."""
+
+    def __init__(self, directory: Path, clock: ManualClock) -> None:
+        super().__init__(directory)
+        self.clock = clock
+
+    def read(self, node: str) -> NodeReading:
+        self.clock.advance(1.0)
+        return super().read(node)
+
+
+def test_nodes_reported_together_stay_due_together_however_long_the_passes_take(
+    readings: Path,
+) -> None:
+    recorder = BatchRecorder()
+    clock = ManualClock()
+    agent = NodeAgent(
+        ["n1", "n2"],
+        SlowReadings(readings, clock),
+        clock,
+        reporter=reporter_to(recorder, []),
+        interval_s=30.0,
+        follow_reply_interval=False,
+    )
+    for _ in range(3):
+        assert len(agent.tick()) == 2
+        clock.advance(agent.seconds_to_next())
+    assert [r.url.path for r in recorder.requests] == ["/api/v1/nodes/health"] * 3
+
+
+def test_a_refused_batch_is_sent_again_node_by_node(readings: Path) -> None:
+    recorder = BatchRecorder(batch_status=422)
+    reporter = reporter_to(recorder, [])
+    agent = agent_over(readings, ManualClock(), reporter=reporter)
+    agent.tick()
+    assert [r.url.path for r in recorder.requests] == [
+        "/api/v1/nodes/health",
+        "/api/v1/nodes/n1/health",
+        "/api/v1/nodes/n2/health",
+    ]
+    assert [a.job for a in agent.state["n2"].allocations] == ["job-of-n2"]
+    assert reporter.failures == 0
+
+
+def test_a_batch_the_control_plane_cannot_take_now_is_dropped_and_counted(
+    readings: Path,
+) -> None:
+    recorder, sleeps = Recorder(status=503), list[float]()
+    reporter = reporter_to(recorder, sleeps)
+    agent = agent_over(readings, ManualClock(), reporter=reporter)
+    assert len(agent.tick()) == 2
+    assert len(recorder.requests) == 3  # retried, not sent node by node
+    assert reporter.failures == 2
+    assert agent.state["n1"].allocations == []
 
 
 def test_metrics_of_the_checks_and_no_sample_for_a_field_not_given(readings: Path) -> None:

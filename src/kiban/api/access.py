@@ -77,6 +77,7 @@ ROUTE_CAPABILITIES: dict[tuple[str, str], Capability] = {
     ("POST", f"{V1}/nodes/{{name}}/cordon"): ADMIN,
     ("POST", f"{V1}/nodes/{{name}}/uncordon"): ADMIN,
     ("POST", f"{V1}/nodes/{{name}}/health"): ADMIN,
+    ("POST", f"{V1}/nodes/health"): ADMIN,  # an agent's reports on several nodes
     ("POST", f"{V1}/nodes/{{name}}/health/check"): ADMIN,
     ("POST", f"{V1}/health/sweeps"): ADMIN,
     ("GET", f"{V1}/health/sweeps"): ADMIN,

@@ -167,7 +167,7 @@ def node_agent_command(
         sinks=sinks,
     )
     if once:
-        reports = [agent.check(name) for name in agent.nodes]
+        reports = agent.check_many(agent.nodes)
         source.close()
         print_reports(reports, json_output)
         return

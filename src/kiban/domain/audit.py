@@ -134,6 +134,7 @@ AUDITED_ROUTES: tuple[AuditRoute, ...] = (
     AuditRoute("POST", "/api/v1/nodes/{name}/cordon", AuditAction.NODES_CORDON, "name"),
     AuditRoute("POST", "/api/v1/nodes/{name}/uncordon", AuditAction.NODES_UNCORDON, "name"),
     AuditRoute("POST", "/api/v1/nodes/{name}/health", AuditAction.NODES_HEALTH_REPORT, "name"),
+    AuditRoute("POST", "/api/v1/nodes/health", AuditAction.NODES_HEALTH_REPORT),  # a batch
     AuditRoute("POST", "/api/v1/nodes/{name}/health/check", AuditAction.NODES_HEALTH_CHECK, "name"),
     AuditRoute("POST", "/api/v1/health/sweeps", AuditAction.HEALTH_SWEEP),
     AuditRoute("POST", "/api/v1/services", AuditAction.SERVICES_APPLY, target_key="name"),

@@ -7,6 +7,7 @@ One pass for one node:
      reported Unknown with reason ``CheckTimedOut``;
   3. keep the reading, the conditions and each check's duration (for ``/metrics``);
   4. send the report to the control plane and keep the reply's GPU allocations (metric labels);
+     when several nodes are due together, their reports go in one batch;
   5. hand the conditions to the sinks (the Kubernetes Node writer).
 The loop runs on an injected clock: tests call ``tick()`` after moving a manual clock.
 """
@@ -52,6 +53,10 @@ class Reporter(Protocol):
     """Where reports go (the control plane); None back when it could not take one."""
 
     def report(self, report: NodeHealthReport) -> NodeHealthReply | None: ...
+
+    def report_many(
+        self, reports: Sequence[NodeHealthReport]
+    ) -> Mapping[str, NodeHealthReply | None]: ...
 
 
 class ConditionSink(Protocol):
@@ -120,9 +125,26 @@ class NodeAgent:
         }
 
     def tick(self) -> list[NodeHealthReport]:
-        """Run a pass for every node that is due; the reports of those passes."""
+        """Run a pass for every node that is due; the reports of those passes, sent together
+        when there are several."""
         now = self.clock.now()
-        return [self.check(node) for node in self.nodes if self.state[node].next_due <= now]
+        return self.check_many([node for node in self.nodes if self.state[node].next_due <= now])
+
+    def check_many(self, nodes: Sequence[str]) -> list[NodeHealthReport]:
+        """A pass for each of ``nodes`` now, their reports sent in one batch (one node's alone,
+        on the per-node route)."""
+        if len(nodes) < 2 or self.reporter is None:
+            return [self.check(node) for node in nodes]
+        # Due again together: timed from when the batch began, not from each node's own pass
+        # (which would spread them apart by the passes' durations, one more tick each).
+        began = self.clock.now()
+        passes = [self._pass(node, began) for node in nodes]
+        replies = self.reporter.report_many([report for report, _ in passes])
+        for report, at in passes:
+            node = report.reading.node
+            self._take_reply(node, replies.get(node), began)
+            self._write_sinks(node, report, at)
+        return [report for report, _ in passes]
 
     def seconds_to_next(self) -> float:
         """How long until the next node is due (0: one is due now)."""
@@ -140,6 +162,15 @@ class NodeAgent:
 
     def check(self, node: str) -> NodeHealthReport:
         """One pass for ``node`` now: read, check, keep, report, write."""
+        report, now = self._pass(node)
+        if self.reporter is not None:
+            self._take_reply(node, self.reporter.report(report), now)
+        self._write_sinks(node, report, now)
+        return report
+
+    def _pass(self, node: str, due_from: float | None = None) -> tuple[NodeHealthReport, float]:
+        """Read, check and keep: the report to send, and when the pass ran; the node is due
+        again an interval after ``due_from`` (None: after this pass)."""
         state = self.state[node]
         with state.lock:
             now = self.clock.now()
@@ -158,15 +189,14 @@ class NodeAgent:
             for gpu in reading.gpus:
                 if gpu.xids:
                     state.last_xid[gpu.uuid or str(gpu.index)] = gpu.xids[-1].code
-            state.next_due = now + self.interval_s
+            state.next_due = (now if due_from is None else due_from) + self.interval_s
             report = NodeHealthReport(
                 reading=reading,
                 conditions=conditions,
                 agent_address=self.address,
                 interval_s=self.interval_s,
             )
-        self._deliver(node, report, now)
-        return report
+        return report, now
 
     def _read(self, node: str, now: float) -> tuple[NodeReading, HealthReason | None]:
         """The node's reading stamped with ``now``; a read that hung or raised gives a reading
@@ -223,16 +253,20 @@ class NodeAgent:
             conditions.append(conclude(check, verdict, now, before))
         return conditions
 
-    def _deliver(self, node: str, report: NodeHealthReport, now: float) -> None:
-        if self.reporter is not None:
-            reply = self.reporter.report(report)
-            if reply is not None:
-                self.state[node].allocations = list(reply.allocations)
-                changed = reply.interval_s > 0 and reply.interval_s != self.interval_s
-                if changed and self.follow_reply_interval:
-                    log.info("check interval now %g s (the control plane's)", reply.interval_s)
-                    self.interval_s = reply.interval_s
-                    self.state[node].next_due = now + reply.interval_s
+    def _take_reply(self, node: str, reply: NodeHealthReply | None, now: float) -> None:
+        """Keep the reply's allocations (metric labels) and follow its interval."""
+        if reply is None:
+            return
+        self.state[node].allocations = list(reply.allocations)
+        if reply.interval_s <= 0 or not self.follow_reply_interval:
+            return
+        if reply.interval_s != self.interval_s:
+            log.info("check interval now %g s (the control plane's)", reply.interval_s)
+            self.interval_s = reply.interval_s
+        # ``now``: what the pass timed the node from (several may have run before this reply)
+        self.state[node].next_due = now + reply.interval_s
+
+    def _write_sinks(self, node: str, report: NodeHealthReport, now: float) -> None:
         for sink in self.sinks:
             try:
                 sink.write(node, report.conditions, now)

@@ -2,7 +2,9 @@
 
 ``POST /api/v1/nodes/{name}/health`` takes a ``NodeHealthReport``; the reply tells the agent
 which job holds each GPU (so its own ``/metrics`` labels GPUs the way dcgm-exporter labels them
-with pods) and the interval to use.
+with pods) and the interval to use. An agent serving several nodes sends their reports of one
+pass together (``POST /api/v1/nodes/health``, a ``NodeHealthBatch``): taken all or none, in one
+transaction, each node's reply in the answer.
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ class NodeHealthReport(BaseModel):
     interval_s: float = Field(gt=0, le=3600)
 
 
+MAX_BATCH_REPORTS = 256
+"""The most reports one ``NodeHealthBatch`` carries (an agent with more nodes sends several)."""
+
+
+class NodeHealthBatch(BaseModel):
+    """Several nodes' reports of one pass; each node at most once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reports: list[NodeHealthReport] = Field(min_length=1, max_length=MAX_BATCH_REPORTS)
+
+
 class GpuAllocation(BaseModel):
     """Which job holds one GPU of the node, for the agent's metric labels."""
 
@@ -39,3 +53,9 @@ class NodeHealthReply(BaseModel):
 
     allocations: list[GpuAllocation]
     interval_s: float
+
+
+class NodeHealthBatchReply(BaseModel):
+    """The control plane's answer to a batch: each node's reply, by node name."""
+
+    replies: dict[str, NodeHealthReply]

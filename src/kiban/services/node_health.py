@@ -1,6 +1,7 @@
 """Node health on the control plane, reports in: a node agent's report is stored (each
 condition with its streak, a history row on each change, the latest reading, where the agent is
-and when it reported), and the reply tells the agent which job holds each GPU.
+and when it reported), and the reply tells the agent which job holds each GPU. An agent's
+reports on several nodes are taken together (``ingest_batch``), all or none.
 
 What the rules make of the stored conditions is ``kiban.services.remediation``'s; what each
 control-loop pass does (silent agents, pending drains) is ``kiban.services.health_pass``'s.
@@ -8,14 +9,14 @@ control-loop pass does (silent agents, pending drains) is ``kiban.services.healt
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, cast
 
 import httpx
 from pydantic import ValidationError
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from kiban.health.conditions import Condition, ConditionStatus
@@ -36,6 +37,41 @@ CONDITIONS = cast(Table, NodeCondition.__table__)
 READINGS = cast(Table, NodeReadingRow.__table__)
 REPLICAS = cast(Table, Replica.__table__)
 JOBS = cast(Table, Job.__table__)
+
+# The statements every report runs, built once (building one costs about what running it does
+# on SQLite); the parameters are bound per call.
+_MARK_REPORTED = (
+    update(NODES)
+    .where(NODES.c.name == bindparam("node_name"))
+    .values(agent_address=bindparam("address"), agent_reported_at=bindparam("reported_at"))
+    .returning(NODES.c.cordoned, NODES.c.cordon_source)
+)
+_READ_READING = select(READINGS.c.reading).where(READINGS.c.node == bindparam("node_name"))
+_READ_CONDITIONS = select(
+    CONDITIONS.c.type,
+    CONDITIONS.c.status,
+    CONDITIONS.c.reason,
+    CONDITIONS.c.message,
+    CONDITIONS.c.last_transition_time,
+    CONDITIONS.c.streak,
+).where(CONDITIONS.c.node == bindparam("node_name"))
+_COUNT_STREAKS = (
+    update(CONDITIONS)
+    .where(
+        CONDITIONS.c.node == bindparam("node_name"),
+        CONDITIONS.c.type.in_(bindparam("kinds", expanding=True)),
+    )
+    .values(streak=CONDITIONS.c.streak + bindparam("bumps"), updated_at=bindparam("updated"))
+)
+_ALLOCATIONS = (
+    select(REPLICAS.c.node, REPLICAS.c.gpu_ids, JOBS.c.id, JOBS.c.tenant, JOBS.c.queue)
+    .join_from(REPLICAS, JOBS, JOBS.c.id == REPLICAS.c.job_id)
+    .where(
+        REPLICAS.c.node.in_(bindparam("nodes", expanding=True)),
+        REPLICAS.c.active.is_(True),
+    )
+    .order_by(JOBS.c.id, REPLICAS.c.rank)
+)
 
 
 class NodeHealthEvent(StrEnum):
@@ -72,13 +108,50 @@ def ingest(session: Session, name: str, report: NodeHealthReport, now: float) ->
         raise invalid(
             "reading.node", f"the report is for node {report.reading.node!r}, posted to {name!r}"
         )
+    worth_deciding = _take(session, name, report, now)
+    reply = NodeHealthReply(allocations=allocations(session, name), interval_s=report.interval_s)
+    return Ingested(reply, worth_deciding)
+
+
+def ingest_batch(
+    session: Session, reports: Sequence[NodeHealthReport], now: float
+) -> list[Ingested]:
+    """Store several nodes' reports (each node at most once), in order; what ``ingest`` gives
+    for each. All or none: a report refused (a node twice, a node that does not exist) is a
+    422 naming its index (``reports[3].reading.node``) and the caller commits nothing. The
+    allocations of every node are read in one query."""
+    first: dict[str, int] = {}
+    for index, report in enumerate(reports):
+        node = report.reading.node
+        if node in first:
+            raise invalid(
+                f"reports[{index}].reading.node",
+                f"node {node!r} is reported twice in one batch (also reports[{first[node]}])",
+            )
+        first[node] = index
+    worth: list[bool] = []
+    for index, report in enumerate(reports):
+        try:
+            worth.append(_take(session, report.reading.node, report, now))
+        except NotFound as exc:
+            raise invalid(f"reports[{index}].reading.node", exc.message) from None
+    held = allocations_of(session, list(first))
+    return [
+        Ingested(
+            NodeHealthReply(allocations=held.get(r.reading.node, []), interval_s=r.interval_s), w
+        )
+        for r, w in zip(reports, worth, strict=True)
+    ]
+
+
+def _take(session: Session, name: str, report: NodeHealthReport, now: float) -> bool:
+    """Store the report of node ``name`` (NotFound); whether a rule could act on it now."""
     cordoned, cordon_source = _mark_reported(session, name, report.agent_address, now)
     store_conditions(session, name, report.conditions, now)
     store_reading(session, report.reading)
     problems = any(c.status is not ConditionStatus.FALSE for c in report.conditions)
     lift = cordoned and cordon_source == CordonSource.REMEDIATION.value
-    reply = NodeHealthReply(allocations=allocations(session, name), interval_s=report.interval_s)
-    return Ingested(reply, problems or lift)
+    return problems or lift
 
 
 def _mark_reported(session: Session, name: str, address: str, now: float) -> tuple[bool, str]:
@@ -88,10 +161,7 @@ def _mark_reported(session: Session, name: str, address: str, now: float) -> tup
         get_node(session, name)  # raises NotFound without asking the store
     session.flush()  # the statements below are the store's, not the session's
     marked = session.execute(
-        update(NODES)
-        .where(NODES.c.name == name)
-        .values(agent_address=address, agent_reported_at=now)
-        .returning(NODES.c.cordoned, NODES.c.cordon_source)
+        _MARK_REPORTED, {"node_name": name, "address": address, "reported_at": now}
     ).first()
     if marked is None:
         raise NotFound(f"node {name} not found")
@@ -105,7 +175,7 @@ def store_reading(session: Session, reading: NodeReading) -> None:
     with ``stored_reading``)."""
     content = reading.model_dump(mode="json")
     session.flush()
-    row = session.execute(select(READINGS.c.reading).where(READINGS.c.node == reading.node)).first()
+    row = session.execute(_READ_READING, {"node_name": reading.node}).first()
     if row is None:
         session.add(NodeReadingRow(node=reading.node, taken_at=reading.taken_at, reading=content))
         return
@@ -150,13 +220,10 @@ def store_conditions(
     The conditions a report leaves as they were (status, reason and message) cost one UPDATE
     together, their streaks counted in the store."""
     session.flush()
-    c = CONDITIONS.c
     loaded = {
         kind: _Kept(status, reason, message, since, streak)
         for kind, status, reason, message, since, streak in session.execute(
-            select(c.type, c.status, c.reason, c.message, c.last_transition_time, c.streak).where(
-                c.node == node
-            )
+            _READ_CONDITIONS, {"node_name": node}
         )
     }
     kept = dict(loaded)
@@ -223,12 +290,8 @@ def _write_conditions(
         session.execute(update(CONDITIONS).where(c.node == node, c.type == kind).values(**values))
         _expire_loaded(session, NodeCondition, [(node, kind)])
     for bumps, kinds in counted.items():
-        c = CONDITIONS.c
-        session.execute(
-            update(CONDITIONS)
-            .where(c.node == node, c.type.in_(kinds))
-            .values(streak=c.streak + bumps, updated_at=now)
-        )
+        values = {"node_name": node, "kinds": kinds, "bumps": bumps, "updated": now}
+        session.execute(_COUNT_STREAKS, values)
         _expire_loaded(session, NodeCondition, [(node, kind) for kind in kinds])
 
 
@@ -270,18 +333,20 @@ def _changed(session: Session, node: str, condition: Condition, now: float, firs
 def allocations(session: Session, node: str) -> list[GpuAllocation]:
     """Which job holds each GPU of the node (active replicas' devices), in one query of
     columns."""
-    r, j = REPLICAS.c, JOBS.c
-    rows = session.execute(
-        select(r.gpu_ids, j.id, j.tenant, j.queue)
-        .join_from(REPLICAS, JOBS, j.id == r.job_id)
-        .where(r.node == node, r.active.is_(True))
-        .order_by(j.id, r.rank)
-    )
-    return [
-        GpuAllocation(gpu=int(gpu), job=job, tenant=tenant, queue=queue)
-        for gpu_ids, job, tenant, queue in rows.all()
-        for gpu in gpu_ids or ()
-    ]
+    return allocations_of(session, [node]).get(node, [])
+
+
+def allocations_of(session: Session, nodes: Sequence[str]) -> dict[str, list[GpuAllocation]]:
+    """``allocations`` of several nodes in one query (a node holding nothing is absent)."""
+    rows = session.execute(_ALLOCATIONS, {"nodes": list(nodes)})
+    held: dict[str, list[GpuAllocation]] = {}
+    for node, gpu_ids, job, tenant, queue in rows.all():
+        mine = held.setdefault(node, [])
+        mine.extend(
+            GpuAllocation(gpu=int(gpu), job=job, tenant=tenant, queue=queue)
+            for gpu in gpu_ids or ()
+        )
+    return held
 
 
 # -- asking the agent ----------------------------------------------------------------------------
