@@ -52,6 +52,34 @@ def test_many_submissions_are_stored_and_each_caller_is_answered(platform: Platf
     assert count(platform, Event) >= 100
 
 
+def test_a_batch_of_rows_setting_different_columns_is_stored_in_order(
+    platform: Platform,
+) -> None:
+    """Rows of one batch that set different columns (here a priority, or its default) are
+    each stored as set, and the events in the order they were written."""
+    writer = SubmissionWriter(platform.sessions, max_batch=64)
+    plain = [job_and_event(f"plain-{i}") for i in range(3)]
+    for job, _ in plain:
+        del job.priority  # left to the column's default (0)
+    mixed = [plain[0], job_and_event("set-0"), plain[1], plain[2], job_and_event("set-1")]
+    futures = [writer.write(job, event) for job, event in mixed]
+    for future in futures:
+        assert future.result(timeout=30) is None
+    writer.stop()
+    with platform.sessions() as session:
+        priorities = {i: p for i, p in session.execute(select(Job.id, Job.priority))}
+        written = select(Event.object_name).where(Event.object_kind == "Job").order_by(Event.id)
+        names = list(session.scalars(written))
+    assert priorities == {
+        "plain-0": 0,
+        "plain-1": 0,
+        "plain-2": 0,
+        "set-0": 1000,
+        "set-1": 1000,
+    }
+    assert names == [job.id for job, _ in mixed]
+
+
 def test_one_bad_submission_does_not_fail_the_others_in_its_batch(platform: Platform) -> None:
     gate = threading.Event()
     holding = threading.Event()

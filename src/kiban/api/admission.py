@@ -22,7 +22,8 @@ For every request under ``/api/``, in this order:
    ``max_follows``) and do not wait. No room: 503 with ``Retry-After``, at once or after the
    wait, never a hang; one member's burst cannot take the others' turns.
 
-``/healthz`` is answered here, before anything else of the app (no thread, no store).
+``/healthz`` is answered here, before anything else of the app (no thread, no store); on
+kiban's own HTTP connections earlier still (``kiban.api.http_protocol``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ API_PREFIX = "/api/"
 HEALTH_PATH = "/healthz"
 OPEN_PATHS = frozenset({"/api/v1/discovery/prometheus"})  # no token (see routers.metrics)
 HEALTHY_BODY = b'{"status":"ok"}'
+HEALTHY_HEADERS = ((b"content-type", b"application/json"), (b"content-length", b"15"))
 FOLLOW_PATH = re.compile(r"^/api/v1/jobs/[^/]+/logs$")
 TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
 """What FastAPI reads as true in a query (``follow=...``)."""
@@ -259,8 +261,7 @@ class Admission:
 async def _healthy(scope: Scope, send: Send) -> None:
     """``/healthz``, answered here: before routing, a thread or the store (the route of the
     same path documents it)."""
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"15")]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.start", "status": 200, "headers": list(HEALTHY_HEADERS)})
     body = b"" if scope["method"] == "HEAD" else HEALTHY_BODY
     await send({"type": "http.response.body", "body": body})
 

@@ -14,7 +14,11 @@ client may see a reset instead of the answer. Here:
 - a connection closed with a request unread (refused before its body was read) is closed
   gently, as nginx's lingering close: the answer is sent, our side is shut for writing, and
   what the client still sends is read and dropped until it closes, for ``linger_s`` and
-  ``linger_bytes`` at most.
+  ``linger_bytes`` at most;
+- ``GET``/``HEAD /healthz`` without a body is answered here, as the request is parsed, with
+  what admission would answer: no task is made for it, so under a burst it does not wait in
+  line behind every other request's task on the event loop (only behind the reads and writes
+  of the loop's current round).
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ import json
 from enum import Enum
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+
+from kiban.api.admission import HEALTH_PATH, HEALTHY_BODY, HEALTHY_HEADERS
 
 MAX_HEAD_BYTES = 64 * 1024
 """As the serving router (and nginx's default of four 8 KiB buffers, with room)."""
@@ -75,6 +86,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._lingering = False
         self._dropped = 0
         self._raw: asyncio.Transport | None = None
+        self._health: RequestResponseCycle | None = None  # answered once its request is read
 
     # -- the connection --------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -120,11 +132,42 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.phase = Phase.READ
         self._expect(None)
         super().on_message_complete()
+        health, self._health = self._health, None
+        if health is not None and health is self.cycle:
+            self._answer_health(health)
 
     def on_response_complete(self) -> None:
         if self.phase is Phase.READ:
             self.phase = Phase.IDLE
         super().on_response_complete()
+
+    # -- /healthz ---------------------------------------------------------------------------------
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        if not _is_health_check(cycle.scope):
+            super()._start_asgi_task(cycle, app)
+        elif cycle.more_body:
+            self._health = cycle  # its head is read: answered when the parser ends it
+        else:
+            self._answer_health(cycle)  # a pipelined one, read already
+
+    def _answer_health(self, cycle: RequestResponseCycle) -> None:
+        """Answer ``/healthz`` as ``kiban.api.admission`` does, as uvicorn's cycle would send
+        it (its default headers, ``connection: close`` unless kept alive), then go on as after
+        any answer (the next pipelined request, or the keep-alive timeout)."""
+        head = [STATUS_LINE[200]]
+        for name, value in (*cycle.default_headers, *HEALTHY_HEADERS):
+            head += [name, b": ", value, b"\r\n"]
+        if not cycle.keep_alive:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        if cycle.scope["method"] != "HEAD":
+            head.append(HEALTHY_BODY)
+        cycle.response_started = cycle.response_complete = True
+        cycle.on_response = lambda: None
+        self.transport.write(b"".join(head))
+        if not cycle.keep_alive:
+            self.transport.close()
+        self.on_response_complete()
 
     # -- deadlines -------------------------------------------------------------------------------
     def _expect(self, within_s: float | None) -> None:
@@ -184,6 +227,18 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def eof_received(self) -> None:
         if self._lingering:
             self._close_now()
+
+
+def _is_health_check(scope: Any) -> bool:
+    """``GET`` or ``HEAD /healthz`` with no body (one with a body goes the usual way)."""
+    if scope["path"] != HEALTH_PATH or scope["method"] not in ("GET", "HEAD"):
+        return False
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (
+            name == b"content-length" and value.strip() not in (b"", b"0")
+        ):
+            return False
+    return True
 
 
 class _GentleTransport(asyncio.Transport):

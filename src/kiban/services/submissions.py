@@ -15,13 +15,14 @@ one commit, not two in a row.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import Table, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,11 +33,24 @@ from kiban.services.jobs import ID_RENEWALS, renew_job_id
 from kiban.store.models import Event, Job
 
 log = logging.getLogger("kiban.submissions")
+JOBS: Table = Job.__table__  # type: ignore[assignment]
+EVENTS: Table = Event.__table__  # type: ignore[assignment]
 
 
 def _values(row: Job | Event) -> dict[str, Any]:
     """The column values set on a new ORM object (not the ones the database will fill in)."""
     return {key: value for key, value in vars(row).items() if not key.startswith("_")}
+
+
+def _insert_rows(session: Session, table: Table, rows: Iterable[Job | Event]) -> None:
+    """INSERT the rows' values into ``table``, in order: one executemany per run of rows that
+    set the same columns (as the ORM's bulk INSERT groups them), through SQLAlchemy Core.
+
+    Core rather than the ORM's bulk INSERT of the same values: their attributes are the
+    table's columns one for one, and the ORM's layer per row (checking and sorting each
+    value by attribute) was about half of the writer's time per submission."""
+    for _, run in itertools.groupby(map(_values, rows), key=lambda values: values.keys()):
+        session.execute(insert(table), list(run))
 
 
 @dataclass
@@ -92,8 +106,8 @@ class SubmissionWriter:
         try:
             with self._sessions() as session:
                 # Bulk INSERTs of the rows' values: no unit of work, no RETURNING of event ids.
-                session.execute(insert(Job), [_values(p.job) for p in batch])
-                session.execute(insert(Event), [_values(e) for p in batch for e in p.events])
+                _insert_rows(session, JOBS, (p.job for p in batch))
+                _insert_rows(session, EVENTS, (e for p in batch for e in p.events))
                 for pending in batch:
                     if pending.along is not None:
                         pending.along(session, pending.job)
