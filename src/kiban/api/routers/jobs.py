@@ -21,7 +21,6 @@ from kiban.api.deps import (
     PrincipalDep,
     SessionDep,
     SessionRoute,
-    request_alone,
 )
 from kiban.api.params import TOKEN, ArrayFilter, JobId, NameFilter
 from kiban.api.schemas import EventOut, JobOut, event_out, job_out
@@ -68,7 +67,6 @@ MAX_SINCE_S = 1e11  # seconds: any time people mean
     },
     openapi_extra=request_bodies.JOB_MANIFEST,
 )
-@request_alone
 async def submit_job(request: Request) -> Response:
     """Submit a job manifest (JSON, or YAML with ``Content-Type: application/yaml``).
 
@@ -78,9 +76,9 @@ async def submit_job(request: Request) -> Response:
     commit of submissions, which tells the control loop of the job. An array (``spec.array``)
     is written in a transaction of its own, every index at once.
 
-    The platform and the caller are read from the request, not declared as dependencies, and
-    the route is called without FastAPI's solving of them (``request_alone``: the router's
-    token and access checks are called directly): this is the busiest route.
+    The platform and the caller are read from the request, not declared as dependencies:
+    FastAPI solves each dependency for every request, and this is the busiest route (the
+    router's ``check_access`` has refused a request with no caller already).
     """
     platform: Platform = request.app.state.platform
     principal: Principal = getattr(request.state, PRINCIPAL_STATE)
