@@ -18,7 +18,7 @@ from kiban.executors.base import NodeInfo
 from kiban.health.conditions import CheckType
 from kiban.health.report import MAX_BATCH_REPORTS
 from kiban.platform import Platform, build_platform
-from kiban.store.models import Node, NodeCondition, NodeConditionChange, RemediationAction
+from kiban.store.models_nodes import Node, NodeCondition, NodeConditionChange, RemediationAction
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.health_reports import health_report
 from kiban.testing.platform_jobs import submit_to_platform
