@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from prometheus_client import Counter
 from sqlalchemy import Table, bindparam, insert, select, update
-from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -164,9 +164,10 @@ def append(
     chain head stays locked until then.
 
     Where ``heads`` knows the head, the records are chained to it before any lock is taken and
-    written in two statements: the head moved on condition that it is still the one known (a
-    row lock on PostgreSQL, the write lock on SQLite, held to the commit), then the records.
-    Otherwise (or when the head moved elsewhere) the head is locked and read first."""
+    written in two statements (one on PostgreSQL): the head moved on condition that it is
+    still the one known (a row lock on PostgreSQL, the write lock on SQLite, held to the
+    commit), then the records. Otherwise (or when the head moved elsewhere) the head is locked
+    and read first."""
     if not entries:
         return []
     # Core statements on the tables, on the session's connection: the ORM's bulk machinery
@@ -177,6 +178,12 @@ def append(
     if known is not None:
         chained = chain(known[1], known[0], entries)
         last = chained[-1]
+        if connection.dialect.name == "postgresql":
+            if _append_after_known_head_pg(connection, known, chained):
+                heads.moved(database, last.seq, last.hash)
+                return chained
+            known = None  # moved elsewhere: lock and read it below
+    if known is not None:
         move, insert_records = _driver_sql(connection.dialect)
         moved = connection.exec_driver_sql(
             move.sql,
@@ -203,6 +210,39 @@ def append(
     connection.execute(_MOVE_HEAD, {"new_seq": last.seq, "new_hash": last.hash})
     heads.moved(database, last.seq, last.hash)
     return chained
+
+
+def _pg_append_sql() -> str:
+    """PostgreSQL: the head's conditional move and the records' INSERT as one statement (one
+    round trip): the records, passed as one array per column, are inserted only where the
+    head moved. A concurrent append holding the head's lock makes it wait, then find the head
+    moved (no row), so nothing is inserted and the caller locks and reads the head instead."""
+    columns = list(_LOG.columns)
+    names = ", ".join(c.name for c in columns)
+    arrays = ", ".join(f"%({c.name})s::{c.type.compile()}[]" for c in columns)
+    return (
+        "WITH moved AS (UPDATE audit_chain_head SET seq = %(new_seq)s, hash = %(new_hash)s "
+        f"WHERE id = {HEAD_ID} AND seq = %(known_seq)s AND hash = %(known_hash)s RETURNING id) "
+        f"INSERT INTO audit_log ({names}) SELECT * FROM unnest({arrays}) "
+        "WHERE EXISTS (SELECT 1 FROM moved)"
+    )
+
+
+_PG_APPEND = _pg_append_sql()
+
+
+def _append_after_known_head_pg(
+    connection: Connection, known: tuple[int, str], chained: list[ChainedEntry]
+) -> bool:
+    """Append ``chained`` after the head ``known`` in one statement; False (and nothing
+    written) when the head is no longer that one."""
+    rows = [_row(c) for c in chained]
+    params: dict[str, Any] = {name: [row[name] for row in rows] for name in _RECORD_COLUMNS}
+    params.update(
+        known_seq=known[0], known_hash=known[1], new_seq=chained[-1].seq, new_hash=chained[-1].hash
+    )
+    inserted = connection.exec_driver_sql(_PG_APPEND, params).rowcount
+    return bool(inserted == len(chained))
 
 
 def _row(chained: ChainedEntry) -> dict[str, object]:
