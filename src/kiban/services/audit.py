@@ -7,8 +7,10 @@ Every append moves the chain head's row in its transaction (a row lock on Postgr
 lock on SQLite, held to the commit), so appends from anywhere, another process included, make
 one chain. Where this process knows the head (it moved it last), the records are chained before
 the lock is taken and the head is moved on condition that it is still that one: two statements
-(move the head, insert the records); otherwise, or when another writer moved it, the head is
-locked and read first (an UPDATE ... RETURNING), as a third.
+(move the head, insert the records; one on PostgreSQL, both in one), compiled once; otherwise,
+or when another writer moved it, the head is locked and read first (an UPDATE ... RETURNING).
+An anchor (``head_anchor``: the last record's number and hash, kept outside the store) lets
+``verify`` show records cut off the end even where the head was rewritten to match.
 """
 
 from __future__ import annotations
