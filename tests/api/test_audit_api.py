@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from kiban.domain.audit import (
     AuditAction,
     AuditEntry,
     AuditOutcome,
+    chain,
     is_audited,
     operation_of,
 )
@@ -465,3 +467,104 @@ def test_a_submission_s_record_is_written_in_its_job_s_transaction(
         (AuditAction.JOBS_SUBMIT, 422, AuditOutcome.REFUSED)
     ]
     assert api.get("/api/v1/audit/verify").json()["intact"] is True
+
+
+def anchored(api: TestClient, anchor: str) -> dict[str, Any]:
+    answer = api.get("/api/v1/audit/verify", params={"anchor": anchor})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def move_head(platform: Platform, seq: int, hash_: str) -> None:
+    with platform.engine.begin() as connection:
+        connection.execute(
+            text("UPDATE audit_chain_head SET seq = :seq, hash = :hash WHERE id = 1"),
+            {"seq": seq, "hash": hash_},
+        )
+
+
+def test_an_anchor_shows_the_newest_records_removed_and_the_head_rewritten(
+    api: TestClient, platform: Platform
+) -> None:
+    """Removing the newest records and moving the chain head back to the new last one leaves
+    a chain that holds together: only the anchor kept outside the store shows it."""
+    for node in ("node-0", "node-1", "node-2"):
+        assert api.post(f"/api/v1/nodes/{node}/cordon").status_code == 200
+    kept = api.get("/api/v1/audit/anchor").json()
+    records = log(api)
+    assert (kept["seq"], kept["hash"]) == (records[-1]["seq"], records[-1]["hash"])
+    assert kept["anchor"] == f"{kept['seq']}:{kept['hash']}"
+    assert api.post("/api/v1/nodes/node-0/uncordon").status_code == 200  # after the anchor
+    verdict = anchored(api, kept["anchor"])
+    assert (verdict["intact"], verdict["anchor"]) == (True, kept["anchor"])
+    assert "holds the anchored record" in verdict["message"]
+
+    drop_guards(platform)
+    survivor = records[-3]  # the two newest before the anchor's, and everything after, go
+    with platform.engine.begin() as connection:
+        connection.execute(text("DELETE FROM audit_log WHERE seq > :seq"), {"seq": survivor["seq"]})
+    move_head(platform, survivor["seq"], survivor["hash"])
+    assert api.get("/api/v1/audit/verify").json()["intact"] is True  # not seen without it
+    verdict = anchored(api, kept["anchor"])
+    assert (verdict["intact"], verdict["breakSeq"], verdict["reason"]) == (
+        False,
+        kept["seq"],
+        "anchor-gone",
+    )
+
+
+def test_an_anchor_shows_a_chain_rewritten_from_the_anchored_record_on(
+    api: TestClient, platform: Platform
+) -> None:
+    """An edited record whose hash, and every hash after it, is recomputed (the head moved
+    to match) holds together; its anchored hash does not. A plain edit shows as before."""
+    for node in ("node-0", "node-1"):
+        assert api.post(f"/api/v1/nodes/{node}/cordon").status_code == 200
+    kept = api.get("/api/v1/audit/anchor").json()
+    with platform.sessions() as session:
+        stored = list(reversed(audit.records(session, audit.AuditQuery(limit=10000))))
+    victim = stored[-1]
+
+    drop_guards(platform)
+    with platform.engine.begin() as connection:  # a plain edit: shows without the anchor too
+        connection.execute(
+            text("UPDATE audit_log SET member = 'mallory' WHERE seq = :seq"), {"seq": victim.seq}
+        )
+    for verdict in (api.get("/api/v1/audit/verify").json(), anchored(api, kept["anchor"])):
+        assert (verdict["breakSeq"], verdict["reason"]) == (victim.seq, "edited")
+
+    forged = chain(victim.prev_hash, victim.seq - 1, [replace(victim.entry, member="mallory")])
+    with platform.engine.begin() as connection:
+        connection.execute(
+            text("UPDATE audit_log SET hash = :hash WHERE seq = :seq"),
+            {"hash": forged[0].hash, "seq": victim.seq},
+        )
+    move_head(platform, victim.seq, forged[0].hash)
+    assert api.get("/api/v1/audit/verify").json()["intact"] is True  # not seen without it
+    verdict = anchored(api, kept["anchor"])
+    assert (verdict["breakSeq"], verdict["reason"]) == (victim.seq, "anchor-changed")
+
+
+def test_the_anchor_is_for_admins_and_a_read(
+    api: TestClient, alice: TestClient, platform: Platform
+) -> None:
+    before = len(log(api))
+    assert alice.get("/api/v1/audit/anchor").status_code == 403
+    assert api.get("/api/v1/audit/anchor").status_code == 200
+    assert alice.get("/api/v1/audit/verify", params={"anchor": "1:" + "a" * 64}).status_code == 403
+    assert len(log(api)) == before  # reads of the log are not recorded
+    bad = api.get("/api/v1/audit/verify", params={"anchor": "7:not-a-hash"})
+    assert bad.status_code == 422
+    assert "anchor" in bad.text and "SHA-256" in bad.text
+
+
+def test_no_anchor_of_a_log_whose_head_names_another_record(
+    api: TestClient, platform: Platform
+) -> None:
+    assert api.post("/api/v1/nodes/node-0/cordon").status_code == 200
+    assert api.get("/api/v1/audit/anchor").status_code == 200
+    head = api.get("/api/v1/audit/anchor").json()
+    move_head(platform, head["seq"], "f" * 64)
+    refused = api.get("/api/v1/audit/anchor")
+    assert refused.status_code == 409
+    assert "verify" in refused.text

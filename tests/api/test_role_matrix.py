@@ -147,6 +147,7 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ),
     ("GET", "/api/v1/audit"): Entry("/api/v1/audit", ADMINS),
     ("GET", "/api/v1/audit/verify"): Entry("/api/v1/audit/verify", ADMINS),
+    ("GET", "/api/v1/audit/anchor"): Entry("/api/v1/audit/anchor", ADMINS),
 }
 OPEN = {
     ("GET", "/healthz"),

@@ -13,6 +13,7 @@ from kiban.domain.audit import (
     AuditAction,
     AuditEntry,
     AuditOutcome,
+    ChainAnchor,
     ChainBreak,
     ChainedEntry,
     ChainWalk,
@@ -22,6 +23,7 @@ from kiban.domain.audit import (
     is_audited,
     operation_of,
     outcome_of,
+    parse_anchor,
 )
 
 
@@ -42,8 +44,12 @@ def entry(n: int, **changes: object) -> AuditEntry:
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def walk(records: list[ChainedEntry], head: tuple[int, str] | None = None) -> Verification:
-    checker = ChainWalk()
+def walk(
+    records: list[ChainedEntry],
+    head: tuple[int, str] | None = None,
+    anchor: ChainAnchor | None = None,
+) -> Verification:
+    checker = ChainWalk(anchor)
     checker.feed(records[:2])  # in pages, as the store reads them
     checker.feed(records[2:])
     if head is None:
@@ -130,6 +136,64 @@ def test_a_head_that_names_another_record_shows() -> None:
 
 def test_an_empty_log_is_intact() -> None:
     assert walk([]).intact
+
+
+def anchor_at(records: list[ChainedEntry], seq: int) -> ChainAnchor:
+    return ChainAnchor(seq, records[seq - 1].hash)
+
+
+def test_an_anchored_record_still_there_keeps_the_chain_intact() -> None:
+    records = log_of(6)
+    for seq in (1, 4, 6):
+        assert walk(records, anchor=anchor_at(records, seq)).intact
+    assert walk(records, anchor=ChainAnchor(0, GENESIS_HASH)).intact
+
+
+def test_records_cut_off_the_end_with_the_head_rewritten_show_only_against_an_anchor() -> None:
+    """Whoever removes the newest records and moves the chain head back leaves a chain that
+    holds together; the anchor kept outside the store names the record that went."""
+    records = log_of(6)
+    anchor = anchor_at(records, 5)
+    cut = records[:3]
+    head = (cut[-1].seq, cut[-1].hash)  # the head rewritten to the new last record
+    assert walk(cut, head).intact
+    verdict = walk(cut, head, anchor)
+    assert (verdict.intact, verdict.break_seq, verdict.reason) == (
+        False,
+        5,
+        ChainBreak.ANCHOR_GONE,
+    )
+    assert "the log ends at 3" in verdict.message
+
+
+def test_a_chain_rewritten_from_the_anchored_record_on_shows_against_the_anchor() -> None:
+    """A record edited and every hash from it on recomputed (the head too) holds together;
+    the anchored record's hash is no longer the one kept."""
+    records = log_of(6)
+    anchor = anchor_at(records, 4)
+    forged = records[:2] + chain(
+        records[1].hash, 2, [entry(2, member="mallory")] + [r.entry for r in records[3:]]
+    )
+    assert walk(forged).intact
+    verdict = walk(forged, anchor=anchor)
+    assert (verdict.break_seq, verdict.reason) == (4, ChainBreak.ANCHOR_CHANGED)
+    edited = [*records[:4], dataclasses.replace(records[4], entry=entry(99)), *records[5:]]
+    assert walk(edited, anchor=anchor).reason is ChainBreak.EDITED  # as before
+    assert walk([], anchor=ChainAnchor(0, "a" * 64)).reason is ChainBreak.ANCHOR_CHANGED
+
+
+def test_parse_anchor() -> None:
+    hash_ = "ab" * 32
+    assert parse_anchor(f" 12:{hash_.upper()}\n") == ChainAnchor(12, hash_)
+    assert str(ChainAnchor(12, hash_)) == f"12:{hash_}"
+    for bad, says in (
+        ("12", "not SEQ:HASH"),
+        (f"x:{hash_}", "not a record number"),
+        (f"-1:{hash_}", "0 or more"),
+        ("12:abc", "not a SHA-256 hash"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            parse_anchor(bad)
 
 
 def test_the_hash_depends_on_the_record_before() -> None:

@@ -84,6 +84,7 @@ ROUTE_CAPABILITIES: dict[tuple[str, str], Capability] = {
     ("POST", f"{V1}/budgets/extensions"): ADMIN,
     ("GET", f"{V1}/audit"): ADMIN,
     ("GET", f"{V1}/audit/verify"): ADMIN,
+    ("GET", f"{V1}/audit/anchor"): ADMIN,
 }
 
 

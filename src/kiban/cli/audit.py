@@ -1,9 +1,15 @@
-"""``kiban audit``: who changed what, when, from where, and how it ended (admin); ``--verify``
-walks the log's hash chain and names the first record where it breaks."""
+"""``kiban audit``: who changed what, when, from where, and how it ended (admin); ``kiban audit
+verify`` walks the log's hash chain and names the first record where it breaks, and ``kiban
+audit anchor`` prints the chain's last record to keep outside the store (``verify --anchor``
+then shows records cut off the end, even where the chain head was rewritten)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -27,7 +33,44 @@ def since_seconds(text: str, now: datetime | None = None) -> float:
     return (now or datetime.now()).timestamp() - moment.total_seconds()
 
 
+class AuditView(StrEnum):
+    """What ``kiban audit`` shows: the records, the chain's verdict, or its anchor."""
+
+    LIST = "list"
+    VERIFY = "verify"
+    ANCHOR = "anchor"
+
+
+def anchor_text(given: str) -> str:
+    """``--anchor``: ``SEQ:HASH``, or a file holding it (as ``kiban audit anchor`` prints it,
+    or its ``-o json`` document), as ``SEQ:HASH``; ValueError saying what is wrong."""
+    from kiban.domain.audit import parse_anchor
+
+    text = given
+    path = Path(given)
+    if ":" not in given or path.is_file():
+        try:
+            text = path.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"{given!r} is neither SEQ:HASH nor a readable file ({exc})") from None
+        if text.startswith("{"):
+            try:
+                document = json.loads(text)
+                text = f"{int(document['seq'])}:{document['hash']}"
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{given} is not a JSON anchor (with seq and hash)") from None
+    return str(parse_anchor(text))
+
+
 def audit_command(
+    view: Annotated[
+        AuditView,
+        typer.Argument(
+            help="list (the records), verify (walk the chain), anchor (print its last record "
+            "to keep elsewhere)",
+            case_sensitive=False,
+        ),
+    ] = AuditView.LIST,
     since: Annotated[
         str | None,
         typer.Option(help="from this long ago (30m, 2h, 7d) or this time (2026-11-01T09:00)"),
@@ -43,16 +86,43 @@ def audit_command(
         bool,
         typer.Option("--verify", help="walk the hash chain; name the first broken record"),
     ] = False,
+    anchor: Annotated[
+        str | None,
+        typer.Option(
+            help="with verify: SEQ:HASH (or a file of it) from `kiban audit anchor`; the chain "
+            "must still reach that record with that hash"
+        ),
+    ] = None,
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """The audit log, newest first (admin): every request that changed state or tried to,
-    denials included. ``--verify`` checks that no record was changed or removed."""
+    denials included. ``verify`` (or ``--verify``) checks that no record was changed or
+    removed; ``anchor`` prints the last record's SEQ:HASH to keep outside the store, and
+    ``verify --anchor`` then also shows records removed from the end."""
     from kiban.domain.audit import AuditAction
     from kiban.sdk.client import Client
 
     if verify:
+        view = AuditView.VERIFY
+    if anchor is not None and view is not AuditView.VERIFY:
+        fail("--anchor goes with verify: kiban audit verify --anchor SEQ:HASH")
+    if view is AuditView.ANCHOR:
         with Client() as api:
-            verdict = api.verify_audit()
+            head = api.audit_anchor()
+        if output.structured:
+            print_document(head, output)
+        else:
+            sys.stdout.write(f"{head['anchor']}\n")  # alone: kiban audit anchor > FILE
+        return
+    if view is AuditView.VERIFY:
+        kept = None
+        if anchor is not None:
+            try:
+                kept = anchor_text(anchor)
+            except ValueError as exc:
+                fail(f"--anchor: {exc}")
+        with Client() as api:
+            verdict = api.verify_audit(kept)
         if output.structured:
             print_document(verdict, output)
         elif verdict["intact"]:

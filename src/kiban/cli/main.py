@@ -142,7 +142,9 @@ COMMANDS: Final[dict[str, Lazy]] = {
     "audit": Lazy(
         "kiban.cli.audit:audit_command",
         "The audit log, newest first (admin): every request that changed state or tried to, "
-        "denials included. ``--verify`` checks that no record was changed or removed.",
+        "denials included. ``verify`` (or ``--verify``) checks that no record was changed or "
+        "removed; ``anchor`` prints the last record's SEQ:HASH to keep outside the store, and "
+        "``verify --anchor`` then also shows records removed from the end.",
         at_once=True,
     ),
     "sim": Lazy(

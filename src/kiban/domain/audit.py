@@ -259,6 +259,42 @@ class ChainBreak(StrEnum):
     MISSING = "missing"  # records before it were removed (its number skips)
     TRUNCATED = "truncated"  # the chain head names records that are no longer there
     HEAD_MISMATCH = "head-mismatch"  # the chain head does not name the last record
+    ANCHOR_GONE = "anchor-gone"  # the anchored record is no longer in the log (cut off the end)
+    ANCHOR_CHANGED = "anchor-changed"  # the anchored record's hash is not the one kept
+
+
+ANCHOR_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class ChainAnchor:
+    """A record's number and hash kept outside the store (a file, a ticket): a later walk of
+    the chain must reach that record and find that hash there. The chain head alone cannot
+    show records cut off the end when whoever cut them rewrote the head too; an anchor can."""
+
+    seq: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.seq}:{self.hash}"
+
+
+def parse_anchor(text: str) -> ChainAnchor:
+    """``SEQ:HASH`` (as ``str(anchor)`` writes it) as an anchor; ValueError saying what is
+    wrong with it otherwise."""
+    seq_text, colon, hash_text = text.strip().partition(":")
+    if not colon:
+        raise ValueError(f"{text!r} is not SEQ:HASH (a record number, a colon, its hash)")
+    try:
+        seq = int(seq_text)
+    except ValueError:
+        raise ValueError(f"{seq_text!r} is not a record number") from None
+    if seq < 0:
+        raise ValueError(f"the record number must be 0 or more, not {seq}")
+    hash_ = hash_text.strip().lower()
+    if ANCHOR_HASH.fullmatch(hash_) is None:
+        raise ValueError(f"{hash_text!r} is not a SHA-256 hash (64 hexadecimal digits)")
+    return ChainAnchor(seq, hash_)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,13 +313,15 @@ class Verification:
 
 class ChainWalk:
     """Checks records in order, a page at a time (the log may be long): ``feed`` each page,
-    then ``finish`` with the chain head. Stops at the first break."""
+    then ``finish`` with the chain head. Stops at the first break. With an ``anchor``, the
+    walk must also reach the anchored record and find its hash there."""
 
-    def __init__(self) -> None:
+    def __init__(self, anchor: ChainAnchor | None = None) -> None:
         self.records = 0
         self.last_seq = 0
         self.last_hash = GENESIS_HASH
         self.broken: Verification | None = None
+        self.anchor = anchor
 
     def feed(self, records: Iterable[ChainedEntry]) -> bool:
         """Check the next records; False once the chain is broken (stop reading)."""
@@ -317,9 +355,23 @@ class ChainWalk:
                     "it, or a record before it, was replaced",
                 )
                 return False
+            anchor = self.anchor
+            if anchor is not None and record.seq == anchor.seq and record.hash != anchor.hash:
+                self.broken = self._anchor_changed(record.hash)
+                return False
             self.last_seq = record.seq
             self.last_hash = record.hash
         return True
+
+    def _anchor_changed(self, found: str) -> Verification:
+        assert self.anchor is not None
+        return Verification(
+            self.records,
+            self.anchor.seq,
+            ChainBreak.ANCHOR_CHANGED,
+            f"record {self.anchor.seq} has hash {found[:12]}..., not the anchored "
+            f"{self.anchor.hash[:12]}...: it and the records after it were rewritten",
+        )
 
     def finish(self, head_seq: int, head_hash: str) -> Verification:
         """The verdict, given the chain head (the last record's number and hash, kept apart)."""
@@ -339,4 +391,15 @@ class ChainWalk:
                 ChainBreak.HEAD_MISMATCH,
                 f"the chain head names record {head_seq}, the log ends at {self.last_seq}",
             )
+        anchor = self.anchor
+        if anchor is not None and anchor.seq > self.last_seq:
+            return Verification(
+                self.records,
+                anchor.seq,
+                ChainBreak.ANCHOR_GONE,
+                f"the anchored record {anchor.seq} is gone: the log ends at {self.last_seq} "
+                "(records were removed from the end and the chain head rewritten)",
+            )
+        if anchor is not None and anchor.seq == 0 and anchor.hash != GENESIS_HASH:
+            return self._anchor_changed(GENESIS_HASH)
         return Verification(self.records)

@@ -455,9 +455,16 @@ class Client:
                 params[key] = value
         return list(self._request("GET", "/api/v1/audit", params=params))
 
-    def verify_audit(self) -> dict[str, Any]:
-        """Walk the audit log's hash chain (admin): ``intact``, else the first broken record."""
-        return dict(self._request("GET", "/api/v1/audit/verify"))
+    def verify_audit(self, anchor: str | None = None) -> dict[str, Any]:
+        """Walk the audit log's hash chain (admin): ``intact``, else the first broken record;
+        with an ``anchor`` (``SEQ:HASH``), the chain must still reach that record, that hash."""
+        params = {} if anchor is None else {"anchor": anchor}
+        return dict(self._request("GET", "/api/v1/audit/verify", params=params))
+
+    def audit_anchor(self) -> dict[str, Any]:
+        """The audit chain's last record (admin): ``seq``, ``hash`` and ``anchor`` (SEQ:HASH),
+        to keep outside the store for ``verify_audit``."""
+        return dict(self._request("GET", "/api/v1/audit/anchor"))
 
     def tenants(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/api/v1/tenants"))

@@ -7,8 +7,10 @@ Every append moves the chain head's row in its transaction (a row lock on Postgr
 lock on SQLite, held to the commit), so appends from anywhere, another process included, make
 one chain. Where this process knows the head (it moved it last), the records are chained before
 the lock is taken and the head is moved on condition that it is still that one: two statements
-(move the head, insert the records); otherwise, or when another writer moved it, the head is
-locked and read first (an UPDATE ... RETURNING), as a third.
+(move the head, insert the records; one on PostgreSQL, both in one), compiled once; otherwise,
+or when another writer moved it, the head is locked and read first (an UPDATE ... RETURNING).
+An anchor (``head_anchor``: the last record's number and hash, kept outside the store) lets
+``verify`` show records cut off the end even where the head was rewritten to match.
 """
 
 from __future__ import annotations
@@ -18,24 +20,27 @@ import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from prometheus_client import Counter
-from sqlalchemy import Table, insert, select, update
-from sqlalchemy.engine import URL
+from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from kiban.domain.audit import (
     AuditAction,
     AuditEntry,
     AuditOutcome,
+    ChainAnchor,
     ChainedEntry,
     ChainWalk,
     Verification,
     chain,
 )
 from kiban.services.auth import Principal
-from kiban.services.errors import Unavailable
+from kiban.services.errors import Conflict, Unavailable
 from kiban.services.group_commit import GroupCommit
 from kiban.store.models_audit import AuditChainHead, AuditRecord
 
@@ -45,6 +50,73 @@ HEAD_ID = 1
 _HEAD = cast(Table, AuditChainHead.__table__)
 _LOG = cast(Table, AuditRecord.__table__)
 VERIFY_PAGE = 5000
+
+# An append's statements, built once: building one (its WHERE clause's comparisons, its cache
+# key) cost more CPU than running it, at the batch sizes a busy server's writers commit
+_MOVE_KNOWN_HEAD = (
+    update(_HEAD)
+    .where(
+        _HEAD.c.id == HEAD_ID,
+        _HEAD.c.seq == bindparam("known_seq"),
+        _HEAD.c.hash == bindparam("known_hash"),
+    )
+    .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
+)
+_LOCK_HEAD = (
+    update(_HEAD)
+    .where(_HEAD.c.id == HEAD_ID)
+    .values(seq=_HEAD.c.seq)
+    .returning(_HEAD.c.seq, _HEAD.c.hash)
+)
+_MOVE_HEAD = (
+    update(_HEAD)
+    .where(_HEAD.c.id == HEAD_ID)
+    .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
+)
+_INSERT_RECORDS = insert(_LOG)
+_RECORD_COLUMNS = tuple(column.name for column in _LOG.columns)
+
+
+@dataclass(frozen=True)
+class _DriverSql:
+    """A Core statement compiled once for a dialect, run with ``exec_driver_sql``: no compile
+    cache lookup, no per-row bind processing (an append's values need none: numbers and text)
+    on the two statements every append runs."""
+
+    sql: str
+    order: tuple[str, ...] | None  # the bind names in order, for a positional paramstyle
+    fixed: dict[str, Any]  # the binds the statement itself gives (the head's id)
+
+    @classmethod
+    def of(cls, statement: ClauseElement, dialect: Dialect, keys: Sequence[str] = ()) -> _DriverSql:
+        compiled = cast(SQLCompiler, statement.compile(dialect=dialect, column_keys=list(keys)))
+        order = tuple(compiled.positiontup or ()) if compiled.positional else None
+        # the values the statement holds itself (the head's id), not the binds left to fill
+        fixed = {k: v for k, v in compiled.params.items() if type(v) in (int, str)}
+        return cls(compiled.string, order, fixed)
+
+    def params(self, values: dict[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        merged = {**self.fixed, **values} if self.fixed else values
+        if self.order is None:
+            return merged
+        return tuple(merged[name] for name in self.order)
+
+
+_DRIVER_SQL: dict[str, tuple[_DriverSql, _DriverSql]] = {}
+
+
+def _driver_sql(dialect: Dialect) -> tuple[_DriverSql, _DriverSql]:
+    """The conditional move of the head and the records' INSERT, for ``dialect``."""
+    key = f"{dialect.name}+{dialect.driver}"
+    found = _DRIVER_SQL.get(key)
+    if found is None:
+        found = (
+            _DriverSql.of(_MOVE_KNOWN_HEAD, dialect),
+            _DriverSql.of(_INSERT_RECORDS, dialect, _RECORD_COLUMNS),
+        )
+        _DRIVER_SQL[key] = found
+    return found
+
 
 APPEND_FAILURES_METRIC = "kiban_audit_append_failures"
 """Records the store refused (their requests were carried out and answered all the same)."""
@@ -94,9 +166,10 @@ def append(
     chain head stays locked until then.
 
     Where ``heads`` knows the head, the records are chained to it before any lock is taken and
-    written in two statements: the head moved on condition that it is still the one known (a
-    row lock on PostgreSQL, the write lock on SQLite, held to the commit), then the records.
-    Otherwise (or when the head moved elsewhere) the head is locked and read first."""
+    written in two statements (one on PostgreSQL): the head moved on condition that it is
+    still the one known (a row lock on PostgreSQL, the write lock on SQLite, held to the
+    commit), then the records. Otherwise (or when the head moved elsewhere) the head is locked
+    and read first."""
     if not entries:
         return []
     # Core statements on the tables, on the session's connection: the ORM's bulk machinery
@@ -107,30 +180,71 @@ def append(
     if known is not None:
         chained = chain(known[1], known[0], entries)
         last = chained[-1]
-        moved = connection.execute(
-            update(_HEAD)
-            .where(_HEAD.c.id == HEAD_ID, _HEAD.c.seq == known[0], _HEAD.c.hash == known[1])
-            .values(seq=last.seq, hash=last.hash)
+        if connection.dialect.name == "postgresql":
+            if _append_after_known_head_pg(connection, known, chained):
+                heads.moved(database, last.seq, last.hash)
+                return chained
+            known = None  # moved elsewhere: lock and read it below
+    if known is not None:
+        move, insert_records = _driver_sql(connection.dialect)
+        moved = connection.exec_driver_sql(
+            move.sql,
+            move.params(
+                {
+                    "known_seq": known[0],
+                    "known_hash": known[1],
+                    "new_seq": last.seq,
+                    "new_hash": last.hash,
+                }
+            ),
         )
         if moved.rowcount == 1:
-            connection.execute(insert(_LOG), [_row(c) for c in chained])
+            connection.exec_driver_sql(
+                insert_records.sql, [insert_records.params(_row(c)) for c in chained]
+            )
             heads.moved(database, last.seq, last.hash)
             return chained
     # lock and read in one statement: a concurrent append waits here, then reads our head
-    head = connection.execute(
-        update(_HEAD)
-        .where(_HEAD.c.id == HEAD_ID)
-        .values(seq=_HEAD.c.seq)
-        .returning(_HEAD.c.seq, _HEAD.c.hash)
-    ).one()
+    head = connection.execute(_LOCK_HEAD).one()
     chained = chain(head.hash, head.seq, entries)
-    connection.execute(insert(_LOG), [_row(c) for c in chained])
+    connection.execute(_INSERT_RECORDS, [_row(c) for c in chained])
     last = chained[-1]
-    connection.execute(
-        update(_HEAD).where(_HEAD.c.id == HEAD_ID).values(seq=last.seq, hash=last.hash)
-    )
+    connection.execute(_MOVE_HEAD, {"new_seq": last.seq, "new_hash": last.hash})
     heads.moved(database, last.seq, last.hash)
     return chained
+
+
+def _pg_append_sql() -> str:
+    """PostgreSQL: the head's conditional move and the records' INSERT as one statement (one
+    round trip): the records, passed as one array per column, are inserted only where the
+    head moved. A concurrent append holding the head's lock makes it wait, then find the head
+    moved (no row), so nothing is inserted and the caller locks and reads the head instead."""
+    columns = list(_LOG.columns)
+    names = ", ".join(c.name for c in columns)
+    arrays = ", ".join(f"%({c.name})s::{c.type.compile()}[]" for c in columns)
+    return (
+        "WITH moved AS (UPDATE audit_chain_head SET seq = %(new_seq)s, hash = %(new_hash)s "
+        f"WHERE id = {HEAD_ID} AND seq = %(known_seq)s AND hash = %(known_hash)s RETURNING id) "
+        f"INSERT INTO audit_log ({names}) SELECT * FROM unnest({arrays}) "
+        "WHERE EXISTS (SELECT 1 FROM moved)"
+    )
+
+
+_PG_APPEND = _pg_append_sql()
+
+
+def _append_after_known_head_pg(
+    connection: Connection, known: tuple[int, str], chained: list[ChainedEntry]
+) -> bool:
+    """Append ``chained`` after the head ``known`` in one statement; False (and nothing
+    written) when the head is no longer that one."""
+    rows = [_row(c) for c in chained]
+    params: dict[str, Any] = {name: [row[name] for row in rows] for name in _RECORD_COLUMNS}
+    params.update(
+        known_seq=known[0], known_hash=known[1], new_seq=chained[-1].seq, new_hash=chained[-1].hash
+    )
+    inserted = connection.exec_driver_sql(_PG_APPEND, params).rowcount
+    return bool(inserted == len(chained))
 
 
 def _row(chained: ChainedEntry) -> dict[str, object]:
@@ -217,12 +331,41 @@ def list_records(
 
 
 def verify_chain(
-    session: Session, principal: Principal, writer: AuditWriter | None
+    session: Session,
+    principal: Principal,
+    writer: AuditWriter | None,
+    anchor: ChainAnchor | None = None,
 ) -> Verification:
     """``verify`` for an admin (Forbidden for anyone else), once ``writer`` is flushed."""
     principal.require_admin()
     _flush(writer)
-    return verify(session)
+    return verify(session, anchor)
+
+
+def chain_anchor(session: Session, principal: Principal, writer: AuditWriter | None) -> ChainAnchor:
+    """``head_anchor`` for an admin (Forbidden for anyone else), once ``writer`` is flushed:
+    every request answered before this one is under the anchor."""
+    principal.require_admin()
+    _flush(writer)
+    return head_anchor(session)
+
+
+def head_anchor(session: Session) -> ChainAnchor:
+    """The chain's last record as an anchor to keep outside the store (seq 0 and the genesis
+    hash for an empty log). The head and the record it names are read in one statement (one
+    snapshot, while appends go on); Conflict when they disagree: the log is broken already,
+    and ``verify`` says where."""
+    row = session.execute(
+        select(_HEAD.c.seq, _HEAD.c.hash, _LOG.c.hash.label("record_hash"))
+        .select_from(_HEAD.outerjoin(_LOG, _LOG.c.seq == _HEAD.c.seq))
+        .where(_HEAD.c.id == HEAD_ID)
+    ).one()
+    if row.seq > 0 and row.record_hash != row.hash:
+        raise Conflict(
+            f"the chain head names record {row.seq}, which the log does not hold as named: "
+            "verify the log (kiban audit verify) before anchoring it"
+        )
+    return ChainAnchor(row.seq, row.hash)
 
 
 def _flush(writer: AuditWriter | None) -> None:
@@ -245,9 +388,10 @@ def _pages(session: Session) -> Iterator[list[ChainedEntry]]:
         after = rows[-1].seq
 
 
-def verify(session: Session) -> Verification:
-    """Walk the whole chain in order; the first record where it breaks, if any."""
-    walk = ChainWalk()
+def verify(session: Session, anchor: ChainAnchor | None = None) -> Verification:
+    """Walk the whole chain in order; the first record where it breaks, if any (with an
+    ``anchor``: also where the walk does not reach the anchored record with its hash)."""
+    walk = ChainWalk(anchor)
     for page in _pages(session):
         if not walk.feed(page):
             break

@@ -1,4 +1,5 @@
-"""The audit log: list its records and verify its chain (admins only)."""
+"""The audit log: list its records, verify its chain, and give its anchor (admins only; reads,
+so none of them is audited)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ from fastapi import APIRouter, Query
 
 from kiban.api import responses
 from kiban.api.audit_schemas import (
+    AuditAnchorOut,
     AuditRecordOut,
     AuditVerificationOut,
+    anchor_out,
     audit_record_out,
     verification_out,
 )
 from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN
-from kiban.domain.audit import AuditAction
+from kiban.domain.audit import AuditAction, parse_anchor
+from kiban.domain.errors import SpecError
 from kiban.services import audit
 
 router = APIRouter(
@@ -42,7 +46,31 @@ def list_records(
 
 @router.get("/verify", response_model=AuditVerificationOut, responses=responses.ADMIN)
 def verify(
-    platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    platform: PlatformDep,
+    principal: PrincipalDep,
+    session: SessionDep,
+    anchor: Annotated[
+        str | None,
+        Query(
+            description="SEQ:HASH kept from GET /api/v1/audit/anchor: the chain must still "
+            "reach that record with that hash"
+        ),
+    ] = None,
 ) -> AuditVerificationOut:
     """Walk the whole chain: intact, or the first record where it breaks and why."""
-    return verification_out(audit.verify_chain(session, principal, platform.audit))
+    kept = None
+    if anchor is not None:
+        try:
+            kept = parse_anchor(anchor)
+        except ValueError as exc:
+            raise SpecError.single("anchor", str(exc)) from None
+    return verification_out(audit.verify_chain(session, principal, platform.audit, kept), kept)
+
+
+@router.get(
+    "/anchor", response_model=AuditAnchorOut, responses={**responses.ADMIN, 409: responses.CONFLICT}
+)
+def anchor(platform: PlatformDep, principal: PrincipalDep, session: SessionDep) -> AuditAnchorOut:
+    """The chain's last record (number and hash), to keep outside the store: a later verify
+    with it shows records removed from the end even where the chain head was rewritten."""
+    return anchor_out(audit.chain_anchor(session, principal, platform.audit))
