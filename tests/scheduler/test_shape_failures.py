@@ -65,21 +65,20 @@ def _nodes() -> list[NodeView]:
     return list(built.build())
 
 
-shapes = st.tuples(
+tasks = st.tuples(
     st.integers(1, 4),  # replicas
     st.sampled_from([1, 2, 4, 8]),  # GPUs each
     st.sampled_from([None, None, 1, 2]),  # spread limit
     st.sampled_from([None, None, H100]),  # node selector
-    st.sampled_from([None, "preferred", "required"]),  # topology
     st.sampled_from(["worker", "trainer"]),  # task name (quoted by reasons)
-    st.booleans(),  # gang of one less than the replicas
 )
 
 
 @st.composite
 def crowded_snapshots(draw: st.DrawFn, nodes: list[NodeView] | None = None) -> Snapshot:
-    """Busy nodes with jobs ending at shared times, and a window of many jobs drawn from a few
-    gang shapes, differing in queue, priority, run time, preemption, kept and excluded nodes."""
+    """Busy nodes with jobs ending at shared times, and a window of many jobs drawn from one or
+    two kinds of task (so that most share a gang shape, and some differ only in gang size or
+    topology), differing in queue, priority, run time, preemption, kept and excluded nodes."""
     nodes = nodes if nodes is not None else _nodes()
     free = {n.name: len(n.free_gpu_ids) for n in nodes}
     runs = []
@@ -99,10 +98,13 @@ def crowded_snapshots(draw: st.DrawFn, nodes: list[NodeView] | None = None) -> S
         if draw(st.integers(0, 4)):
             r.max_runtime(float(draw(st.sampled_from([60, 100, 100, 200]))))
         runs.append(r)
-    pool = draw(st.lists(shapes, min_size=1, max_size=3))
+    pool = draw(st.lists(tasks, min_size=1, max_size=2))
     pending = []
     for i in range(draw(st.integers(2, 14))):
-        replicas, gpu, spread, selector, topology, name, short = draw(st.sampled_from(pool))
+        # Jobs of the same tasks differ in gang size and topology now and then: other shapes.
+        replicas, gpu, spread, selector, name = draw(st.sampled_from(pool))
+        short = not draw(st.integers(0, 3))
+        topology = draw(st.sampled_from([None, None, "preferred", "required"]))
         j = (
             job(f"p{i:02}")
             .queue(draw(st.sampled_from(["qa", "qa", "qb", "qc"])))
