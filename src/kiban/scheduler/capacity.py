@@ -59,6 +59,10 @@ class CapacityOverlay:
         self._transactions: list[Transaction[_Change]] = []
         self._undoing = False
         self._live_changes = 0  # takes and gives made and not undone: 0 while it equals its index
+        # Which capacity it holds (``state``): 0 for its index's; a new number at every take or
+        # give, the number it had back when a transaction is undone.
+        self._state = 0
+        self._states = 0
         self._constrained_fits: dict[
             tuple[int, int, int, NodeConstraint, Extended], tuple[bool, int]
         ] = {}
@@ -83,6 +87,14 @@ class CapacityOverlay:
         """Whether the overlay holds its index's capacity unchanged: no take or give made that
         was not undone (one made and reversed by hand counts as a change)."""
         return self._live_changes == 0
+
+    @property
+    def state(self) -> int:
+        """A number for the free capacity the overlay holds now, within its cycle: equal numbers,
+        equal capacity (0: its index's). Undoing a transaction gives back the number it began
+        with; any other take or give, a number not seen before, so a failed placement's answer
+        can be kept for as long as the number stays (``Cycle.failed_placement``)."""
+        return self._state
 
     def schedulable_nodes(self) -> list[str]:
         return sorted(self._gpu_ids)
@@ -362,6 +374,8 @@ class CapacityOverlay:
         if self._undoing:
             return
         self._live_changes += 1
+        self._states += 1
+        self._state = self._states
         if self._transactions:
             self._transactions[-1].changes.append(change)
 
@@ -371,7 +385,13 @@ class CapacityOverlay:
         Transactions nest: a committed inner one becomes part of the outer one, which can still
         undo it (a "what if" asks whether a gang would fit after giving capacity back).
         """
-        return nested(self._transactions, self._undo)
+        state = self._state
+
+        def undo(changes: list[_Change]) -> None:
+            self._undo(changes)
+            self._state = state  # the very capacity it began with
+
+        return nested(self._transactions, undo)
 
     def _undo(self, changes: list[_Change]) -> None:
         self._undoing = True

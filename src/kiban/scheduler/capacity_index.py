@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import compress
 from operator import is_not
 
@@ -38,26 +37,15 @@ def _remove(items: list[str], name: str) -> None:
     del items[bisect.bisect_left(items, name)]
 
 
-@dataclass(frozen=True, slots=True)
-class FailedPlacement:
-    """A gang that did not fit the index's free capacity, and why: what the answer depends on
-    besides the capacity (the gang's shape, the topology levels), so that a job whose shape
-    changed under the same id is not answered from the memo."""
+GangShape = tuple[tuple[object, ...], int, TopologyRequest | None, tuple[str, ...]]
+"""What a gang's placement depends on besides the free capacity and the nodes kept for others:
+its tasks (sizes, replicas, node constraints and preferences, spread, extended resources, and
+the task names its reasons quote), its gang size, its topology request, and the topology
+levels. Jobs of one shape fit or fail alike, for the same reason."""
 
-    tasks: tuple[object, ...]
-    gang_size: int
-    topology: TopologyRequest | None
-    levels: tuple[str, ...]
-    reason: PendingReason
 
-    def answers(self, job: PendingJob, levels: tuple[str, ...]) -> bool:
-        """Whether this failure is the answer for ``job`` (the same shape, the same levels)."""
-        return (
-            self.tasks == job.tasks
-            and self.gang_size == job.gang_size
-            and self.topology == job.topology
-            and self.levels == levels
-        )
+def gang_shape(job: PendingJob, levels: tuple[str, ...]) -> GangShape:
+    return (job.tasks, job.gang_size, job.topology, levels)
 
 
 class CapacityIndex:
@@ -91,14 +79,15 @@ class CapacityIndex:
         self.shapes: Counter[NodeShape] = Counter()
         # What gangs failed to fit on this very capacity (see ``failures``): forgotten at the
         # first change of any node, so an entry always describes the index as it is.
-        self._failures: dict[str, FailedPlacement] = {}
+        self._failures: dict[GangShape, PendingReason] = {}
         for node in sorted(nodes, key=lambda n: n.name):
             self.add(node)
 
     @property
-    def failures(self) -> dict[str, FailedPlacement]:
-        """Memo of the placements that failed on the index as it is now, by job id, for the
-        cycles that try a blocked head again while nothing changed (``Cycle.known_failure``).
+    def failures(self) -> dict[GangShape, PendingReason]:
+        """Memo of the placements that failed on the index as it is now, by gang shape, and
+        why, for the cycles that try a blocked head, or a job of the same shape, again while
+        nothing changed (``Cycle.known_failure``).
         Every change of a node (``add``, ``remove``, ``update``) empties it."""
         return self._failures
 

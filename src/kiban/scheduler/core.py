@@ -215,19 +215,17 @@ def _place(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[GangAttempt, Pen
         if known is not None:
             cycle.remember_failure(job, flavor)
             return _NO_FIT, known
-    attempt = cycle.try_place(job, flavor, allow)
+    attempt = cycle.place_or_recall(job, flavor, off_reserved=True)
     if attempt.fits:
         return attempt, None
     if allow is not None:
         if may_backfill(cycle, job, flavor):
-            attempt = cycle.try_place(job, flavor)
+            attempt = cycle.place_or_recall(job, flavor, off_reserved=False)
             if attempt.fits:
                 return attempt, None
         else:
-            with cycle.overlays[flavor].transaction():  # a what-if: undone on exit
-                probe = cycle.try_place(job, flavor)
             first = cycle.first_reservation(flavor, job.id)
-            if probe.fits and first is not None:
+            if first is not None and cycle.would_fit(job, flavor):
                 return _NO_FIT, PendingReason(
                     ReasonCode.BLOCKED_BY_RESERVATION,
                     f"would fit now, but on GPUs reserved for job {first.job_id} starting "
@@ -248,7 +246,14 @@ _NO_FIT = GangAttempt((), 0, False)
 def _capacity_reason(
     cycle: Cycle, job: PendingJob, flavor: str, placed: int | None
 ) -> PendingReason:
-    """Why the gang does not fit the flavor's free capacity (``placed``: replicas that did)."""
+    """Why the gang does not fit the flavor's free capacity (``placed``: replicas that did),
+    written once per gang shape and capacity (``Cycle.capacity_reason``)."""
+    return cycle.capacity_reason(
+        job, flavor, placed, lambda: _write_reason(cycle, job, flavor, placed)
+    )
+
+
+def _write_reason(cycle: Cycle, job: PendingJob, flavor: str, placed: int | None) -> PendingReason:
     overlay = cycle.overlays[flavor]
     for task in job.tasks:
         fits, blocked = task_fits_some_node(task, overlay)

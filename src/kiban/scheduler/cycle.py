@@ -7,13 +7,13 @@ every "what if" (preemption, reservation) runs inside a capacity transaction tha
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from operator import attrgetter
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
-from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex, FailedPlacement
+from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex, gang_shape
 from kiban.scheduler.feasibility import EmptyCluster, never_fits, usable_flavors
 from kiban.scheduler.node_match import NodeConstraint
 from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
@@ -75,9 +75,17 @@ class Cycle:
     _reservations: list[Reservation] = field(default_factory=list, init=False)
     # node -> the job it is kept for
     _reserved_by: dict[str, str] = field(default_factory=dict, init=False)
+    _reservers: set[str] = field(default_factory=set, init=False)  # the jobs holding some
     _victims: set[str] = field(default_factory=set, init=False)
     _preemption_searches: int = field(default=0, init=False)
     _failed_shapes: dict[tuple[str, NodeConstraint | None, Extended], list[_Shape]] = field(
+        default_factory=dict, init=False
+    )
+    # Placements that failed, by flavor, capacity (the overlay's state), the nodes kept for
+    # others, and gang shape: how many replicas fitted; and the capacity reasons written.
+    _failed_placements: dict[tuple[object, ...], int] = field(default_factory=dict, init=False)
+    _fitting: set[tuple[object, ...]] = field(default_factory=set, init=False)
+    _capacity_reasons: dict[tuple[object, ...], PendingReason] = field(
         default_factory=dict, init=False
     )
     _running_by_flavor: dict[str, list[RunningJob]] | None = None
@@ -259,6 +267,7 @@ class Cycle:
 
     def add_reservation(self, reservation: Reservation) -> None:
         self._reservations.append(reservation)
+        self._reservers.add(reservation.job_id)
         for node in reservation.nodes:
             self._reserved_by.setdefault(node, reservation.job_id)
 
@@ -359,6 +368,67 @@ class Cycle:
             )
         return place_gang(job, overlay, allow)
 
+    def place_or_recall(self, job: PendingJob, flavor: str, off_reserved: bool) -> GangAttempt:
+        """``try_place`` off the nodes kept for other jobs (``off_reserved``) or on any, answered
+        without placing when a gang of the same shape failed this cycle on the same capacity
+        (the overlay's ``state``) and the same kept nodes (the reservations so far, the job
+        holding none of them, else the filter depends on the job): a placement's outcome
+        depends on nothing else, and a BestEffortFIFO window holds thousands of jobs of a few
+        shapes."""
+        allow = self.reservation_filter(job.id) if off_reserved else None
+        key: tuple[object, ...] | None = None
+        if allow is None or job.id not in self._reservers:
+            key = self._placement_key(job, flavor, allow is not None)
+            placed = self._failed_placements.get(key)
+            if placed is not None:
+                return GangAttempt((), placed, False)
+        attempt = self.try_place(job, flavor, allow)
+        if key is not None and not attempt.fits:
+            self._failed_placements[key] = attempt.placed
+        return attempt
+
+    def would_fit(self, job: PendingJob, flavor: str) -> bool:
+        """Whether the gang would fit the flavor's free capacity, reservations ignored (a what-if,
+        undone), remembered like ``place_or_recall``'s failures, fits too."""
+        key = self._placement_key(job, flavor, False)
+        if key in self._fitting:
+            return True
+        if key in self._failed_placements:
+            return False
+        with self.overlays[flavor].transaction():  # undone on exit
+            attempt = self.try_place(job, flavor)
+        if attempt.fits:
+            self._fitting.add(key)
+        else:
+            self._failed_placements[key] = attempt.placed
+        return attempt.fits
+
+    def _placement_key(
+        self, job: PendingJob, flavor: str, off_reserved: bool
+    ) -> tuple[object, ...]:
+        """What a placement's outcome depends on: the flavor, its free capacity now, the nodes
+        kept for others (by how many reservations were made: only added to; -1 for none kept
+        off), and the gang's shape (levels are the cycle's)."""
+        kept = len(self._reservations) if off_reserved else -1
+        state = self.overlays[flavor].state
+        return (flavor, state, kept, job.tasks, job.gang_size, job.topology)
+
+    def capacity_reason(
+        self,
+        job: PendingJob,
+        flavor: str,
+        placed: int | None,
+        write: Callable[[], PendingReason],
+    ) -> PendingReason:
+        """Why the gang does not fit the flavor's free capacity (``write``), kept for the jobs of
+        the same shape while the capacity stays (its sentence and numbers depend on nothing
+        else: the gang's sizes and task names, the free capacity, ``placed``)."""
+        key = (flavor, self.overlays[flavor].state, placed, job.tasks, job.gang_size, job.topology)
+        reason = self._capacity_reasons.get(key)
+        if reason is None:
+            reason = self._capacity_reasons[key] = write()
+        return reason
+
     def reserved_for_others(self, job_id: str) -> list[str]:
         """The nodes kept for other jobs' reservations: what ``reservation_filter`` keeps the
         job off (sorted, so what is computed from them does not depend on the order kept)."""
@@ -405,26 +475,22 @@ class Cycle:
         )
 
     def known_failure(self, job: PendingJob, flavor: str) -> PendingReason | None:
-        """Why the job did not fit the flavor's free capacity when last tried on the very same
-        capacity (None: not known). A blocked head is tried again in every cycle; while no node
-        of the flavor changed (the index empties its memo at any change) and this cycle has
-        taken nothing on it yet, the placement would fail again, for the same reason."""
+        """Why the job, or one of the same gang shape, did not fit the flavor's free capacity when
+        last tried on the very same capacity (None: not known). A blocked head is tried again in
+        every cycle; while no node of the flavor changed (the index empties its memo at any
+        change) and this cycle has taken nothing on it yet, the placement would fail again, for
+        the same reason (which names no job)."""
         overlay = self.overlays[flavor]
         if not overlay.pristine:
             return None
-        known = overlay.index.failures.get(job.id)
-        if known is None or not known.answers(job, self.snapshot.topology_levels):
-            return None
-        return known.reason
+        return overlay.index.failures.get(gang_shape(job, self.snapshot.topology_levels))
 
     def note_failure(self, job: PendingJob, flavor: str, reason: PendingReason) -> None:
         """Keep a placement's failure on the flavor's untouched capacity for the next cycles
         (``known_failure``); nothing is kept once this cycle changed the capacity."""
         overlay = self.overlays[flavor]
         if overlay.pristine:
-            levels = self.snapshot.topology_levels
-            failed = FailedPlacement(job.tasks, job.gang_size, job.topology, levels, reason)
-            overlay.index.failures[job.id] = failed
+            overlay.index.failures[gang_shape(job, self.snapshot.topology_levels)] = reason
 
     def remember_failure(self, job: PendingJob, flavor: str) -> None:
         shape = self.shape(job)
