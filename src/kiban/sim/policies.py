@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kiban.scheduler.attained_service import (
@@ -194,6 +194,22 @@ POLICIES: dict[str, SimPolicy] = {
         standing="share",
     ),
 }
+
+
+def with_oracle_runtimes(policy: SimPolicy) -> SimPolicy:
+    """``policy`` told every job's true remaining run time where it would estimate one (named
+    ``<name>-oracle``): beside ``policy`` itself, the cost of not knowing run times."""
+    return replace(
+        policy,
+        name=f"{policy.name}-oracle",
+        description=f"{policy.name} with oracle run times: the estimator replaced by each "
+        "job's true remaining run time (what estimates cost, measured against it)",
+        oracle=True,
+        estimates=False,
+    )
+
+
+POLICIES["recommended-oracle"] = with_oracle_runtimes(POLICIES["recommended"])
 
 
 def policy_named(name: str) -> SimPolicy:
