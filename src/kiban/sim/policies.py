@@ -37,7 +37,6 @@ from kiban.scheduler.attained_service import (
     attained_now,
     las_level,
     least_attained_first,
-    next_level_after,
 )
 from kiban.scheduler.policy import DEFAULT_POLICY, MayPreempt, Policy
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, RunningJob
@@ -176,13 +175,12 @@ POLICIES: dict[str, SimPolicy] = {
     ),
     "recommended": SimPolicy(
         "recommended",
-        "the recommended policy for research clusters: LeastAttainedService queues (Tiresias' "
-        "discretized LAS within a queue, bounded preemption), queue heads by decayed-usage fair "
-        "share, reclaim/priority/fair-share preemption, EASY backfill on time limits or, "
-        "without one, on run times estimated from the jobs that finished before",
+        "the recommended policy for research clusters: ShortestExpectedService queues (Helios' "
+        "QSSF within a queue: the fewest expected GPU-seconds first, on time limits or run "
+        "times estimated from the jobs that finished before), queue heads by decayed-usage "
+        "fair share, reclaim/priority/fair-share preemption, EASY backfill on the same run times",
         DEFAULT_POLICY,
-        strategy=QueueStrategy.LEAST_ATTAINED_SERVICE,
-        next_level=next_level_after,
+        strategy=QueueStrategy.SHORTEST_EXPECTED_SERVICE,
         estimates=True,
     ),
     "drf": SimPolicy(
