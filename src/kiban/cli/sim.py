@@ -45,7 +45,10 @@ def sim_command(
     ] = False,
     policy: Annotated[
         str,
-        typer.Option(help="kiban, fifo, sjf, srtf, las, drf, recommended or recommended-oracle"),
+        typer.Option(
+            help="kiban, fifo, sjf, srtf, las, drf, recommended, recommended-oracle, "
+            "recommended-las"
+        ),
     ] = "kiban",
     compare: Annotated[
         str | None, typer.Option(help="several policies side by side, e.g. fifo,sjf,kiban")

@@ -37,6 +37,7 @@ from kiban.scheduler.attained_service import (
     attained_now,
     las_level,
     least_attained_first,
+    next_level_after,
 )
 from kiban.scheduler.policy import DEFAULT_POLICY, MayPreempt, Policy
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, RunningJob
@@ -181,6 +182,16 @@ POLICIES: dict[str, SimPolicy] = {
         "fair share, reclaim/priority/fair-share preemption, EASY backfill on the same run times",
         DEFAULT_POLICY,
         strategy=QueueStrategy.SHORTEST_EXPECTED_SERVICE,
+        estimates=True,
+    ),
+    "recommended-las": SimPolicy(
+        "recommended-las",
+        "the previous recommendation, kept to compare: LeastAttainedService queues (Tiresias' "
+        "discretized LAS within a queue, bounded preemption) in place of recommended's "
+        "ShortestExpectedService, the rest as recommended",
+        DEFAULT_POLICY,
+        strategy=QueueStrategy.LEAST_ATTAINED_SERVICE,
+        next_level=next_level_after,
         estimates=True,
     ),
     "drf": SimPolicy(
