@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kiban.scheduler import schedule
+from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.policy import Policy, priority_then_fifo
 from kiban.scheduler.snapshot import (
     FlavorView,
     NodeView,
+    PendingJob,
+    QueueStrategy,
     QueueView,
     RunningJob,
     RunningReplica,
@@ -87,3 +92,35 @@ def test_the_queues_of_one_members_jobs_are_named_as_jobs_come_and_start() -> No
     assert {a.job_id for a in decisions.admitted} == {"u2-1", "b1"}
     cluster.apply(decisions, 0.0)
     assert one_member(cluster) == {"a", "b"}  # u2's job started: u1's are left; b is empty
+
+
+def test_revised_estimates_reorder_the_waiting_jobs_as_the_live_loop_would() -> None:
+    """In a ShortestExpectedService queue (the fewest expected GPU-seconds first), queue a
+    waits as x, y, z (first come, nothing known yet). Estimates learned for a: x 5,000 s,
+    y 100 s, z none: the next snapshot shows y, x, z, as the live loop sorts what it knows
+    each cycle; queue b, not revised, keeps its order."""
+    queues = [
+        QueueView("a", "a", strategy=QueueStrategy.SHORTEST_EXPECTED_SERVICE),
+        QueueView("b", "b"),
+    ]
+    policy = with_queue_strategies(Policy(), queues)
+    nodes = [NodeView("n0", 1, 64_000, 2**36, (0,), 64_000, 2**36)]
+    cluster = ClusterState(
+        nodes=nodes, queues=queues, order_key=policy.order_key, flavors=(FlavorView("default"),)
+    )
+    for i, (name, queue) in enumerate([("x", "a"), ("y", "a"), ("z", "a"), ("w", "b")]):
+        cluster.add_waiting(job(name).queue(queue).tenant(queue).submitted(float(i)).build())
+    learned = {"x": 5000.0, "y": 100.0}
+
+    def revise(pending: PendingJob) -> PendingJob:
+        known = learned.get(pending.id)
+        return pending if known is None else replace(pending, estimated_runtime=known)
+
+    cluster.revise_waiting({"a"}, revise)
+    pending = cluster.snapshot(10.0, {}).pending
+    assert [(j.id, j.estimated_runtime) for j in pending] == [
+        ("y", 100.0),
+        ("x", 5000.0),
+        ("z", None),
+        ("w", None),
+    ]

@@ -43,7 +43,7 @@ def test_las_preemption_never_cycles_nor_starves_the_largest_gang(
         for at, duration, gpus in rows
     ]
     trace = write_csv(tmp_path / "las.csv", lines)
-    report = replay(trace, "recommended", nodes=2, gpus_per_node=4, checkpoint_s=600.0)
+    report = replay(trace, "recommended-las", nodes=2, gpus_per_node=4, checkpoint_s=600.0)
     (result,) = report.results
     assert result.error is None
     assert result.outcome is not None
@@ -55,10 +55,10 @@ def test_las_preemption_never_cycles_nor_starves_the_largest_gang(
     assert max(r.preemptions for r in runs) <= len(LAS_THRESHOLDS_GPU_S)
 
 
-def test_the_recommended_cluster_file_declares_las_queues() -> None:
+def test_the_recommended_cluster_file_declares_shortest_expected_service_queues() -> None:
     from kiban.scheduler.snapshot import QueueStrategy
     from kiban.sim.cluster import load_cluster_file
 
     example = Path(__file__).resolve().parents[2] / "examples" / "cluster-recommended.yaml"
     cluster = load_cluster_file(example)
-    assert {q.strategy for q in cluster.queues} == {QueueStrategy.LEAST_ATTAINED_SERVICE}
+    assert {q.strategy for q in cluster.queues} == {QueueStrategy.SHORTEST_EXPECTED_SERVICE}

@@ -193,3 +193,42 @@ def test_the_loop_and_the_simulator_agree_on_least_attained_service_queues(
         (2000, "late"),
         (2100, "long"),
     ]
+
+
+# The same nodes, the default queue ShortestExpectedService. fill (6 GPUs) runs from 0 to 100;
+# long (2 GPUs, maxRuntime 1,000 s: 2,000 GPU-s expected), short (2 x 100 = 200) and wide
+# (4 x 60 = 240) wait, in that order of arrival. At 100 the 6 free GPUs go to short and wide,
+# the smallest expected first (first come would start long and short, and wide would wait);
+# long starts when short ends at 130.
+QSSF_SCENARIO = [
+    Scripted("fill", 0, 100, 3, 2, limit=200),
+    Scripted("long", 10, 50, 1, 2, limit=1000),
+    Scripted("short", 20, 30, 1, 2, limit=100),
+    Scripted("wide", 30, 40, 2, 2, limit=60),
+]
+QSSF_QUEUES = """
+queues:
+  - {name: default, strategy: ShortestExpectedService}
+"""
+
+
+def test_the_loop_and_the_simulator_agree_on_shortest_expected_service_queues(
+    platform: Platform, executor: FakeExecutor, clock: ManualClock, tmp_path: Path
+) -> None:
+    with platform.sessions() as session:
+        apply_policy(session, load_document(QSSF_QUEUES), actor="test", at=clock.now())
+        session.commit()
+    live = drive_live(platform, executor, clock, QSSF_SCENARIO, check=False)
+    simulated = drive_sim(
+        tmp_path,
+        QSSF_SCENARIO,
+        CLUSTER + QSSF_QUEUES,
+        preemptions={"fill": 0, "long": 0, "short": 0, "wide": 0},
+    )
+    assert simulated == live
+    assert sorted((t, name) for t, name, _ in live) == [
+        (0, "fill"),
+        (100, "short"),
+        (100, "wide"),
+        (130, "long"),
+    ]

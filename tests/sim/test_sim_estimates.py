@@ -49,3 +49,30 @@ def test_the_replay_reports_the_estimates_error(tmp_path: Path) -> None:
     assert recommended.as_json()["estimate_mdape_percent"] == 33.3
     assert "estimate_mdape_percent" not in default.extra
     assert "estimate_mdape_percent" not in default.as_json()
+
+
+def test_recommended_with_oracle_run_times_plans_on_the_truth(tmp_path: Path) -> None:
+    """``recommended-oracle`` is recommended with the estimator replaced by the true remaining
+    run times: every waiting job carries its duration from the first cycle on (job 4 ran 300 s
+    above), nothing is estimated, and no estimate error is reported."""
+    trace = write_csv(tmp_path / "t.csv", ROWS, HEADER)
+    prepared = prepare(SimOptions(trace, nodes=1, gpus_per_node=1, rho=False))
+    seen: dict[float, dict[str, tuple[float | None, float | None]]] = {}
+
+    def note(snapshot: Snapshot, _decisions: Decisions) -> None:
+        seen.setdefault(
+            snapshot.now, {j.id: (j.max_runtime, j.estimated_runtime) for j in snapshot.pending}
+        )
+
+    oracle = policy_named("recommended-oracle")
+    recommended = policy_named("recommended")
+    assert (oracle.core, oracle.strategy) == (recommended.core, recommended.strategy)
+    Simulator(prepared.jobs, prepared.cluster, prepared.queues, oracle, on_cycle=note).run()
+    assert seen[0.0] == {
+        "job-2": (100.0, None),
+        "job-3": (100.0, None),
+        "job-4": (300.0, None),
+        "job-5": (100.0, None),
+    }
+    report = replay(trace, "recommended-oracle")
+    assert "estimate_mdape_percent" not in report.results[0].summary.extra

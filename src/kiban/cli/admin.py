@@ -165,7 +165,10 @@ def delete_queue(
 def queue_strategy(
     name: Annotated[str, typer.Argument(help="queue name")],
     strategy: Annotated[
-        str, typer.Argument(help="StrictFIFO, BestEffortFIFO or LeastAttainedService")
+        str,
+        typer.Argument(
+            help="StrictFIFO, BestEffortFIFO, LeastAttainedService or ShortestExpectedService"
+        ),
     ],
 ) -> None:
     """Change a queue's strategy (an admin, or its tenant's tenant-admin)."""
@@ -224,7 +227,10 @@ def create_queue(
     quota: QuotaItems = None,
     cohort: Annotated[str | None, typer.Option(help="cohort it borrows and lends in")] = None,
     strategy: Annotated[
-        str, typer.Option(help="StrictFIFO, BestEffortFIFO or LeastAttainedService")
+        str,
+        typer.Option(
+            help="StrictFIFO, BestEffortFIFO, LeastAttainedService or ShortestExpectedService"
+        ),
     ] = "StrictFIFO",
     weight: Weight = None,
 ) -> None:

@@ -44,7 +44,11 @@ def sim_command(
         ),
     ] = False,
     policy: Annotated[
-        str, typer.Option(help="kiban, fifo, sjf, srtf, las, drf or recommended")
+        str,
+        typer.Option(
+            help="kiban, fifo, sjf, srtf, las, drf, recommended, recommended-oracle, "
+            "recommended-las"
+        ),
     ] = "kiban",
     compare: Annotated[
         str | None, typer.Option(help="several policies side by side, e.g. fifo,sjf,kiban")

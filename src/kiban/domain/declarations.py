@@ -291,7 +291,9 @@ class QueueDecl(SpecModel):
     quota: GpusByFlavor | None = None
     borrowing_limit: GpusByFlavor | None = None
     lending_limit: GpusByFlavor | None = None
-    strategy: Literal["StrictFIFO", "BestEffortFIFO", "LeastAttainedService"] = "StrictFIFO"
+    strategy: Literal[
+        "StrictFIFO", "BestEffortFIFO", "LeastAttainedService", "ShortestExpectedService"
+    ] = "StrictFIFO"
     fair_share_weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
     allocation: QueueAllocationDecl | None = None  # time-bounded quota and weight
     scavenger: StrictBool = False  # idle capacity only: preempted by any job needing its nodes

@@ -25,6 +25,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from kiban.scheduler.expected_service import expected_service, shortest_expected_queues
 from kiban.scheduler.policy import MayPreempt, OrderKey, Policy
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, RunningJob
 
@@ -76,15 +77,19 @@ def las_queues(queues: Iterable[QueueView]) -> frozenset[str]:
 @dataclass(frozen=True, slots=True)
 class LasOrder:
     """The order key of a policy whose ``queues`` order by least attained service: their jobs
-    by level first; the jobs of other queues keep ``base``'s order, at level 0, so that keys of
-    different queues stay comparable."""
+    by level first; the jobs of ``by_size`` (ShortestExpectedService queues,
+    ``kiban.scheduler.expected_service``) by expected GPU-seconds first; the jobs of other
+    queues keep ``base``'s order, at level 0 and size 0, so that keys of different queues stay
+    comparable."""
 
     base: OrderKey
     queues: frozenset[str]
+    by_size: frozenset[str] = frozenset()
 
     def __call__(self, job: PendingJob) -> tuple[float | int | str, ...]:
         level = las_level(job.attained_service) if job.queue in self.queues else 0
-        return (-job.priority, level, *self.base(job))
+        size = expected_service(job) if job.queue in self.by_size else 0.0
+        return (-job.priority, level, size, *self.base(job))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +108,15 @@ class LasGround:
 
 def with_queue_strategies(policy: Policy, queues: Iterable[QueueView]) -> Policy:
     """``policy`` as the queues' strategies make it: unchanged when no queue orders by least
-    attained service (or when it already is); else ``LasOrder`` and, when the policy preempts,
-    ``LasGround``."""
+    attained service or shortest expected service (or when it already is); else ``LasOrder``
+    and, when the policy preempts and some queue is LeastAttainedService, ``LasGround``."""
+    queues = list(queues)
     las = las_queues(queues)
+    by_size = shortest_expected_queues(queues)
     key = policy.order_key
-    if not las or (isinstance(key, LasOrder) and key.queues == las):
+    if not las and not by_size:
+        return policy
+    if isinstance(key, LasOrder) and (key.queues, key.by_size) == (las, by_size):
         return policy
     ground = policy.may_preempt
     if isinstance(key, LasOrder):
@@ -116,6 +125,6 @@ def with_queue_strategies(policy: Policy, queues: Iterable[QueueView]) -> Policy
         ground = ground.base
     return replace(
         policy,
-        order_key=LasOrder(key, las),
-        may_preempt=LasGround(ground, las) if policy.preemption else ground,
+        order_key=LasOrder(key, las, by_size),
+        may_preempt=LasGround(ground, las) if policy.preemption and las else ground,
     )

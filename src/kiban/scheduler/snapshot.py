@@ -46,11 +46,13 @@ def extended_of(amounts: Mapping[str, int]) -> Extended:
 class QueueStrategy(StrEnum):
     """StrictFIFO: the head blocks its queue. BestEffortFIFO: others may pass a stuck head.
     LeastAttainedService: best effort, in order of the GPU-seconds each job has run so far,
-    with bounded preemption (``kiban.scheduler.attained_service``)."""
+    with bounded preemption (``kiban.scheduler.attained_service``). ShortestExpectedService:
+    best effort, smallest expected GPU-seconds first (``kiban.scheduler.expected_service``)."""
 
     STRICT_FIFO = "StrictFIFO"
     BEST_EFFORT_FIFO = "BestEffortFIFO"
     LEAST_ATTAINED_SERVICE = "LeastAttainedService"
+    SHORTEST_EXPECTED_SERVICE = "ShortestExpectedService"
 
 
 @dataclass(frozen=True, slots=True)

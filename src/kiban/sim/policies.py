@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kiban.scheduler.attained_service import (
@@ -176,10 +176,19 @@ POLICIES: dict[str, SimPolicy] = {
     ),
     "recommended": SimPolicy(
         "recommended",
-        "the recommended policy for research clusters: LeastAttainedService queues (Tiresias' "
-        "discretized LAS within a queue, bounded preemption), queue heads by decayed-usage fair "
-        "share, reclaim/priority/fair-share preemption, EASY backfill on time limits or, "
-        "without one, on run times estimated from the jobs that finished before",
+        "the recommended policy for research clusters: ShortestExpectedService queues (Helios' "
+        "QSSF within a queue: the fewest expected GPU-seconds first, on time limits or run "
+        "times estimated from the jobs that finished before), queue heads by decayed-usage "
+        "fair share, reclaim/priority/fair-share preemption, EASY backfill on the same run times",
+        DEFAULT_POLICY,
+        strategy=QueueStrategy.SHORTEST_EXPECTED_SERVICE,
+        estimates=True,
+    ),
+    "recommended-las": SimPolicy(
+        "recommended-las",
+        "the previous recommendation, kept to compare: LeastAttainedService queues (Tiresias' "
+        "discretized LAS within a queue, bounded preemption) in place of recommended's "
+        "ShortestExpectedService, the rest as recommended",
         DEFAULT_POLICY,
         strategy=QueueStrategy.LEAST_ATTAINED_SERVICE,
         next_level=next_level_after,
@@ -194,6 +203,22 @@ POLICIES: dict[str, SimPolicy] = {
         standing="share",
     ),
 }
+
+
+def with_oracle_runtimes(policy: SimPolicy) -> SimPolicy:
+    """``policy`` told every job's true remaining run time where it would estimate one (named
+    ``<name>-oracle``): beside ``policy`` itself, the cost of not knowing run times."""
+    return replace(
+        policy,
+        name=f"{policy.name}-oracle",
+        description=f"{policy.name} with oracle run times: the estimator replaced by each "
+        "job's true remaining run time (what estimates cost, measured against it)",
+        oracle=True,
+        estimates=False,
+    )
+
+
+POLICIES["recommended-oracle"] = with_oracle_runtimes(POLICIES["recommended"])
 
 
 def policy_named(name: str) -> SimPolicy:

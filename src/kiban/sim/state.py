@@ -327,12 +327,18 @@ class ClusterState:
     def revise_waiting(
         self, tenants: Container[str], revise: Callable[[PendingJob], PendingJob]
     ) -> None:
-        """Revise the waiting jobs of these tenants that the next snapshot shows (each queue's
-        window), in place; ``revise`` must not change a job's place in its queue's order."""
+        """Revise the waiting jobs of these tenants, in place; a queue whose order a revision
+        changed (an order key that reads estimates) is sorted again, as the live loop orders
+        each cycle's jobs by what it knows then."""
+        key = self.order_key
         for jobs in self.waiting.values():
-            for k, job in enumerate(jobs[: self.window]):
+            moved = False
+            for k, job in enumerate(jobs):
                 if job.tenant in tenants:
-                    jobs[k] = revise(job)
+                    revised = jobs[k] = revise(job)
+                    moved = moved or (revised is not job and key(revised) != key(job))
+            if moved:
+                jobs.sort(key=key)
 
     def _replace_waiting(self, job_id: str, **changes: object) -> None:
         job = self.in_window.get(job_id)

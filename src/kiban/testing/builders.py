@@ -262,6 +262,10 @@ class QueueBuilder:
         self._strategy = QueueStrategy.LEAST_ATTAINED_SERVICE
         return self
 
+    def shortest_expected_service(self) -> Self:
+        self._strategy = QueueStrategy.SHORTEST_EXPECTED_SERVICE
+        return self
+
     def scavenger(self) -> Self:
         """Its jobs run on idle capacity only, preempted by any job needing their nodes."""
         self._scavenger = True
