@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from node_changes import CHANGES, changed
 
 from kiban.scheduler import ReasonCode, schedule
 from kiban.scheduler.capacity_index import CapacityCache
@@ -64,27 +65,8 @@ def _outcome(decisions: Decisions) -> dict[str, Any]:
     }
 
 
-def _changed(nodes: list[NodeView], what: str, which: int, amount: int) -> list[NodeView]:
-    """One node's view replaced: GPUs taken or freed, cordoned or back, labels changed."""
-    i = which % len(nodes)
-    node = nodes[i]
-    if what == "take":
-        new = dataclasses.replace(node, free_gpu_ids=node.free_gpu_ids[amount:])
-    elif what == "give":
-        ids = sorted(set(node.free_gpu_ids) | set(range(min(amount, node.gpus))))
-        new = dataclasses.replace(node, free_gpu_ids=tuple(ids))
-    elif what == "cordon":
-        new = dataclasses.replace(node, schedulable=False, unschedulable_reason="cordoned")
-    elif what == "uncordon":
-        new = dataclasses.replace(node, schedulable=True, unschedulable_reason="")
-    else:  # relabel: the H100 label moves on or off the node, its capacity unchanged
-        labels = {} if node.labels.get("gpu.product") == "H100" else {"gpu.product": "H100"}
-        new = dataclasses.replace(node, labels=labels)
-    return [*nodes[:i], new, *nodes[i + 1 :]]
-
-
 change = st.tuples(
-    st.sampled_from(["take", "give", "cordon", "uncordon", "relabel"]),
+    st.sampled_from(CHANGES),
     st.integers(0, 20),
     st.integers(0, 8),
 )
@@ -102,7 +84,7 @@ def test_cycles_with_a_kept_cache_decide_as_fresh_ones(steps: list[Any]) -> None
     nodes = _nodes()
     for changes, size in steps:
         for what, which, amount in changes:
-            nodes = _changed(nodes, what, which, amount)
+            nodes = changed(nodes, what, which, amount)
         snap = _snapshot(nodes, _jobs(size))
         with_memo = _outcome(schedule(snap, cache=kept))
         assert with_memo == _outcome(schedule(snap, cache=CapacityCache()))

@@ -4,7 +4,6 @@ across cycles ``known_failure``): cycles decide exactly as cycles that place eve
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from node_changes import changed
 
 from kiban.scheduler import ReasonCode, schedule
 from kiban.scheduler.capacity_index import CapacityCache
@@ -156,23 +156,6 @@ def test_a_cycle_reusing_failed_shapes_decides_as_one_placing_every_job(
     assert with_memo == plain
 
 
-def _changed(nodes: list[NodeView], what: str, which: int, amount: int) -> list[NodeView]:
-    """One node's view replaced: GPUs taken or freed, cordoned, or its labels changed."""
-    i = which % len(nodes)
-    node = nodes[i]
-    if what == "take":
-        new = dataclasses.replace(node, free_gpu_ids=node.free_gpu_ids[amount:])
-    elif what == "give":
-        ids = sorted(set(node.free_gpu_ids) | set(range(min(amount, node.gpus))))
-        new = dataclasses.replace(node, free_gpu_ids=tuple(ids))
-    elif what == "cordon":
-        new = dataclasses.replace(node, schedulable=False, unschedulable_reason="cordoned")
-    else:
-        labels = {} if node.labels.get("gpu.product") == "H100" else {"gpu.product": "H100"}
-        new = dataclasses.replace(node, labels=labels)
-    return [*nodes[:i], new, *nodes[i + 1 :]]
-
-
 change = st.tuples(
     st.sampled_from(["take", "give", "cordon", "relabel"]), st.integers(0, 20), st.integers(0, 8)
 )
@@ -189,7 +172,7 @@ def test_cycles_with_a_kept_cache_decide_as_fresh_ones_and_as_ones_without_memos
     nodes = _nodes()
     for changes in rounds:
         for what, which, amount in changes:
-            nodes = _changed(nodes, what, which, amount)
+            nodes = changed(nodes, what, which, amount)
         snap = data.draw(crowded_snapshots(nodes))
         policy = data.draw(st.sampled_from(POLICIES))
         with_memo = outcome(schedule(snap, policy, cache=kept))
