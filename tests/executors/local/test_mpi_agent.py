@@ -3,9 +3,12 @@ nothing left running when the caller goes."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import select
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +25,7 @@ from kiban.executors.local.mpi_agent import (
 )
 from kiban.executors.local.mpi_launcher import wait_for_agents
 from kiban.executors.local.mpi_replicas import HOSTS_ENV, SECRET_ENV
-from kiban.executors.local.mpi_rsh import AgentUnreachable, ask
+from kiban.executors.local.mpi_rsh import AgentUnreachable, ask, connect
 from kiban.testing import eventually
 
 HOST = "job-worker-0"
@@ -112,6 +115,29 @@ def test_when_the_caller_goes_what_it_started_is_killed(agent: WorkerAgent) -> N
     eventually(lambda: started.name() == "sleep", what="the shell to exec sleep", timeout=10)
     caller.send_signal(signal.SIGKILL)  # mpirun stopped: its remote start goes with it
     caller.wait(timeout=10)
+    eventually(
+        lambda: not started.is_running() or started.status() == psutil.STATUS_ZOMBIE,
+        what="the remote command to be killed",
+        timeout=10,
+    )
+
+
+def test_a_caller_gone_with_the_answer_unread_still_kills_what_it_started(
+    agent: WorkerAgent,
+) -> None:
+    # A caller killed before it read the agent's first answer: its socket is reset, not
+    # closed (the agent's read fails instead of reading the end), which must count as gone.
+    out_read, out_write = os.pipe()
+    with os.fdopen(out_read) as out:
+        sock = connect(agent.secret, HOST)
+        request = json.dumps({"op": "run", "command": ["echo", "$$;", "exec", "sleep", "600"]})
+        socket.send_fds(sock, [request.encode() + b"\n"], [out_write, out_write, out_write])
+        os.close(out_write)
+        started = psutil.Process(int(out.readline()))
+        eventually(lambda: started.name() == "sleep", what="the shell to exec sleep", timeout=10)
+        readable, _, _ = select.select([sock], [], [], 10)
+        assert readable  # the agent's answer (the pid) waits unread in our socket
+        sock.close()
     eventually(
         lambda: not started.is_running() or started.status() == psutil.STATUS_ZOMBIE,
         what="the remote command to be killed",

@@ -249,7 +249,7 @@ class WorkerAgent:
                 except subprocess.TimeoutExpired:
                     pass
                 readable, _, _ = select.select([conn], [], [], 0)
-                if readable and not conn.recv(1, socket.MSG_PEEK):  # the caller went
+                if readable and caller_gone(conn):
                     kill_descendants(child.pid)
                     child.kill()
                     child.wait()
@@ -258,6 +258,15 @@ class WorkerAgent:
         finally:
             with self._lock:
                 self._children.pop(child.pid, None)
+
+
+def caller_gone(conn: socket.socket) -> bool:
+    """Whether the caller of a run closed its end of ``conn`` (read as the end of the stream),
+    or died with our answer unread in its socket (read as a reset)."""
+    try:
+        return not conn.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return True
 
 
 def main() -> int:
