@@ -555,7 +555,8 @@ def test_the_anchor_is_for_admins_and_a_read(
     assert len(log(api)) == before  # reads of the log are not recorded
     bad = api.get("/api/v1/audit/verify", params={"anchor": "7:not-a-hash"})
     assert bad.status_code == 422
-    assert "anchor" in bad.text and "SHA-256" in bad.text
+    problems = bad.json()["error"]["problems"]  # the declared SEQ:HASH pattern, checked first
+    assert [p["field"] for p in problems] == ["anchor"] and "pattern" in problems[0]["message"]
 
 
 def test_no_anchor_of_a_log_whose_head_names_another_record(

@@ -22,6 +22,10 @@ from kiban.domain.audit import AuditAction, parse_anchor
 from kiban.domain.errors import SpecError
 from kiban.services import audit
 
+ANCHOR_PATTERN = r"^[0-9]{1,18}:[0-9A-Fa-f]{64}$"
+"""An anchor as ``kiban audit anchor`` prints it (a record number that fits the store's 64-bit
+key, its SHA-256 hash), declared so that generated clients send only those."""
+
 router = APIRouter(
     prefix="/api/v1/audit", tags=["audit"], dependencies=TOKEN, route_class=SessionRoute
 )
@@ -53,7 +57,8 @@ def verify(
         str | None,
         Query(
             description="SEQ:HASH kept from GET /api/v1/audit/anchor: the chain must still "
-            "reach that record with that hash"
+            "reach that record with that hash",
+            pattern=ANCHOR_PATTERN,
         ),
     ] = None,
 ) -> AuditVerificationOut:
