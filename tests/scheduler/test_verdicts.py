@@ -227,9 +227,7 @@ def test_jobs_of_one_shape_that_end_before_a_reservation_or_not_are_judged_apart
         job("p01").queue("qa").task("worker", 1, gpu=2).submitted(1.0).max_runtime(500.0),
         job("p02").queue("qa").task("worker", 1, gpu=2).submitted(2.0).estimated_runtime(50.0),
     ]
-    snap = snapshot(
-        nodes=nodes, queues=[queue("qa").best_effort()], running=runs, pending=pending
-    )
+    snap = snapshot(nodes=nodes, queues=[queue("qa").best_effort()], running=runs, pending=pending)
     policy = Policy(preemption=False, max_reservations=1)
     decisions = schedule(snap, policy)
     assert [a.job_id for a in decisions.admitted] == ["p02"]
@@ -240,3 +238,21 @@ def test_jobs_of_one_shape_that_end_before_a_reservation_or_not_are_judged_apart
     }
     with judging_every_job():
         assert outcome(schedule(snap, policy)) == outcome(decisions)
+
+
+def test_a_job_that_may_search_for_victims_is_judged_itself() -> None:
+    # Three jobs of one queue and shape; only p02 may preempt the running job (its priority
+    # class preempts lower ones), so only p02 finds a victim: a verdict kept from p01 (judged
+    # once p00's failed shape was kept) must not answer for it.
+    nodes = cluster().nodes(1, gpus=8, prefix="n")
+    runs = [running("r0").queue("qa").priority(100).on("n-0", gpus=8)]
+    pending = [
+        job("p00").queue("qa").task("worker", 1, gpu=4).priority(1000).submitted(0.0),
+        job("p01").queue("qa").task("worker", 1, gpu=4).priority(1000).submitted(1.0),
+        job("p02").queue("qa").task("worker", 1, gpu=4).priority(1000).preempts().submitted(2.0),
+    ]
+    snap = snapshot(nodes=nodes, queues=[queue("qa").best_effort()], running=runs, pending=pending)
+    decisions = schedule(snap, Policy())
+    assert [(p.victim_id, p.preemptor_id) for p in decisions.preempted] == [("r0", "p02")]
+    with judging_every_job():
+        assert outcome(schedule(snap, Policy())) == outcome(decisions)

@@ -529,7 +529,12 @@ class Cycle:
         answer leaves "placeable now" out of a reason), and per flavor the free capacity
         (``state``), whether it is the index's, and the failures kept across cycles. The other
         memos answer as a fresh placement would, whatever they hold."""
-        counts = (self.quota.version, len(self._reservations), len(self._victims), self._shapes_kept)
+        counts = (
+            self.quota.version,
+            len(self._reservations),
+            len(self._victims),
+            self._shapes_kept,
+        )
         return counts + tuple(
             (overlay.state, overlay.pristine, len(overlay.index.failures))
             for overlay in self.overlays.values()
