@@ -133,6 +133,8 @@ def _admit_or_explain(
 def _judge(
     cycle: Cycle, job: PendingJob, queue: QueueView, preempted: list[Preempt]
 ) -> Admit | Waiting:
+    """Judge the job afresh: quota and placement on each flavor, then why it could never
+    start, the victims stopping or to stop for it, a reservation (``schedule`` steps 4-6)."""
     flavors = cycle.flavors_for(queue)
     if not flavors:
         return Waiting(_no_flavor(cycle, job, queue))
