@@ -11,6 +11,8 @@ history, ``kiban.domain.runtime_estimate``), and never when they have no estimat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kiban.scheduler.cycle import Cycle, Reservation
 from kiban.scheduler.placement import RoomCount
 from kiban.scheduler.snapshot import PendingJob
@@ -68,10 +70,16 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
 def may_backfill(cycle: Cycle, job: PendingJob, flavor: str) -> bool:
     """Whether the job ends before every reservation on the flavor starts."""
     first = cycle.first_reservation(flavor, job.id)
-    if first is None:
-        return True
+    return backfills(cycle, job, (None if first is None else first.at,))[0]
+
+
+def backfills(cycle: Cycle, job: PendingJob, firsts: Sequence[float | None]) -> tuple[bool, ...]:
+    """``may_backfill`` before each of these first reservations' starts (None: none)."""
     runtime = planned_runtime(job)
-    return runtime is not None and cycle.snapshot.now + runtime <= first.at
+    if runtime is None:
+        return tuple(at is None for at in firsts)
+    end = cycle.snapshot.now + runtime
+    return tuple(at is None or end <= at for at in firsts)
 
 
 def planned_runtime(job: PendingJob) -> float | None:

@@ -30,6 +30,7 @@ from kiban.scheduler.reasons import (
     spread_phrase,
 )
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, Snapshot
+from kiban.scheduler.verdicts import Verdicts
 from kiban.scheduler.wait_replay import Visit, Waiting, Waits, blocked_by_head
 
 
@@ -75,6 +76,7 @@ def schedule(
     more = False
 
     members = FairTree.of(snapshot, policy.admission_charge_s)
+    verdicts = Verdicts(cycle)
     for job in fair_order(
         snapshot, cycle.queues, policy.order_key, cycle.standing, blocked, members
     ):
@@ -89,7 +91,7 @@ def schedule(
         if behind is not None:  # a job that preempted, behind its queue's blocked head
             visits.append(Visit(job, Waiting(behind)))
             continue
-        outcome = _admit_or_explain(cycle, job, queue, preempted)
+        outcome = _admit_or_explain(cycle, job, queue, preempted, verdicts)
         if isinstance(outcome, Admit):
             admitted.append(outcome)
             placed += len(outcome.placements)
@@ -112,8 +114,27 @@ def schedule(
 
 
 def _admit_or_explain(
+    cycle: Cycle, job: PendingJob, queue: QueueView, preempted: list[Preempt], verdicts: Verdicts
+) -> Admit | Waiting:
+    """Admit the job, or say why it waits: the reason of an earlier job of the same queue and
+    gang shape judged at the same state when there is one (``verdicts``), else ``_judge``'s."""
+    key = verdicts.key(job, queue)
+    if key is not None:
+        known = verdicts.known(key)
+        if known is not None:
+            return Waiting(known)
+    verdicts.judging()
+    outcome = _judge(cycle, job, queue, preempted)
+    if key is not None and isinstance(outcome, Waiting) and outcome.reserved_at is None:
+        verdicts.keep(key, outcome.reason)
+    return outcome
+
+
+def _judge(
     cycle: Cycle, job: PendingJob, queue: QueueView, preempted: list[Preempt]
 ) -> Admit | Waiting:
+    """Judge the job afresh: quota and placement on each flavor, then why it could never
+    start, the victims stopping or to stop for it, a reservation (``schedule`` steps 4-6)."""
     flavors = cycle.flavors_for(queue)
     if not flavors:
         return Waiting(_no_flavor(cycle, job, queue))

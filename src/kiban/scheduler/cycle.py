@@ -102,6 +102,9 @@ class Cycle:
     _queue_terms: dict[str, tuple[str, tuple[str, ...], tuple[object, ...]]] = field(
         default_factory=dict
     )
+    _shapes_kept: int = 0  # changes of ``_failed_shapes`` so far (part of ``judging_state``)
+    # the earliest reservation per flavor, with how many reservations there were then
+    _firsts: dict[str, tuple[int, Reservation | None]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
@@ -136,6 +139,14 @@ class Cycle:
 
     def stopping_for(self, job_id: str) -> list[RunningJob]:
         """The running jobs being stopped to make room for ``job_id`` (found on first use)."""
+        return self._by_preemptor().get(job_id, [])
+
+    def apart(self) -> set[str]:
+        """The jobs whose judging reads the job itself beyond its shape: those holding nodes
+        kept for them (nominated, or reserved this cycle) and those victims stop for."""
+        return self._reservers | self._by_preemptor().keys()
+
+    def _by_preemptor(self) -> dict[str, list[RunningJob]]:
         if self._stopping_for is None:
             given = self.snapshot.running_index
             stopping = (
@@ -148,7 +159,7 @@ class Cycle:
                 assert job.preempted_by is not None
                 by_preemptor.setdefault(job.preempted_by, []).append(job)
             self._stopping_for = by_preemptor
-        return self._stopping_for.get(job_id, [])
+        return self._stopping_for
 
     def running_by_queue(self) -> Mapping[str, Sequence[RunningJob]]:
         """The running jobs grouped by queue (the snapshot's, or grouped on first use: only
@@ -279,10 +290,17 @@ class Cycle:
     def first_reservation(self, flavor: str, job_id: str) -> Reservation | None:
         """The earliest reservation of another job on the flavor (None: there is none): the
         one a job must end before to backfill, and the one named when it may not."""
+        shared = job_id not in self._reservers  # then the answer is the same for every job
+        if shared:
+            known = self._firsts.get(flavor)
+            if known is not None and known[0] == len(self._reservations):
+                return known[1]
         first: Reservation | None = None
         for r in self._reservations:  # few: backfill adds at most the max_reservations
             if r.flavor == flavor and r.job_id != job_id and (first is None or r.at < first.at):
                 first = r
+        if shared:
+            self._firsts[flavor] = (len(self._reservations), first)
         return first
 
     # -- preemption ------------------------------------------------------------------------------
@@ -501,3 +519,23 @@ class Cycle:
             return
         shapes[:] = [s for s in shapes if not all(a >= b for a, b in zip(s, shape, strict=True))]
         shapes.append(shape)
+        self._shapes_kept += 1
+
+    # -- verdicts shared by jobs of one shape ----------------------------------------------------
+    def judging_state(self) -> tuple[object, ...]:
+        """What judging a waiting job (with no victim search) reads of the cycle that changes
+        within it: quota use (``QuotaBook.version``), the reservations and
+        victims so far (only added to: their counts name them), the failed-shape memo (whose
+        answer leaves "placeable now" out of a reason), and per flavor the free capacity
+        (``state``), whether it is the index's, and the failures kept across cycles. The other
+        memos answer as a fresh placement would, whatever they hold."""
+        counts = (
+            self.quota.version,
+            len(self._reservations),
+            len(self._victims),
+            self._shapes_kept,
+        )
+        return counts + tuple(
+            (overlay.state, overlay.pristine, len(overlay.index.failures))
+            for overlay in self.overlays.values()
+        )

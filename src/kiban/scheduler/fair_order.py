@@ -74,11 +74,18 @@ def fair_order(
             if now_standing > was:
                 heapq.heappush(heap, (now_standing, key, name))
                 continue
-            yield job
-            k = next_index[name] = _skip(jobs, next_index[name] + 1, skip)
-            if k < len(jobs):
-                following = jobs[k]
-                heapq.heappush(heap, (standing(following.tenant), key_of(name, k), name))
+            while True:
+                yield job
+                k = next_index[name] = _skip(jobs, next_index[name] + 1, skip)
+                if k >= len(jobs) or (dropped is not None and name in dropped):
+                    break
+                job = jobs[k]
+                entry = (standing(job.tenant), key_of(name, k), name)
+                if heap and heap[0] <= entry:
+                    heapq.heappush(heap, entry)
+                    break
+                # Below every entry of the heap: the next pop would give it back at once (its
+                # standing read just now), so it is yielded without the push and the pop.
     unknown.sort(key=order_key)
     yield from unknown
 

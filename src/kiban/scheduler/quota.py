@@ -85,6 +85,12 @@ class QuotaBook:
                 self._drawn[key] = self._drawn.get(key, 0) + self.draw(q.name, flavor)
 
     # -- reading ---------------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """A number that changes at every take or give, of GPUs or extended resources (an undo
+        included): equal numbers within a cycle, the same use of every quota."""
+        return self._version
+
     def terms(self, queue: str, flavor: str) -> _Terms:
         """The queue's nominal, shared and own parts of a flavor and its limits (memoized)."""
         key = (queue, flavor)
@@ -316,6 +322,7 @@ class QuotaBook:
             return
         if self._transactions and not self._undoing:
             self._transactions[-1].changes.append(_QuotaChange(queue, flavor, 0, extended, sign))
+        self._version += 1
         used = self._extended_used.setdefault((queue, flavor), {})
         for name, amount in extended:
             used[name] = used.get(name, 0) + sign * amount
