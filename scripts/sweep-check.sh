@@ -7,6 +7,7 @@
 #         gives each rank a GPU of its own and refuses two ranks on one GPU);
 #   gloo: two virtual CPU nodes, the same plumbing on any machine.
 # Usage: scripts/sweep-check.sh nccl|gloo [DIR]   (DIR keeps the logs; default a new temporary one)
+# KIBAN_SWEEP_SIZE_MB and KIBAN_SWEEP_ITERS: the all_reduce tensor and timed iterations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail() { echo "sweep-check: FAILED: $*" >&2; exit 1; }
@@ -19,10 +20,14 @@ case "$BACKEND" in
         ((GPUS >= 2)) || fail "nccl needs 2 or more GPUs (one per rank); this machine has $GPUS"
         NODES=$GPUS
         GPUS_PER_NODE=1
+        SIZE_MB="${KIBAN_SWEEP_SIZE_MB:-256}"  # large enough for NVLink's bandwidth to show
+        ITERS="${KIBAN_SWEEP_ITERS:-20}"
         ;;
     gloo)
         NODES=2
         GPUS_PER_NODE=0
+        SIZE_MB="${KIBAN_SWEEP_SIZE_MB:-16}"
+        ITERS="${KIBAN_SWEEP_ITERS:-10}"
         ;;
     *)
         echo "usage: scripts/sweep-check.sh nccl|gloo [DIR]" >&2
@@ -31,9 +36,6 @@ case "$BACKEND" in
 esac
 export KIBAN_HOME="${2:-$(mktemp -d /tmp/kiban-sweep.XXXXXX)}"
 mkdir -p "$KIBAN_HOME"
-SIZE_MB="${KIBAN_SWEEP_SIZE_MB:-16}"
-ITERS="${KIBAN_SWEEP_ITERS:-10}"
-
 say "kiban up --port 0 --nodes $NODES --gpus-per-node $GPUS_PER_NODE --sweep-every 0 &"
 kiban up --home "$KIBAN_HOME" --port 0 --nodes "$NODES" --gpus-per-node "$GPUS_PER_NODE" \
     --sweep-every 0 --no-node-agent 2>"$KIBAN_HOME/server.log" &
