@@ -15,12 +15,14 @@ import pytest
 from loop_support import events, get, replica_rows, state
 from sqlalchemy import update
 
+from kiban.control.snapshot_builder import active_exclusions
 from kiban.executors.base import NodeInfo
 from kiban.health.conditions import CheckType, Condition, ConditionStatus
 from kiban.health.readings import NodeReading
 from kiban.health.report import NodeHealthReport
 from kiban.platform import Platform, build_platform
 from kiban.services import policy
+from kiban.services.node_health import store_conditions
 from kiban.store.models_nodes import Node, NodeCondition
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
@@ -288,3 +290,74 @@ def test_a_silent_agent_passes_when_told_to(
     platform.loop.run_once()
     assert state(platform, job) == "Running"
     assert not [r for r, _ in events(platform, job) if r == "PreflightFailed"]
+
+
+def healthy_check(platform: Platform, node: str, at: float) -> None:
+    """One report of ``node``'s agent with every check healthy."""
+    healthy = Condition(
+        type=CheckType.GPU_ECC,
+        status=ConditionStatus.FALSE,
+        reason="NoEccErrors",
+        last_transition_time=at,
+    )
+    with platform.sessions() as session:
+        store_conditions(session, node, [healthy], at)
+        session.commit()
+
+
+def excluded_from(platform: Platform, job: str) -> list[str]:
+    return [e["node"] for e in get(platform, job).excluded_nodes or []]
+
+
+def test_an_exclusion_ends_once_the_node_passed_k_healthy_checks(
+    platform: Platform, clock: ManualClock, agent: str
+) -> None:
+    with_agent(platform, agent)
+    start = clock.now()
+    job = submit_to_platform(platform, manifest("ddp", replicas=3, gpu=2))  # needs all three
+    clock.advance(1)
+    platform.loop.run_once()
+    assert excluded_from(platform, job) == [BAD]
+    with_agent(platform, "")  # repaired; its checks now come in as reports
+    k = 3  # health.returnToService.healthyChecks by default
+    for _ in range(k - 1):
+        clock.advance(30)
+        healthy_check(platform, BAD, clock.now())
+        platform.loop.run_once()
+    assert excluded_from(platform, job) == [BAD]  # K-1 healthy checks: still kept off it
+    assert state(platform, job) == "Pending"
+    clock.advance(30)
+    healthy_check(platform, BAD, clock.now())
+    platform.loop.run_once()
+    assert excluded_from(platform, job) == []
+    ended = [m for r, m in events(platform, job) if r == "ExclusionEnded"]
+    assert ended == [
+        f"node {BAD} passed 3 consecutive healthy checks since it was excluded "
+        "(returnToService.healthyChecks: 3): this job may run there again"
+    ]
+    clock.advance(1)
+    platform.loop.run_once()
+    assert state(platform, job) == "Running"  # long before exclude_for_s (30 minutes)
+    assert clock.now() - start < platform.loop.settings.preflight.exclude_for_s / 10
+
+
+def test_without_healthy_checks_an_exclusion_ends_at_its_time_bound(
+    platform: Platform, clock: ManualClock, agent: str
+) -> None:
+    with_agent(platform, agent)
+    job = submit_to_platform(platform, manifest("ddp", replicas=3, gpu=2))
+    clock.advance(1)
+    platform.loop.run_once()
+    with_agent(platform, "")
+    healthy_check(platform, BAD, clock.now())  # one healthy check only: not enough
+    until = float((get(platform, job).excluded_nodes or [{}])[0]["until"])
+    clock.advance(until - clock.now() - 1)
+    platform.loop.run_once()
+    assert excluded_from(platform, job) == [BAD]
+    assert active_exclusions(get(platform, job).excluded_nodes, clock.now()) == {BAD}
+    assert state(platform, job) == "Pending"
+    clock.advance(2)
+    assert active_exclusions(get(platform, job).excluded_nodes, clock.now()) == frozenset()
+    platform.loop.run_once()
+    assert state(platform, job) == "Running"
+    assert not [r for r, _ in events(platform, job) if r == "ExclusionEnded"]

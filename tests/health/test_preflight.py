@@ -96,11 +96,21 @@ def test_exclusions_add_the_failed_nodes_and_drop_the_expired() -> None:
         {"node": "n2", "until": 120.0, "reason": "GpuXid"},
     ]
     result = exclusions_after(
-        stored, {"n2": failure_reason(failed)}, now=100.0, settings=PreflightSettings()
+        stored,
+        {"n2": failure_reason(failed)},
+        now=100.0,
+        settings=PreflightSettings(),
+        healthy={"n2": {"GpuBus": 7}},
     )
     assert result == [
         {"node": "n1", "until": 500.0, "reason": "GpuBus"},
-        {"node": "n2", "until": 1900.0, "reason": "GpuEcc"},
+        {
+            "node": "n2",
+            "until": 1900.0,
+            "reason": "GpuEcc",
+            "since": 100.0,
+            "streaks": {"GpuBus": 7},
+        },
     ]
 
 

@@ -42,6 +42,7 @@ from kiban.health.preflight import (
 from kiban.health.report import NodeHealthReport
 from kiban.scheduler.decisions import Admit
 from kiban.services.events import record_for_job
+from kiban.services.exclusions import healthy_baselines
 from kiban.services.policy import PolicyCache
 from kiban.store.models import Job
 from kiban.store.models_nodes import Node, NodeCondition
@@ -176,12 +177,19 @@ class Preflight:
             return dict(zip((s.name for s in states), pool.map(one, states), strict=True))
 
     def exclude(self, job_id: str, nodes: Mapping[str, str], now: float) -> None:
-        """Keep a job off ``nodes`` (node -> why) for ``exclude_for_s``: its retry after a
-        node failed under it lands elsewhere. Its own short transaction."""
+        """Keep a job off ``nodes`` (node -> why) for ``exclude_for_s``, or until the node has
+        passed K healthy checks since (``kiban.services.exclusions``): its retry after a node
+        failed under it lands elsewhere. Its own short transaction."""
         with self.sessions() as session:
             job = session.get(Job, job_id, with_for_update=True)
             if job is not None:
-                job.excluded_nodes = exclusions_after(job.excluded_nodes, nodes, now, self.settings)
+                job.excluded_nodes = exclusions_after(
+                    job.excluded_nodes,
+                    nodes,
+                    now,
+                    self.settings,
+                    healthy_baselines(session, nodes),
+                )
                 session.commit()
 
     def _exclude(self, held: dict[str, list[NodeVerdict]], now: float) -> None:
@@ -190,6 +198,7 @@ class Preflight:
             jobs = session.scalars(
                 select(Job).where(Job.id.in_(sorted(held))).with_for_update()
             ).all()
+            healthy = healthy_baselines(session, {v.node for f in held.values() for v in f})
             for job in jobs:
                 if job.state != JobState.PENDING.value:
                     continue  # cancelled meanwhile: nothing to place again
@@ -199,6 +208,7 @@ class Preflight:
                     {v.node: failure_reason(v) for v in failed},
                     now,
                     self.settings,
+                    healthy,
                 )
                 for verdict in failed:
                     record_for_job(

@@ -164,16 +164,25 @@ def exclusions_after(
     failed: Mapping[str, str],
     now: float,
     settings: PreflightSettings,
+    healthy: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[dict[str, object]]:
     """A job's stored exclusions with the ``failed`` nodes added (node -> why) until
-    ``now + exclude_for_s``, those already expired dropped, one entry per node."""
+    ``now + exclude_for_s``, those already expired dropped, one entry per node. Each new entry
+    records ``healthy``'s streaks of its node (``kiban.health.exclusions.healthy_streaks``), so
+    that it ends early once the node has passed enough healthy checks since ``now``."""
     kept: dict[str, dict[str, object]] = {}
     for entry in stored or ():
         until = entry.get("until")
         if isinstance(until, int | float) and until > now:
             kept[str(entry["node"])] = dict(entry)
     for node, why in failed.items():
-        kept[node] = {"node": node, "until": now + settings.exclude_for_s, "reason": why}
+        kept[node] = {
+            "node": node,
+            "until": now + settings.exclude_for_s,
+            "reason": why,
+            "since": now,
+            "streaks": dict((healthy or {}).get(node, {})),
+        }
     return [kept[name] for name in sorted(kept)]
 
 
