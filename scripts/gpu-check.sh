@@ -3,7 +3,9 @@
 # user would type. The embedded platform finds the GPUs through NVML; a job asking for no GPU
 # sees none and one asking for a GPU sees exactly one; a torchrun job trains with the NCCL
 # backend on it; a chat model (the tiny random Llama of kiban.testing.models) is served on it
-# behind the router, streamed and timed. Prints "gpu-check: ok" at the end, or fails.
+# behind the router, streamed and timed; the allreduce sweep runs on NCCL across the GPUs
+# (scripts/sweep-check.sh; with one GPU it says it skips NCCL, and sweeps 2 CPU nodes on gloo).
+# Prints "gpu-check: ok" at the end, or fails.
 # Usage: scripts/gpu-check.sh [DIR]   (DIR keeps the logs; default a new temporary directory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +41,19 @@ EOF
 say "pytest tests/health/test_fixtures.py   # the recorded readings give the same conditions"
 python -m pytest -q -p no:cacheprovider "$ROOT/tests/health/test_fixtures.py" \
     || fail "the recorded readings do not give the conditions the agent gave"
+
+# The allreduce sweep (kiban health sweep) on NCCL: one virtual node per GPU, each with a GPU
+# of its own (kiban up --nodes N --gpus-per-node 1 gives node i the machine's GPU i when it has
+# N GPUs). Its own kiban up and home, stopped before the one-node platform below starts.
+if ((GPUS >= 2)); then
+    say "scripts/sweep-check.sh nccl     # $GPUS virtual nodes of 1 GPU each, NCCL across them"
+    scripts/sweep-check.sh nccl "$KIBAN_HOME/sweep-nccl" || fail "the allreduce sweep on NCCL"
+else
+    echo "allreduce sweep on NCCL: SKIPPED: this machine has $GPUS GPU; NCCL needs a GPU of its" \
+        "own for each rank (it refuses two ranks on one GPU) and a sweep needs 2 nodes or more"
+    say "scripts/sweep-check.sh gloo     # the same sweep on 2 CPU nodes: the plumbing checked"
+    scripts/sweep-check.sh gloo "$KIBAN_HOME/sweep-gloo" || fail "the allreduce sweep on gloo"
+fi
 
 say "kiban up --port 0 &     # one node: this machine, its GPUs counted by NVML"
 kiban up --home "$KIBAN_HOME" --port 0 2>"$KIBAN_HOME/server.log" &

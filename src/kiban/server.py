@@ -94,7 +94,8 @@ def multi_tenant_refusal(options: ServerOptions, euid: int) -> str | None:
 def local_nodes(options: ServerOptions) -> list[NodeInfo]:
     """Virtual nodes from ``--nodes`` or the cluster file, else this machine."""
     if options.nodes is not None:
-        return virtual_nodes(options.nodes, options.gpus_per_node)
+        physical = count_gpus() if options.gpus_per_node else 0
+        return virtual_nodes(options.nodes, options.gpus_per_node, physical=physical)
     if options.config is not None and options.config.nodes:
         return [
             NodeInfo(
@@ -204,7 +205,9 @@ def start_node_agent(options: ServerOptions, platform: Platform, url: str) -> Ag
             "the node agent runs without reporting: no admin token here (--multi-tenant)"
         )
     physical = None if options.agent_readings_dir is not None else count_gpus()
-    nodes = [AgentNode.local(n.name, n.gpus, physical) for n in platform.executor.nodes()]
+    nodes = [
+        AgentNode.local(n.name, n.gpus, physical, n.gpu_devices) for n in platform.executor.nodes()
+    ]
     agent = AgentProcess(
         agent_arguments(
             nodes,

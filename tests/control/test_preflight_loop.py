@@ -4,6 +4,7 @@ pass places it on other nodes. The agent is a real HTTP server in the test."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,11 +15,14 @@ import pytest
 from loop_support import events, get, replica_rows, state
 from sqlalchemy import update
 
+from kiban.control.snapshot_builder import active_exclusions
 from kiban.executors.base import NodeInfo
 from kiban.health.conditions import CheckType, Condition, ConditionStatus
 from kiban.health.readings import NodeReading
 from kiban.health.report import NodeHealthReport
 from kiban.platform import Platform, build_platform
+from kiban.services import policy
+from kiban.services.node_health import store_conditions
 from kiban.store.models_nodes import Node, NodeCondition
 from kiban.testing import FakeExecutor, ManualClock, manifest
 from kiban.testing.platform_jobs import submit_to_platform
@@ -219,3 +223,141 @@ def test_on_a_single_node_the_requeued_job_waits_for_that_node_not_an_exclusion(
         assert (retried.state, retried.attempt, retried.excluded_nodes) == ("Running", 2, None)
     finally:
         platform.close()
+
+
+@pytest.fixture
+def silent_agent() -> str:
+    """The address of an agent that is not there (nothing listens: refused at once)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def reported(platform: Platform, node: str, at: float, address: str) -> None:
+    """``node``'s agent at ``address`` last reported at ``at``, every check healthy."""
+    with platform.sessions() as session:
+        session.execute(
+            update(Node)
+            .where(Node.name == node)
+            .values(agent_address=address, agent_reported_at=at)
+        )
+        session.add(
+            NodeCondition(
+                node=node,
+                type="GpuEcc",
+                status="False",
+                reason="NoEccErrors",
+                message="",
+                last_transition_time=at,
+                updated_at=at,
+                streak=5,
+            )
+        )
+        session.commit()
+
+
+def test_a_node_whose_agent_is_silent_past_the_agent_timeout_fails_and_is_excluded(
+    platform: Platform, clock: ManualClock, silent_agent: str
+) -> None:
+    now = clock.now()
+    reported(platform, "node-0", now - 5.0, silent_agent)  # asked (not within fresh_s)
+    reported(platform, BAD, now - 600.0, silent_agent)  # silent for 10 minutes: Unknown
+    job = submit_to_platform(platform, manifest("ddp", replicas=2, gpu=2))
+    platform.loop.run_once()
+    assert state(platform, job) == "Pending"
+    failed = [m for r, m in events(platform, job) if r == "PreflightFailed"]
+    assert len(failed) == 1 and failed[0].startswith(f"preflight failed on {BAD}: AgentUnreachable")
+    assert "600 s old" in failed[0]
+    excluded = get(platform, job).excluded_nodes or []
+    assert [(e["node"], e["reason"]) for e in excluded] == [(BAD, "AgentUnreachable")]
+    clock.advance(1)
+    platform.loop.run_once()  # placed again: node-0 (its silent agent's report is recent), node-2
+    assert state(platform, job) == "Running"
+    assert get(platform, job).submitted_at <= now
+    assert sorted(r.node for r in replica_rows(platform, job)) == ["node-0", "node-2"]
+
+
+def test_a_silent_agent_passes_when_told_to(
+    platform: Platform, clock: ManualClock, silent_agent: str
+) -> None:
+    with platform.sessions() as session:
+        document = dict(policy.current_record(session).document)
+        document["health"] = {"preflight": {"unreachableAgent": "pass"}}
+        policy.apply_policy(session, document, actor="test", at=clock.now())
+        session.commit()
+    reported(platform, BAD, clock.now() - 600.0, silent_agent)
+    job = submit_to_platform(platform, manifest("ddp", replicas=2, gpu=2))
+    platform.loop.run_once()
+    assert state(platform, job) == "Running"
+    assert not [r for r, _ in events(platform, job) if r == "PreflightFailed"]
+
+
+def healthy_check(platform: Platform, node: str, at: float) -> None:
+    """One report of ``node``'s agent with every check healthy."""
+    healthy = Condition(
+        type=CheckType.GPU_ECC,
+        status=ConditionStatus.FALSE,
+        reason="NoEccErrors",
+        last_transition_time=at,
+    )
+    with platform.sessions() as session:
+        store_conditions(session, node, [healthy], at)
+        session.commit()
+
+
+def excluded_from(platform: Platform, job: str) -> list[str]:
+    return [e["node"] for e in get(platform, job).excluded_nodes or []]
+
+
+def test_an_exclusion_ends_once_the_node_passed_k_healthy_checks(
+    platform: Platform, clock: ManualClock, agent: str
+) -> None:
+    with_agent(platform, agent)
+    start = clock.now()
+    job = submit_to_platform(platform, manifest("ddp", replicas=3, gpu=2))  # needs all three
+    clock.advance(1)
+    platform.loop.run_once()
+    assert excluded_from(platform, job) == [BAD]
+    with_agent(platform, "")  # repaired; its checks now come in as reports
+    k = 3  # health.returnToService.healthyChecks by default
+    for _ in range(k - 1):
+        clock.advance(30)
+        healthy_check(platform, BAD, clock.now())
+        platform.loop.run_once()
+    assert excluded_from(platform, job) == [BAD]  # K-1 healthy checks: still kept off it
+    assert state(platform, job) == "Pending"
+    clock.advance(30)
+    healthy_check(platform, BAD, clock.now())
+    platform.loop.run_once()
+    assert excluded_from(platform, job) == []
+    ended = [m for r, m in events(platform, job) if r == "ExclusionEnded"]
+    assert ended == [
+        f"node {BAD} passed 3 consecutive healthy checks since it was excluded "
+        "(returnToService.healthyChecks: 3): this job may run there again"
+    ]
+    clock.advance(1)
+    platform.loop.run_once()
+    assert state(platform, job) == "Running"  # long before exclude_for_s (30 minutes)
+    assert clock.now() - start < platform.loop.settings.preflight.exclude_for_s / 10
+
+
+def test_without_healthy_checks_an_exclusion_ends_at_its_time_bound(
+    platform: Platform, clock: ManualClock, agent: str
+) -> None:
+    with_agent(platform, agent)
+    job = submit_to_platform(platform, manifest("ddp", replicas=3, gpu=2))
+    clock.advance(1)
+    platform.loop.run_once()
+    with_agent(platform, "")
+    healthy_check(platform, BAD, clock.now())  # one healthy check only: not enough
+    until = float((get(platform, job).excluded_nodes or [{}])[0]["until"])
+    clock.advance(until - clock.now() - 1)
+    platform.loop.run_once()
+    assert excluded_from(platform, job) == [BAD]
+    assert active_exclusions(get(platform, job).excluded_nodes, clock.now()) == {BAD}
+    assert state(platform, job) == "Pending"
+    clock.advance(2)
+    assert active_exclusions(get(platform, job).excluded_nodes, clock.now()) == frozenset()
+    platform.loop.run_once()
+    assert state(platform, job) == "Running"
+    assert not [r for r, _ in events(platform, job) if r == "ExclusionEnded"]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kiban.domain.cluster import parse_cluster_config
+from kiban.domain.errors import SpecError
+from kiban.domain.preflight_policy import UnreachableAgent
 from kiban.health.conditions import CheckType, Condition, ConditionStatus
 from kiban.health.preflight import (
     NodeState,
@@ -15,6 +18,7 @@ from kiban.health.preflight import (
     exclusions_after,
     failure_reason,
     judge,
+    judge_unreachable,
     needs_preflight,
     to_ask,
 )
@@ -92,11 +96,21 @@ def test_exclusions_add_the_failed_nodes_and_drop_the_expired() -> None:
         {"node": "n2", "until": 120.0, "reason": "GpuXid"},
     ]
     result = exclusions_after(
-        stored, {"n2": failure_reason(failed)}, now=100.0, settings=PreflightSettings()
+        stored,
+        {"n2": failure_reason(failed)},
+        now=100.0,
+        settings=PreflightSettings(),
+        healthy={"n2": {"GpuBus": 7}},
     )
     assert result == [
         {"node": "n1", "until": 500.0, "reason": "GpuBus"},
-        {"node": "n2", "until": 1900.0, "reason": "GpuEcc"},
+        {
+            "node": "n2",
+            "until": 1900.0,
+            "reason": "GpuEcc",
+            "since": 100.0,
+            "streaks": {"GpuBus": 7},
+        },
     ]
 
 
@@ -133,3 +147,54 @@ def test_the_failure_names_the_node_and_the_condition() -> None:
 def test_bad_settings_name_the_field(field: str, value: object, said: str) -> None:
     with pytest.raises(PreflightSettingsError, match=said):
         PreflightSettings(**{field: value})  # type: ignore[arg-type]
+
+
+FAIL_IF_STALE, PASS = UnreachableAgent.FAIL_IF_STALE, UnreachableAgent.PASS
+
+
+@pytest.mark.parametrize(
+    ("reported_at", "conditions", "rule", "passed", "reason"),
+    [
+        # silent for longer than the agent timeout (90 s): its conditions are Unknown, it fails
+        (5.0, [condition(CheckType.GPU_ECC, F)], FAIL_IF_STALE, False, "AgentUnreachable"),
+        (None, [], FAIL_IF_STALE, False, "AgentUnreachable"),  # it never reported
+        # a healthy report 30 s ago, its agent timed out once: it passes with a note
+        (70.0, [condition(CheckType.GPU_ECC, F)], FAIL_IF_STALE, True, ""),
+        # a recent report that was failing: it fails on that
+        (70.0, [condition(CheckType.GPU_ECC, T)], FAIL_IF_STALE, False, "GpuEcc"),
+        (9.9, [condition(CheckType.GPU_ECC, F)], FAIL_IF_STALE, False, "AgentUnreachable"),
+        (10.0, [condition(CheckType.GPU_ECC, F)], FAIL_IF_STALE, True, ""),  # 90 s: not yet stale
+        # told to pass: every unanswering agent's node passes, as before
+        (5.0, [], PASS, True, ""),
+        (None, [condition(CheckType.GPU_ECC, T)], PASS, True, ""),
+    ],
+)
+def test_a_silent_agent_fails_its_node_only_when_its_last_report_is_stale(
+    reported_at: float | None,
+    conditions: list[Condition],
+    rule: UnreachableAgent,
+    passed: bool,
+    reason: str,
+) -> None:
+    state = NodeState("n1", "h:1", reported_at)
+    verdict = judge_unreachable(state, "timed out", conditions, 100.0, 90.0, rule)
+    assert verdict.source is Source.UNREACHABLE
+    assert verdict.passed is passed
+    assert "did not answer: timed out" in verdict.note
+    if passed:
+        assert verdict.refusal == ""
+    else:
+        assert failure_reason(verdict) == reason
+        assert describe_failure(verdict).startswith(f"n1: {reason}")
+    if reason == "AgentUnreachable":
+        assert "agent timeout of 90 s" in verdict.refusal
+
+
+def test_the_cluster_file_names_a_bad_unreachable_agent_setting() -> None:
+    config = parse_cluster_config({"health": {"preflight": {"unreachableAgent": "pass"}}})
+    assert config.health.preflight.unreachable_agent is PASS
+    assert parse_cluster_config({}).health.preflight.unreachable_agent is FAIL_IF_STALE
+    for bad in ({"unreachableAgent": "ignore"}, {"unreachableAgent": True}, {"stale": 1}):
+        with pytest.raises(SpecError) as raised:
+            parse_cluster_config({"health": {"preflight": bad}})
+        assert f"health.preflight.{next(iter(bad))}" in str(raised.value)

@@ -203,3 +203,19 @@ def test_a_running_sweep_gives_way_to_any_waiting_job(
         assert (swept.state, trained.state) == ("Cancelled", "Running")
         reasons = session.scalars(select(Event.reason).where(Event.object_name == sweep)).all()
         assert "SweepYielded" in reasons
+
+
+def test_a_sweep_measures_with_the_size_and_iterations_asked(
+    platform: Platform, api: TestClient
+) -> None:
+    answer = api.post("/api/v1/health/sweeps", params={"sizeMb": 1.5, "iters": 3})
+    assert answer.status_code == 201, answer.text
+    (job_id,) = answer.json()["jobs"]
+    with platform.sessions() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        (task,) = job.spec["spec"]["tasks"]
+        assert task["command"][-4:] == ["--size-mb", "1.5", "--iters", "3"]
+    for bad, field in [({"sizeMb": 0}, "sizeMb"), ({"iters": "many"}, "iters")]:
+        refused = api.post("/api/v1/health/sweeps", params=bad)
+        assert refused.status_code == 422 and field in refused.text, refused.text

@@ -4,7 +4,9 @@
    read, no transaction left open).
 2. Ask the agents of the nodes not heard from within ``fresh_s`` to check now
    (``POST http://{agent}/check?node=NAME``), all at once, outside any transaction.
-3. Judge each node (``kiban.health.preflight``); a gang with a failing node is not launched:
+3. Judge each node (``kiban.health.preflight``; a node whose agent did not answer as
+   ``health.preflight.unreachableAgent`` says: its last report older than
+   ``health.agentTimeoutSeconds`` fails it); a gang with a failing node is not launched:
    the node joins the job's exclusions, a ``PreflightFailed`` event names it and the condition,
    and the job stays Pending with its submit time and priority, so its place in line is kept;
    the next pass places the gang again without that node.
@@ -33,12 +35,15 @@ from kiban.health.preflight import (
     exclusions_after,
     failure_reason,
     judge,
+    judge_unreachable,
     needs_preflight,
     to_ask,
 )
 from kiban.health.report import NodeHealthReport
 from kiban.scheduler.decisions import Admit
 from kiban.services.events import record_for_job
+from kiban.services.exclusions import healthy_baselines
+from kiban.services.policy import PolicyCache
 from kiban.store.models import Job
 from kiban.store.models_nodes import Node, NodeCondition
 
@@ -86,6 +91,7 @@ class Preflight:
         self.sessions = sessions
         self.settings = settings or PreflightSettings()
         self.ask = ask
+        self.policies = PolicyCache()  # health.preflight and health.agentTimeoutSeconds
 
     def screen(self, admits: Sequence[Admit], now: float) -> tuple[list[Admit], list[str]]:
         """The admits to launch, and the ids of the jobs held back (their nodes excluded)."""
@@ -121,10 +127,11 @@ class Preflight:
                 ).all()
             ]
             asked = set(to_ask(states, now, self.settings))
+            health = self.policies.get(session).health
             stored: dict[str, list[NodeCondition]] = {}
-            for row in session.scalars(
+            for row in session.scalars(  # of asked nodes too: in case their agent is silent
                 select(NodeCondition).where(
-                    NodeCondition.node.in_([s.name for s in states if s.name not in asked])
+                    NodeCondition.node.in_([s.name for s in states if s.agent_address])
                 )
             ):
                 stored.setdefault(row.node, []).append(row)
@@ -135,8 +142,14 @@ class Preflight:
             if state.name in asked:
                 answer = answers[state.name]
                 if isinstance(answer, Exception):
-                    note = f"its agent at {state.agent_address} did not answer: {answer}"
-                    result[state.name] = NodeVerdict(state.name, Source.UNREACHABLE, note=note)
+                    result[state.name] = judge_unreachable(
+                        state,
+                        str(answer) or type(answer).__name__,
+                        stored_conditions(stored.get(state.name, [])),
+                        now,
+                        health.agent_timeout_seconds,
+                        health.preflight.unreachable_agent,
+                    )
                 else:
                     result[state.name] = judge(state.name, Source.AGENT, answer)
             elif state.agent_address:
@@ -164,12 +177,19 @@ class Preflight:
             return dict(zip((s.name for s in states), pool.map(one, states), strict=True))
 
     def exclude(self, job_id: str, nodes: Mapping[str, str], now: float) -> None:
-        """Keep a job off ``nodes`` (node -> why) for ``exclude_for_s``: its retry after a
-        node failed under it lands elsewhere. Its own short transaction."""
+        """Keep a job off ``nodes`` (node -> why) for ``exclude_for_s``, or until the node has
+        passed K healthy checks since (``kiban.services.exclusions``): its retry after a node
+        failed under it lands elsewhere. Its own short transaction."""
         with self.sessions() as session:
             job = session.get(Job, job_id, with_for_update=True)
             if job is not None:
-                job.excluded_nodes = exclusions_after(job.excluded_nodes, nodes, now, self.settings)
+                job.excluded_nodes = exclusions_after(
+                    job.excluded_nodes,
+                    nodes,
+                    now,
+                    self.settings,
+                    healthy_baselines(session, nodes),
+                )
                 session.commit()
 
     def _exclude(self, held: dict[str, list[NodeVerdict]], now: float) -> None:
@@ -178,6 +198,7 @@ class Preflight:
             jobs = session.scalars(
                 select(Job).where(Job.id.in_(sorted(held))).with_for_update()
             ).all()
+            healthy = healthy_baselines(session, {v.node for f in held.values() for v in f})
             for job in jobs:
                 if job.state != JobState.PENDING.value:
                     continue  # cancelled meanwhile: nothing to place again
@@ -187,6 +208,7 @@ class Preflight:
                     {v.node: failure_reason(v) for v in failed},
                     now,
                     self.settings,
+                    healthy,
                 )
                 for verdict in failed:
                     record_for_job(

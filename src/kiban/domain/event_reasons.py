@@ -36,6 +36,7 @@ class JobEventReason(StrEnum):
     PREFLIGHT_FAILED = "PreflightFailed"  # a placed node failed its check: excluded, re-placed
     EPILOGUE_CHECK = "EpilogueCheck"  # it failed on a node that saw a new Xid or ECC event
     SWEEP_YIELDED = "SweepYielded"  # an allreduce sweep's job gave way to waiting work
+    EXCLUSION_ENDED = "ExclusionEnded"  # a node it kept off passed K healthy checks: allowed again
     CULLED = "Culled"  # a notebook idle longer than its idleTimeout: stopped, its directory kept
     NOTEBOOK_NOT_READY = "NotebookNotReady"  # a notebook's server did not answer in time
     NOTEBOOK_STOPPED = "NotebookStopped"  # its owner (or an admin) stopped the notebook

@@ -27,6 +27,7 @@ from kiban.domain.declarations import (
     repeated_names,
 )
 from kiban.domain.jobspec import SpecModel, check_dns_label
+from kiban.domain.preflight_policy import PreflightDecl
 
 DEFAULT_AGENT_TIMEOUT_S = 3 * 30.0  # three missed reports at the agent's default interval
 DEFAULT_HOOK_TIMEOUT_S = 60.0
@@ -212,14 +213,16 @@ def default_rules() -> list[RemediationRuleDecl]:
 
 
 class HealthPolicyDecl(SpecModel):
-    """The ``health:`` section: rules, circuit breaker, return to service, flap damping, and
-    how long an agent may be silent before its node's conditions become Unknown."""
+    """The ``health:`` section: rules, circuit breaker, return to service, flap damping, how
+    long an agent may be silent before its node's conditions become Unknown, and what preflight
+    makes of an agent that does not answer (``kiban.domain.preflight_policy``)."""
 
     rules: list[RemediationRuleDecl] = Field(default_factory=default_rules, max_length=256)
     circuit_breaker: CircuitBreakerDecl = Field(default_factory=CircuitBreakerDecl)
     return_to_service: ReturnToServiceDecl = Field(default_factory=ReturnToServiceDecl)
     flap_damping: FlapDampingDecl = Field(default_factory=FlapDampingDecl)
     agent_timeout_seconds: Duration = DEFAULT_AGENT_TIMEOUT_S
+    preflight: PreflightDecl = Field(default_factory=PreflightDecl)
 
     @field_validator("agent_timeout_seconds")
     @classmethod

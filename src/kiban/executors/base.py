@@ -49,6 +49,10 @@ class NodeInfo:
     unschedulable: str = ""
     # The extended resources it advertises (nvidia.com/hostdev, hugepages-2Mi in bytes, ...).
     extended: Mapping[str, int] = field(default_factory=dict)
+    # The machine's GPU indices behind the node's GPUs 0 .. gpus-1, where virtual nodes of one
+    # machine each have GPUs of their own (an NCCL rank needs a GPU no other rank uses). Empty:
+    # the node's GPU ids are the machine's own.
+    gpu_devices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """``kiban up`` runs one ``kiban node-agent`` process for all the local executor's nodes.
 
-Each node's GPUs are the physical GPUs ``0 .. gpus-1``: the local executor gives a replica the
-GPU ids ``0 ..`` of its node and sets ``CUDA_VISIBLE_DEVICES`` to them as they are, so every
-virtual node shares this machine's first GPUs and the agent reads those for it. Virtual GPUs
+Each node's GPUs are the physical GPUs behind its GPU ids: its own ``gpu_devices`` where the
+machine has GPUs enough for every virtual node to have its own (``kiban up --nodes 2
+--gpus-per-node 1`` on two GPUs), else ``0 .. gpus-1``, shared by every virtual node, as the
+local executor sets ``CUDA_VISIBLE_DEVICES`` for a replica; the agent reads those. Virtual GPUs
 beyond the machine's own (``--gpus-per-node 8`` on a one-GPU machine) are not read, nor
 expected: there is nothing there to check, and their absence is no fault.
 """
@@ -30,9 +31,14 @@ class AgentNode:
     gpus: tuple[int, ...]
 
     @classmethod
-    def local(cls, name: str, gpus: int, physical: int | None) -> AgentNode:
+    def local(
+        cls, name: str, gpus: int, physical: int | None, devices: Sequence[int] = ()
+    ) -> AgentNode:
         """A local node of ``gpus`` GPUs on a machine of ``physical`` (None: do not clamp, as
-        for readings from a directory, which stand for GPUs that are not here)."""
+        for readings from a directory, which stand for GPUs that are not here); ``devices``:
+        the machine's GPUs that are the node's own (empty: ``0 .. gpus-1``)."""
+        if devices and physical is not None:
+            return cls(name, tuple(d for d in devices if d < physical))
         count = gpus if physical is None else min(gpus, physical)
         return cls(name, tuple(range(count)))
 

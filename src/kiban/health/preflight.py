@@ -3,7 +3,10 @@
 Pure: which nodes to ask their agent and which to judge from the conditions they reported a
 moment ago, and the verdict on each node from the conditions it has. A node that fails (any
 failing condition) is excluded from the job for a while and the gang is placed again; a node
-without an agent, or whose agent does not answer, passes with a note (nothing says it is bad).
+without an agent passes with a note (nothing says it is bad). A node whose agent does not
+answer is judged as its conditions would be shown (``health.preflight.unreachableAgent``): its
+last report older than the agent timeout (its conditions Unknown, never healthy) fails it;
+a recent one is judged on what it said, a healthy one passing with a note.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kiban.domain.preflight_policy import UnreachableAgent
 from kiban.health.conditions import Condition
+
+AGENT_UNREACHABLE = "AgentUnreachable"
+"""The reason of a preflight failure for an agent silent longer than the agent timeout."""
 
 
 class PreflightSettingsError(ValueError):
@@ -59,7 +66,7 @@ class Source(StrEnum):
     STORED = "stored"  # conditions its agent reported within ``fresh_s``
     AGENT = "agent"  # its agent's /check, asked now
     NO_AGENT = "no-agent"  # no agent known: passes, with a note
-    UNREACHABLE = "unreachable"  # its agent did not answer in time: passes, with a note
+    UNREACHABLE = "unreachable"  # its agent did not answer in time: judged on its last report
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +80,18 @@ class NodeState:
 
 @dataclass(frozen=True, slots=True)
 class NodeVerdict:
-    """One node's preflight: ``failing`` lists its failing conditions (empty: it passed)."""
+    """One node's preflight: ``failing`` lists its failing conditions, ``refusal`` why it
+    fails without one (its agent silent for too long); both empty: it passed."""
 
     node: str
     source: Source
     failing: tuple[Condition, ...] = ()
     note: str = ""
+    refusal: str = ""
 
     @property
     def passed(self) -> bool:
-        return not self.failing
+        return not self.failing and not self.refusal
 
 
 def needs_preflight(nodes: Iterable[str], settings: PreflightSettings) -> bool:
@@ -109,8 +118,40 @@ def judge(
     return NodeVerdict(node, source, failing, note)
 
 
+def judge_unreachable(
+    state: NodeState,
+    error: str,
+    reported: Iterable[Condition],
+    now: float,
+    stale_after_s: float,
+    rule: UnreachableAgent,
+) -> NodeVerdict:
+    """The verdict on a node whose agent did not answer (``error``): with ``failIfStale``, it
+    fails when its last report is older than ``stale_after_s`` (or it never reported), and is
+    judged on its ``reported`` conditions otherwise; with ``pass`` it passes with a note."""
+    silent = f"its agent at {state.agent_address} did not answer: {error}"
+    if rule is UnreachableAgent.PASS:
+        return NodeVerdict(state.name, Source.UNREACHABLE, note=silent)
+    if state.reported_at is None or now - state.reported_at > stale_after_s:
+        last = (
+            "it never reported"
+            if state.reported_at is None
+            else f"its last report is {now - state.reported_at:.0f} s old"
+        )
+        refusal = (
+            f"AgentUnreachable ({silent}; {last}, more than the agent timeout of "
+            f"{stale_after_s:g} s: its conditions are Unknown)"
+        )
+        return NodeVerdict(state.name, Source.UNREACHABLE, note=silent, refusal=refusal)
+    age = now - state.reported_at
+    note = f"{silent}; judged on its report of {age:.0f} s ago"
+    return judge(state.name, Source.UNREACHABLE, reported, note)
+
+
 def describe_failure(verdict: NodeVerdict) -> str:
     """``node-1: GpuEcc (EccUncorrectable: 2 volatile uncorrectable errors on GPU 0)``."""
+    if verdict.refusal and not verdict.failing:
+        return f"{verdict.node}: {verdict.refusal}"
     parts = [
         f"{c.type.value} ({c.reason}{': ' + c.message if c.message else ''})"
         for c in verdict.failing
@@ -123,19 +164,31 @@ def exclusions_after(
     failed: Mapping[str, str],
     now: float,
     settings: PreflightSettings,
+    healthy: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[dict[str, object]]:
     """A job's stored exclusions with the ``failed`` nodes added (node -> why) until
-    ``now + exclude_for_s``, those already expired dropped, one entry per node."""
+    ``now + exclude_for_s``, those already expired dropped, one entry per node. Each new entry
+    records ``healthy``'s streaks of its node (``kiban.health.exclusions.healthy_streaks``), so
+    that it ends early once the node has passed enough healthy checks since ``now``."""
     kept: dict[str, dict[str, object]] = {}
     for entry in stored or ():
         until = entry.get("until")
         if isinstance(until, int | float) and until > now:
             kept[str(entry["node"])] = dict(entry)
     for node, why in failed.items():
-        kept[node] = {"node": node, "until": now + settings.exclude_for_s, "reason": why}
+        kept[node] = {
+            "node": node,
+            "until": now + settings.exclude_for_s,
+            "reason": why,
+            "since": now,
+            "streaks": dict((healthy or {}).get(node, {})),
+        }
     return [kept[name] for name in sorted(kept)]
 
 
 def failure_reason(verdict: NodeVerdict) -> str:
-    """What an exclusion after a failed preflight says: its failing condition types."""
+    """What an exclusion after a failed preflight says: its failing condition types (or
+    ``AgentUnreachable``)."""
+    if verdict.refusal and not verdict.failing:
+        return AGENT_UNREACHABLE
     return ", ".join(c.type.value for c in verdict.failing)

@@ -2,7 +2,8 @@
 ``agentTimeoutSeconds`` get their conditions Unknown (``AgentNotReporting``) and the rules
 applied to them; pending drains requeue the jobs of their node (again after a restart: a
 requeue is idempotent), keeping the jobs' submit time and ``backoffLimit``
-(``StopIntent.REQUEUE`` counts no attempt).
+(``StopIntent.REQUEUE`` counts no attempt); jobs' exclusions of nodes that have since passed
+K healthy checks end (``kiban.services.exclusions``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kiban.domain.remediation import HealthPolicyDecl
 from kiban.executors.base import NodeTaints
 from kiban.health.conditions import CheckType, Condition, ConditionStatus
+from kiban.services.exclusions import end_healthy_exclusions
 from kiban.services.node_health import AGENT_NOT_REPORTING, store_conditions
 from kiban.services.policy import PolicyCache
 from kiban.services.remediation import Requeue, carry_out, fail_orphans, remediate, run_drains
@@ -59,6 +61,11 @@ DRAIN_SWEEP_S = 30.0
 stopped): the store is not read for them on every pass."""
 
 
+EXCLUSIONS_EVERY_S = 5.0
+"""How often jobs' exclusions are looked at for nodes healthy again: an exclusion ends at most
+this long after its node's K-th healthy check (agents check every 30 s by default)."""
+
+
 class HealthPass:
     """The control loop's health step: stale agents (at most every ``stale_every_s``), then
     pending drains when one was recorded (``drain_recorded``), at the first pass, and every
@@ -72,6 +79,7 @@ class HealthPass:
         clock: Callable[[], float],
         stale_every_s: float = 1.0,
         drain_sweep_s: float = DRAIN_SWEEP_S,
+        exclusions_every_s: float = EXCLUSIONS_EVERY_S,
     ) -> None:
         self.sessions = sessions
         self.requeue = requeue
@@ -81,6 +89,8 @@ class HealthPass:
         self.drain_sweep_s = drain_sweep_s
         self._last_stale = float("-inf")
         self._last_drains = float("-inf")
+        self.exclusions_every_s = exclusions_every_s
+        self._last_exclusions = float("-inf")
         self._drains_due = threading.Event()
         self._started = clock()
         self._orphans_checked = False
@@ -108,6 +118,11 @@ class HealthPass:
             if done is not None and done.work:  # hooks may take long: not on the loop's thread
                 args = (self.sessions, done.work, self.taints, self.clock)
                 threading.Thread(target=carry_out, args=args, daemon=True).start()
+        if now - self._last_exclusions >= self.exclusions_every_s:
+            self._last_exclusions = now
+            with self.sessions() as session:
+                end_healthy_exclusions(session, policies.get(session).health, now)
+                session.commit()
         if self._drains_due.is_set() or now - self._last_drains >= self.drain_sweep_s:
             self._drains_due.clear()  # before reading: a drain recorded meanwhile is seen next
             self._last_drains = now

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import dataclasses
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from kiban.api import responses
@@ -10,6 +13,9 @@ from kiban.api.deps import PlatformDep, PrincipalDep, SessionDep, SessionRoute
 from kiban.api.params import TOKEN
 from kiban.services import health_sweeps
 from kiban.services.health_sweeps import SweepSettings
+
+MAX_SIZE_MB = 16_384.0  # 16 GB: more than any GPU's memory would hold twice over
+MAX_ITERS = 10_000
 
 router = APIRouter(prefix="/api/v1", tags=["health"], dependencies=TOKEN, route_class=SessionRoute)
 
@@ -48,10 +54,22 @@ class SweepResults(BaseModel):
     "/health/sweeps", status_code=201, response_model=SweepStarted, responses=responses.ADMIN_CHANGE
 )
 def start_sweep(
-    platform: PlatformDep, principal: PrincipalDep, session: SessionDep
+    platform: PlatformDep,
+    principal: PrincipalDep,
+    session: SessionDep,
+    size_mb: Annotated[
+        float | None,
+        Query(alias="sizeMb", gt=0, le=MAX_SIZE_MB, description="the all_reduce tensor, in MB"),
+    ] = None,
+    iters: Annotated[int | None, Query(ge=1, le=MAX_ITERS, description="timed all_reduces")] = None,
 ) -> SweepStarted:
-    """Start an allreduce sweep now: one lowest-priority job per topology block of idle nodes."""
+    """Start an allreduce sweep now: one lowest-priority job per topology block of idle nodes
+    (``sizeMb`` and ``iters``: this sweep's, else the platform's settings)."""
     settings = platform.sweeps.settings if platform.sweeps is not None else SweepSettings()
+    if size_mb is not None:
+        settings = dataclasses.replace(settings, size_mb=size_mb)
+    if iters is not None:
+        settings = dataclasses.replace(settings, iters=iters)
     started = health_sweeps.start_sweep(
         session, principal, platform.facts, settings, platform.clock.now()
     )

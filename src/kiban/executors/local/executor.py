@@ -31,7 +31,7 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -153,6 +153,15 @@ class LocalExecutor:
     # -- nodes -----------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
+
+    def _own_devices(self, node: str, gpu_ids: Sequence[int]) -> dict[str, str]:
+        """The machine's GPUs behind a replica's GPU ids where its virtual node has GPUs of its
+        own (``NodeInfo.gpu_devices``); nothing to change otherwise."""
+        info = next((n for n in self._nodes if n.name == node), None)
+        if info is None or not info.gpu_devices or not gpu_ids:
+            return {}
+        devices = ",".join(str(info.gpu_devices[i]) for i in gpu_ids)
+        return {"CUDA_VISIBLE_DEVICES": devices, "NVIDIA_VISIBLE_DEVICES": devices}
 
     def checkpoint_dir(self, job_id: str) -> str:
         return str(safe_job_dir(self.checkpoints_root, job_id))
@@ -286,6 +295,7 @@ class LocalExecutor:
                     )
                 )
                 env.update(hosts_env)
+                env.update(self._own_devices(placement.node, placement.gpu_ids))
                 if mpi is not None:
                     env.update(mpi.environment(placement.task, placement.index))
                 # a service's replica gets a Unix socket to listen on too: the router and the

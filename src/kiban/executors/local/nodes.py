@@ -36,9 +36,15 @@ def this_machine() -> NodeInfo:
 
 
 def virtual_nodes(
-    count: int, gpus_per_node: int, cpus: int = 8, memory: int = 32 * 2**30
+    count: int, gpus_per_node: int, cpus: int = 8, memory: int = 32 * 2**30, physical: int = 0
 ) -> list[NodeInfo]:
-    """``count`` identical virtual nodes ``node-0`` ... so one machine can run a multi-node job."""
+    """``count`` identical virtual nodes ``node-0`` ... so one machine can run a multi-node job.
+
+    Where the machine has ``physical`` GPUs enough for all of them, node ``i`` gets the
+    machine's GPUs ``i * gpus_per_node ...`` of its own (a multi-node NCCL job then has one GPU
+    per rank); otherwise every node's GPUs are the machine's first ones, shared.
+    """
+    own = gpus_per_node > 0 and count * gpus_per_node <= physical
     return [
         NodeInfo(
             name=f"node-{i}",
@@ -46,6 +52,7 @@ def virtual_nodes(
             cpu_millis=cpus * 1000,
             memory=memory,
             labels={"kubernetes.io/hostname": f"node-{i}"},
+            gpu_devices=(tuple(range(i * gpus_per_node, (i + 1) * gpus_per_node)) if own else ()),
         )
         for i in range(count)
     ]
