@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpcore
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -15,6 +14,7 @@ from fastapi.testclient import TestClient
 from kiban.cli import main
 from kiban.sdk import client as sdk_client
 from kiban.sdk.client import Client
+from kiban.testing.sdk_app import client_through
 
 
 @dataclass
@@ -38,41 +38,13 @@ def in_process(
     SDK's Client when it runs, and this one answers them all through ``app``."""
 
     def connect(*_: Any, **__: Any) -> Client:
-        client = Client(url="http://testserver", token=token)
-        client._http.close()
-        client._http._pool = ThroughApp(TestClient(app))  # type: ignore[assignment]
-        return client
+        return client_through(TestClient(app), token)
 
     def run(*args: str) -> Done:
         monkeypatch.setattr(sdk_client, "Client", connect)
         return run_cli(monkeypatch, capsys, *command, *args)
 
     return run
-
-
-class ThroughApp:
-    """Stands in for the SDK client's connection pool: each request (as httpcore's) is
-    answered by the app in this process (Starlette's test client)."""
-
-    def __init__(self, app: TestClient) -> None:
-        self.app = app
-
-    def handle_request(self, request: httpcore.Request) -> httpcore.Response:
-        body = b"".join(request.stream)  # type: ignore[arg-type]
-        answer = self.app.request(
-            request.method.decode(),
-            request.url.target.decode(),
-            headers=[(k.decode(), v.decode()) for k, v in request.headers],
-            content=body,
-        )
-        reason = {"reason_phrase": answer.reason_phrase.encode()}
-        headers = list(answer.headers.raw)
-        return httpcore.Response(
-            answer.status_code, headers=headers, content=answer.content, extensions=reason
-        )
-
-    def close(self) -> None:
-        self.app.close()
 
 
 def run_cli(
