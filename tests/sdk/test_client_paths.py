@@ -138,3 +138,24 @@ def test_an_error_answer_is_the_servers_message() -> None:
     with pytest.raises(ApiError) as caught:
         plain.job("x")
     assert (caught.value.status, caught.value.message) == (502, "bad gateway")
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:9", "Connection refused"),  # the discard port: nothing listens
+        ("http://kiban.test:abc", "invalid URL"),  # httpx raised InvalidURL: a traceback
+        ("kiban.test:8470", "unsupported protocol"),
+    ],
+)
+def test_a_server_not_reached_is_an_api_error_naming_it(url: str, why: str) -> None:
+    with Client(url=url, token="t") as client:
+        with pytest.raises(ApiError) as caught:
+            client.jobs()
+        assert caught.value.status == 0
+        assert caught.value.message.startswith(f"cannot reach kiban at {url}: ")
+        assert why in caught.value.message
+        assert not client.healthy()
+        with pytest.raises(ApiError) as followed:
+            list(client.logs("j", follow=True))
+        assert followed.value.message.startswith(f"cannot reach kiban at {url}: ")

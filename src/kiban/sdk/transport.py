@@ -47,7 +47,11 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 """What sending a request or reading its answer raises when no answer came: httpx's
 ``TransportError``, of which ``CONNECT_ERRORS`` are the ones where the server was not reached."""
 
-CONNECT_ERRORS: tuple[type[Exception], ...] = (httpcore.ConnectError,)
+CONNECT_ERRORS: tuple[type[Exception], ...] = (
+    httpcore.ConnectError,
+    httpcore.UnsupportedProtocol,
+    InvalidUrl,
+)
 
 Hook = Callable[..., Any]
 
