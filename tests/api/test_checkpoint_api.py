@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from kiban import testing
 from kiban.api.app import create_app
 from kiban.platform import Platform
-from kiban.sdk.client import Client
 from kiban.testing import FakeExecutor, ManualClock, submit
+from kiban.testing.sdk_app import client_through
 
 # These tests' jobs take 2 GPUs unless they say otherwise.
 manifest = partial(testing.manifest, gpu=2)
@@ -93,9 +93,7 @@ def test_the_sdk_reports_for_the_job_it_runs_in(
 ) -> None:
     job = submit(api, manifest("train"))["id"]
     platform.loop.run_once()
-    client = Client(url="http://testserver", token=admin_token)
-    client._http.close()
-    client._http = api
+    client = client_through(api, admin_token)
     monkeypatch.delenv("KIBAN_JOB_ID", raising=False)
     with pytest.raises(ValueError, match="KIBAN_JOB_ID"):
         client.checkpoint()

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from kiban.cli import main
 from kiban.sdk import client as sdk_client
 from kiban.sdk.client import Client
+from kiban.testing.sdk_app import client_through
 
 
 @dataclass
@@ -37,10 +38,7 @@ def in_process(
     SDK's Client when it runs, and this one answers them all through ``app``."""
 
     def connect(*_: Any, **__: Any) -> Client:
-        client = Client(url="http://testserver", token=token)
-        client._http.close()
-        client._http = TestClient(app, headers={"Authorization": f"Bearer {token}"})
-        return client
+        return client_through(TestClient(app), token)
 
     def run(*args: str) -> Done:
         monkeypatch.setattr(sdk_client, "Client", connect)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
 from kiban.sdk.client import Client, complete_job_manifest, discover
+from kiban.sdk.transport import environment_proxy
 
 
 @pytest.fixture
@@ -57,12 +57,31 @@ def test_empty_files_in_the_home_are_no_url_or_token(home: Path) -> None:
 
 def test_plain_http_loads_no_certificates_and_https_verifies(home: Path) -> None:
     with Client(url="https://kiban.example", token="t") as secure:
-        pool = secure._http._transport._pool  # type: ignore[attr-defined]
-        assert pool._ssl_context.verify_mode.name == "CERT_REQUIRED"
+        context = secure._http.ssl_context
+        assert context is not None and context.verify_mode.name == "CERT_REQUIRED"
+        assert context.check_hostname
     with Client(url="http://kiban.example", token="t") as plain:
-        assert isinstance(plain._http, httpx.Client)
-        pool = plain._http._transport._pool  # type: ignore[attr-defined]
-        assert pool._ssl_context.verify_mode.name == "CERT_NONE"
+        assert plain._http.ssl_context is None
+
+
+def test_a_proxy_named_by_the_environment_is_used_unless_no_proxy_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As httpx did: HTTPS_PROXY (with its credentials) for an https:// server, none for a
+    host NO_PROXY names, none when no variable names one."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        for spelled in (name, name.lower()):
+            monkeypatch.delenv(spelled, raising=False)
+    assert environment_proxy("https", "kiban.example") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://me:s%40cret@proxy.corp:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,.internal")
+    proxy = environment_proxy("https", "kiban.example")
+    assert proxy is not None
+    assert (proxy.url.host, proxy.url.port) == (b"proxy.corp", 3128)
+    assert proxy.auth == (b"me", b"s@cret")
+    assert environment_proxy("https", "kiban.internal:443") is None
+    assert environment_proxy("https", "localhost:8470") is None
+    assert environment_proxy("http", "kiban.example") is None  # only HTTPS_PROXY is set
 
 
 JOB = {

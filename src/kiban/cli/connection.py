@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import httpx
+    import httpcore
 
     from kiban.sdk.client import Client
 
@@ -30,7 +30,7 @@ def client() -> Client:
     """A client of the API at ``KIBAN_URL`` (or the kiban home's), with the caller's token."""
     from kiban.cli.quick import loading
 
-    with loading():  # the HTTP client's modules: httpx, and httpcore as the client is made
+    with loading():  # the HTTP client's modules: httpcore and h11 (no httpx)
         from kiban.sdk.client import Client
 
         api = Client()
@@ -40,9 +40,9 @@ def client() -> Client:
     return api
 
 
-def warming_up(request: httpx.Request) -> None:
-    """An httpx request hook: Rich's console loads while the answer to ``request`` is awaited,
-    and has loaded once its headers have come (or failed to)."""
+def warming_up(request: httpcore.Request) -> None:
+    """A request hook of the SDK's client: Rich's console loads while the answer to
+    ``request`` is awaited, and has loaded once its headers have come (or failed to)."""
     request.extensions["trace"] = _trace
 
 

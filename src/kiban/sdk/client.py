@@ -3,7 +3,8 @@
 It finds the server and token as ``kiban.sdk.discovery`` says (``KIBAN_URL``/``KIBAN_TOKEN``,
 else the kiban home). A job finds its own id in ``KIBAN_JOB_ID``, so ``Client().checkpoint()``
 inside it reports its own checkpoint (given a URL and token it can reach). A job manifest is
-completed by ``kiban.sdk.submission`` before it is sent, for the CLI and the SDK alike.
+completed by ``kiban.sdk.submission`` before it is sent, for the CLI and the SDK alike. It
+speaks HTTP through ``kiban.sdk.transport`` (httpcore), so that it imports no httpx.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from kiban.sdk.discovery import default_home, discover, env_value
 from kiban.sdk.errors import ApiError
 from kiban.sdk.submission import as_document, complete_job_manifest
+from kiban.sdk.transport import CONNECT_ERRORS, TRANSPORT_ERRORS, Answer, Transport
 
 __all__ = [
     "TERMINAL_STATES",
@@ -53,18 +53,18 @@ class Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         # TLS only for an https:// server: this client asks paths of its base URL alone and
         # follows no redirect, so for http:// no certificates need loading (that took about as
-        # long as importing httpx, on every CLI call).
-        tls = self.url.lower().startswith("https:")
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, verify=tls)
+        # long as importing the HTTP client, on every CLI call).
+        self._http = Transport(self.url, headers, timeout)
 
     def close(self) -> None:
         self._http.close()
 
     @property
     def event_hooks(self) -> dict[str, list[Callable[..., Any]]]:
-        """httpx's event hooks of this client, to add to: ``"request"`` ones are called with
-        each request before it is sent, ``"response"`` ones with each response once its
-        headers have come (https://www.python-httpx.org/advanced/event-hooks/)."""
+        """Event hooks of this client, to add to, as httpx's: ``"request"`` ones are called with
+        each request (an ``httpcore.Request``, whose ``extensions`` they may add to) before it
+        is sent, ``"response"`` ones with each ``httpcore.Response`` once its headers have
+        come."""
         return self._http.event_hooks
 
     def __enter__(self) -> Client:
@@ -77,7 +77,7 @@ class Client:
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise ApiError(
                 0, f"cannot reach kiban at {self.url}: {exc}. Is `kiban up` running?"
             ) from None
@@ -334,17 +334,17 @@ class Client:
                 "GET",
                 _job_path(job_id, "/logs"),
                 params=params,
-                timeout=httpx.Timeout(30.0, read=None),
+                timeout=30.0,
+                unbounded_read=True,
             ) as response:
                 if response.status_code >= 400:
-                    response.read()
-                    _decode(response)
+                    _decode(response.read())
                 yield from response.iter_bytes()
-        except httpx.ConnectError as exc:
+        except CONNECT_ERRORS as exc:
             raise ApiError(
                 0, f"cannot reach kiban at {self.url}: {exc}. Is `kiban up` running?"
             ) from None
-        except httpx.TransportError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise ApiError(0, f"lost the connection to kiban at {self.url}: {exc}") from None
 
     # -- cluster -------------------------------------------------------------------------------
@@ -527,7 +527,7 @@ class Client:
     def healthy(self) -> bool:
         try:
             return self._http.get("/healthz", timeout=2.0).status_code == 200
-        except httpx.TransportError:
+        except TRANSPORT_ERRORS:
             return False
 
 
@@ -546,9 +546,9 @@ def _job_path(job_id: str, action: str = "") -> str:
     return resource_path("jobs", job_id, "job id", action)
 
 
-def _decode(response: httpx.Response) -> Any:
+def _decode(response: Answer) -> Any:
     if response.is_redirect:  # the API never redirects: a path that is not one of its own
-        raise ApiError(response.status_code, f"no such API path: {response.request.url.path}")
+        raise ApiError(response.status_code, f"no such API path: {response.path}")
     if response.status_code < 400:
         return response.json() if response.content else None
     try:
