@@ -1,9 +1,13 @@
-"""Group commit of submissions, and the lookup cache of the submission path."""
+"""Group commit of submissions (awaited on an event loop too), the lookup cache of the
+submission path, and a submission's answer made from its job without reading it back."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy
@@ -11,8 +15,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from kiban.api.schemas import job_out
 from kiban.platform import Platform
 from kiban.services import events, jobs
+from kiban.services.job_listing import as_listed
 from kiban.services.lookup_cache import LookupCache
 from kiban.services.submissions import SubmissionWriter
 from kiban.store.models import Event, Job
@@ -244,3 +250,109 @@ def test_a_bad_token_is_refused_even_after_a_good_one_was_cached(api: TestClient
     assert api.post("/api/v1/jobs", json=document).status_code == 201
     answer = api.post("/api/v1/jobs", json=document, headers={"Authorization": "Bearer nope"})
     assert answer.status_code == 401
+
+
+def gated(platform: Platform) -> tuple[Callable[[], Session], threading.Event, threading.Event]:
+    """Sessions whose first opening waits for ``gate``: the writer holds its first batch
+    while the next submissions queue up into one batch (``holding`` says it took it)."""
+    gate, holding = threading.Event(), threading.Event()
+    opened = 0
+
+    def sessions() -> Session:
+        nonlocal opened
+        opened += 1
+        if opened == 1:
+            holding.set()
+            gate.wait(10)
+        return platform.sessions()
+
+    return sessions, gate, holding
+
+
+def test_a_batch_awaited_on_a_loop_is_answered_with_one_call_to_it(platform: Platform) -> None:
+    """49 submissions committed together wake their event loop once, not once each (each
+    wake-up is a write to the loop's pipe and a turn of the loop, on the one interpreter)."""
+    sessions, gate, holding = gated(platform)
+    writer = SubmissionWriter(sessions, max_batch=64)  # type: ignore[arg-type]
+    calls = 0
+
+    async def submit() -> int:
+        nonlocal calls
+        loop = asyncio.get_running_loop()
+        plain = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return plain(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        first = asyncio.ensure_future(writer.stored(*job_and_event("first")))
+        assert await asyncio.to_thread(holding.wait, 10), "the writer never took a batch"
+        calls = 0  # to_thread's own answer came back through it
+        rest = [writer.stored(*job_and_event(f"job-{i}")) for i in range(49)]
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+        return calls
+
+    answered_with = asyncio.run(submit())
+    writer.stop()
+    assert count(platform, Job) == 50
+    assert answered_with == 2  # the first batch, then the other 49 together
+
+
+def test_an_awaited_submission_that_cannot_be_stored_raises_and_the_others_are_stored(
+    platform: Platform,
+) -> None:
+    sessions, gate, holding = gated(platform)
+    writer = SubmissionWriter(sessions, max_batch=64)  # type: ignore[arg-type]
+    bad_job, bad_event = job_and_event("bad")
+    bad_job.state = None  # type: ignore[assignment]  # NOT NULL: cannot be stored
+
+    async def submit() -> list[BaseException | None]:
+        first = asyncio.ensure_future(writer.stored(*job_and_event("first")))
+        assert await asyncio.to_thread(holding.wait, 10), "the writer never took a batch"
+        rest = [writer.stored(*job_and_event(f"good-{i}")) for i in range(3)]
+        bad = writer.stored(bad_job, bad_event)
+        gate.set()
+        return await asyncio.wait_for(asyncio.gather(first, *rest, bad, return_exceptions=True), 30)
+
+    answers = asyncio.run(submit())
+    writer.stop()
+    assert answers[:4] == [None] * 4
+    assert isinstance(answers[4], RuntimeError) and "could not be stored" in str(answers[4])
+    assert count(platform, Job) == 4
+
+
+def test_a_cancelled_wait_leaves_the_submission_stored(platform: Platform) -> None:
+    """A request that goes away stops waiting; its job is stored all the same and the writer
+    goes on with the next ones."""
+    sessions, gate, holding = gated(platform)
+    writer = SubmissionWriter(sessions, max_batch=64)  # type: ignore[arg-type]
+
+    async def submit() -> None:
+        first = asyncio.ensure_future(writer.stored(*job_and_event("first")))
+        assert await asyncio.to_thread(holding.wait, 10), "the writer never took a batch"
+        gone = asyncio.ensure_future(writer.stored(*job_and_event("gone")))
+        await asyncio.sleep(0)  # it has queued its job
+        gone.cancel()
+        gate.set()
+        await asyncio.wait_for(first, 30)
+        await asyncio.wait_for(writer.stored(*job_and_event("after")), 30)
+
+    asyncio.run(submit())
+    writer.stop()
+    assert count(platform, Job) == 3
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_submitted_job_as_listed_gives_the_answer_the_job_gives(held: bool) -> None:
+    """The answer to a submission is made from the job's values without SQLAlchemy's attribute
+    per field; every field reads as the object's own (the columns it leaves unset: None)."""
+    job, _ = job_and_event("train-abc123")
+    job.gpus, job.replicas, job.submitted_by = 2, 2, "alice"
+    if held:  # as a job waiting for its dependencies is answered
+        job.reason_code = "WaitingForDependency"
+        job.reason_message = "waiting for job a-1"
+    expected = job_out(job).model_dump(by_alias=True)
+    assert job_out(as_listed(job)).model_dump(by_alias=True) == expected

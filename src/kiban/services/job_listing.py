@@ -126,6 +126,14 @@ class ListedJob(NamedTuple):
     before migrations 0011 and 0014 (``kiban.services.jobs.job_demand``)."""
 
 
+def as_listed(job: Job) -> ListedJob:
+    """A job not read from the store (a submission's, just written) as a listing's row: its
+    values taken from the object at once, not through SQLAlchemy's attribute per field; a
+    column it does not set reads None, as the object's attribute would."""
+    values = vars(job)
+    return ListedJob._make(values.get(name) for name in ListedJob._fields)
+
+
 _SPEC_IF_UNCOUNTED = type_coerce(
     case((or_(Job.gpus.is_(None), Job.replicas.is_(None)), Job.spec), else_=null()), JSON
 ).label("spec")

@@ -106,13 +106,10 @@ async def submit_job(request: Request) -> Response:
     along = job_arrays.hold_for_dependencies(prepared)
     draft = audit_draft(request.state)
     audited = None if draft is None else functools.partial(draft.entry, CREATED)
-    written = platform.submissions.write(
-        prepared.job, *prepared.events, along=along, audited=audited
-    )
-    await asyncio.wrap_future(written)
+    await platform.submissions.stored(prepared.job, *prepared.events, along=along, audited=audited)
     if draft is not None:
         draft.written_with = CREATED  # the middleware adds no second record
-    out = job_out(prepared.job)
+    out = job_out(job_listing.as_listed(prepared.job))
     out.warnings = list(prepared.warnings)
     answer = out.model_dump_json(by_alias=True)
     return Response(answer, status_code=CREATED, media_type="application/json")
