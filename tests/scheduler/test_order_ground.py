@@ -235,3 +235,22 @@ def test_a_victim_refused_by_the_predicate_is_never_taken_on_the_order_ground() 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(preemption_module, "candidates", plain_candidates)
         assert outcome(schedule(snap, Policy(may_preempt=las_like))) == outcome(decisions)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 4, 8]), min_size=1, max_size=4), st.data())
+def test_a_running_jobs_gpus_summed_when_made_follow_its_replicas(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    # ``RunningJob.gpus`` is summed once, at construction: a job made with ``replace`` (as the
+    # simulator and the live loop make them) counts its own replicas, not those it was made from.
+    nodes = cluster().nodes(len(sizes), gpus=8, prefix="n")
+    built = running("r")
+    for k, size in enumerate(sizes):
+        built.on(f"n-{k}", gpus=size)
+    made = snapshot(nodes=nodes, running=[built]).running[0]
+    assert made.gpus == sum(sizes)
+    kept = data.draw(st.lists(st.sampled_from(made.replicas), max_size=4))
+    changed = replace(made, replicas=tuple(kept))
+    assert changed.gpus == sum(len(r.gpu_ids) for r in kept)
+    assert replace(made, started_at=1.0).gpus == made.gpus
