@@ -256,3 +256,81 @@ def test_a_job_that_may_search_for_victims_is_judged_itself() -> None:
     assert [(p.victim_id, p.preemptor_id) for p in decisions.preempted] == [("r0", "p02")]
     with judging_every_job():
         assert outcome(schedule(snap, Policy())) == outcome(decisions)
+
+
+def _counting_judge(judged: list[str]) -> Any:
+    plain_judge = core_module._judge
+
+    def counting(cycle: Cycle, job: PendingJob, queue: QueueView, *rest: Any) -> Any:
+        judged.append(job.id)
+        return plain_judge(cycle, job, queue, *rest)
+
+    return counting
+
+
+def test_a_strict_fifo_queue_shares_verdicts_only_once_its_head_passed_as_unschedulable() -> None:
+    # qs (StrictFIFO, quota 4): s00-s04 ask 8 GPUs, more than it can ever hold, so each holds up
+    # nobody: s00 is judged without a key (nothing of its queue is kept yet), s01 is judged and
+    # kept, s02-s04 take s01's verdict; s05 fits, s06 waits for capacity and blocks s07. qf's
+    # blocked head is judged alone, its queue never looked up.
+    nodes = cluster().nodes(1, gpus=8, prefix="n")
+    runs = [running("r0").queue("qf").on("n-0", gpus=6)]
+    strict = [job(f"s{i:02}").queue("qs").task("w", 1, gpu=8).submitted(float(i)) for i in range(5)]
+    pending = [
+        *strict,
+        job("s05").queue("qs").task("w", 1, gpu=1).submitted(5.0),
+        job("s06").queue("qs").task("w", 1, gpu=3).submitted(6.0),
+        job("s07").queue("qs").task("w", 1, gpu=3).submitted(7.0),
+        job("f00").queue("qf").task("w", 1, gpu=4).submitted(0.5),
+        job("f01").queue("qf").task("w", 1, gpu=4).submitted(1.5),
+    ]
+    queues = [queue("qs").strict().tenant("t1").quota(4), queue("qf").strict().tenant("t2")]
+    snap = snapshot(nodes=nodes, queues=queues, running=runs, pending=pending)
+    judged: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(core_module, "_judge", _counting_judge(judged))
+        decisions = schedule(snap, Policy(preemption=False))
+    assert sorted(judged) == ["f00", "s00", "s01", "s05", "s06"]
+    assert [a.job_id for a in decisions.admitted] == ["s05"]
+    codes = {w.job_id: w.reason.code for w in decisions.waiting}
+    assert [codes[f"s{i:02}"] for i in range(5)] == [ReasonCode.UNSCHEDULABLE] * 5
+    assert codes["s06"] is ReasonCode.INSUFFICIENT_CAPACITY
+    assert codes["s07"] is codes["f01"] is ReasonCode.BLOCKED_BY_QUEUE_HEAD
+    with judging_every_job():
+        assert outcome(schedule(snap, Policy(preemption=False))) == outcome(decisions)
+
+
+def test_blocked_strict_fifo_heads_read_no_judging_state() -> None:
+    # Three StrictFIFO queues whose heads wait for capacity: no verdict of theirs could be looked
+    # up, so the cycle's state is never read for one.
+    nodes = cluster().nodes(2, gpus=8, prefix="n")
+    runs = [
+        running("r0").queue("q0").on("n-0", gpus=8),
+        running("r1").queue("q1").on("n-1", gpus=8),
+    ]
+    pending = [
+        job(f"p{q}{i}").queue(f"q{q}").task("w", 1, gpu=4).submitted(float(i))
+        for q in range(3)
+        for i in range(3)
+    ]
+    queues = [queue(f"q{q}").strict().tenant(f"t{q}") for q in range(3)]
+    snap = snapshot(nodes=nodes, queues=queues, running=runs, pending=pending)
+    reads: list[int] = []
+    plain_state = Cycle.judging_state
+
+    def counting(self: Cycle) -> tuple[object, ...]:
+        reads.append(1)
+        return plain_state(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Cycle, "judging_state", counting)
+        decisions = schedule(snap, Policy(preemption=False, backfill=False))
+    assert reads == []
+    assert {w.reason.code for w in decisions.waiting} == {
+        ReasonCode.INSUFFICIENT_CAPACITY,
+        ReasonCode.BLOCKED_BY_QUEUE_HEAD,
+    }
+    with judging_every_job():
+        assert outcome(schedule(snap, Policy(preemption=False, backfill=False))) == outcome(
+            decisions
+        )

@@ -105,6 +105,8 @@ def schedule(
             # The rest of the queue waits behind it: the fair order drops the queue, and their
             # waits are written only when read (``Waits``), for one shared reason.
             blocked[queue.name] = blocked_by_head(queue, job.id)
+        elif queue.strategy is QueueStrategy.STRICT_FIFO:  # it holds up nobody
+            verdicts.passed(queue.name)
     waits = Waits(snapshot, policy, tuple(visits), more)
     if not more and blocked and budget is not None and placed >= budget:
         # Visiting each job behind a blocked head, the cycle would have stopped at the first

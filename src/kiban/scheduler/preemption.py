@@ -30,7 +30,7 @@ the job fits quota and placement together; if it never fits, nobody is preempted
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -119,28 +119,40 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
                     for q in cycle.cohort_members(queue.cohort)
                     if q.name != job.queue and cycle.quota.borrowed(q.name, flavor) > 0
                 ]
+        predicate = may_preempt
+
+        def allowed(victim: RunningJob) -> bool:
+            return not _never_for(job, victim, now) and predicate(job, victim, now)
+
         for name in names:
             borrows = cycle.quota.borrowed(name, flavor) > 0
-            groups.append(_group(cycle, name, flavor, PreemptionGround.ORDER, borrows, now))
+            ground = PreemptionGround.ORDER
+            groups.append(_group(cycle, name, flavor, ground, borrows, now, keep=allowed))
     seen: set[str] = set()
     taken = cycle.victims
     for _key, (victim, ground) in heapq.merge(*groups, key=lambda item: item[0]):
-        if victim.id in seen or victim.id in taken or victim.stopping:
+        if victim.id in seen or victim.id in taken:
             continue
-        if victim.preempted_by is not None:
-            continue
-        if victim.id == job.preempted_by or now < victim.protected_until:
-            continue
+        if ground is not PreemptionGround.ORDER and _never_for(job, victim, now):
+            continue  # (the order ground's groups leave such victims out themselves)
         if ground is PreemptionGround.FAIR_SHARE and not tree.outranks(
             job, standing_after, victim, cycle.standing(victim.tenant)
         ):
             continue
-        if ground is PreemptionGround.ORDER and (
-            may_preempt is None or not may_preempt(job, victim, now)
-        ):
-            continue
         seen.add(victim.id)
         yield victim, ground
+
+
+def _never_for(job: PendingJob, victim: RunningJob, now: float) -> bool:
+    """Whether the victim may not be preempted for the job on any ground: it is stopping or
+    back from a preemption's stop not yet seen, it is the job that preempted the job last, or
+    it is inside its minRuntime (facts of the two jobs alone)."""
+    return (
+        victim.stopping
+        or victim.preempted_by is not None
+        or victim.id == job.preempted_by
+        or now < victim.protected_until
+    )
 
 
 def _group(
@@ -151,10 +163,16 @@ def _group(
     borrowing: bool,
     now: float,
     below: int = 0,
+    keep: Callable[[RunningJob], bool] | None = None,
 ) -> Iterator[tuple[tuple[float | int | str, ...], Candidate]]:
     """One queue's candidates: on the priority ground those below the preemptor's priority; on
     a cohort ground only while the queue still borrows (the search gives back its victims'
-    quota as it goes); on the scavenger ground all of them, ahead of every other ground's."""
+    quota as it goes); on the scavenger ground all of them, ahead of every other ground's.
+
+    ``keep`` (the order ground's): only the victims it admits. The policy's predicate reads the
+    two jobs and the time alone, so asking it here, before the merge, yields what asking it
+    after the merge would; in a contended LAS or SRTF replay most running jobs fail it, and
+    they no longer pass through the merge and its keys for each search."""
     if ground is PreemptionGround.PRIORITY:
         lowest = cycle.lowest_priority(queue)
         if lowest is None or lowest >= below:
@@ -165,6 +183,8 @@ def _group(
             return
         if ground in _COHORT_GROUNDS and cycle.quota.borrowed(queue, flavor) <= 0:
             return
+        if keep is not None and not keep(victim):
+            continue
         key = loss_order(victim, now)
         yield (rank, key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
 

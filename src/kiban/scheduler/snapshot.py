@@ -267,10 +267,16 @@ class RunningJob:
     flavor_extended: Mapping[str, Extended] = field(default_factory=_no_holdings)  # per flavor
     member: str | None = None  # who in its tenant submitted it (fair share's second level)
     estimated_runtime: float | None = None  # from history when it has no maxRuntime: plans only
+    # GPUs held, summed once when made (``replace`` makes anew): victim searches under an order
+    # ground (LAS's attained service) ask it of every running job, search after search.
+    _gpus: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_gpus", sum(len(r.gpu_ids) for r in self.replicas))
 
     @property
     def gpus(self) -> int:
-        return sum(len(r.gpu_ids) for r in self.replicas)
+        return self._gpus
 
     @property
     def expected_end(self) -> float | None:

@@ -8,6 +8,10 @@ reservation, and what the cycle has decided so far (``Cycle.judging_state``), as
 searches for no victims and holds no nodes of its own. When judging one job left that state as
 it found it, a job of the same key judged at the same state is judged alike: its reason is
 reused, and the cycle's cost between two changes is a look-up per job, not a judging.
+
+A StrictFIFO queue's next job is judged only after its head was found ``Unschedulable`` (any
+other wait blocks the rest of the queue): until then no verdict of the queue could ever be
+looked up, and its heads, the most of a contended StrictFIFO replay's judgings, skip the key.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 from kiban.scheduler.backfill import backfills
 from kiban.scheduler.cycle import Cycle
 from kiban.scheduler.reasons import PendingReason
-from kiban.scheduler.snapshot import PendingJob, QueueView
+from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView
 
 VerdictKey = tuple[object, ...]
 
@@ -29,7 +33,16 @@ class Verdicts:
     reservation.
     """
 
-    __slots__ = ("_apart", "_cycle", "_firsts", "_known", "_searching", "_stamp", "_stamps")
+    __slots__ = (
+        "_apart",
+        "_cycle",
+        "_firsts",
+        "_known",
+        "_passed",
+        "_searching",
+        "_stamp",
+        "_stamps",
+    )
 
     def __init__(self, cycle: Cycle) -> None:
         self._cycle = cycle
@@ -39,11 +52,16 @@ class Verdicts:
         self._searching = False
         self._apart: set[str] = set()
         self._firsts: dict[tuple[str, ...], tuple[float | None, ...]] = {}
+        self._passed: set[str] = set()  # StrictFIFO queues whose next jobs are judged too
 
     def key(self, job: PendingJob, queue: QueueView) -> VerdictKey | None:
         """What judging the job depends on (None: it depends on the job itself: it could search
         for victims, which counts the search and reads its priority; it holds nodes kept for
-        it; or victims are stopping for it)."""
+        it; or victims are stopping for it; or it is the first job judged of a StrictFIFO queue
+        this cycle, or follows only admitted ones: none of its queue's verdicts is kept yet,
+        and one kept for it would be read only if it is ``Unschedulable``, see ``passed``)."""
+        if queue.strategy is QueueStrategy.STRICT_FIFO and queue.name not in self._passed:
+            return None
         stamp = self._stamp
         if stamp is None:
             stamp = self._read()
@@ -63,6 +81,11 @@ class Verdicts:
                 )
             before = backfills(cycle, job, firsts)
         return (stamp, queue.name, job.tasks, job.gang_size, job.topology, before)
+
+    def passed(self, queue: str) -> None:
+        """A job of the StrictFIFO queue waits as ``Unschedulable``, so the next ones are judged:
+        from now on they keep and look up verdicts."""
+        self._passed.add(queue)
 
     def known(self, key: VerdictKey) -> PendingReason | None:
         """Why a job of this key waits, when one was judged at the same state and left it."""
