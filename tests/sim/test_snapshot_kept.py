@@ -45,7 +45,7 @@ steps = st.lists(st.one_of(arrive, arrive, cycle, cycle, end, revise), min_size=
 
 def made_afresh(cluster: ClusterState) -> dict[str, object]:
     """What the snapshot should hold, made from the waiting lists and running jobs alone."""
-    windows = {name: jobs[:WINDOW] for name, jobs in cluster.waiting.items() if jobs}
+    windows = {name: jobs[: cluster.window] for name, jobs in cluster.waiting.items() if jobs}
     pending = [job for jobs in windows.values() for job in jobs]
     members = {
         name
@@ -136,3 +136,26 @@ def test_each_snapshot_is_the_one_made_afresh(plan: list[tuple[object, ...]]) ->
         for jobs in cluster.waiting.values():  # the policy's order, as a full sort gives it
             assert jobs == sorted(jobs, key=policy.order_key)
         assert as_made(cluster) == made_afresh(cluster)
+
+
+def test_a_preemptors_nomination_shows_in_the_next_snapshot() -> None:
+    """With a window of one job, the victim goes back behind its preemptor, out of the window:
+    no arrival into the window marks the queue changed, only the preemptor's nomination."""
+    policy = Policy()
+    nodes = [NodeView("n0", 4, 64_000, 2**36, tuple(range(4)), 64_000, 2**36)]
+    cluster = ClusterState(
+        nodes=nodes,
+        queues=(QueueView("a", "a"),),
+        order_key=policy.order_key,
+        flavors=(FlavorView("default"),),
+        window=1,
+    )
+    cluster.add_waiting(job("low").queue("a").tenant("a").replicas(1, gpu=4).build())
+    cluster.apply(schedule(cluster.snapshot(0.0, {}), policy), 0.0)
+    high = job("high").queue("a").tenant("a").priority(1).preempts().replicas(1, gpu=4)
+    cluster.add_waiting(high.submitted(1.0).build())
+    decisions = schedule(cluster.snapshot(1.0, {}), policy)
+    assert [p.victim_id for p in decisions.preempted] == ["low"]
+    cluster.apply(decisions, 1.0)
+    assert as_made(cluster) == made_afresh(cluster)
+    assert cluster.snapshot(1.0, {}).pending[0].nominated_nodes == ("n0",)
