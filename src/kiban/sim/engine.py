@@ -170,6 +170,7 @@ class Simulator:
         self.learned_for: set[str] = set()  # tenants whose estimates changed since the last cycle
         # the estimator's answers since it last learned (it answers the same until then)
         self.estimates: dict[JobFeatures, RuntimeEstimate | None] = {}
+        self.features: dict[str, JobFeatures] = {}  # each job's, made once
         self.runs = {j.id: JobRun(j) for j in self.jobs}
         self.checkpoint_s = checkpoint_s if checkpoint_s > 0 else math.inf
         self.now = self.jobs[0].submit_s if self.jobs else 0.0
@@ -414,7 +415,9 @@ class Simulator:
         """A waiting job without a time limit, with the run time estimated for it (if any)."""
         if self.estimator is None or job.max_runtime is not None:
             return job
-        features = features_of(self.runs[job.id].job)
+        features = self.features.get(job.id)
+        if features is None:
+            features = self.features[job.id] = features_of(self.runs[job.id].job)
         if features in self.estimates:
             estimate = self.estimates[features]
         else:
