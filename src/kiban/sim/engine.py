@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from kiban.domain.runtime_estimate import JobFeatures, RuntimeEstimator
+from kiban.domain.runtime_estimate import JobFeatures, RuntimeEstimate, RuntimeEstimator
 from kiban.domain.usage import accrue, decay, standing
 from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.capacity_index import CapacityCache
@@ -168,6 +168,9 @@ class Simulator:
         # run times learned online from the jobs that finished, as the live loop learns them
         self.estimator = RuntimeEstimator() if policy.estimates and not policy.oracle else None
         self.learned_for: set[str] = set()  # tenants whose estimates changed since the last cycle
+        # the estimator's answers since it last learned (it answers the same until then)
+        self.estimates: dict[JobFeatures, RuntimeEstimate | None] = {}
+        self.features: dict[str, JobFeatures] = {}  # each job's, made once
         self.runs = {j.id: JobRun(j) for j in self.jobs}
         self.checkpoint_s = checkpoint_s if checkpoint_s > 0 else math.inf
         self.now = self.jobs[0].submit_s if self.jobs else 0.0
@@ -294,6 +297,7 @@ class Simulator:
             run.started_at = None
             if self.estimator is not None and not run.killed:
                 self.estimator.observe(features_of(run.job), run.job.duration_s, self.now)
+                self.estimates.clear()
                 self.learned_for.add(run.job.tenant)
 
     def _cycles(self) -> None:
@@ -411,7 +415,13 @@ class Simulator:
         """A waiting job without a time limit, with the run time estimated for it (if any)."""
         if self.estimator is None or job.max_runtime is not None:
             return job
-        estimate = self.estimator.estimate(features_of(self.runs[job.id].job))
+        features = self.features.get(job.id)
+        if features is None:
+            features = self.features[job.id] = features_of(self.runs[job.id].job)
+        if features in self.estimates:
+            estimate = self.estimates[features]
+        else:
+            estimate = self.estimates[features] = self.estimator.estimate(features)
         if estimate is None or estimate.seconds == job.estimated_runtime:
             return job
         return replace(job, estimated_runtime=estimate.seconds)

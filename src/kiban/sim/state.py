@@ -18,6 +18,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import chain
 
 from kiban.scheduler.decisions import Admit, Decisions, Preempt
 from kiban.scheduler.forward import as_pending
@@ -106,15 +107,28 @@ class ClusterState:
         self._queue_jobs: dict[str, tuple[RunningJob, ...]] = {}  # last snapshot's, by queue
         self._queues_changed: set[str] = set()
         self.waiting: dict[str, list[PendingJob]] = {name: [] for name in self.queues}
+        self._waiting_count = 0
         # per queue, its waiting jobs counted by (tenant, member): see ``_one_member``
         self._members: dict[str, Counter[tuple[str, str | None]]] = {}
-        self.in_window: dict[str, PendingJob] = {}
+        self._one_member_names: frozenset[str] | None = None  # None: count again
+        self.in_window: dict[str, PendingJob] = {}  # the last snapshot's windows, by job id
         self.nominated: set[str] = set()  # waiting jobs holding nominated nodes
+        # What the last snapshot was made of, kept until it changes: a cycle after which no
+        # queue's window, node, queue view or running job changed costs no rebuilding.
+        self._windows: dict[str, tuple[PendingJob, ...]] = {}  # each queue's window, made last
+        self._stale: set[str] = set(self.waiting)  # queues whose window may have changed
+        self._pending: tuple[PendingJob, ...] = ()
+        self._by_queue_windows: dict[str, tuple[PendingJob, ...]] = {}
+        self._nodes: tuple[NodeView, ...] | None = None
+        self._queue_views: tuple[QueueView, ...] | None = None
+        self._running: tuple[RunningJob, ...] | None = None
+        self._index: RunningIndex | None = None
 
     # -- reading ---------------------------------------------------------------------------------
     @property
     def pending(self) -> int:
-        return sum(len(jobs) for jobs in self.waiting.values())
+        """How many jobs wait, in all queues."""
+        return self._waiting_count
 
     def beyond_window(self) -> bool:
         """Whether some queue holds more waiting jobs than one snapshot takes of it."""
@@ -128,28 +142,33 @@ class ClusterState:
     ) -> Snapshot:
         """The cycle's snapshot: nodes and queues changed since the last one are rebuilt;
         ``members`` is fair share's second level (the members' standings and weights)."""
-        for i in self.dirty:
-            self.views[i] = dataclasses.replace(
-                self.views[i],
-                free_gpu_ids=tuple(sorted(self.free[i])),
-                free_cpu_millis=self.free_cpu[i],
-                free_memory=self.free_memory[i],
-            )
-        self.dirty.clear()
-        window = self.window
-        pending = [job for jobs in self.waiting.values() for job in jobs[:window]]
-        self.in_window = {job.id: job for job in pending}
-        for name in self.queues_dirty:
-            used = {flavor: gpus for flavor, gpus in self.used[name].items() if gpus}
-            self.queues[name] = dataclasses.replace(self.queues[name], used=used)
-        self.queues_dirty.clear()
+        if self.dirty or self._nodes is None:
+            for i in self.dirty:
+                self.views[i] = dataclasses.replace(
+                    self.views[i],
+                    free_gpu_ids=tuple(sorted(self.free[i])),
+                    free_cpu_millis=self.free_cpu[i],
+                    free_memory=self.free_memory[i],
+                )
+            self.dirty.clear()
+            self._nodes = tuple(self.views)
+        if self._stale:
+            self._refresh_windows()
+        if self.queues_dirty or self._queue_views is None:
+            for name in self.queues_dirty:
+                used = {flavor: gpus for flavor, gpus in self.used[name].items() if gpus}
+                self.queues[name] = dataclasses.replace(self.queues[name], used=used)
+            self.queues_dirty.clear()
+            self._queue_views = tuple(self.queues.values())
+        if self._running is None:
+            self._running = tuple(self.running.values())
         nominated = [self.in_window[i] for i in sorted(self.nominated) if i in self.in_window]
         return Snapshot(
             now=now,
-            nodes=tuple(self.views),
-            queues=tuple(self.queues.values()),
-            pending=tuple(pending),
-            running=tuple(self.running.values()),
+            nodes=self._nodes,
+            queues=self._queue_views,
+            pending=self._pending,
+            running=self._running,
             flavors=self.flavors,
             standings=standings,
             topology_levels=self.topology_levels,
@@ -157,15 +176,32 @@ class ClusterState:
             member_standings=members[0],
             member_weights=members[1],
             pending_index=PendingIndex(
-                {name: jobs[:window] for name, jobs in self.waiting.items() if jobs},
-                nominated,
-                self.order_key,
-                self._one_member(),
+                self._by_queue_windows, nominated, self.order_key, self._one_member()
             ),
         )
 
+    def _refresh_windows(self) -> None:
+        """Make again the windows of the queues whose first ``window`` jobs may have changed
+        (``in_window`` follows), and the snapshot's pending jobs from all the windows."""
+        window = self.window
+        for name in self._stale:
+            for job in self._windows.pop(name, ()):
+                self.in_window.pop(job.id, None)
+            jobs = self.waiting.get(name)
+            if jobs:
+                made = self._windows[name] = tuple(jobs[:window])
+                for job in made:
+                    self.in_window[job.id] = job
+        self._stale.clear()
+        # in the queues' order, as ``waiting`` holds them
+        self._by_queue_windows = {n: self._windows[n] for n in self.waiting if n in self._windows}
+        self._pending = tuple(chain.from_iterable(self._by_queue_windows.values()))
+
     def _running_index(self) -> RunningIndex:
-        """The running jobs by queue (a queue's tuple made again only once it changed)."""
+        """The running jobs by queue (a queue's tuple made again only once it changed; the
+        whole index kept while no running job changed)."""
+        if self._index is not None and not self._queues_changed:
+            return self._index
         for name in self._queues_changed:
             jobs = self._by_queue.get(name)
             if jobs:
@@ -173,33 +209,46 @@ class ClusterState:
             else:
                 self._queue_jobs.pop(name, None)
         self._queues_changed.clear()
-        return RunningIndex(dict(self._queue_jobs), tuple(self._stopping.values()))
+        self._index = RunningIndex(dict(self._queue_jobs), tuple(self._stopping.values()))
+        return self._index
 
     def _one_member(self) -> frozenset[str]:
         """The queues whose waiting jobs are all of one (tenant, member) or name no member:
-        the core need not look at each of their jobs for fair share's second level."""
-        return frozenset(
-            name
-            for name, counts in self._members.items()
-            if len(counts) < 2 or all(member is None for _tenant, member in counts)
-        )
+        the core need not look at each of their jobs for fair share's second level. Counted
+        again only after a queue's (tenant, member) pairs changed."""
+        if self._one_member_names is None:
+            self._one_member_names = frozenset(
+                name
+                for name, counts in self._members.items()
+                if len(counts) < 2 or all(member is None for _tenant, member in counts)
+            )
+        return self._one_member_names
 
     def _count_waiting(self, job: PendingJob, sign: int) -> None:
+        self._waiting_count += sign
         counts = self._members.setdefault(job.queue, Counter())
         key = (job.tenant, job.member)
-        counts[key] += sign
+        before = counts[key]
+        counts[key] = before + sign
         if not counts[key]:
             del counts[key]
+            self._one_member_names = None
+        elif not before:
+            self._one_member_names = None
 
     # -- changing --------------------------------------------------------------------------------
     def add_waiting(self, job: PendingJob) -> None:
         """A job joins its queue at its place in the policy's order."""
         self._count_waiting(job, 1)
         jobs = self.waiting.setdefault(job.queue, [])
-        if not jobs or self.order_key(jobs[-1]) <= self.order_key(job):
-            jobs.append(job)  # arrivals in submit order: the usual case, no search
+        key = self.order_key(job)
+        if not jobs or self.order_key(jobs[-1]) <= key:
+            at = len(jobs)  # arrivals in submit order: the usual case, no search
         else:
-            bisect.insort(jobs, job, key=self.order_key)
+            at = bisect.bisect_right(jobs, key, key=self.order_key)
+        jobs.insert(at, job)
+        if at < self.window:
+            self._stale.add(job.queue)
 
     def add_running(self, job: RunningJob, *, take: bool = True) -> None:
         """Count a running job (``take``: also take its replicas' capacity off their nodes)."""
@@ -226,6 +275,7 @@ class ClusterState:
 
     def _keep(self, job: RunningJob) -> None:
         self.running[job.id] = job
+        self._running = None
         self._by_queue.setdefault(job.queue, {})[job.id] = job
         self._queues_changed.add(job.queue)
         if job.preempted_by is not None:
@@ -236,6 +286,7 @@ class ClusterState:
     def _forget(self, job_id: str) -> RunningJob | None:
         job = self.running.pop(job_id, None)
         if job is not None:
+            self._running = None
             del self._by_queue[job.queue][job_id]
             self._queues_changed.add(job.queue)
             self._stopping.pop(job_id, None)
@@ -261,6 +312,7 @@ class ClusterState:
                         if j.id in self.running:
                             self._count_waiting(j, -1)
                 jobs[:reach] = kept
+                self._stale.add(name)
         if self.nominated:
             self._drop_stale_nominations(decisions)
         return Applied(tuple(started), tuple(stopped))
@@ -331,14 +383,32 @@ class ClusterState:
         changed (an order key that reads estimates) is sorted again, as the live loop orders
         each cycle's jobs by what it knows then."""
         key = self.order_key
-        for jobs in self.waiting.values():
-            moved = False
+        window = self.window
+        for name, jobs in self.waiting.items():
+            moved: list[PendingJob] = []  # revised jobs whose place changed
+            gone: set[int] = set()  # and where they were
+            first = len(jobs)  # the first place a revision changed
             for k, job in enumerate(jobs):
                 if job.tenant in tenants:
-                    revised = jobs[k] = revise(job)
-                    moved = moved or (revised is not job and key(revised) != key(job))
+                    revised = revise(job)
+                    if revised is job:
+                        continue
+                    first = min(first, k)
+                    if key(revised) == key(job):
+                        jobs[k] = revised
+                    else:
+                        moved.append(revised)
+                        gone.add(k)
             if moved:
-                jobs.sort(key=key)
+                # Every key ends with the job's id, so no two are equal: taking the moved jobs
+                # out and putting each back at its place gives the order a full sort would.
+                jobs[:] = [job for k, job in enumerate(jobs) if k not in gone]
+                for job in moved:
+                    at = bisect.bisect_right(jobs, key(job), key=key)
+                    jobs.insert(at, job)
+                    first = min(first, at)
+            if first < window:
+                self._stale.add(name)
 
     def _replace_waiting(self, job_id: str, **changes: object) -> None:
         job = self.in_window.get(job_id)
@@ -349,6 +419,7 @@ class ClusterState:
             if candidate.id == job_id:
                 jobs[k] = dataclasses.replace(candidate, **changes)  # type: ignore[arg-type]
                 self.in_window[job_id] = jobs[k]
+                self._stale.add(job.queue)
                 return
 
     def _release(self, job: RunningJob) -> None:
