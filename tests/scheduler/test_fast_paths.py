@@ -4,6 +4,7 @@ clusters: each fast path is swapped for its plain version and the decisions comp
 from __future__ import annotations
 
 import pytest
+from busy_nodes import busy_runs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,7 @@ from kiban.scheduler.cycle import Cycle, Reservation
 from kiban.scheduler.placement import could_fit
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.snapshot import PendingJob
-from kiban.testing import cluster, job, queue, running, snapshot
+from kiban.testing import cluster, job, queue, snapshot
 
 FAST = settings(max_examples=80, deadline=None)
 LEVELS = ("block", "host")
@@ -31,23 +32,13 @@ def contended_snapshots(draw: st.DrawFn) -> Snapshot:
         nodes.nodes(count, gpus=8, prefix=f"{block}n", topology=(block,))
         names += [f"{block}n-{i}" for i in range(count)]
     free = dict.fromkeys(names, 8)
-    runs = []
-    for i in range(draw(st.integers(0, 3 * len(names)))):
-        node = draw(st.sampled_from(names))
-        gpus = draw(st.sampled_from([1, 2, 4, 8]))
-        if free[node] < gpus:
-            continue
-        free[node] -= gpus
-        r = (
-            running(f"r{i}")
-            .queue(draw(st.sampled_from(["qa", "qb"])))
-            .priority(draw(st.sampled_from([100, 1000])))
-            .started(float(draw(st.integers(0, 50))))
-            .on(node, gpus=gpus)
-        )
-        if draw(st.integers(0, 4)):
-            r.max_runtime(float(draw(st.sampled_from([60, 100, 100, 200, 400]))))
-        runs.append(r)
+    runs = busy_runs(
+        draw,
+        free,
+        draw(st.integers(0, 3 * len(names))),
+        queues=("qa", "qb"),
+        limits=(60, 100, 100, 200, 400),
+    )
     pending = []
     for i in range(draw(st.integers(1, 8))):
         replicas = draw(st.integers(1, 4))

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
+from busy_nodes import busy_runs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -134,28 +135,21 @@ def contended(draw: st.DrawFn) -> Snapshot:
     nodes = cluster().nodes(count, gpus=8, prefix="n")
     names = [f"n-{i}" for i in range(count)]
     free = dict.fromkeys(names, 8)
-    runs = []
-    for i in range(draw(st.integers(2 * count, 6 * count))):
-        node = draw(st.sampled_from(names))
-        gpus = draw(st.sampled_from([1, 2, 4, 8]))
-        if free[node] < gpus:
-            continue
-        free[node] -= gpus
-        r = (
-            running(f"r{i}")
-            .queue(draw(st.sampled_from(QUEUES)))
-            .priority(draw(st.sampled_from([100, 100, 1000])))
-            .started(float(draw(st.integers(0, 5000))))
-            .attained(float(draw(st.sampled_from([0, 0, 4000, 20000]))))
-            .on(node, gpus=gpus)
-        )
-        if draw(st.integers(0, 3)):
-            r.max_runtime(float(draw(st.sampled_from([600, 3000, 9000]))))
+    runs = busy_runs(
+        draw,
+        free,
+        draw(st.integers(2 * count, 6 * count)),
+        queues=QUEUES,
+        priorities=(100, 100, 1000),
+        started_by=5000,
+        limits=(600, 3000, 9000),
+    )
+    for r in runs:
+        r.attained(float(draw(st.sampled_from([0, 0, 4000, 20000]))))
         if not draw(st.integers(0, 5)):
             r.protected_until(float(draw(st.sampled_from([3000, 9000]))))
         if not draw(st.integers(0, 6)):
             r.preempted_by(f"p{draw(st.integers(0, 7))}")
-        runs.append(r)
     pending = []
     for i in range(draw(st.integers(2, 8))):
         j = (

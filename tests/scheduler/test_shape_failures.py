@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from busy_nodes import busy_runs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from node_changes import changed
@@ -22,7 +23,7 @@ from kiban.scheduler.placement import GangAttempt
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.reasons import PendingReason
 from kiban.scheduler.snapshot import NodeView, PendingJob, Snapshot
-from kiban.testing import cluster, job, queue, running, snapshot
+from kiban.testing import cluster, job, queue, snapshot
 
 LEVELS = ("block", "host")
 H100 = NodeConstraint((("gpu.product", "H100"),))
@@ -81,23 +82,7 @@ def crowded_snapshots(draw: st.DrawFn, nodes: list[NodeView] | None = None) -> S
     topology), differing in queue, priority, run time, preemption, kept and excluded nodes."""
     nodes = nodes if nodes is not None else _nodes()
     free = {n.name: len(n.free_gpu_ids) for n in nodes}
-    runs = []
-    for i in range(draw(st.integers(0, 14))):
-        node = draw(st.sampled_from(NODES))
-        gpus = draw(st.sampled_from([1, 2, 4, 8]))
-        if free[node] < gpus:
-            continue
-        free[node] -= gpus
-        r = (
-            running(f"r{i}")
-            .queue(draw(st.sampled_from(["qa", "qb", "qc"])))
-            .priority(draw(st.sampled_from([100, 1000])))
-            .started(float(draw(st.integers(0, 50))))
-            .on(node, gpus=gpus)
-        )
-        if draw(st.integers(0, 4)):
-            r.max_runtime(float(draw(st.sampled_from([60, 100, 100, 200]))))
-        runs.append(r)
+    runs = busy_runs(draw, free, draw(st.integers(0, 14)), queues=("qa", "qb", "qc"))
     pool = draw(st.lists(tasks, min_size=1, max_size=2))
     pending = []
     for i in range(draw(st.integers(2, 14))):

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from busy_nodes import busy_runs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from node_changes import CHANGES, changed
@@ -87,25 +88,10 @@ def windows(draw: st.DrawFn, nodes: list[NodeView] | None = None) -> Snapshot:
     some after), preemption, kept and excluded nodes."""
     nodes = nodes if nodes is not None else _nodes()
     free = {n.name: len(n.free_gpu_ids) for n in nodes}
-    runs = []
-    for i in range(draw(st.integers(0, 12))):
-        node = draw(st.sampled_from(NODES))
-        gpus = draw(st.sampled_from([1, 2, 4, 8]))
-        if free[node] < gpus:
-            continue
-        free[node] -= gpus
-        r = (
-            running(f"r{i}")
-            .queue(draw(st.sampled_from(["qa", "qb", "qc", "qd", "qs"])))
-            .priority(draw(st.sampled_from([100, 1000])))
-            .started(float(draw(st.integers(0, 50))))
-            .on(node, gpus=gpus)
-        )
-        if draw(st.integers(0, 4)):
-            r.max_runtime(float(draw(st.sampled_from([60, 100, 100, 200]))))
+    runs = busy_runs(draw, free, draw(st.integers(0, 12)), queues=("qa", "qb", "qc", "qd", "qs"))
+    for r in runs:
         if not draw(st.integers(0, 6)):
             r.preempted_by(f"p{draw(st.integers(0, 5)):02}")
-        runs.append(r)
     pool = draw(st.lists(tasks, min_size=1, max_size=3))
     pending = []
     for i in range(draw(st.integers(2, 24))):
