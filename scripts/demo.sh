@@ -5,6 +5,7 @@
 # stop the platform. Every step is a command a user would type.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/kiban-up.sh
 ROOT="$PWD"
 
 export KIBAN_HOME="${KIBAN_DEMO_HOME:-$(mktemp -d /tmp/kiban-demo.XXXXXX)}"
@@ -39,11 +40,7 @@ stop_server() {
 }
 trap stop_server EXIT
 
-for _ in $(seq 1 100); do
-    if [[ -s "$KIBAN_HOME/url" ]] && kiban nodes >/dev/null 2>&1; then break; fi
-    if ! kill -0 "$SERVER" 2>/dev/null; then cat "$KIBAN_HOME/server.log" >&2; exit 1; fi
-    sleep 0.2
-done
+wait_for_kiban "$SERVER" 20 || exit 1
 cat "$KIBAN_HOME/server.log" >&2
 
 say "kiban nodes"

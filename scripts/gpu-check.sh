@@ -9,6 +9,7 @@
 # Usage: scripts/gpu-check.sh [DIR]   (DIR keeps the logs; default a new temporary directory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/kiban-up.sh
 ROOT="$PWD"
 export KIBAN_HOME="${1:-$(mktemp -d /tmp/kiban-gpu.XXXXXX)}"
 mkdir -p "$KIBAN_HOME"
@@ -69,11 +70,7 @@ stop() {  # replicas outlive a restart of kiban (as jobs do): delete the service
     wait "$SERVER" 2>/dev/null || true
 }
 trap stop EXIT
-for _ in $(seq 1 150); do
-    if [[ -s "$KIBAN_HOME/url" ]] && kiban nodes >/dev/null 2>&1; then break; fi
-    kill -0 "$SERVER" 2>/dev/null || { cat "$KIBAN_HOME/server.log" >&2; fail "kiban up exited"; }
-    sleep 0.2
-done
+wait_for_kiban "$SERVER" 30 || fail "kiban up exited or did not answer within 30 s"
 say "kiban nodes"
 kiban nodes
 say "curl <node agent>/metrics     # kiban up's node agent: GPU telemetry under DCGM's names"

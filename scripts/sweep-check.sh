@@ -10,6 +10,7 @@
 # KIBAN_SWEEP_SIZE_MB and KIBAN_SWEEP_ITERS: the all_reduce tensor and timed iterations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/kiban-up.sh
 fail() { echo "sweep-check: FAILED: $*" >&2; exit 1; }
 say() { printf '\n$ %s\n' "$*" >&2; }
 
@@ -51,12 +52,7 @@ stop() {  # replicas outlive a restart of kiban (as jobs do): cancel unfinished 
     wait "$SERVER" 2>/dev/null || true
 }
 trap stop EXIT
-for _ in $(seq 1 300); do
-    if [[ -s "$KIBAN_HOME/url" ]] && kiban nodes >/dev/null 2>&1; then break; fi
-    kill -0 "$SERVER" 2>/dev/null || { cat "$KIBAN_HOME/server.log" >&2; fail "kiban up exited"; }
-    sleep 0.2
-done
-kiban nodes >/dev/null 2>&1 || fail "kiban up did not answer within 60 s"
+wait_for_kiban "$SERVER" 60 || fail "kiban up exited or did not answer within 60 s"
 say "kiban nodes"
 kiban nodes
 
