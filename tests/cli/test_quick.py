@@ -40,10 +40,13 @@ def ended(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 @pytest.fixture
 def collecting() -> Iterator[None]:
+    """The collector enabled for the test, and left as it was before it afterwards."""
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:  # a test may have paused it: later tests get the collector as it was before
+        gc.enable()
+    else:
         gc.disable()
 
 
