@@ -82,3 +82,32 @@ def test_a_tenant_admin_moves_quota_within_the_ceiling_and_is_refused_above_it(
     assert [p["field"] for p in cohort.json()["error"]["problems"]] == ["cohort"]
     # the admin is not held to it
     assert api.patch("/api/v1/queues/vision-q", json={"quota": {"gpu": 6}}).status_code == 200
+
+
+def test_a_queue_is_made_a_scavenger_and_back_through_the_api(
+    api: TestClient, tina: TestClient
+) -> None:
+    """``scavenger`` is set when a queue is created and changed by PATCH (its tenant-admin may:
+    a scavenger queue only uses idle capacity); a value that is not a boolean is refused naming
+    the field, changing nothing."""
+
+    def scavengers(client: TestClient) -> dict[str, bool]:
+        return {q["name"]: q["scavenger"] for q in client.get("/api/v1/queues").json()}
+
+    spare = {"name": "spare-q", "tenant": "speech", "quota": {"gpu": 1}, "scavenger": True}
+    created = api.post("/api/v1/queues", json=spare)
+    assert created.status_code == 201, created.text
+    assert created.json()["scavenger"] is True
+    assert scavengers(api)["spare-q"] is True
+
+    made = tina.patch("/api/v1/queues/vision-q", json={"scavenger": True})
+    assert made.status_code == 200, made.text
+    assert made.json()["scavenger"] is True
+    back = tina.patch("/api/v1/queues/vision-q", json={"scavenger": None})
+    assert back.status_code == 200, back.text
+    assert scavengers(tina) == {"vision-q": False}
+
+    bad = tina.patch("/api/v1/queues/vision-q", json={"scavenger": "sometimes"})
+    assert bad.status_code == 422, bad.text
+    assert "scavenger" in bad.text
+    assert scavengers(tina) == {"vision-q": False}

@@ -233,6 +233,7 @@ class QueueIn(ApiModel):
     lending_limit: dict[str, Any] | None = None
     strategy: str | None = None
     fair_share_weight: float | None = None
+    scavenger: bool | None = None  # its jobs run on idle capacity only (see QueueOut)
 
     def entry(self) -> dict[str, Any]:
         """The policy entry (camelCase keys), without the keys left out."""

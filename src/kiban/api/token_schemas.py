@@ -29,8 +29,8 @@ class TokenInfo(ApiModel):
 
 class QueueChange(ApiModel):
     """Settings of a queue to change (the rest stay); ``null`` removes one. Its tenant's
-    tenant-admins may change ``strategy``, ``quota`` and ``fairShareWeight`` within the limits
-    admins set; ``cohort`` and the limits are the admins'."""
+    tenant-admins may change ``strategy``, ``quota``, ``fairShareWeight`` and ``scavenger``
+    within the limits admins set; ``cohort`` and the limits are the admins'."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
@@ -40,6 +40,7 @@ class QueueChange(ApiModel):
     cohort: str | None = None
     borrowing_limit: dict[str, Any] | None = None
     lending_limit: dict[str, Any] | None = None
+    scavenger: bool | None = None
 
     def changes(self) -> dict[str, Any]:
         """The settings given (camelCase, as in the policy's ``queues``), None to remove."""

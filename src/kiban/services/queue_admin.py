@@ -3,7 +3,8 @@ tenant's tenant-admins within the limits admins set.
 
 A tenant-admin may, for their own tenant only (another tenant's queue is answered 404, as if
 absent): create a queue, which must have a quota (a queue without quota has no limit at all),
-and change their queues' ``quota``, ``fairShareWeight`` and ``strategy``, while the tenant's
+and change their queues' ``quota``, ``fairShareWeight``, ``strategy`` and ``scavenger`` (a
+scavenger queue only uses idle capacity: it takes nothing from others), while the tenant's
 queues stay within its ceiling (``kiban.domain.tenant_limits``); above it the change is
 refused (403) naming the field, the ceiling and the total that would result; the first such
 change writes the ceiling it was held to into ``tenantLimits``. What reaches
@@ -36,7 +37,15 @@ from kiban.services.errors import Conflict, Forbidden, InvalidInput, invalid
 from kiban.services.tenants import own_queue
 from kiban.store.models import Queue
 
-CHANGEABLE = ("strategy", "quota", "fairShareWeight", "cohort", "borrowingLimit", "lendingLimit")
+CHANGEABLE = (
+    "strategy",
+    "quota",
+    "fairShareWeight",
+    "scavenger",
+    "cohort",
+    "borrowingLimit",
+    "lendingLimit",
+)
 """The keys of a queue's entry that ``PATCH /queues/{name}`` changes."""
 
 ADMINS_ONLY = ("cohort", "borrowingLimit", "lendingLimit", "allocation")
