@@ -164,6 +164,15 @@ def test_refusals_before_the_endpoint_are_answered_alike(pair: Pair) -> None:
         assert direct.status_code in (401, 413)
 
 
+def test_a_chunked_body_past_the_limit_is_413_alike(pair: Pair) -> None:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(40):
+            yield b" " * (64 * 1024)  # 2.5 MiB in all, no Content-Length
+
+    direct, _ = pair.both(lambda c: c.post(JOBS, content=chunks(), headers=_json()))
+    assert direct.status_code == 413
+
+
 def test_a_role_that_may_not_submit_is_403_alike(pair: Pair) -> None:
     assert pair.direct.post("/api/v1/tenants", json={"name": "vision"}).status_code == 201
     made = pair.direct.post("/api/v1/tenants/vision/tokens", json={"name": "vic", "role": "viewer"})
