@@ -22,6 +22,7 @@ from kiban.services.job_intake import (
     SubmissionContext,
     prepare_cached,
     prepare_with_store,
+    read_manifest_body,
 )
 
 ADMIN = Principal(name="admin", tenant=None, is_admin=True)
@@ -122,3 +123,21 @@ def test_only_a_body_json_cannot_hold_is_walked_for_values_the_store_cannot_hold
     yaml = SubmissionBody(json.dumps(job()).encode(), "application/yaml")
     prepare_with_store(yaml, ADMIN, context(platform), CountedSessions(platform))
     assert len(walked) == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "plain"),
+    [
+        (b'{"a": "NaN", "b": ["Infinity", "-Infinity"]}', True),  # the words, in strings only
+        (b'{"a": 1.5, "b": [1e308]}', True),
+        (b'{"a": NaN}', False),
+        (b'{"a": "NaN", "b": [-Infinity]}', False),
+        (b'{"a": "Infinity", "b": {"c": Infinity}}', False),
+    ],
+)
+def test_a_json_body_is_plain_unless_it_holds_nan_or_infinity_as_a_value(
+    raw: bytes, plain: bool
+) -> None:
+    document, read_plain = read_manifest_body(raw, "application/json")
+    assert read_plain is plain
+    assert json.dumps(document, allow_nan=True) == json.dumps(json.loads(raw), allow_nan=True)

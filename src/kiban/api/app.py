@@ -10,6 +10,7 @@ from pathlib import Path
 
 from anyio import to_thread
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from starlette.routing import Match
 from starlette.types import ASGIApp, Scope
 
@@ -17,6 +18,7 @@ from kiban import __version__
 from kiban.api import responses
 from kiban.api.admission import Admission
 from kiban.api.audit_trail import AuditTrail
+from kiban.api.direct_submit import DirectSubmit
 from kiban.api.errors import install_error_handlers
 from kiban.api.limits import AdmissionLimits
 from kiban.api.routers import (
@@ -51,7 +53,7 @@ def create_app(
     lifespan: Lifespan | None = None,
     limits: AdmissionLimits | None = None,
     web_assets: Path = pages.ASSETS,
-) -> FastAPI:
+) -> KibanApi:
     """The app over ``platform``; ``lifespan`` starts and stops what the server runs beside it;
     ``limits``: how much it takes at once (see ``kiban.api.admission``); ``web_assets``: the
     dashboard's built bundle."""
@@ -113,11 +115,18 @@ def create_app(
 class KibanApi(FastAPI):
     """FastAPI with admission in front of all the rest of it, its error middleware included:
     a request refused, or a health check, costs the event loop as little as it can. The audit
-    trail is in front of admission: a request refused there is recorded too."""
+    trail is in front of admission: a request refused there is recorded too. A submission,
+    once admitted, is answered by its endpoint without FastAPI's routing (``DirectSubmit``)."""
+
+    direct_submit = True
+    """False: a submission is routed by FastAPI too (the tests compare the two answers)."""
 
     def build_middleware_stack(self) -> ASGIApp:
+        inner = super().build_middleware_stack()
+        if self.direct_submit:
+            inner = DirectSubmit(inner, self, _submit_route())
         admission = Admission(
-            super().build_middleware_stack(),
+            inner,
             self.state.platform,
             self.state.limits,
             names_operation=self.names_operation,
@@ -128,3 +137,12 @@ class KibanApi(FastAPI):
         """Whether the request's method and path are one of the routes' (a refused caller's
         request that names none is routed, as any caller's: 404, 405, 307)."""
         return any(route.matches(scope)[0] is Match.FULL for route in self.router.routes)
+
+
+def _submit_route() -> APIRoute:
+    """``POST /api/v1/jobs``, as the jobs router declares it."""
+    return next(
+        route
+        for route in jobs.router.routes
+        if isinstance(route, APIRoute) and route.endpoint is jobs.submit_job
+    )

@@ -46,24 +46,33 @@ def read_manifest_body(raw: bytes, content_type: str) -> tuple[dict[str, Any], b
         raise invalid("", "the manifest is not UTF-8 text") from None
     try:
         if "json" in content_type:
-            constants: list[str] = []
-
-            def constant(name: str) -> float:
-                constants.append(name)
-                return float(name)  # as json.loads: NaN, Infinity, -Infinity
-
             try:
-                data = json.loads(text, parse_constant=constant)
+                data = json.loads(text)  # the shared reader: none is made for the call
             except json.JSONDecodeError as exc:
                 raise invalid(
                     "", f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
                 ) from None
             if not isinstance(data, dict):
                 raise invalid("", "a manifest must be a JSON object")
-            return data, not constants
+            return data, not _has_constants(text)
         return load_document(text), False
     except RecursionError:
         raise invalid("", "the manifest is nested too deeply") from None
+
+
+def _has_constants(text: str) -> bool:
+    """Whether the JSON ``text`` holds ``NaN``, ``Infinity`` or ``-Infinity`` as a value (read
+    again, counting them, only when the words are in it at all: in a string, say)."""
+    if "NaN" not in text and "Infinity" not in text:
+        return False
+    constants: list[str] = []
+
+    def constant(name: str) -> float:
+        constants.append(name)
+        return float(name)  # as json.loads: NaN, Infinity, -Infinity
+
+    json.loads(text, parse_constant=constant)
+    return bool(constants)
 
 
 @dataclass(frozen=True)
