@@ -166,6 +166,9 @@ class AuditTrail:
         try:
             await self.app(scope, receive, watched)
         finally:
+            # The draft refers to the scope that holds it: let the request's objects go when
+            # it ends (freed at once, not left to the cyclic collector, whose pauses are a tail)
+            scope["state"].pop(DRAFT_STATE, None)
             if not recorded:  # no answer, or not all of it: the server failed or the client left
                 recorded = True
                 self._record(draft, status, b"")

@@ -212,6 +212,10 @@ class ChainedEntry:
     hash: str
 
 
+_CANONICAL_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+"""Made once: ``json.dumps`` with these options builds an encoder on every call."""
+
+
 def canonical(seq: int, entry: AuditEntry) -> bytes:
     """The bytes a record's hash covers: every field, in a fixed order, as compact JSON
     (floats in Python's shortest round-trip form, which both stores give back exactly)."""
@@ -229,7 +233,7 @@ def canonical(seq: int, entry: AuditEntry) -> bytes:
         entry.status,
         str(entry.outcome),
     ]
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=True).encode()
+    return _CANONICAL_JSON.encode(fields).encode()
 
 
 def chain_hash(prev_hash: str, seq: int, entry: AuditEntry) -> str:

@@ -97,5 +97,7 @@ class GroupCommit(Generic[T]):
                     log.exception("%s: a batch of %d failed", self._name, len(batch))
             for marker in flushes:
                 marker.done.set()
+            # not kept while waiting for the next: a batch's items (a request's objects) go now
+            del item, batch
             if stopping:
                 return

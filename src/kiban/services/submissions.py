@@ -41,8 +41,12 @@ INSERTS: dict[Table, Insert] = {JOBS: insert(JOBS), EVENTS: insert(EVENTS)}
 
 
 def _values(row: Job | Event) -> dict[str, Any]:
-    """The column values set on a new ORM object (not the ones the database will fill in)."""
-    return {key: value for key, value in vars(row).items() if not key.startswith("_")}
+    """The column values set on a new ORM object (not the ones the database will fill in):
+    its attributes but SQLAlchemy's state, the only private one (copied at C speed, not
+    filtered key by key: this was a tenth of the writer's Python time per submission)."""
+    values = vars(row).copy()
+    del values["_sa_instance_state"]
+    return values
 
 
 def _insert_rows(session: Session, table: Table, rows: Iterable[Job | Event]) -> None:
