@@ -53,7 +53,8 @@ def test_the_cycle_again_still_runs_when_the_window_filled_with_jobs_that_fit(
     trace = write_csv(tmp_path / "t.csv", ["0,100,1,a,,,,"] * 5)
     cut = _fifo(trace, 4, every_rerun=False)
     assert _starts(cut) == _starts(_fifo(trace, 4, every_rerun=True))
-    assert sorted(start for start, _end in _starts(cut).values()) == [0.0, 0.0, 0.0, 0.0, 100.0]
+    starts = [start for start, _end in _starts(cut).values() if start is not None]
+    assert sorted(starts) == [0.0, 0.0, 0.0, 0.0, 100.0]
 
 
 finite = st.floats(min_value=0.0, max_value=1e12, allow_nan=False)
