@@ -30,20 +30,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from kiban.domain.runtime_estimate import JobFeatures, RuntimeEstimate, RuntimeEstimator
-from kiban.domain.usage import accrue, decay, standing
+from kiban.domain.usage import LN2, standing
 from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
 from kiban.scheduler.decisions import Admit, Decisions, Wait
 from kiban.scheduler.fair_tree import MemberKey, member_key
-from kiban.scheduler.reasons import SCHEDULING_WINDOW
+from kiban.scheduler.reasons import SCHEDULING_WINDOW, ReasonCode
 from kiban.scheduler.snapshot import (
     PendingJob,
+    QueueStrategy,
     QueueView,
     RunningJob,
     RunningReplica,
     Snapshot,
 )
+from kiban.scheduler.wait_replay import judged_reasons
 from kiban.sim.cluster import SimCluster
 from kiban.sim.policies import SimPolicy, within_partition
 from kiban.sim.state import ClusterState, default_running
@@ -129,6 +131,25 @@ class SimOutcome:
     estimate_error: dict[str, float] | None = None  # the run-time estimator's, when it had one
 
 
+class Decay:
+    """``domain.usage``'s ``accrue`` and ``decay`` over one step of ``dt > 0`` seconds, with
+    its exponential computed once for every tenant and member (the same arithmetic, so the
+    same floats: a replay's standings do not change by a bit)."""
+
+    __slots__ = ("d", "half_life_s")
+
+    def __init__(self, dt: float, half_life_s: float) -> None:
+        self.d = math.exp(-LN2 * dt / half_life_s)
+        self.half_life_s = half_life_s
+
+    def accrue(self, usage: float, rate: float) -> float:
+        d = self.d
+        return usage * d + rate * self.half_life_s / LN2 * (1.0 - d)
+
+    def decay(self, usage: float) -> float:
+        return usage * self.d
+
+
 class Simulator:
     """Replays jobs through the core on a cluster; ``run`` returns what happened."""
 
@@ -207,6 +228,13 @@ class Simulator:
         self.start_s = self.now
         self.last_waits: Sequence[Wait] = ()  # read once, at the end: see _note_never_started
         self.on_cycle = on_cycle
+        # no preemption, no backfill, no fair share: see ``_window_refilled``
+        self.monotone = (
+            not self.core.preemption
+            and not self.core.backfill
+            and policy.standing == "none"
+            and self.core.admission_charge_s == 0
+        )
 
     # -- the event loop --------------------------------------------------------------------------
     def run(self) -> SimOutcome:
@@ -258,13 +286,13 @@ class Simulator:
         if dt > 0:
             self.allocated_gpu_s += self.allocated * dt
             if self.policy.standing == "usage":
+                decayed = Decay(dt, self.half_life_s)  # one exp for every tenant and member
+                usage = self.usage
                 for tenant, held in self.held.items():
-                    self.usage[tenant] = accrue(
-                        self.usage.get(tenant, 0.0), held[0], dt, self.half_life_s
-                    )
-                for tenant in self.usage.keys() - self.held.keys():
-                    self.usage[tenant] = decay(self.usage[tenant], dt, self.half_life_s)
-                self._accrue_members(dt)
+                    usage[tenant] = decayed.accrue(usage.get(tenant, 0.0), held[0])
+                for tenant in usage.keys() - self.held.keys():
+                    usage[tenant] = decayed.decay(usage[tenant])
+                self._accrue_members(decayed)
         self.now = now
         while self.checkpoints and self.checkpoints[0][0] <= now:
             at, job_id, attempt = heapq.heappop(self.checkpoints)
@@ -334,11 +362,41 @@ class Simulator:
             again = (
                 bool(pairs)
                 or decisions.more
-                or (bool(decisions.admitted) and self.state.beyond_window())
+                or (bool(decisions.admitted) and self._window_refilled(decisions))
             )
             if not again:
                 return
         self.capped += 1
+
+    def _window_refilled(self, decisions: Decisions) -> bool:
+        """Whether the admissions let jobs into some queue's window that the next cycle, at
+        once, may start (the cycles after admissions, as the control loop runs them).
+
+        Where nothing in a cycle depends on the order of queues' standings, on reservations or
+        on victims (no preemption, no backfill, no fair share: ``monotone``), a cycle at the
+        same instant can start only jobs that just came into a window: every other waiting
+        job was judged on more free capacity and less quota used than it finds now. And none
+        behind a StrictFIFO head that waited for capacity or quota (not ``Unschedulable``):
+        that head is still first and still does not fit. Such a cycle would admit nothing."""
+        if not self.state.beyond_window():
+            return False
+        if not self.monotone:
+            return True
+        refilled = self.state.refilled
+        strict = {
+            name
+            for name in refilled
+            if self.state.queues[name].strategy is QueueStrategy.STRICT_FIFO
+        }
+        if len(strict) < len(refilled):
+            return True
+        blocked: set[str] = set()
+        in_window = self.state.in_window
+        for job_id, reason in judged_reasons(decisions.waiting):
+            job = in_window.get(job_id)
+            if job is not None and reason.code is not ReasonCode.UNSCHEDULABLE:
+                blocked.add(job.queue)
+        return not strict <= blocked
 
     def _apply(self, decisions: Decisions, *, waited: bool) -> None:
         applied = self.state.apply(decisions, self.now, self._start, self._requeue)
@@ -448,13 +506,13 @@ class Simulator:
         if member_gpus <= 0:
             del self.member_held[key]
 
-    def _accrue_members(self, dt: float) -> None:
-        """Members' usage over ``dt``, as the tenants' (only with usage standings)."""
+    def _accrue_members(self, decayed: Decay) -> None:
+        """Members' usage over the step, as the tenants' (only with usage standings)."""
         usage = self.member_usage
         for key, gpus in self.member_held.items():
-            usage[key] = accrue(usage.get(key, 0.0), gpus, dt, self.half_life_s)
+            usage[key] = decayed.accrue(usage.get(key, 0.0), gpus)
         for key in usage.keys() - self.member_held.keys():
-            usage[key] = decay(usage[key], dt, self.half_life_s)
+            usage[key] = decayed.decay(usage[key])
 
     def _members(
         self,

@@ -113,6 +113,9 @@ class ClusterState:
         self._one_member_names: frozenset[str] | None = None  # None: count again
         self.in_window: dict[str, PendingJob] = {}  # the last snapshot's windows, by job id
         self.nominated: set[str] = set()  # waiting jobs holding nominated nodes
+        # the queues the last ``apply`` started jobs from that held more than a window: the
+        # jobs behind moved into their windows
+        self.refilled: set[str] = set()
         # What the last snapshot was made of, kept until it changes: a cycle after which no
         # queue's window, node, queue view or running job changed costs no rebuilding.
         self._windows: dict[str, tuple[PendingJob, ...]] = {}  # each queue's window, made last
@@ -300,22 +303,34 @@ class ClusterState:
         requeue: Requeue = as_pending,
     ) -> Applied:
         """Stop the preempted jobs (back to their queues), then start the admitted ones."""
+        self.refilled.clear()
         stopped = self._evict(decisions.preempted, requeue)
         started = [self._start(admit, now, make_running) for admit in decisions.admitted]
         if started:
             reach = self.window + len(stopped)  # requeued victims may have pushed them back
-            for name in {job.queue for job in started}:
-                jobs = self.waiting[name]
-                kept = [j for j in jobs[:reach] if j.id not in self.running]
-                if len(kept) < len(jobs[:reach]):
-                    for j in jobs[:reach]:
-                        if j.id in self.running:
-                            self._count_waiting(j, -1)
-                jobs[:reach] = kept
+            by_queue: dict[str, set[str]] = {}
+            for job in started:
+                by_queue.setdefault(job.queue, set()).add(job.id)
+            for name, ids in by_queue.items():
+                if len(self.waiting[name]) > self.window:
+                    self.refilled.add(name)
+                self._take_started(self.waiting[name], ids, reach)
                 self._stale.add(name)
         if self.nominated:
             self._drop_stale_nominations(decisions)
         return Applied(tuple(started), tuple(stopped))
+
+    def _take_started(self, jobs: list[PendingJob], ids: set[str], reach: int) -> None:
+        """Take the jobs that started out of their queue's first ``reach`` jobs (where they
+        were), scanning only as far as the last of them rather than the whole window."""
+        found: list[int] = []
+        for k in range(min(reach, len(jobs))):
+            if jobs[k].id in ids:
+                found.append(k)
+                if len(found) == len(ids):
+                    break
+        for k in reversed(found):
+            self._count_waiting(jobs.pop(k), -1)
 
     def _start(self, admit: Admit, now: float, make_running: MakeRunning) -> RunningJob:
         job = self.in_window.pop(admit.job_id, None)
