@@ -1,17 +1,13 @@
 """The simulator skips only cycles that cannot change anything, and its own arithmetic stays
-the same to the bit: the replays with and without the cuts decide the same."""
+the same: the replays with and without the cuts decide the same."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from hypothesis import given
-from hypothesis import strategies as st
 from tests.sim.sim_support import write_csv
 
-from kiban.domain.usage import accrue, decay
-from kiban.sim.engine import Decay, SimOutcome, Simulator
+from kiban.sim.engine import SimOutcome, Simulator
 from kiban.sim.policies import policy_named
 from kiban.sim.run import SimOptions, prepare
 
@@ -55,16 +51,3 @@ def test_the_cycle_again_still_runs_when_the_window_filled_with_jobs_that_fit(
     assert _starts(cut) == _starts(_fifo(trace, 4, every_rerun=True))
     starts = [start for start, _end in _starts(cut).values() if start is not None]
     assert sorted(starts) == [0.0, 0.0, 0.0, 0.0, 100.0]
-
-
-finite = st.floats(min_value=0.0, max_value=1e12, allow_nan=False)
-
-
-@given(usage=finite, rate=st.integers(0, 4096), dt=st.floats(1e-6, 1e8), half=st.floats(1.0, 1e8))
-def test_one_exponential_per_step_gives_the_same_floats(
-    usage: float, rate: int, dt: float, half: float
-) -> None:
-    step = Decay(dt, half)
-    assert step.accrue(usage, rate) == accrue(usage, rate, dt, half)
-    assert step.decay(usage) == decay(usage, dt, half)
-    assert math.isfinite(step.accrue(usage, rate))

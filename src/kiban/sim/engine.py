@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from kiban.domain.runtime_estimate import JobFeatures, RuntimeEstimate, RuntimeEstimator
-from kiban.domain.usage import LN2, standing
+from kiban.domain.usage import Decay, standing
 from kiban.scheduler.attained_service import with_queue_strategies
 from kiban.scheduler.capacity_index import CapacityCache
 from kiban.scheduler.core import schedule
@@ -129,25 +129,6 @@ class SimOutcome:
     capped_instants: int
     preemption_loops: int = 0
     estimate_error: dict[str, float] | None = None  # the run-time estimator's, when it had one
-
-
-class Decay:
-    """``domain.usage``'s ``accrue`` and ``decay`` over one step of ``dt > 0`` seconds, with
-    its exponential computed once for every tenant and member (the same arithmetic, so the
-    same floats: a replay's standings do not change by a bit)."""
-
-    __slots__ = ("d", "half_life_s")
-
-    def __init__(self, dt: float, half_life_s: float) -> None:
-        self.d = math.exp(-LN2 * dt / half_life_s)
-        self.half_life_s = half_life_s
-
-    def accrue(self, usage: float, rate: float) -> float:
-        d = self.d
-        return usage * d + rate * self.half_life_s / LN2 * (1.0 - d)
-
-    def decay(self, usage: float) -> float:
-        return usage * self.d
 
 
 class Simulator:
