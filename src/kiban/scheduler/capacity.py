@@ -8,7 +8,7 @@ questions (a reservation, a preemption) give capacity back inside a transaction 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, KeysView
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -75,6 +75,14 @@ class CapacityOverlay:
     def free_gpus(self, node: str) -> int:
         return len(self._gpu_ids.get(node, ()))
 
+    def free_cpu(self, node: str) -> int:
+        """Free CPU millis of a schedulable node."""
+        return self._cpu[node]
+
+    def free_memory(self, node: str) -> int:
+        """Free memory of a schedulable node."""
+        return self._memory[node]
+
     def schedules(self, node: str) -> bool:
         """Whether the overlay schedules the node (capacity given to others is ignored)."""
         return node in self._gpu_ids
@@ -95,6 +103,10 @@ class CapacityOverlay:
         with; any other take or give, a number not seen before, so a failed placement's answer
         can be kept for as long as the number stays (``Cycle.failed_placement``)."""
         return self._state
+
+    def schedulable(self) -> KeysView[str]:
+        """The schedulable nodes' names, in no particular order (a live view)."""
+        return self._gpu_ids.keys()
 
     def schedulable_nodes(self) -> list[str]:
         return sorted(self._gpu_ids)
