@@ -37,22 +37,17 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     # The job may not use nodes kept for other reservations: their free GPUs do not count in
     # the capacity arithmetic that spares trial placements doomed to fail.
     kept = cycle.reserved_for_others(job.id)
-    room = RoomCount(job, overlay, kept)
     task = decidable(job)
     if task is None:
-        found = _reserve_by_placing(cycle, job, flavor, ending, room)
+        found = _reserve_by_placing(cycle, job, flavor, ending, RoomCount(job, overlay, kept))
     else:
         view = ReleasedView(job, task, overlay, kept, cycle.snapshot.topology_levels)
         found = None
         for k, (end, running) in enumerate(ending):
             for replica in running.replicas:
-                gpus = len(replica.gpu_ids)
-                room.change(replica.node, gpus)
-                view.give(replica.node, gpus, replica.cpu_millis, replica.memory)
+                view.give(replica.node, len(replica.gpu_ids), replica.cpu_millis, replica.memory)
             if k + 1 < len(ending) and ending[k + 1][0] == end:
                 continue  # jobs ending at the same time are released together
-            if not room.fits():
-                continue
             nodes = view.place()
             if nodes is not None:
                 found = Reservation(job.id, flavor, max(end, cycle.snapshot.now), nodes)

@@ -42,7 +42,13 @@ def _times(have: int, need: int) -> int:
 
 class ReleasedView:
     """The overlay's free capacity with some running replicas given back (``give``), and where
-    best fit would place the job's one task on it, off the ``kept`` nodes (``place``)."""
+    best fit would place the job's one task on it, off the ``kept`` nodes (``place``).
+
+    The replicas each node could hold (``room``) are counted once, then kept up to date as
+    capacity is given back, summed over the nodes and over each topology domain: whether the
+    gang fits anywhere, or in a domain, is a sum compared, and only a gang that fits is laid
+    out node by node.
+    """
 
     def __init__(
         self,
@@ -57,25 +63,87 @@ class ReleasedView:
         self._overlay = overlay
         self._kept = frozenset(kept)
         self._levels = levels
+        self._per_node = _UNLIMITED if task.max_per_node is None else max(task.max_per_node, 0)
         self._freed: dict[str, list[int]] = {}  # node -> GPUs, CPU, memory given back so far
+        self._room: dict[str, int] = {}  # the nodes the task may use -> replicas they hold
+        self._total = 0
+        constraint = task.nodes
+        views = overlay.nodes
+        for name in overlay.schedulable():
+            if name in self._kept:
+                continue
+            if constraint is not None and not constraint.allows(name, views[name].labels):
+                continue
+            room = self._room_of(
+                overlay.free_gpus(name), overlay.free_cpu(name), overlay.free_memory(name)
+            )
+            self._room[name] = room
+            self._total += room
+        # Per topology level, the replicas each domain's nodes hold and the GPUs given back
+        # in it (only for a gang that asks for a domain).
+        self._domain_room: list[dict[tuple[str, ...], int]] = []
+        self._domain_freed: list[dict[tuple[str, ...], int]] = []
+        if job.topology is not None:
+            self._domain_room = [{} for _ in range(overlay.levels)]
+            self._domain_freed = [{} for _ in range(overlay.levels)]
+            domains_of = overlay.index.domains_of
+            for name, room in self._room.items():
+                for level, domain in enumerate(domains_of[name]):
+                    rooms = self._domain_room[level]
+                    rooms[domain] = rooms.get(domain, 0) + room
+
+    def _room_of(self, free: int, cpu: int, memory: int) -> int:
+        """How many of the task's replicas a node with this much free holds (best fit takes
+        from a node while it fits, so its replicas never depend on other nodes)."""
+        task = self._task
+        return min(
+            free // task.gpu,
+            _times(cpu, task.cpu_millis),
+            _times(memory, task.memory),
+            self._per_node,
+        )
 
     def give(self, node: str, gpus: int, cpu_millis: int, memory: int) -> None:
         """Give a replica's capacity back (ignored on nodes the overlay does not schedule, as
         ``CapacityOverlay.give`` ignores it)."""
-        if not self._overlay.schedules(node):
+        overlay = self._overlay
+        if not overlay.schedules(node):
             return
         freed = self._freed.get(node)
         if freed is None:
-            self._freed[node] = [gpus, cpu_millis, memory]
+            freed = self._freed[node] = [gpus, cpu_millis, memory]
         else:
             freed[0] += gpus
             freed[1] += cpu_millis
             freed[2] += memory
+        domains = overlay.index.domains_of[node] if self._domain_freed else ()
+        for level, domain in enumerate(domains):
+            given = self._domain_freed[level]
+            given[domain] = given.get(domain, 0) + gpus
+        before = self._room.get(node)
+        if before is None:
+            return  # kept for others, or not the task's
+        after = self._room_of(
+            overlay.free_gpus(node) + freed[0],
+            overlay.free_cpu(node) + freed[1],
+            overlay.free_memory(node) + freed[2],
+        )
+        if after != before:
+            self._room[node] = after
+            self._total += after - before
+            for level, domain in enumerate(domains):
+                self._domain_room[level][domain] += after - before
+
+    def _holds(self, room: int) -> bool:
+        """Whether nodes holding ``room`` replicas in all take at least the gang."""
+        return min(self._task.replicas, room) >= self._job.gang_size
 
     def place(self) -> frozenset[str] | None:
         """The nodes ``Cycle.try_place`` would put the gang on, with the capacity given back
         so far and off the kept nodes (None: it would not fit): ``place_in_topology``'s
         search over domains when the job asks for one, ``place_gang``'s otherwise."""
+        if not self._holds(self._total):
+            return None  # fits no domain either
         request = self._job.topology
         if request is None:
             return self._fill(None)
@@ -96,67 +164,39 @@ class ReleasedView:
             return None
         needed = gang_gpus(self._job)
         spread = nodes_needed(self._job)
-        free = overlay.domains(level)
-        changed: dict[tuple[str, ...], int] = {}
-        domains_of = overlay.index.domains_of
-        for node, freed in self._freed.items():
-            domains = domains_of[node]
-            if level < len(domains):
-                domain = domains[level]
-                changed[domain] = changed.get(domain, free[domain]) + freed[0]
+        given = self._domain_freed[level]
         candidates = sorted(
-            (changed.get(domain, gpus), domain)
-            for domain, gpus in free.items()
-            if changed.get(domain, gpus) >= needed
+            (free + given.get(domain, 0), domain)
+            for domain, free in overlay.domains(level).items()
+            if free + given.get(domain, 0) >= needed
             and (spread <= 1 or len(overlay.domain_nodes(level, domain)) >= spread)
         )
+        rooms = self._domain_room[level]
         for _free, domain in candidates[:MAX_DOMAIN_TRIES]:
-            nodes = self._fill(overlay.domain_members(level, domain))
-            if nodes is not None:
-                return nodes
+            if self._holds(rooms.get(domain, 0)):
+                return self._fill(overlay.domain_members(level, domain))
         return None
 
-    def _fill(self, within: Collection[str] | None) -> frozenset[str] | None:
-        """``place_gang`` of the one task on these nodes (None: all): the nodes it would use
-        when at least the gang fits, else None."""
+    def _fill(self, within: Collection[str] | None) -> frozenset[str]:
+        """The nodes ``place_gang`` of the one task on these nodes (None: all) uses, when the
+        gang fits there: the nodes that hold some, fewest free GPUs first (then by name), until
+        they hold every replica or all they can."""
         overlay = self._overlay
-        task = self._task
-        kept = self._kept
-        constraint = task.nodes
-        per_node = _UNLIMITED if task.max_per_node is None else max(task.max_per_node, 0)
-        views = overlay.nodes
-        rooms: list[tuple[int, str, int]] = []
-        total = 0
-        for name in overlay.schedulable() if within is None else within:
-            if name in kept:
-                continue
-            if constraint is not None and not constraint.allows(name, views[name].labels):
-                continue
-            free = overlay.free_gpus(name)
-            cpu = overlay.free_cpu(name)
-            memory = overlay.free_memory(name)
-            freed = self._freed.get(name)
-            if freed is not None:
-                free += freed[0]
-                cpu += freed[1]
-                memory += freed[2]
-            room = min(
-                free // task.gpu,
-                _times(cpu, task.cpu_millis),
-                _times(memory, task.memory),
-                per_node,
-            )
-            if room > 0:
-                rooms.append((free, name, room))
-                total += room
-        placed = min(task.replicas, total)
-        if placed < self._job.gang_size:
-            return None
-        rooms.sort()
+        room = self._room
+        freed = self._freed
+        order: list[tuple[int, str, int]] = []
+        for name in room if within is None else within:
+            held = room.get(name, 0)
+            if held > 0:
+                given = freed.get(name)
+                free = overlay.free_gpus(name) + (0 if given is None else given[0])
+                order.append((free, name, held))
+        order.sort()
+        placed = min(self._task.replicas, sum(held for _f, _n, held in order))
         used: list[str] = []
-        for _free, name, room in rooms:
+        for _free, name, held in order:
             if placed <= 0:
                 break
             used.append(name)
-            placed -= room
+            placed -= held
         return frozenset(used)
