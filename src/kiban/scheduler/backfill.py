@@ -41,17 +41,18 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     if task is None:
         found = _reserve_by_placing(cycle, job, flavor, ending, RoomCount(job, overlay, kept))
     else:
-        view = ReleasedView(job, task, overlay, kept, cycle.snapshot.topology_levels)
+        view = ReleasedView(
+            job,
+            task,
+            overlay,
+            kept,
+            cycle.snapshot.topology_levels,
+            cycle.room_memos.setdefault(flavor, {}),
+        )
+        fit = view.first_fit(ending)
         found = None
-        for k, (end, running) in enumerate(ending):
-            for replica in running.replicas:
-                view.give(replica.node, len(replica.gpu_ids), replica.cpu_millis, replica.memory)
-            if k + 1 < len(ending) and ending[k + 1][0] == end:
-                continue  # jobs ending at the same time are released together
-            nodes = view.place()
-            if nodes is not None:
-                found = Reservation(job.id, flavor, max(end, cycle.snapshot.now), nodes)
-                break
+        if fit is not None:
+            found = Reservation(job.id, flavor, max(fit[0], cycle.snapshot.now), fit[1])
     if found is not None:
         cycle.add_reservation(found)
     return found

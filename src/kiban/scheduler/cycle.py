@@ -20,6 +20,7 @@ from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import PendingReason
+from kiban.scheduler.released import RoomMemo
 from kiban.scheduler.snapshot import (
     Extended,
     FlavorView,
@@ -103,6 +104,8 @@ class Cycle:
         default_factory=dict
     )
     _shapes_kept: int = 0  # changes of ``_failed_shapes`` so far (part of ``judging_state``)
+    # per flavor, what each task shape holds per node on its capacity (for reservations)
+    room_memos: dict[str, RoomMemo] = field(default_factory=dict)
     # the earliest reservation per flavor, with how many reservations there were then
     _firsts: dict[str, tuple[int, Reservation | None]] = field(default_factory=dict)
 

@@ -12,11 +12,11 @@ no take, no give, no undo (the bucket moves and the undo log a trial on the over
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from kiban.scheduler.capacity import NO_SPREAD_LIMIT, CapacityOverlay
 from kiban.scheduler.placement import MAX_DOMAIN_TRIES, gang_gpus, nodes_needed
-from kiban.scheduler.snapshot import PendingJob, TaskDemand
+from kiban.scheduler.snapshot import PendingJob, RunningJob, TaskDemand
 
 _UNLIMITED = NO_SPREAD_LIMIT
 """The replicas a node could hold of a task that asks for none of a resource it has."""
@@ -40,6 +40,58 @@ def _times(have: int, need: int) -> int:
     return max(have // need, 0)
 
 
+def room_of(task: TaskDemand, free: int, cpu: int, memory: int) -> int:
+    """How many of the task's replicas a node with this much free holds (best fit takes from
+    a node while it fits, so what it holds never depends on other nodes)."""
+    room = free // task.gpu
+    per_node = task.max_per_node
+    if per_node is not None and per_node < room:
+        room = max(per_node, 0)
+    if room:
+        room = min(room, _times(cpu, task.cpu_millis), _times(memory, task.memory))
+    return room
+
+
+RoomMemo = dict[tuple[object, ...], "Rooms"]
+"""Each task shape's ``Rooms`` on one capacity (a cycle's, keyed by overlay state)."""
+
+
+class Rooms:
+    """The replicas of a task each schedulable node it may use holds, on the overlay as it is
+    (every node, kept or not), their sum, and their sum per topology domain."""
+
+    __slots__ = ("domain_room", "room", "total")
+
+    def __init__(self, task: TaskDemand, overlay: CapacityOverlay) -> None:
+        constraint = task.nodes
+        views = overlay.nodes
+        self.room: dict[str, int] = {}
+        self.total = 0
+        self.domain_room: list[dict[tuple[str, ...], int]] = [{} for _ in range(overlay.levels)]
+        domains_of = overlay.index.domains_of
+        for name in overlay.schedulable():
+            if constraint is not None and not constraint.allows(name, views[name].labels):
+                continue
+            room = room_of(
+                task, overlay.free_gpus(name), overlay.free_cpu(name), overlay.free_memory(name)
+            )
+            self.room[name] = room
+            self.total += room
+            for level, domain in enumerate(domains_of[name]):
+                rooms = self.domain_room[level]
+                rooms[domain] = rooms.get(domain, 0) + room
+
+    @classmethod
+    def remembered(cls, task: TaskDemand, overlay: CapacityOverlay, memo: RoomMemo) -> Rooms:
+        """The task's rooms on the overlay's capacity now, counted once per capacity and task
+        shape (a cycle's reservations share them: reserving takes no capacity)."""
+        key = (overlay.state, task.gpu, task.cpu_millis, task.memory, task.max_per_node, task.nodes)
+        rooms = memo.get(key)
+        if rooms is None:
+            rooms = memo[key] = cls(task, overlay)
+        return rooms
+
+
 class ReleasedView:
     """The overlay's free capacity with some running replicas given back (``give``), and where
     best fit would place the job's one task on it, off the ``kept`` nodes (``place``).
@@ -57,51 +109,34 @@ class ReleasedView:
         overlay: CapacityOverlay,
         kept: Collection[str],
         levels: tuple[str, ...],
+        memo: RoomMemo | None = None,
     ) -> None:
         self._job = job
         self._task = task
         self._overlay = overlay
-        self._kept = frozenset(kept)
         self._levels = levels
-        self._per_node = _UNLIMITED if task.max_per_node is None else max(task.max_per_node, 0)
         self._freed: dict[str, list[int]] = {}  # node -> GPUs, CPU, memory given back so far
-        self._room: dict[str, int] = {}  # the nodes the task may use -> replicas they hold
-        self._total = 0
-        constraint = task.nodes
-        views = overlay.nodes
-        for name in overlay.schedulable():
-            if name in self._kept:
-                continue
-            if constraint is not None and not constraint.allows(name, views[name].labels):
-                continue
-            room = self._room_of(
-                overlay.free_gpus(name), overlay.free_cpu(name), overlay.free_memory(name)
-            )
-            self._room[name] = room
-            self._total += room
+        base = Rooms.remembered(task, overlay, {} if memo is None else memo)
+        # the nodes the task may use, off the kept ones -> the replicas they hold
+        self._room = dict(base.room)
+        self._total = base.total
         # Per topology level, the replicas each domain's nodes hold and the GPUs given back
         # in it (only for a gang that asks for a domain).
         self._domain_room: list[dict[tuple[str, ...], int]] = []
         self._domain_freed: list[dict[tuple[str, ...], int]] = []
-        if job.topology is not None:
-            self._domain_room = [{} for _ in range(overlay.levels)]
+        topology = job.topology is not None
+        if topology:
+            self._domain_room = [dict(rooms) for rooms in base.domain_room]
             self._domain_freed = [{} for _ in range(overlay.levels)]
-            domains_of = overlay.index.domains_of
-            for name, room in self._room.items():
+        domains_of = overlay.index.domains_of
+        for name in kept:
+            room = self._room.pop(name, None)
+            if room is None:
+                continue
+            self._total -= room
+            if topology:
                 for level, domain in enumerate(domains_of[name]):
-                    rooms = self._domain_room[level]
-                    rooms[domain] = rooms.get(domain, 0) + room
-
-    def _room_of(self, free: int, cpu: int, memory: int) -> int:
-        """How many of the task's replicas a node with this much free holds (best fit takes
-        from a node while it fits, so its replicas never depend on other nodes)."""
-        task = self._task
-        return min(
-            free // task.gpu,
-            _times(cpu, task.cpu_millis),
-            _times(memory, task.memory),
-            self._per_node,
-        )
+                    self._domain_room[level][domain] -= room
 
     def give(self, node: str, gpus: int, cpu_millis: int, memory: int) -> None:
         """Give a replica's capacity back (ignored on nodes the overlay does not schedule, as
@@ -123,7 +158,8 @@ class ReleasedView:
         before = self._room.get(node)
         if before is None:
             return  # kept for others, or not the task's
-        after = self._room_of(
+        after = room_of(
+            self._task,
             overlay.free_gpus(node) + freed[0],
             overlay.free_cpu(node) + freed[1],
             overlay.free_memory(node) + freed[2],
@@ -133,6 +169,25 @@ class ReleasedView:
             self._total += after - before
             for level, domain in enumerate(domains):
                 self._domain_room[level][domain] += after - before
+
+    def first_fit(
+        self, ending: Sequence[tuple[float, RunningJob]]
+    ) -> tuple[float, frozenset[str]] | None:
+        """Give the ends back in order (jobs ending at the same time together) and return the
+        first end after which the gang fits, with the nodes it would use (None: none)."""
+        give = self.give
+        last = len(ending) - 1
+        for k, (end, running) in enumerate(ending):
+            for replica in running.replicas:
+                give(replica.node, len(replica.gpu_ids), replica.cpu_millis, replica.memory)
+            if k < last and ending[k + 1][0] == end:
+                continue  # jobs ending at the same time are released together
+            if not self._holds(self._total):
+                continue  # it fits no domain either
+            nodes = self.place()
+            if nodes is not None:
+                return end, nodes
+        return None
 
     def _holds(self, room: int) -> bool:
         """Whether nodes holding ``room`` replicas in all take at least the gang."""
