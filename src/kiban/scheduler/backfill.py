@@ -49,7 +49,7 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
             cycle.snapshot.topology_levels,
             cycle.room_memos.setdefault(flavor, {}),
         )
-        fit = view.first_fit(ending)
+        fit = view.first_fit(cycle.end_groups(flavor))
         found = None
         if fit is not None:
             found = Reservation(job.id, flavor, max(fit[0], cycle.snapshot.now), fit[1])

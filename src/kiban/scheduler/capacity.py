@@ -63,6 +63,7 @@ class CapacityOverlay:
         # give, the number it had back when a transaction is undone.
         self._state = 0
         self._states = 0
+        self._slot_counts: dict[tuple[int, int, int], int] = {}  # by state, GPUs, spread
         self._constrained_fits: dict[
             tuple[int, int, int, NodeConstraint, Extended], tuple[bool, int]
         ] = {}
@@ -124,11 +125,14 @@ class CapacityOverlay:
         if gpus <= 0:
             off = sum(1 for node in excluded if node in self._gpu_ids)
             return (sum(len(bucket) for bucket in self._buckets.values()) - off) * cap
-        slots = sum(
-            len(bucket) * min(free // gpus, cap)
-            for free, bucket in self._buckets.items()
-            if free >= gpus
-        )
+        key = (self._state, gpus, cap)
+        slots = self._slot_counts.get(key)
+        if slots is None:  # counted once per capacity: victim searches and reservations ask
+            slots = self._slot_counts[key] = sum(
+                len(bucket) * min(free // gpus, cap)
+                for free, bucket in self._buckets.items()
+                if free >= gpus
+            )
         for node in excluded:
             slots -= min(len(self._gpu_ids.get(node, ())) // gpus, cap)
         return slots

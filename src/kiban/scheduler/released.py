@@ -52,6 +52,42 @@ def room_of(task: TaskDemand, free: int, cpu: int, memory: int) -> int:
     return room
 
 
+Freed = tuple[str, int, int, int]
+"""GPUs, CPU millis and memory freed on a node."""
+
+EndGroup = tuple[float, tuple[Freed, ...]]
+"""An end of running jobs, and what their ends free on each schedulable node."""
+
+
+def end_groups(
+    ending: Sequence[tuple[float, RunningJob]], overlay: CapacityOverlay
+) -> list[EndGroup]:
+    """The running jobs' ends (``Cycle.ending_on``), those at the same time together, with
+    what each frees per schedulable node of the overlay, summed: what a reservation gives back
+    end after end, worked out once per cycle rather than per reservation."""
+    groups: list[EndGroup] = []
+    last = len(ending) - 1
+    freeing: dict[str, list[int]] = {}
+    schedules = overlay.schedules
+    for k, (end, job) in enumerate(ending):
+        for replica in job.replicas:
+            node = replica.node
+            if not schedules(node):
+                continue
+            freed = freeing.get(node)
+            if freed is None:
+                freeing[node] = [len(replica.gpu_ids), replica.cpu_millis, replica.memory]
+            else:
+                freed[0] += len(replica.gpu_ids)
+                freed[1] += replica.cpu_millis
+                freed[2] += replica.memory
+        if k < last and ending[k + 1][0] == end:
+            continue  # jobs ending at the same time are released together
+        groups.append((end, tuple((node, f[0], f[1], f[2]) for node, f in freeing.items())))
+        freeing = {}
+    return groups
+
+
 RoomMemo = dict[tuple[object, ...], "Rooms"]
 """Each task shape's ``Rooms`` on one capacity (a cycle's, keyed by overlay state)."""
 
@@ -141,48 +177,53 @@ class ReleasedView:
     def give(self, node: str, gpus: int, cpu_millis: int, memory: int) -> None:
         """Give a replica's capacity back (ignored on nodes the overlay does not schedule, as
         ``CapacityOverlay.give`` ignores it)."""
-        overlay = self._overlay
-        if not overlay.schedules(node):
-            return
-        freed = self._freed.get(node)
-        if freed is None:
-            freed = self._freed[node] = [gpus, cpu_millis, memory]
-        else:
-            freed[0] += gpus
-            freed[1] += cpu_millis
-            freed[2] += memory
-        domains = overlay.index.domains_of[node] if self._domain_freed else ()
-        for level, domain in enumerate(domains):
-            given = self._domain_freed[level]
-            given[domain] = given.get(domain, 0) + gpus
-        before = self._room.get(node)
-        if before is None:
-            return  # kept for others, or not the task's
-        after = room_of(
-            self._task,
-            overlay.free_gpus(node) + freed[0],
-            overlay.free_cpu(node) + freed[1],
-            overlay.free_memory(node) + freed[2],
-        )
-        if after != before:
-            self._room[node] = after
-            self._total += after - before
-            for level, domain in enumerate(domains):
-                self._domain_room[level][domain] += after - before
+        if self._overlay.schedules(node):
+            self._give(((node, gpus, cpu_millis, memory),))
 
-    def first_fit(
-        self, ending: Sequence[tuple[float, RunningJob]]
-    ) -> tuple[float, frozenset[str]] | None:
-        """Give the ends back in order (jobs ending at the same time together) and return the
-        first end after which the gang fits, with the nodes it would use (None: none)."""
-        give = self.give
-        last = len(ending) - 1
-        for k, (end, running) in enumerate(ending):
-            for replica in running.replicas:
-                give(replica.node, len(replica.gpu_ids), replica.cpu_millis, replica.memory)
-            if k < last and ending[k + 1][0] == end:
-                continue  # jobs ending at the same time are released together
-            if not self._holds(self._total):
+    def _give(self, freeing: Sequence[Freed]) -> None:
+        """Give back what is freed on these schedulable nodes."""
+        overlay = self._overlay
+        task = self._task
+        rooms = self._room
+        freed_on = self._freed
+        domain_freed = self._domain_freed
+        domains_of = overlay.index.domains_of
+        for node, gpus, cpu_millis, memory in freeing:
+            freed = freed_on.get(node)
+            if freed is None:
+                freed = freed_on[node] = [gpus, cpu_millis, memory]
+            else:
+                freed[0] += gpus
+                freed[1] += cpu_millis
+                freed[2] += memory
+            domains = domains_of[node] if domain_freed else ()
+            for level, domain in enumerate(domains):
+                given = domain_freed[level]
+                given[domain] = given.get(domain, 0) + gpus
+            before = rooms.get(node)
+            if before is None:
+                continue  # kept for others, or not the task's
+            after = room_of(
+                task,
+                overlay.free_gpus(node) + freed[0],
+                overlay.free_cpu(node) + freed[1],
+                overlay.free_memory(node) + freed[2],
+            )
+            if after != before:
+                rooms[node] = after
+                self._total += after - before
+                for level, domain in enumerate(domains):
+                    self._domain_room[level][domain] += after - before
+
+    def first_fit(self, groups: Sequence[EndGroup]) -> tuple[float, frozenset[str]] | None:
+        """Give the ends back in order (``end_groups``) and return the first end after which
+        the gang fits, with the nodes it would use (None: none)."""
+        wanted = self._job.gang_size
+        replicas = self._task.replicas
+        give = self._give
+        for end, freeing in groups:
+            give(freeing)
+            if min(replicas, self._total) < wanted:
                 continue  # it fits no domain either
             nodes = self.place()
             if nodes is not None:
