@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from kiban.scheduler.cycle import Cycle, Reservation
 from kiban.scheduler.placement import RoomCount
-from kiban.scheduler.snapshot import PendingJob
+from kiban.scheduler.released import ReleasedView, decidable
+from kiban.scheduler.snapshot import PendingJob, RunningJob
 
 
 def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
@@ -25,20 +26,50 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     same time together) the gang is placed, in a what-if, on the capacity freed so far. The
     shadow time is first sought by capacity arithmetic alone (free GPUs and replica slots off
     the nodes kept for other reservations, per node as jobs end): a trial placement is made
-    only at an end where the arithmetic says the gang could fit, with every earlier end given
-    back first, so the reservation found is the one trying each end would find.
+    only at an end where the arithmetic says the gang could fit, so the reservation found is
+    the one trying each end would find. A gang of one plain task is placed by arithmetic too,
+    on a light view of the capacity given back (``ReleasedView``), the overlay left untouched.
     """
     if cycle.reservation_count >= cycle.policy.max_reservations:
         return None
     ending = cycle.ending_on(flavor)
     overlay = cycle.overlays[flavor]
-    allow = cycle.reservation_filter(job.id)
     # The job may not use nodes kept for other reservations: their free GPUs do not count in
     # the capacity arithmetic that spares trial placements doomed to fail.
-    room = RoomCount(job, overlay, cycle.reserved_for_others(job.id))
+    kept = cycle.reserved_for_others(job.id)
+    task = decidable(job)
+    if task is None:
+        found = _reserve_by_placing(cycle, job, flavor, ending, RoomCount(job, overlay, kept))
+    else:
+        view = ReleasedView(
+            job,
+            task,
+            overlay,
+            kept,
+            cycle.snapshot.topology_levels,
+            cycle.room_memos.setdefault(flavor, {}),
+        )
+        fit = view.first_fit(cycle.end_groups(flavor))
+        found = None
+        if fit is not None:
+            found = Reservation(job.id, flavor, max(fit[0], cycle.snapshot.now), fit[1])
+    if found is not None:
+        cycle.add_reservation(found)
+    return found
+
+
+def _reserve_by_placing(
+    cycle: Cycle,
+    job: PendingJob,
+    flavor: str,
+    ending: Sequence[tuple[float, RunningJob]],
+    room: RoomCount,
+) -> Reservation | None:
+    """``reserve``'s search with trial placements on the overlay: at an end where ``room``
+    says the gang could fit, every earlier end is given back first, then the gang placed."""
+    overlay = cycle.overlays[flavor]
+    allow = cycle.reservation_filter(job.id)
     given = 0  # the ends given back to the overlay so far (for a trial placement)
-    found: Reservation | None = None
-    now = cycle.snapshot.now
     with overlay.transaction():  # the releases below are a what-if, undone on exit
         for k, (end, running) in enumerate(ending):
             for replica in running.replicas:
@@ -60,11 +91,8 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
             attempt = cycle.try_place(job, flavor, allow)
             if attempt.fits:
                 nodes = frozenset(p.node for p in attempt.placements)
-                found = Reservation(job.id, flavor, max(end, now), nodes)
-                break
-    if found is not None:
-        cycle.add_reservation(found)
-    return found
+                return Reservation(job.id, flavor, max(end, cycle.snapshot.now), nodes)
+    return None
 
 
 def may_backfill(cycle: Cycle, job: PendingJob, flavor: str) -> bool:

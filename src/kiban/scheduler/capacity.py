@@ -8,7 +8,7 @@ questions (a reservation, a preemption) give capacity back inside a transaction 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, KeysView
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -63,6 +63,7 @@ class CapacityOverlay:
         # give, the number it had back when a transaction is undone.
         self._state = 0
         self._states = 0
+        self._slot_counts: dict[tuple[int, int, int], int] = {}  # by state, GPUs, spread
         self._constrained_fits: dict[
             tuple[int, int, int, NodeConstraint, Extended], tuple[bool, int]
         ] = {}
@@ -74,6 +75,14 @@ class CapacityOverlay:
 
     def free_gpus(self, node: str) -> int:
         return len(self._gpu_ids.get(node, ()))
+
+    def free_cpu(self, node: str) -> int:
+        """Free CPU millis of a schedulable node."""
+        return self._cpu[node]
+
+    def free_memory(self, node: str) -> int:
+        """Free memory of a schedulable node."""
+        return self._memory[node]
 
     def schedules(self, node: str) -> bool:
         """Whether the overlay schedules the node (capacity given to others is ignored)."""
@@ -96,6 +105,10 @@ class CapacityOverlay:
         can be kept for as long as the number stays (``Cycle.failed_placement``)."""
         return self._state
 
+    def schedulable(self) -> KeysView[str]:
+        """The schedulable nodes' names, in no particular order (a live view)."""
+        return self._gpu_ids.keys()
+
     def schedulable_nodes(self) -> list[str]:
         return sorted(self._gpu_ids)
 
@@ -112,11 +125,14 @@ class CapacityOverlay:
         if gpus <= 0:
             off = sum(1 for node in excluded if node in self._gpu_ids)
             return (sum(len(bucket) for bucket in self._buckets.values()) - off) * cap
-        slots = sum(
-            len(bucket) * min(free // gpus, cap)
-            for free, bucket in self._buckets.items()
-            if free >= gpus
-        )
+        key = (self._state, gpus, cap)
+        slots = self._slot_counts.get(key)
+        if slots is None:  # counted once per capacity: victim searches and reservations ask
+            slots = self._slot_counts[key] = sum(
+                len(bucket) * min(free // gpus, cap)
+                for free, bucket in self._buckets.items()
+                if free >= gpus
+            )
         for node in excluded:
             slots -= min(len(self._gpu_ids.get(node, ())) // gpus, cap)
         return slots

@@ -20,6 +20,7 @@ from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import PendingReason
+from kiban.scheduler.released import EndGroup, RoomMemo, end_groups
 from kiban.scheduler.snapshot import (
     Extended,
     FlavorView,
@@ -103,6 +104,11 @@ class Cycle:
         default_factory=dict
     )
     _shapes_kept: int = 0  # changes of ``_failed_shapes`` so far (part of ``judging_state``)
+    # per flavor, what each task shape holds per node on its capacity (for reservations)
+    room_memos: dict[str, RoomMemo] = field(default_factory=dict)
+    _end_groups: dict[str, tuple[list[tuple[float, RunningJob]], list[EndGroup]]] = field(
+        default_factory=dict
+    )
     # the earliest reservation per flavor, with how many reservations there were then
     _firsts: dict[str, tuple[int, Reservation | None]] = field(default_factory=dict)
 
@@ -253,6 +259,15 @@ class Cycle:
         ending = [(end, r) for end, _id, r in keyed if end is not None]
         self._ending[flavor] = (len(victims), ending)
         return ending
+
+    def end_groups(self, flavor: str) -> list[EndGroup]:
+        """``ending_on`` grouped by end, with what each end frees per node (made once per
+        list: a cycle's reservations share it)."""
+        ending = self.ending_on(flavor)
+        known = self._end_groups.get(flavor)
+        if known is None or known[0] is not ending:
+            known = self._end_groups[flavor] = (ending, end_groups(ending, self.overlays[flavor]))
+        return known[1]
 
     def hold_quota_for(self, job: PendingJob, flavor: str, victims: Sequence[RunningJob]) -> None:
         """Count the quota as it will be once the victims stopped for ``job`` have stopped and
