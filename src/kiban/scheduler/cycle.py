@@ -110,6 +110,7 @@ class Cycle:
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
         cache = cache or CapacityCache()
         indexes = cache.indexes(snapshot.nodes)
+        queues = {q.name: q for q in snapshot.queues}
         cycle = cls(
             snapshot=snapshot,
             policy=policy,
@@ -118,8 +119,8 @@ class Cycle:
                 f.name: CapacityOverlay(indexes.get(f.name) or CapacityIndex())
                 for f in snapshot.flavors
             },
-            quota=QuotaBook(snapshot.queues),
-            queues={q.name: q for q in snapshot.queues},
+            quota=QuotaBook(queues),
+            queues=queues,
             flavors={f.name: f for f in snapshot.flavors},
         )
         # Capacity freed by a preemption is kept for the preemptor, from now on.
@@ -365,7 +366,7 @@ class Cycle:
                     extended_of(self.quota.extended_nominal(queue.name, f)) for f in flavors
                 )
             terms = self._queue_terms[queue.name] = (queue.name, flavors, ceilings)
-        asked = (terms, job.tasks, job.gang_size, job.topology)
+        asked = (terms, job.shape)
         return empty.remembered(
             job.id, asked, lambda: never_fits(job, queue, terms[1], empty, self.quota)
         )
@@ -429,7 +430,7 @@ class Cycle:
         off), and the gang's shape (levels are the cycle's)."""
         kept = len(self._reservations) if off_reserved else -1
         state = self.overlays[flavor].state
-        return (flavor, state, kept, job.tasks, job.gang_size, job.topology)
+        return (flavor, state, kept, job.shape)
 
     def capacity_reason(
         self,
@@ -441,7 +442,7 @@ class Cycle:
         """Why the gang does not fit the flavor's free capacity (``write``), kept for the jobs of
         the same shape while the capacity stays (its sentence and numbers depend on nothing
         else: the gang's sizes and task names, the free capacity, ``placed``)."""
-        key = (flavor, self.overlays[flavor].state, placed, job.tasks, job.gang_size, job.topology)
+        key = (flavor, self.overlays[flavor].state, placed, job.shape)
         reason = self._capacity_reasons.get(key)
         if reason is None:
             reason = self._capacity_reasons[key] = write()
