@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import TypeVar
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
 from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex, gang_shape
@@ -48,6 +49,7 @@ class Reservation:
     nodes: frozenset[str]
 
 
+_T = TypeVar("_T")
 _Shape = tuple[int, int, int, int, int]
 _NO_SPREAD = 2**31  # the max_per_node of a task that does not limit it, for shape comparisons
 
@@ -344,8 +346,17 @@ class Cycle:
         """The flavors the queue may use, in the order they are tried (found once a cycle)."""
         flavors = self._queue_flavors.get(queue.name)
         if flavors is None:
-            flavors = self._queue_flavors[queue.name] = usable_flavors(queue, self.flavors)
+            flavors = self._queue_flavors[queue.name] = self._by_quota(
+                queue, "flavors", lambda: usable_flavors(queue, self.flavors)
+            )
         return flavors
+
+    def _by_quota(self, queue: QueueView, what: str, make: Callable[[], _T]) -> _T:
+        """``make()`` of what follows from the queue's quota and the snapshot's flavors alone,
+        kept across cycles by the quota book (made afresh for a queue the book does not hold)."""
+        if self.quota.queues.get(queue.name) is not queue:
+            return make()
+        return self.quota.kept((what, queue.name, self.snapshot.flavors), make)
 
     def never_fits(self, job: PendingJob, queue: QueueView) -> PendingReason | None:
         """Why the job could never start on its queue's flavors, even on idle nodes (None: it
@@ -356,20 +367,29 @@ class Cycle:
             empty = self._empty = self.cache.empty_cluster(self.snapshot.topology_levels)
         terms = self._queue_terms.get(queue.name)
         if terms is None:
-            flavors = self.flavors_for(queue)
-            known = queue.name in self.quota.queues
-            ceilings: tuple[object, ...] = tuple(
-                self.quota.ceiling(queue.name, f) if known else None for f in flavors
+            terms = self._queue_terms[queue.name] = self._by_quota(
+                queue, "never_fits", lambda: self._never_fits_terms(queue)
             )
-            if queue.extended_nominal:  # its limits of extended resources decide too
-                ceilings += tuple(
-                    extended_of(self.quota.extended_nominal(queue.name, f)) for f in flavors
-                )
-            terms = self._queue_terms[queue.name] = (queue.name, flavors, ceilings)
         asked = (terms, job.shape)
         return empty.remembered(
             job.id, asked, lambda: never_fits(job, queue, terms[1], empty, self.quota)
         )
+
+    def _never_fits_terms(
+        self, queue: QueueView
+    ) -> tuple[str, tuple[str, ...], tuple[object, ...]]:
+        """What ``never_fits`` depends on besides the job and the idle nodes: the queue's
+        flavors and its quota ceilings on them."""
+        flavors = self.flavors_for(queue)
+        known = queue.name in self.quota.queues
+        ceilings: tuple[object, ...] = tuple(
+            self.quota.ceiling(queue.name, f) if known else None for f in flavors
+        )
+        if queue.extended_nominal:  # its limits of extended resources decide too
+            ceilings += tuple(
+                extended_of(self.quota.extended_nominal(queue.name, f)) for f in flavors
+            )
+        return (queue.name, flavors, ceilings)
 
     def allowed(self, flavor: str, queue: str) -> bool:
         view = self.flavors.get(flavor)

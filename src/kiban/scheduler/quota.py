@@ -15,14 +15,17 @@ up to what it was given). A resource the quota does not name is not limited.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from kiban.scheduler.reasons import PendingReason, ReasonCode
 from kiban.scheduler.reasons import gpus as gpu_phrase
 from kiban.scheduler.snapshot import Extended, QueueView
 from kiban.scheduler.what_if import Transaction, nested
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +66,7 @@ class _Plan:
     The same quotas make the same plan: it is kept across cycles (``_plan_of``), so a cycle's
     book only counts the use."""
 
-    __slots__ = ("ceilings", "pool", "queues", "refusals", "terms")
+    __slots__ = ("ceilings", "kept", "pool", "queues", "refusals", "terms")
 
     def __init__(self, queues: Mapping[str, QueueView]) -> None:
         self.queues = queues  # the views it was made from (only their quota fields are read)
@@ -71,6 +74,7 @@ class _Plan:
         self.ceilings: dict[tuple[str, str], int | None] = {}
         self.refusals: dict[tuple[str, str, int, int, int], QuotaVerdict] = {}
         self.pool: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> shared GPUs
+        self.kept: dict[Hashable, object] = {}  # what else follows from the quotas (``kept``)
         for q in queues.values():
             if q.cohort is None or q.nominal is None:
                 continue
@@ -146,6 +150,18 @@ class QuotaBook:
                 if over > 0:
                     key = (cohort, flavor)
                     drawn[key] = drawn.get(key, 0) + over
+
+    def kept(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """``make()``, made once for the queues' quotas and ``key`` and kept across cycles:
+        only for what follows from the quotas (the views of the queues the key names, with
+        their nominal quotas and limits) and from the key alone."""
+        kept = self._plan.kept
+        if key in kept:
+            return cast(_T, kept[key])
+        if len(kept) >= _MAX_REFUSALS:
+            kept.clear()
+        made = kept[key] = make()
+        return made
 
     # -- reading ---------------------------------------------------------------------------------
     @property

@@ -162,12 +162,14 @@ class QueueView:
             nominal,
             tuple(self.lending_limit.items()),
             tuple(self.borrowing_limit.items()),
+            tuple((f, tuple(amounts.items())) for f, amounts in self.extended_nominal.items()),
         )
         object.__setattr__(self, "_quota_terms", terms)
 
     @property
     def quota_terms(self) -> tuple[object, ...]:
-        """Its quota's terms, by value: equal for queues whose quotas are equal."""
+        """Its quota's terms (extended resources' included), by value: equal for queues whose
+        quotas are equal."""
         return self._quota_terms
 
 
