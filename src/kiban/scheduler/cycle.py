@@ -107,6 +107,8 @@ class Cycle:
     _shapes_kept: int = 0  # changes of ``_failed_shapes`` so far (part of ``judging_state``)
     # the earliest reservation per flavor, with how many reservations there were then
     _firsts: dict[str, tuple[int, Reservation | None]] = field(default_factory=dict)
+    # ``apart``'s answer, with how many jobs held reservations then
+    _apart: tuple[int, set[str]] | None = None
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
@@ -147,7 +149,12 @@ class Cycle:
     def apart(self) -> set[str]:
         """The jobs whose judging reads the job itself beyond its shape: those holding nodes
         kept for them (nominated, or reserved this cycle) and those victims stop for."""
-        return self._reservers | self._by_preemptor().keys()
+        known = self._apart
+        if known is not None and known[0] == len(self._reservers):  # the reservers only grow
+            return known[1]
+        apart = self._reservers | self._by_preemptor().keys()
+        self._apart = (len(self._reservers), apart)
+        return apart
 
     def _by_preemptor(self) -> dict[str, list[RunningJob]]:
         if self._stopping_for is None:
