@@ -9,11 +9,18 @@ from dataclasses import replace
 import pytest
 
 from kiban.scheduler import cycle as cycle_module
+from kiban.scheduler import quota as quota_module
 from kiban.scheduler import schedule
 from kiban.scheduler.feasibility import usable_flavors
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.snapshot import QueueView
 from kiban.testing import cluster, job, queue, snapshot
+
+
+@pytest.fixture(autouse=True)
+def no_plans_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start with no quota plan kept (earlier tests' cycles made theirs)."""
+    monkeypatch.setattr(quota_module, "_PLANS", {}, raising=False)
 
 
 def test_jobs_of_one_gang_shape_share_one_shape() -> None:
@@ -68,6 +75,7 @@ def test_a_changed_quota_or_use_is_refused_by_its_own_numbers() -> None:
 
 def test_a_queues_flavors_are_found_once_across_cycles(monkeypatch: pytest.MonkeyPatch) -> None:
     found: list[str] = []
+
     def counted(q: QueueView, flavors: object) -> tuple[str, ...]:
         found.append(q.name)
         return usable_flavors(q, flavors)  # type: ignore[arg-type]
