@@ -124,11 +124,11 @@ def _admit_or_explain(
     if key is not None:
         known = verdicts.known(key)
         if known is not None:
-            return Waiting(known)
+            return known
     verdicts.judging()
     outcome = _judge(cycle, job, queue, preempted)
     if key is not None and isinstance(outcome, Waiting) and outcome.reserved_at is None:
-        verdicts.keep(key, outcome.reason)
+        verdicts.keep(key, outcome)
     return outcome
 
 

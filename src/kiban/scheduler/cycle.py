@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import TypeVar
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
 from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex, gang_shape
@@ -49,6 +50,7 @@ class Reservation:
     nodes: frozenset[str]
 
 
+_T = TypeVar("_T")
 _Shape = tuple[int, int, int, int, int]
 _NO_SPREAD = 2**31  # the max_per_node of a task that does not limit it, for shape comparisons
 
@@ -111,11 +113,14 @@ class Cycle:
     )
     # the earliest reservation per flavor, with how many reservations there were then
     _firsts: dict[str, tuple[int, Reservation | None]] = field(default_factory=dict)
+    # ``apart``'s answer, with how many jobs held reservations then
+    _apart: tuple[int, set[str]] | None = None
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, cache: CapacityCache | None = None) -> Cycle:
         cache = cache or CapacityCache()
         indexes = cache.indexes(snapshot.nodes)
+        queues = {q.name: q for q in snapshot.queues}
         cycle = cls(
             snapshot=snapshot,
             policy=policy,
@@ -124,8 +129,8 @@ class Cycle:
                 f.name: CapacityOverlay(indexes.get(f.name) or CapacityIndex())
                 for f in snapshot.flavors
             },
-            quota=QuotaBook(snapshot.queues),
-            queues={q.name: q for q in snapshot.queues},
+            quota=QuotaBook(queues),
+            queues=queues,
             flavors={f.name: f for f in snapshot.flavors},
         )
         # Capacity freed by a preemption is kept for the preemptor, from now on.
@@ -150,7 +155,12 @@ class Cycle:
     def apart(self) -> set[str]:
         """The jobs whose judging reads the job itself beyond its shape: those holding nodes
         kept for them (nominated, or reserved this cycle) and those victims stop for."""
-        return self._reservers | self._by_preemptor().keys()
+        known = self._apart
+        if known is not None and known[0] == len(self._reservers):  # the reservers only grow
+            return known[1]
+        apart = self._reservers | self._by_preemptor().keys()
+        self._apart = (len(self._reservers), apart)
+        return apart
 
     def _by_preemptor(self) -> dict[str, list[RunningJob]]:
         if self._stopping_for is None:
@@ -358,8 +368,17 @@ class Cycle:
         """The flavors the queue may use, in the order they are tried (found once a cycle)."""
         flavors = self._queue_flavors.get(queue.name)
         if flavors is None:
-            flavors = self._queue_flavors[queue.name] = usable_flavors(queue, self.flavors)
+            flavors = self._queue_flavors[queue.name] = self._by_quota(
+                queue, "flavors", lambda: usable_flavors(queue, self.flavors)
+            )
         return flavors
+
+    def _by_quota(self, queue: QueueView, what: str, make: Callable[[], _T]) -> _T:
+        """``make()`` of what follows from the queue's quota and the snapshot's flavors alone,
+        kept across cycles by the quota book (made afresh for a queue the book does not hold)."""
+        if self.quota.queues.get(queue.name) is not queue:
+            return make()
+        return self.quota.kept((what, queue.name, self.snapshot.flavors), make)
 
     def never_fits(self, job: PendingJob, queue: QueueView) -> PendingReason | None:
         """Why the job could never start on its queue's flavors, even on idle nodes (None: it
@@ -370,20 +389,29 @@ class Cycle:
             empty = self._empty = self.cache.empty_cluster(self.snapshot.topology_levels)
         terms = self._queue_terms.get(queue.name)
         if terms is None:
-            flavors = self.flavors_for(queue)
-            known = queue.name in self.quota.queues
-            ceilings: tuple[object, ...] = tuple(
-                self.quota.ceiling(queue.name, f) if known else None for f in flavors
+            terms = self._queue_terms[queue.name] = self._by_quota(
+                queue, "never_fits", lambda: self._never_fits_terms(queue)
             )
-            if queue.extended_nominal:  # its limits of extended resources decide too
-                ceilings += tuple(
-                    extended_of(self.quota.extended_nominal(queue.name, f)) for f in flavors
-                )
-            terms = self._queue_terms[queue.name] = (queue.name, flavors, ceilings)
-        asked = (terms, job.tasks, job.gang_size, job.topology)
+        asked = (terms, job.shape)
         return empty.remembered(
             job.id, asked, lambda: never_fits(job, queue, terms[1], empty, self.quota)
         )
+
+    def _never_fits_terms(
+        self, queue: QueueView
+    ) -> tuple[str, tuple[str, ...], tuple[object, ...]]:
+        """What ``never_fits`` depends on besides the job and the idle nodes: the queue's
+        flavors and its quota ceilings on them."""
+        flavors = self.flavors_for(queue)
+        known = queue.name in self.quota.queues
+        ceilings: tuple[object, ...] = tuple(
+            self.quota.ceiling(queue.name, f) if known else None for f in flavors
+        )
+        if queue.extended_nominal:  # its limits of extended resources decide too
+            ceilings += tuple(
+                extended_of(self.quota.extended_nominal(queue.name, f)) for f in flavors
+            )
+        return (queue.name, flavors, ceilings)
 
     def allowed(self, flavor: str, queue: str) -> bool:
         view = self.flavors.get(flavor)
@@ -444,7 +472,7 @@ class Cycle:
         off), and the gang's shape (levels are the cycle's)."""
         kept = len(self._reservations) if off_reserved else -1
         state = self.overlays[flavor].state
-        return (flavor, state, kept, job.tasks, job.gang_size, job.topology)
+        return (flavor, state, kept, job.shape)
 
     def capacity_reason(
         self,
@@ -456,7 +484,7 @@ class Cycle:
         """Why the gang does not fit the flavor's free capacity (``write``), kept for the jobs of
         the same shape while the capacity stays (its sentence and numbers depend on nothing
         else: the gang's sizes and task names, the free capacity, ``placed``)."""
-        key = (flavor, self.overlays[flavor].state, placed, job.tasks, job.gang_size, job.topology)
+        key = (flavor, self.overlays[flavor].state, placed, job.shape)
         reason = self._capacity_reasons.get(key)
         if reason is None:
             reason = self._capacity_reasons[key] = write()

@@ -80,10 +80,19 @@ def fair_order(
                 if k >= len(jobs) or (dropped is not None and name in dropped):
                     break
                 job = jobs[k]
-                entry = (standing(job.tenant), key_of(name, k), name)
-                if heap and heap[0] <= entry:
-                    heapq.heappush(heap, entry)
-                    break
+                now_standing = standing(job.tenant)
+                if heap:
+                    top = heap[0][0]
+                    # Its key is needed only if it goes back on the heap or ties the top's
+                    # standing (most jobs: lower, yielded at once; the key never made).
+                    if top < now_standing:
+                        heapq.heappush(heap, (now_standing, key_of(name, k), name))
+                        break
+                    if top == now_standing:
+                        entry = (now_standing, key_of(name, k), name)
+                        if heap[0] <= entry:
+                            heapq.heappush(heap, entry)
+                            break
                 # Below every entry of the heap: the next pop would give it back at once (its
                 # standing read just now), so it is yielded without the push and the pop.
     unknown.sort(key=order_key)

@@ -15,14 +15,17 @@ up to what it was given). A resource the quota does not name is not limited.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from kiban.scheduler.reasons import PendingReason, ReasonCode
 from kiban.scheduler.reasons import gpus as gpu_phrase
 from kiban.scheduler.snapshot import Extended, QueueView
 from kiban.scheduler.what_if import Transaction, nested
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,33 +59,109 @@ class _QuotaChange:
     extended_sign: int = 0
 
 
+class _Plan:
+    """What the queues' quotas fix, whatever their use: each (queue, flavor)'s terms and
+    ceiling, each cohort's pool, and the refusals written (a refusal's words and numbers
+    depend on the plan, the queue's use and what its cohort's pool has lent, nothing else).
+    The same quotas make the same plan: it is kept across cycles (``_plan_of``), so a cycle's
+    book only counts the use."""
+
+    __slots__ = ("ceilings", "kept", "pool", "queues", "refusals", "terms")
+
+    def __init__(self, queues: Mapping[str, QueueView]) -> None:
+        self.queues = queues  # the views it was made from (only their quota fields are read)
+        self.terms: dict[tuple[str, str], _Terms] = {}
+        self.ceilings: dict[tuple[str, str], int | None] = {}
+        self.refusals: dict[tuple[str, str, int, int, int], QuotaVerdict] = {}
+        self.pool: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> shared GPUs
+        self.kept: dict[Hashable, object] = {}  # what else follows from the quotas (``kept``)
+        for q in queues.values():
+            if q.cohort is None or q.nominal is None:
+                continue
+            for flavor in q.nominal:
+                key = (q.cohort, flavor)
+                self.pool[key] = self.pool.get(key, 0) + self.terms_of(q.name, flavor).shared
+
+    def terms_of(self, queue: str, flavor: str) -> _Terms:
+        key = (queue, flavor)
+        terms = self.terms.get(key)
+        if terms is None:
+            terms = self.terms[key] = _compute_terms(self.queues.get(queue), flavor)
+        return terms
+
+
+def _compute_terms(q: QueueView | None, flavor: str) -> _Terms:
+    if q is None or q.nominal is None:
+        return _Terms(None, 0, 0, None if q is None else q.cohort, None)
+    nominal = q.nominal.get(flavor, 0)
+    shared = 0
+    if q.cohort is not None:
+        limit = q.lending_limit.get(flavor)
+        shared = nominal if limit is None else min(limit, nominal)
+    return _Terms(nominal, shared, nominal - shared, q.cohort, q.borrowing_limit.get(flavor))
+
+
+_PLANS: dict[tuple[object, ...], _Plan] = {}
+_MAX_PLANS = 64  # quota settings kept at once; all forgotten when more come (rare: an edit)
+_MAX_REFUSALS = 4096  # refusals kept per plan, likewise
+
+
+def _plan_of(queues: Mapping[str, QueueView]) -> _Plan:
+    """The plan of these queues' quotas: the one made before for the same quotas (compared by
+    value: ``QueueView.quota_terms``), else a new one."""
+    signature = tuple(q.quota_terms for q in queues.values())
+    plan = _PLANS.get(signature)
+    if plan is None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[signature] = _Plan(queues)
+    return plan
+
+
 class QuotaBook:
     """GPUs in use per (queue, flavor), with each cohort's shared pool and what is drawn on it."""
 
-    def __init__(self, queues: Iterable[QueueView]) -> None:
-        self.queues = {q.name: q for q in queues}
+    def __init__(self, queues: Iterable[QueueView] | Mapping[str, QueueView]) -> None:
+        """``queues``: the views, or them by name (read only: shared with the caller)."""
+        self.queues: Mapping[str, QueueView] = (
+            queues if isinstance(queues, Mapping) else {q.name: q for q in queues}
+        )
+        plan = self._plan = _plan_of(self.queues)
         self._used: dict[tuple[str, str], int] = {}
-        self._pool: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> shared GPUs
-        self._drawn: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> drawn on them
-        self._terms: dict[tuple[str, str], _Terms] = {}
-        self._version = 0  # bumped by every change; refusals are remembered per version
-        self._refusals: dict[tuple[str, str, int], tuple[int, QuotaVerdict]] = {}
-        self._ceilings: dict[tuple[str, str], int | None] = {}
+        self._pool = plan.pool  # shared by the books of one plan: never changed
+        self._drawn: dict[tuple[str, str], int] = {}  # (cohort, flavor) -> drawn on the pool
+        self._terms = plan.terms  # shared too: filled on first use, from the quotas alone
+        self._version = 0  # bumped by every change
         self._extended_used: dict[tuple[str, str], dict[str, int]] = {}
         self._transactions: list[Transaction[_QuotaChange]] = []
         self._undoing = False
+        used = self._used
+        drawn = self._drawn
         for q in self.queues.values():
             if q.extended_used:  # most queues' jobs hold none
                 for flavor, amounts in q.extended_used.items():
                     self._extended_used[(q.name, flavor)] = dict(amounts)
+            cohort = q.cohort
             for flavor, gpus in q.used.items():
-                self._used[(q.name, flavor)] = gpus
-            if q.cohort is None:
-                continue
-            for flavor in set(q.nominal or ()) | set(q.used):
-                key = (q.cohort, flavor)
-                self._pool[key] = self._pool.get(key, 0) + self.shared(q.name, flavor)
-                self._drawn[key] = self._drawn.get(key, 0) + self.draw(q.name, flavor)
+                used[(q.name, flavor)] = gpus
+                if cohort is None:
+                    continue
+                over = gpus - plan.terms_of(q.name, flavor).own
+                if over > 0:
+                    key = (cohort, flavor)
+                    drawn[key] = drawn.get(key, 0) + over
+
+    def kept(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """``make()``, made once for the queues' quotas and ``key`` and kept across cycles:
+        only for what follows from the quotas (the views of the queues the key names, with
+        their nominal quotas and limits) and from the key alone."""
+        kept = self._plan.kept
+        if key in kept:
+            return cast(_T, kept[key])
+        if len(kept) >= _MAX_REFUSALS:
+            kept.clear()
+        made = kept[key] = make()
+        return made
 
     # -- reading ---------------------------------------------------------------------------------
     @property
@@ -93,22 +172,8 @@ class QuotaBook:
 
     def terms(self, queue: str, flavor: str) -> _Terms:
         """The queue's nominal, shared and own parts of a flavor and its limits (memoized)."""
-        key = (queue, flavor)
-        terms = self._terms.get(key)
-        if terms is None:
-            terms = self._terms[key] = self._compute_terms(queue, flavor)
-        return terms
-
-    def _compute_terms(self, queue: str, flavor: str) -> _Terms:
-        q = self.queues.get(queue)
-        if q is None or q.nominal is None:
-            return _Terms(None, 0, 0, None if q is None else q.cohort, None)
-        nominal = q.nominal.get(flavor, 0)
-        shared = 0
-        if q.cohort is not None:
-            limit = q.lending_limit.get(flavor)
-            shared = nominal if limit is None else min(limit, nominal)
-        return _Terms(nominal, shared, nominal - shared, q.cohort, q.borrowing_limit.get(flavor))
+        terms = self._terms.get((queue, flavor))
+        return terms if terms is not None else self._plan.terms_of(queue, flavor)
 
     def used(self, queue: str, flavor: str) -> int:
         return self._used.get((queue, flavor), 0)
@@ -130,9 +195,17 @@ class QuotaBook:
         return max(self.used(queue, flavor) + extra - self.terms(queue, flavor).own, 0)
 
     def borrowed(self, queue: str, flavor: str) -> int:
-        """GPUs the queue uses beyond its nominal quota."""
-        nominal = self.nominal(queue, flavor)
-        return 0 if nominal is None else max(self.used(queue, flavor) - nominal, 0)
+        """GPUs the queue uses beyond its nominal quota (victim searches ask it of every
+        running job's queue: two look-ups once the terms are known)."""
+        key = (queue, flavor)
+        terms = self._terms.get(key)
+        if terms is None:
+            terms = self.terms(queue, flavor)
+        nominal = terms.nominal
+        if nominal is None:
+            return 0
+        over = self._used.get(key, 0) - nominal
+        return over if over > 0 else 0
 
     def cohort_can_lend(self, queue: str, flavor: str) -> int:
         """GPUs of the pool the queue could use beyond its nominal quota now."""
@@ -148,9 +221,10 @@ class QuotaBook:
         """The most GPUs of a flavor the queue could ever hold (None: no limit). It depends on
         the queues' quotas and limits alone, never on their use, so it is worked out once."""
         key = (queue, flavor)
-        if key not in self._ceilings:
-            self._ceilings[key] = self._ceiling(queue, flavor)
-        return self._ceilings[key]
+        ceilings = self._plan.ceilings
+        if key not in ceilings:
+            ceilings[key] = self._ceiling(queue, flavor)
+        return ceilings[key]
 
     def _ceiling(self, queue: str, flavor: str) -> int | None:
         q = self.queues[queue]
@@ -166,25 +240,33 @@ class QuotaBook:
     # -- checking --------------------------------------------------------------------------------
     def check(self, queue: str, flavor: str, gpus: int) -> QuotaVerdict:
         """Whether the queue may take ``gpus`` more of a flavor now, and why not if it may not."""
-        terms = self.terms(queue, flavor)
+        key = (queue, flavor)
+        terms = self._terms.get(key)
+        if terms is None:
+            terms = self.terms(queue, flavor)
         nominal = terms.nominal
         if nominal is None or gpus == 0:
             return FITS
-        used = self._used.get((queue, flavor), 0)
+        used = self._used.get(key, 0)
         if used + gpus <= terms.own:
             return FITS
-        if terms.cohort is not None and (
-            terms.borrowing_limit is None or used + gpus - nominal <= terms.borrowing_limit
-        ):
-            key = (terms.cohort, flavor)
-            more = max(used + gpus - terms.own, 0) - max(used - terms.own, 0)
-            if self._drawn.get(key, 0) + more <= self._pool.get(key, 0):
-                return FITS
-        remembered = self._refusals.get((queue, flavor, gpus))
-        if remembered is not None and remembered[0] == self._version:
-            return remembered[1]  # nothing changed since: the same reason, numbers and all
-        verdict = self._refusal(queue, flavor, gpus, nominal, used)
-        self._refusals[(queue, flavor, gpus)] = (self._version, verdict)
+        drawn = 0
+        if terms.cohort is not None:
+            pool_key = (terms.cohort, flavor)
+            drawn = self._drawn.get(pool_key, 0)
+            if terms.borrowing_limit is None or used + gpus - nominal <= terms.borrowing_limit:
+                more = max(used + gpus - terms.own, 0) - max(used - terms.own, 0)
+                if drawn + more <= self._pool.get(pool_key, 0):
+                    return FITS
+        # The refusal depends on the plan, the queue's use and its cohort's draws alone: the
+        # same numbers, in this cycle or a later one, the same reason (written once).
+        refusals = self._plan.refusals
+        asked = (queue, flavor, gpus, used, drawn)
+        verdict = refusals.get(asked)
+        if verdict is None:
+            if len(refusals) >= _MAX_REFUSALS:
+                refusals.clear()
+            verdict = refusals[asked] = self._refusal(queue, flavor, gpus, nominal, used)
         return verdict
 
     def _refusal(self, queue: str, flavor: str, gpus: int, nominal: int, used: int) -> QuotaVerdict:
@@ -341,12 +423,15 @@ class QuotaBook:
         if self._transactions and not self._undoing:
             self._transactions[-1].changes.append(_QuotaChange(queue, flavor, delta))
         self._version += 1
-        before = self.draw(queue, flavor)
-        self._used[(queue, flavor)] = self.used(queue, flavor) + delta
+        own = self.terms(queue, flavor).own
+        used_key = (queue, flavor)
+        used = self._used.get(used_key, 0)
+        self._used[used_key] = used + delta
         if q.cohort is None:
             return
         key = (q.cohort, flavor)
-        self._drawn[key] = self._drawn.get(key, 0) + self.draw(queue, flavor) - before
+        change = max(used + delta - own, 0) - max(used - own, 0)
+        self._drawn[key] = self._drawn.get(key, 0) + change
 
     def transaction(self) -> AbstractContextManager[Transaction[_QuotaChange]]:
         """Group changes; unless committed, they are all undone on exit. Transactions nest: a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -149,6 +150,27 @@ class QueueView:
     extended_nominal: Mapping[str, Mapping[str, int]] = field(default_factory=_no_limits)
     extended_used: Mapping[str, Mapping[str, int]] = field(default_factory=_no_limits)
     scavenger: bool = False
+    # What its quota fixes (name, cohort, nominal and limits), found once when made (``replace``
+    # makes anew): the quota book keeps what follows from the queues' quotas across cycles.
+    _quota_terms: tuple[object, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        nominal = None if self.nominal is None else tuple(self.nominal.items())
+        terms = (
+            self.name,
+            self.cohort,
+            nominal,
+            tuple(self.lending_limit.items()),
+            tuple(self.borrowing_limit.items()),
+            tuple((f, tuple(amounts.items())) for f, amounts in self.extended_nominal.items()),
+        )
+        object.__setattr__(self, "_quota_terms", terms)
+
+    @property
+    def quota_terms(self) -> tuple[object, ...]:
+        """Its quota's terms (extended resources' included), by value: equal for queues whose
+        quotas are equal."""
+        return self._quota_terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +201,43 @@ class TopologyRequest:
     required: bool = True
 
 
+class GangShape:
+    """A gang's shape (its tasks, gang size and topology request), one object per distinct
+    shape while some job holds it: the core's per-cycle memos key on it by identity, so a
+    look-up per waiting job hashes no task (``PendingJob.shape``)."""
+
+    __slots__ = ("__weakref__", "gang_size", "tasks", "topology")
+
+    def __init__(
+        self, tasks: tuple[TaskDemand, ...], gang_size: int, topology: TopologyRequest | None
+    ) -> None:
+        self.tasks = tasks
+        self.gang_size = gang_size
+        self.topology = topology
+
+    def __repr__(self) -> str:
+        return f"GangShape({self.tasks!r}, {self.gang_size}, {self.topology!r})"
+
+
+_SHAPES: weakref.WeakValueDictionary[
+    tuple[tuple[TaskDemand, ...], int, TopologyRequest | None], GangShape
+] = weakref.WeakValueDictionary()
+
+
+def gang_shape_of(
+    tasks: tuple[TaskDemand, ...], gang_size: int, topology: TopologyRequest | None
+) -> GangShape:
+    """The one ``GangShape`` of these tasks, gang size and topology (made on first use; it
+    goes when no job holds it). Two racing threads may make two of one shape: a memo keyed
+    on one misses the other's entries, and judges afresh, alike."""
+    key = (tasks, gang_size, topology)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = GangShape(tasks, gang_size, topology)
+        _SHAPES[key] = shape
+    return shape
+
+
 @dataclass(frozen=True, slots=True)
 class PendingJob:
     """A job waiting for admission; ``gang_size`` replicas must start together.
@@ -203,6 +262,17 @@ class PendingJob:
     attained_service: float = 0.0  # GPU-seconds it ran before (least-attained-service orders)
     member: str | None = None  # who in its tenant submitted it (fair share's second level)
     estimated_runtime: float | None = None  # from history when it has no maxRuntime: plans only
+    # Its gang shape, found once when made (``replace`` makes anew): the core looks its
+    # memos up by it for every waiting job, cycle after cycle.
+    _shape: GangShape = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_shape", gang_shape_of(self.tasks, self.gang_size, self.topology))
+
+    @property
+    def shape(self) -> GangShape:
+        """Its gang shape: the same object for every job of equal tasks, gang and topology."""
+        return self._shape
 
     @property
     def total_replicas(self) -> int:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from kiban.scheduler.backfill import backfills
 from kiban.scheduler.cycle import Cycle
-from kiban.scheduler.reasons import PendingReason
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView
+from kiban.scheduler.wait_replay import Waiting
 
 VerdictKey = tuple[object, ...]
 
@@ -46,7 +46,7 @@ class Verdicts:
 
     def __init__(self, cycle: Cycle) -> None:
         self._cycle = cycle
-        self._known: dict[VerdictKey, PendingReason] = {}
+        self._known: dict[VerdictKey, Waiting] = {}
         self._stamps: dict[tuple[object, ...], int] = {}  # each state seen, numbered
         self._stamp: int | None = None  # the number of the state now (None: read it again)
         self._searching = False
@@ -80,27 +80,28 @@ class Verdicts:
                     for first in (cycle.first_reservation(f, job.id) for f in flavors)
                 )
             before = backfills(cycle, job, firsts)
-        return (stamp, queue.name, job.tasks, job.gang_size, job.topology, before)
+        return (stamp, queue.name, job.shape, before)
 
     def passed(self, queue: str) -> None:
         """A job of the StrictFIFO queue waits as ``Unschedulable``, so the next ones are judged:
         from now on they keep and look up verdicts."""
         self._passed.add(queue)
 
-    def known(self, key: VerdictKey) -> PendingReason | None:
-        """Why a job of this key waits, when one was judged at the same state and left it."""
+    def known(self, key: VerdictKey) -> Waiting | None:
+        """Why a job of this key waits, when one was judged at the same state and left it (the
+        very outcome, shared: it is immutable)."""
         return self._known.get(key)
 
     def judging(self) -> None:
         """A job is about to be judged: the state may change, and is read again when next asked."""
         self._stamp = None
 
-    def keep(self, key: VerdictKey, reason: PendingReason) -> None:
-        """Keep the reason of a job of ``key`` just judged waiting, if judging it changed nothing
+    def keep(self, key: VerdictKey, waiting: Waiting) -> None:
+        """Keep the wait of a job of ``key`` just judged waiting, if judging it changed nothing
         that ``judging_state`` reads (else a job of its key might be judged otherwise now: a
         failed shape just kept, a reservation just made, capacity just taken)."""
         if self._read() == key[0]:
-            self._known[key] = reason
+            self._known[key] = waiting
 
     def _read(self) -> int:
         """Read the cycle's state again; its number (a state seen before keeps its number)."""
