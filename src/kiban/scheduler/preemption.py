@@ -39,7 +39,7 @@ from kiban.scheduler.cycle import Cycle, loss_order
 from kiban.scheduler.fair_tree import FairTree
 from kiban.scheduler.order_ground import ThresholdGround, ThresholdIndex
 from kiban.scheduler.placement import GangAttempt, RoomCount, could_fit, gang_gpus
-from kiban.scheduler.snapshot import Extended, PendingJob, RunningJob
+from kiban.scheduler.snapshot import Extended, PendingJob, QueueView, RunningJob
 
 
 class PreemptionGround(StrEnum):
@@ -139,9 +139,14 @@ def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
         if lowest is not None and lowest < job.priority:  # else none is below it
             own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
             add(job.queue, PreemptionGround.PRIORITY, own_borrows, job.priority)
-    if queue.cohort is not None:
-        for other in cycle.cohort_members(queue.cohort):
-            if other.name == job.queue or cycle.quota.borrowed(other.name, flavor) <= 0:
+    # (a job back from a preemption may reclaim, never preempt on fair share)
+    if queue.cohort is not None and (within_nominal or job.preempted_by is None):
+        used = cycle.quota.used
+        for other, other_nominal in _nominals(cycle, queue.cohort, flavor):
+            # (what ``QuotaBook.borrowed`` > 0 says, the nominal read once a cycle)
+            if other_nominal is None or used(other.name, flavor) <= other_nominal:
+                continue
+            if other.name == job.queue:
                 continue
             if within_nominal:
                 add(other.name, PreemptionGround.RECLAIM, True)
@@ -185,6 +190,17 @@ def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
                 groups.append(_group(cycle, name, flavor, ground, borrows, now, keep=allowed))
                 gpus += _gpus_in(cycle, name, flavor)
     return _Groups(groups, gpus, tree, standing_after)
+
+
+def _nominals(cycle: Cycle, cohort: str, flavor: str) -> list[tuple[QueueView, int | None]]:
+    """The cohort's queues, by name, with their nominal GPUs of the flavor (once a cycle)."""
+    key = (_nominals, cohort, flavor)
+    known = cycle.memo.get(key)
+    if isinstance(known, list):
+        return known
+    members = [(q, cycle.quota.nominal(q.name, flavor)) for q in cycle.cohort_members(cohort)]
+    cycle.memo[key] = members
+    return members
 
 
 def _gpus_in(cycle: Cycle, queue: str, flavor: str) -> int:
