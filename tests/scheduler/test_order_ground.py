@@ -54,7 +54,9 @@ POLICIES = [
 ]
 
 
-def plain_candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate]:
+def plain_candidates(
+    cycle: Cycle, job: PendingJob, flavor: str, _gathered: object = None
+) -> Iterator[Candidate]:
     """``candidates`` as it read before: every queue's running jobs merged, each victim's
     exclusions and the policy's predicate asked after the merge."""
     queue = cycle.queues[job.queue]

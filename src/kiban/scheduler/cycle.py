@@ -97,6 +97,8 @@ class Cycle:
     _stopping_for: dict[str, list[RunningJob]] | None = None
     _running_sorted: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
     _lowest_priority: dict[str, int | None] = field(default_factory=dict)
+    # what the modules above keep for one cycle (the victim search's order-ground indexes)
+    memo: dict[object, object] = field(default_factory=dict)
     _queue_flavors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _cohorts: dict[str, list[QueueView]] | None = None
     _scavengers: list[QueueView] | None = None

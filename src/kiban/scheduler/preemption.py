@@ -37,8 +37,9 @@ from enum import StrEnum
 from kiban.scheduler.capacity import NodeFilter
 from kiban.scheduler.cycle import Cycle, loss_order
 from kiban.scheduler.fair_tree import FairTree
-from kiban.scheduler.placement import GangAttempt, RoomCount, could_fit
-from kiban.scheduler.snapshot import Extended, PendingJob, RunningJob
+from kiban.scheduler.order_ground import ThresholdGround, ThresholdIndex
+from kiban.scheduler.placement import GangAttempt, RoomCount, could_fit, gang_gpus
+from kiban.scheduler.snapshot import Extended, PendingJob, QueueView, RunningJob
 
 
 class PreemptionGround(StrEnum):
@@ -65,72 +66,39 @@ _COHORT_GROUNDS = (PreemptionGround.RECLAIM, PreemptionGround.FAIR_SHARE)  # whi
 _FIRST, _THEN = 0, 1  # the scavenger ground's victims come before every other ground's
 
 
-def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate]:
+_Keyed = Iterator[tuple[tuple[float | int | str, ...], Candidate]]
+
+
+@dataclass(slots=True)
+class _Groups:
+    """A search's per-queue candidate lists before the merge, and what the merge reads."""
+
+    groups: list[_Keyed]
+    gpus: int  # at most this many GPUs are held by their jobs (each counted once a list)
+    tree: FairTree
+    standing_after: float  # the preemptor tenant's standing once the job is admitted
+
+
+def candidates(
+    cycle: Cycle, job: PendingJob, flavor: str, gathered: _Groups | None = None
+) -> Iterator[Candidate]:
     """Running jobs that may be preempted for ``job`` on ``flavor``, each with its ground, least
     loss first: lower priority, borrowed before nominal, least work since the last checkpoint,
     most recently started. Lazily merged from per-queue lists, so that a search which finds
     room after a few victims does not visit the cluster's every running job. Jobs of scavenger
-    queues come first, and a scavenger queue's job has none."""
-    queue = cycle.queues[job.queue]
-    if queue.scavenger:
-        return
+    queues come first, and a scavenger queue's job has none. ``gathered``: the lists, if the
+    caller gathered them already (``_gather``)."""
+    if gathered is None:
+        gathered = _gather(cycle, job, flavor)
+        if gathered is None:
+            return
     now = cycle.snapshot.now
-    nominal = cycle.quota.nominal(job.queue, flavor)
-    within_nominal = (
-        nominal is not None and cycle.quota.used(job.queue, flavor) + job.total_gpus <= nominal
-    )
-    standing_after = cycle.standing(job.tenant) + cycle.charge(job)
-    tree = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)  # members (second level)
-    groups: list[Iterator[tuple[tuple[float | int | str, ...], Candidate]]] = []
-    for other in cycle.scavenger_queues():
-        borrows = cycle.quota.borrowed(other.name, flavor) > 0
-        groups.append(_group(cycle, other.name, flavor, PreemptionGround.SCAVENGER, borrows, now))
-    if job.preempts:
-        own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
-        groups.append(
-            _group(
-                cycle, job.queue, flavor, PreemptionGround.PRIORITY, own_borrows, now, job.priority
-            )
-        )
-    if queue.cohort is not None:
-        for other in cycle.cohort_members(queue.cohort):
-            if other.name == job.queue or cycle.quota.borrowed(other.name, flavor) <= 0:
-                continue
-            if within_nominal:
-                groups.append(
-                    _group(cycle, other.name, flavor, PreemptionGround.RECLAIM, True, now)
-                )
-            elif job.preempted_by is None and tree.reaches(
-                job, standing_after, other.tenant, cycle.standing(other.tenant)
-            ):
-                ground = PreemptionGround.FAIR_SHARE
-                groups.append(_group(cycle, other.name, flavor, ground, True, now))
-    may_preempt = cycle.policy.may_preempt
-    if may_preempt is not None:
-        # Only its own queue's jobs, and borrowers of its cohort, can make room within its quota
-        # (a queue without quota may take room anywhere).
-        if queue.nominal is None:
-            names = sorted(cycle.queues)
-        else:
-            names = [job.queue]
-            if queue.cohort is not None:
-                names += [
-                    q.name
-                    for q in cycle.cohort_members(queue.cohort)
-                    if q.name != job.queue and cycle.quota.borrowed(q.name, flavor) > 0
-                ]
-        predicate = may_preempt
-
-        def allowed(victim: RunningJob) -> bool:
-            return not _never_for(job, victim, now) and predicate(job, victim, now)
-
-        for name in names:
-            borrows = cycle.quota.borrowed(name, flavor) > 0
-            ground = PreemptionGround.ORDER
-            groups.append(_group(cycle, name, flavor, ground, borrows, now, keep=allowed))
+    tree, standing_after = gathered.tree, gathered.standing_after
+    groups = gathered.groups
+    merged = groups[0] if len(groups) == 1 else heapq.merge(*groups, key=lambda item: item[0])
     seen: set[str] = set()
     taken = cycle.victims
-    for _key, (victim, ground) in heapq.merge(*groups, key=lambda item: item[0]):
+    for _key, (victim, ground) in merged:
         if victim.id in seen or victim.id in taken:
             continue
         if ground is not PreemptionGround.ORDER and _never_for(job, victim, now):
@@ -141,6 +109,108 @@ def candidates(cycle: Cycle, job: PendingJob, flavor: str) -> Iterator[Candidate
             continue
         seen.add(victim.id)
         yield victim, ground
+
+
+def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
+    """The per-queue lists of ``candidates`` (None for a scavenger queue's job), built lazily:
+    each list reads its queue's jobs, and the quota, only when the merge first asks it."""
+    queue = cycle.queues[job.queue]
+    if queue.scavenger:
+        return None
+    now = cycle.snapshot.now
+    nominal = cycle.quota.nominal(job.queue, flavor)
+    within_nominal = (
+        nominal is not None and cycle.quota.used(job.queue, flavor) + job.total_gpus <= nominal
+    )
+    standing_after = cycle.standing(job.tenant) + cycle.charge(job)
+    tree = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)  # members (second level)
+    groups: list[_Keyed] = []
+    gpus = 0
+
+    def add(name: str, ground: PreemptionGround, borrows: bool, below: int = 0) -> None:
+        nonlocal gpus
+        groups.append(_group(cycle, name, flavor, ground, borrows, now, below))
+        gpus += _gpus_in(cycle, name, flavor)
+
+    for other in cycle.scavenger_queues():
+        add(other.name, PreemptionGround.SCAVENGER, cycle.quota.borrowed(other.name, flavor) > 0)
+    if job.preempts:
+        lowest = cycle.lowest_priority(job.queue)
+        if lowest is not None and lowest < job.priority:  # else none is below it
+            own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
+            add(job.queue, PreemptionGround.PRIORITY, own_borrows, job.priority)
+    # (a job back from a preemption may reclaim, never preempt on fair share)
+    if queue.cohort is not None and (within_nominal or job.preempted_by is None):
+        used = cycle.quota.used
+        for other, other_nominal in _nominals(cycle, queue.cohort, flavor):
+            # (what ``QuotaBook.borrowed`` > 0 says, the nominal read once a cycle)
+            if other_nominal is None or used(other.name, flavor) <= other_nominal:
+                continue
+            if other.name == job.queue:
+                continue
+            if within_nominal:
+                add(other.name, PreemptionGround.RECLAIM, True)
+            elif job.preempted_by is None and tree.reaches(
+                job, standing_after, other.tenant, cycle.standing(other.tenant)
+            ):
+                add(other.name, PreemptionGround.FAIR_SHARE, True)
+    may_preempt = cycle.policy.may_preempt
+    if may_preempt is not None:
+        # Only its own queue's jobs, and borrowers of its cohort, can make room within its quota
+        # (a queue without quota may take room anywhere).
+        if isinstance(may_preempt, ThresholdGround) and not may_preempt.across(job.queue):
+            names = [job.queue]  # of the names below, the only one its partition holds
+        elif queue.nominal is None:
+            names = sorted(cycle.queues)
+        else:
+            names = [job.queue]
+            if queue.cohort is not None:
+                names += [
+                    q.name
+                    for q in cycle.cohort_members(queue.cohort)
+                    if q.name != job.queue and cycle.quota.borrowed(q.name, flavor) > 0
+                ]
+        ground = PreemptionGround.ORDER
+        if isinstance(may_preempt, ThresholdGround):
+            for name in names:
+                if not may_preempt.in_scope(job.queue, name):
+                    continue
+                index = _threshold_index(cycle, may_preempt, name, flavor)
+                borrows = cycle.quota.borrowed(name, flavor) > 0
+                groups.append(_by_threshold(index, may_preempt, job, borrows, now))
+                gpus += index.gpus_above(may_preempt, job)
+        else:
+            predicate = may_preempt
+
+            def allowed(victim: RunningJob) -> bool:
+                return not _never_for(job, victim, now) and predicate(job, victim, now)
+
+            for name in names:
+                borrows = cycle.quota.borrowed(name, flavor) > 0
+                groups.append(_group(cycle, name, flavor, ground, borrows, now, keep=allowed))
+                gpus += _gpus_in(cycle, name, flavor)
+    return _Groups(groups, gpus, tree, standing_after)
+
+
+def _nominals(cycle: Cycle, cohort: str, flavor: str) -> list[tuple[QueueView, int | None]]:
+    """The cohort's queues, by name, with their nominal GPUs of the flavor (once a cycle)."""
+    key = (_nominals, cohort, flavor)
+    known = cycle.memo.get(key)
+    if isinstance(known, list):
+        return known
+    members = [(q, cycle.quota.nominal(q.name, flavor)) for q in cycle.cohort_members(cohort)]
+    cycle.memo[key] = members
+    return members
+
+
+def _gpus_in(cycle: Cycle, queue: str, flavor: str) -> int:
+    """GPUs held by the queue's running jobs of the flavor (summed once a cycle)."""
+    key = (_gpus_in, queue, flavor)
+    total = cycle.memo.get(key)
+    if not isinstance(total, int):
+        total = sum(victim.gpus for victim in cycle.running_in(queue, flavor))
+        cycle.memo[key] = total
+    return total
 
 
 def _never_for(job: PendingJob, victim: RunningJob, now: float) -> bool:
@@ -189,6 +259,30 @@ def _group(
         yield (rank, key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
 
 
+def _threshold_index(
+    cycle: Cycle, ground: ThresholdGround, queue: str, flavor: str
+) -> ThresholdIndex:
+    """The queue's running jobs of the flavor sorted by the ground's level (once a cycle)."""
+    key = (ThresholdIndex, ground, queue, flavor)
+    index = cycle.memo.get(key)
+    if not isinstance(index, ThresholdIndex):
+        index = ThresholdIndex.of(ground, cycle.running_in(queue, flavor), cycle.snapshot.now)
+        cycle.memo[key] = index
+    return index
+
+
+def _by_threshold(
+    index: ThresholdIndex, ground: ThresholdGround, job: PendingJob, borrowing: bool, now: float
+) -> _Keyed:
+    """One queue's candidates on a threshold-shaped order ground: what ``_group`` yields with
+    the ground as its ``keep``, found by bisecting the queue's running jobs sorted by level
+    (``ThresholdIndex``) instead of asking the ground of each of them."""
+    held = 0 if borrowing else 1
+    for victim in index.victims(ground, job):
+        loss = loss_order(victim, now)
+        yield (_THEN, loss[0], held, *loss[1:]), (victim, PreemptionGround.ORDER)
+
+
 def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | None:
     """The victims, taken in loss order until the job fits quota and placement (off nodes kept
     for others), then pruned: a victim without whom it still fits is spared. None if it never
@@ -197,8 +291,13 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     Each victim's GPUs are first counted free by arithmetic (``RoomCount``); the victims
     counted so far are given back to the overlay, and the gang's quota and placement tried,
     only once that count says the gang could fit (the check ``_fit`` starts with)."""
-    ordered = candidates(cycle, job, flavor)
+    gathered = _gather(cycle, job, flavor)
+    if gathered is None:
+        return None
     overlay = cycle.overlays[flavor]
+    if overlay.total_free_gpus() + gathered.gpus < gang_gpus(job):
+        return None  # stopping every candidate would not free enough GPUs: spare the walk
+    ordered = candidates(cycle, job, flavor, gathered)
     allow = cycle.reservation_filter(job.id)
     # Nodes kept for other jobs' reservations: the job may not use them, so their free GPUs
     # do not count in the capacity arithmetic that spares placements doomed to fail.

@@ -39,6 +39,7 @@ from kiban.scheduler.attained_service import (
     least_attained_first,
     next_level_after,
 )
+from kiban.scheduler.order_ground import ThresholdGround
 from kiban.scheduler.policy import DEFAULT_POLICY, MayPreempt, Policy
 from kiban.scheduler.snapshot import PendingJob, QueueStrategy, QueueView, RunningJob
 
@@ -58,20 +59,28 @@ def remaining_now(job: RunningJob, now: float) -> float:
     return job.max_runtime - (now - job.started_at)
 
 
-def srtf_may_preempt(waiting: PendingJob, running: RunningJob, now: float) -> bool:
-    """SRTF's ground: the waiting job has strictly less left to run than the running one (and
-    no lower priority). One-way: the victim's remaining time only grows by its lost work."""
-    if waiting.priority < running.priority or waiting.max_runtime is None:
-        return False
-    return waiting.max_runtime < remaining_now(running, now)
+def _runtime(waiting: PendingJob) -> float | None:
+    """SRTF's bound: the waiting job's run time (None, unknown: it preempts nobody)."""
+    return waiting.max_runtime
 
 
-def las_may_preempt(waiting: PendingJob, running: RunningJob, now: float) -> bool:
-    """LAS's ground: the waiting job is in a strictly lower queue than the running one is now
-    (and has no lower priority). One-way at any one time: both levels are read at ``now``."""
-    if waiting.priority < running.priority:
-        return False
-    return las_level(waiting.attained_service) < las_level(attained_now(running, now))
+def _level_now(running: RunningJob, now: float) -> float:
+    """LAS's level of a running job at ``now``."""
+    return las_level(attained_now(running, now))
+
+
+def _level(waiting: PendingJob) -> float:
+    """LAS's level of a waiting job."""
+    return las_level(waiting.attained_service)
+
+
+srtf_may_preempt = ThresholdGround(_runtime, remaining_now)
+"""SRTF's ground: the waiting job has strictly less left to run than the running one (and
+no lower priority). One-way: the victim's remaining time only grows by its lost work."""
+
+las_may_preempt = ThresholdGround(_level, _level_now)
+"""LAS's ground: the waiting job is in a strictly lower queue than the running one is now
+(and has no lower priority). One-way at any one time: both levels are read at ``now``."""
 
 
 def las_next_level_s(attained_gpu_s: float, gpus: int) -> float | None:
@@ -90,6 +99,8 @@ def within_partition(may_preempt: MayPreempt, queues: Iterable[QueueView]) -> Ma
     ground, the lender reclaims them from the borrower's queue, whose next short job takes them
     again, and so on."""
     unlimited = frozenset(q.name for q in queues if q.nominal is None)
+    if isinstance(may_preempt, ThresholdGround) and may_preempt.unlimited is None:
+        return replace(may_preempt, unlimited=unlimited)  # the same, its parts kept in view
 
     def scoped(waiting: PendingJob, running: RunningJob, now: float) -> bool:
         if waiting.queue != running.queue and waiting.queue not in unlimited:
