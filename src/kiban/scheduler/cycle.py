@@ -7,11 +7,11 @@ every "what if" (preemption, reservation) runs inside a capacity transaction tha
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
 from kiban.scheduler.capacity_index import CapacityCache, CapacityIndex, gang_shape
@@ -97,8 +97,8 @@ class Cycle:
     _stopping_for: dict[str, list[RunningJob]] | None = None
     _running_sorted: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
     _lowest_priority: dict[str, int | None] = field(default_factory=dict)
-    # what the modules above keep for one cycle (the victim search's order-ground indexes)
-    memo: dict[object, object] = field(default_factory=dict)
+    # what the modules above keep for one cycle (``once_a_cycle``)
+    _memo: dict[Hashable, object] = field(default_factory=dict)
     _queue_flavors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _cohorts: dict[str, list[QueueView]] | None = None
     _scavengers: list[QueueView] | None = None
@@ -374,6 +374,15 @@ class Cycle:
                 queue, "flavors", lambda: usable_flavors(queue, self.flavors)
             )
         return flavors
+
+    def once_a_cycle(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """``make()``, made on the first ask of ``key`` in this cycle and kept for the rest of
+        it: for what follows from the snapshot alone (the victim search's indexes and sums)."""
+        memo = self._memo
+        if key in memo:
+            return cast(_T, memo[key])
+        made = memo[key] = make()
+        return made
 
     def _by_quota(self, queue: QueueView, what: str, make: Callable[[], _T]) -> _T:
         """``make()`` of what follows from the queue's quota and the snapshot's flavors alone,

@@ -71,9 +71,7 @@ class ThresholdIndex:
         ranked = sorted(
             (level(victim, now), place)
             for place, victim in enumerate(jobs)
-            if not victim.stopping
-            and victim.preempted_by is None
-            and not now < victim.protected_until
+            if victim.stoppable_at(now)
         )
         places = [place for _, place in ranked]
         gpus_from = [0] * (len(places) + 1)

@@ -194,35 +194,25 @@ def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
 
 def _nominals(cycle: Cycle, cohort: str, flavor: str) -> list[tuple[QueueView, int | None]]:
     """The cohort's queues, by name, with their nominal GPUs of the flavor (once a cycle)."""
-    key = (_nominals, cohort, flavor)
-    known = cycle.memo.get(key)
-    if isinstance(known, list):
-        return known
-    members = [(q, cycle.quota.nominal(q.name, flavor)) for q in cycle.cohort_members(cohort)]
-    cycle.memo[key] = members
-    return members
+    return cycle.once_a_cycle(
+        (_nominals, cohort, flavor),
+        lambda: [(q, cycle.quota.nominal(q.name, flavor)) for q in cycle.cohort_members(cohort)],
+    )
 
 
 def _gpus_in(cycle: Cycle, queue: str, flavor: str) -> int:
     """GPUs held by the queue's running jobs of the flavor (summed once a cycle)."""
-    key = (_gpus_in, queue, flavor)
-    total = cycle.memo.get(key)
-    if not isinstance(total, int):
-        total = sum(victim.gpus for victim in cycle.running_in(queue, flavor))
-        cycle.memo[key] = total
-    return total
+    return cycle.once_a_cycle(
+        (_gpus_in, queue, flavor),
+        lambda: sum(victim.gpus for victim in cycle.running_in(queue, flavor)),
+    )
 
 
 def _never_for(job: PendingJob, victim: RunningJob, now: float) -> bool:
     """Whether the victim may not be preempted for the job on any ground: it is stopping or
     back from a preemption's stop not yet seen, it is the job that preempted the job last, or
     it is inside its minRuntime (facts of the two jobs alone)."""
-    return (
-        victim.stopping
-        or victim.preempted_by is not None
-        or victim.id == job.preempted_by
-        or now < victim.protected_until
-    )
+    return victim.id == job.preempted_by or not victim.stoppable_at(now)
 
 
 def _group(
@@ -255,20 +245,26 @@ def _group(
             return
         if keep is not None and not keep(victim):
             continue
-        key = loss_order(victim, now)
-        yield (rank, key[0], 0 if borrowing else 1, *key[1:]), (victim, ground)
+        yield _merge_key(rank, victim, borrowing, now), (victim, ground)
+
+
+def _merge_key(
+    rank: int, victim: RunningJob, borrowing: bool, now: float
+) -> tuple[float | int | str, ...]:
+    """Where a candidate comes in the merge of the lists: scavengers' first (``rank``), then
+    by priority, borrowing queues' jobs before the others', then the rest of the loss order."""
+    loss = loss_order(victim, now)
+    return (rank, loss[0], 0 if borrowing else 1, *loss[1:])
 
 
 def _threshold_index(
     cycle: Cycle, ground: ThresholdGround, queue: str, flavor: str
 ) -> ThresholdIndex:
     """The queue's running jobs of the flavor sorted by the ground's level (once a cycle)."""
-    key = (ThresholdIndex, ground, queue, flavor)
-    index = cycle.memo.get(key)
-    if not isinstance(index, ThresholdIndex):
-        index = ThresholdIndex.of(ground, cycle.running_in(queue, flavor), cycle.snapshot.now)
-        cycle.memo[key] = index
-    return index
+    return cycle.once_a_cycle(
+        (ThresholdIndex, ground, queue, flavor),
+        lambda: ThresholdIndex.of(ground, cycle.running_in(queue, flavor), cycle.snapshot.now),
+    )
 
 
 def _by_threshold(
@@ -277,10 +273,8 @@ def _by_threshold(
     """One queue's candidates on a threshold-shaped order ground: what ``_group`` yields with
     the ground as its ``keep``, found by bisecting the queue's running jobs sorted by level
     (``ThresholdIndex``) instead of asking the ground of each of them."""
-    held = 0 if borrowing else 1
     for victim in index.victims(ground, job):
-        loss = loss_order(victim, now)
-        yield (_THEN, loss[0], held, *loss[1:]), (victim, PreemptionGround.ORDER)
+        yield _merge_key(_THEN, victim, borrowing, now), (victim, PreemptionGround.ORDER)
 
 
 def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | None:

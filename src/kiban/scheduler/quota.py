@@ -103,7 +103,7 @@ def _compute_terms(q: QueueView | None, flavor: str) -> _Terms:
 
 _PLANS: dict[tuple[object, ...], _Plan] = {}
 _MAX_PLANS = 64  # quota settings kept at once; all forgotten when more come (rare: an edit)
-_MAX_REFUSALS = 4096  # refusals kept per plan, likewise
+_MAX_KEPT = 4096  # refusals, and what else is kept (``kept``), per plan, likewise
 
 
 def _plan_of(queues: Mapping[str, QueueView]) -> _Plan:
@@ -158,7 +158,7 @@ class QuotaBook:
         kept = self._plan.kept
         if key in kept:
             return cast(_T, kept[key])
-        if len(kept) >= _MAX_REFUSALS:
+        if len(kept) >= _MAX_KEPT:
             kept.clear()
         made = kept[key] = make()
         return made
@@ -264,7 +264,7 @@ class QuotaBook:
         asked = (queue, flavor, gpus, used, drawn)
         verdict = refusals.get(asked)
         if verdict is None:
-            if len(refusals) >= _MAX_REFUSALS:
+            if len(refusals) >= _MAX_KEPT:
                 refusals.clear()
             verdict = refusals[asked] = self._refusal(queue, flavor, gpus, nominal, used)
         return verdict

@@ -18,9 +18,6 @@ from kiban.scheduler.capacity import NO_SPREAD_LIMIT, CapacityOverlay
 from kiban.scheduler.placement import MAX_DOMAIN_TRIES, gang_gpus, nodes_needed
 from kiban.scheduler.snapshot import PendingJob, RunningJob, TaskDemand
 
-_UNLIMITED = NO_SPREAD_LIMIT
-"""The replicas a node could hold of a task that asks for none of a resource it has."""
-
 
 def decidable(job: PendingJob) -> TaskDemand | None:
     """The job's one task when arithmetic decides its placement (None: it must be placed):
@@ -36,7 +33,7 @@ def decidable(job: PendingJob) -> TaskDemand | None:
 def _times(have: int, need: int) -> int:
     """How many takes of ``need`` fit ``have``, each checked as ``have >= need`` first."""
     if need <= 0:
-        return _UNLIMITED if have >= need else 0
+        return NO_SPREAD_LIMIT if have >= need else 0  # asks for none of it: no bound
     return max(have // need, 0)
 
 

@@ -348,6 +348,11 @@ class RunningJob:
     def gpus(self) -> int:
         return self._gpus
 
+    def stoppable_at(self, now: float) -> bool:
+        """Whether any preemption ground may stop it at ``now``: not stopping already, not back
+        from a preemption's stop not yet seen, past its minRuntime."""
+        return not self.stopping and self.preempted_by is None and not now < self.protected_until
+
     @property
     def expected_end(self) -> float | None:
         """When ``maxRuntime`` ends it at the latest, else when its estimated run time ends it
