@@ -21,6 +21,7 @@ from kiban.executors.local.mpi_agent import (
     ProtocolError,
     WorkerAgent,
     agent_address,
+    command_environment,
     parse_request,
 )
 from kiban.executors.local.mpi_launcher import wait_for_agents
@@ -143,6 +144,39 @@ def test_a_caller_gone_with_the_answer_unread_still_kills_what_it_started(
         what="the remote command to be killed",
         timeout=10,
     )
+
+
+def test_each_agent_gives_open_mpi_a_session_base_of_its_own_removed_when_it_ends() -> None:
+    # Every virtual node runs on this machine under its host name: daemons of two workers
+    # sharing /tmp/ompi.HOST.UID/ raced to create it ("File exists", seen in CI).
+    secret = secrets.token_hex(8)
+    agents = [WorkerAgent(secret, f"job-worker-{i}") for i in range(2)]
+    threads = [a.serve_in_thread() for a in agents]
+    bases = []
+    try:
+        for a in agents:
+            done = rsh(
+                a, "echo", "$OMPI_MCA_orte_tmpdir_base", "$PRTE_MCA_prte_tmpdir_base", host=a.host
+            )
+            out, err = done.communicate(timeout=30)
+            orte, prte = out.split()
+            assert orte == prte and os.path.isdir(orte), err
+            bases.append(orte)
+        assert bases[0] != bases[1]
+    finally:
+        for a, thread in zip(agents, threads, strict=True):
+            a.terminate()
+            thread.join(timeout=10)
+    assert not any(os.path.exists(base) for base in bases)
+
+
+def test_a_session_base_the_replica_chose_is_kept() -> None:
+    env = command_environment({"OMPI_MCA_orte_tmpdir_base": "/scratch", "PATH": "/bin"}, "/t")
+    assert env == {
+        "OMPI_MCA_orte_tmpdir_base": "/scratch",
+        "PRTE_MCA_prte_tmpdir_base": "/t",
+        "PATH": "/bin",
+    }
 
 
 def test_exit_ends_the_agent(agent: WorkerAgent) -> None:

@@ -12,7 +12,12 @@ that host (OpenMPI's ``orted``) through ``mpi_rsh``:
 - through ``/bin/sh -c`` on the words joined with spaces, as sshd runs a remote command (the
   caller is ``mpirun``, already running as this job's user: nothing is gained by it);
 - for as long as the caller stays: when the caller goes (``mpirun`` stopped), the child and
-  everything under it is killed.
+  everything under it is killed;
+- with a scratch directory of the agent's own as Open MPI's session-directory base
+  (``orte_tmpdir_base``, ``prte_tmpdir_base``), removed when the agent ends. Every virtual node
+  of this machine has its host name, and Open MPI 4.1's daemons name their session directories
+  by it (``/tmp/ompi.HOST.UID/jf.N/0``): two daemons creating the same one at once fail
+  (``orte_session_dir failed``, "File exists", seen in CI). A value the replica set is kept.
 
 Only a peer of the agent's own user is served (``SO_PEERCRED``), and the caller checks the
 agent's the same way. The protocol is one JSON line each way, then the agent's answers::
@@ -37,6 +42,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -63,6 +69,19 @@ class Op(StrEnum):
     PING = "ping"
     RUN = "run"
     EXIT = "exit"
+
+
+SESSION_BASE_VARIABLES = ("OMPI_MCA_orte_tmpdir_base", "PRTE_MCA_prte_tmpdir_base")
+"""Where Open MPI's daemons (4.x, 5.x) put their session directories."""
+
+
+def command_environment(environ: dict[str, str], scratch: str) -> dict[str, str]:
+    """The environment a started command gets: the agent's, with ``scratch`` as Open MPI's
+    session-directory base unless the replica chose one."""
+    env = dict(environ)
+    for name in SESSION_BASE_VARIABLES:
+        env.setdefault(name, scratch)
+    return env
 
 
 class ProtocolError(Exception):
@@ -151,6 +170,8 @@ class WorkerAgent:
         self._lock = threading.RLock()  # also taken by terminate(), a signal handler
         self._done = threading.Event()
         self._graceful = True
+        self._scratch = tempfile.TemporaryDirectory(prefix="kiban-mpi-")
+        self.environment = command_environment(dict(os.environ), self._scratch.name)
 
     def serve(self) -> None:
         while not self._done.is_set():
@@ -167,6 +188,7 @@ class WorkerAgent:
         while self._children and time.monotonic() < deadline:
             time.sleep(POLL_SECONDS / 4)
         self.stop_children()
+        self._scratch.cleanup()
 
     def serve_in_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve, name="kiban-mpi-agent", daemon=True)
@@ -231,7 +253,12 @@ class WorkerAgent:
                 raise ProtocolError("the agent is ending")
             try:
                 child = subprocess.Popen(
-                    shell_line(command), stdin=fds[0], stdout=fds[1], stderr=fds[2], close_fds=True
+                    shell_line(command),
+                    stdin=fds[0],
+                    stdout=fds[1],
+                    stderr=fds[2],
+                    close_fds=True,
+                    env=self.environment,
                 )
             except OSError as exc:
                 conn.sendall(encode({"exit": 127, "error": str(exc)}))
