@@ -14,7 +14,8 @@ that host (OpenMPI's ``orted``) through ``mpi_rsh``:
 - for as long as the caller stays: when the caller goes (``mpirun`` stopped), the child and
   everything under it is killed;
 - with a scratch directory of the agent's own as Open MPI's session-directory base
-  (``orte_tmpdir_base``, ``prte_tmpdir_base``), removed when the agent ends. Every virtual node
+  (``orte_tmpdir_base``, ``prte_tmpdir_base``), removed when the agent ends (a killed agent
+  leaves it, empty once its daemons are gone, in the system's temp directory). Every virtual node
   of this machine has its host name, and Open MPI 4.1's daemons name their session directories
   by it (``/tmp/ompi.HOST.UID/jf.N/0``): two daemons creating the same one at once fail
   (``orte_session_dir failed``, "File exists", seen in CI). A value the replica set is kept.
