@@ -8,10 +8,13 @@ replicas, then the next, and nodes do not share what they hold, so the gang fits
 nodes' room for its replicas adds up to it, and lands on a prefix of the nodes in that order.
 ``ReleasedView`` keeps what was given back per node beside the overlay, which stays untouched:
 no take, no give, no undo (the bucket moves and the undo log a trial on the overlay costs).
+A gang with no topology request needs no view of its own: ``Releases`` gives the ends back
+once per capacity and task shape, and each reservation bisects its running totals.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 
 from kiban.scheduler.capacity import NO_SPREAD_LIMIT, CapacityOverlay
@@ -93,13 +96,14 @@ class Rooms:
     """The replicas of a task each schedulable node it may use holds, on the overlay as it is
     (every node, kept or not), their sum, and their sum per topology domain."""
 
-    __slots__ = ("domain_room", "room", "total")
+    __slots__ = ("_releases", "domain_room", "room", "total")
 
     def __init__(self, task: TaskDemand, overlay: CapacityOverlay) -> None:
         constraint = task.nodes
         views = overlay.nodes
         self.room: dict[str, int] = {}
         self.total = 0
+        self._releases: Releases | None = None
         self.domain_room: list[dict[tuple[str, ...], int]] = [{} for _ in range(overlay.levels)]
         domains_of = overlay.index.domains_of
         for name in overlay.schedulable():
@@ -123,6 +127,166 @@ class Rooms:
         if rooms is None:
             rooms = memo[key] = cls(task, overlay)
         return rooms
+
+    def releases(
+        self, task: TaskDemand, overlay: CapacityOverlay, groups: Sequence[EndGroup]
+    ) -> Releases:
+        """What giving these ends back does to the rooms (made once per list of ends: the
+        reservations of one capacity and task shape share it)."""
+        known = self._releases
+        if known is None or known.groups is not groups:
+            known = self._releases = Releases(task, overlay, self, groups)
+        return known
+
+
+class Releases:
+    """The ends given back one after another to one task shape's rooms on one capacity, with
+    no node kept: the replicas all the task's nodes hold after each end (``totals``, never
+    falling), and each node's changes, so that any reservation of the shape finds the first
+    end where it could fit by bisection and reads a node's room at that end without giving
+    anything back itself. Worked out end by end as far as some reservation has asked."""
+
+    __slots__ = (
+        "_ends",
+        "_freed",
+        "_history",
+        "_next",
+        "_room",
+        "_task",
+        "_total",
+        "groups",
+        "overlay",
+    )
+
+    def __init__(
+        self, task: TaskDemand, overlay: CapacityOverlay, rooms: Rooms, groups: Sequence[EndGroup]
+    ) -> None:
+        self._task = task
+        self.overlay = overlay
+        self.groups = groups
+        self._room = rooms.room  # before any end (read only)
+        self._freed: dict[str, list[int]] = {}  # node -> GPUs, CPU, memory given back so far
+        # node -> the ends (indexes) after which its room changed, and its room and GPUs given
+        # back then
+        self._history: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
+        self._ends: list[int] = []  # after each end worked out, the replicas held in all
+        self._next = 0  # the next end to work out
+        self._total = rooms.total
+
+    def first_holding(self, count: int, start: int = 0) -> int | None:
+        """The first end (from ``start``) after which all the task's nodes hold at least
+        ``count`` replicas (None: after none)."""
+        ends = self._ends
+        while not ends or ends[-1] < count:
+            if self._next == len(self.groups):
+                return None
+            self._work_out_next()
+        return bisect_left(ends, count, start)
+
+    def _work_out_next(self) -> None:
+        """Give the next end back: each node's room, changed where it changes."""
+        task = self._task
+        overlay = self.overlay
+        base = self._room
+        freed_on = self._freed
+        history = self._history
+        k = self._next
+        for node, gpus, cpu_millis, memory in self.groups[k][1]:
+            before = base.get(node)
+            if before is None:
+                continue  # not the task's
+            freed = freed_on.get(node)
+            if freed is None:
+                freed = freed_on[node] = [gpus, cpu_millis, memory]
+                changes = history[node] = ([], [])
+            else:
+                freed[0] += gpus
+                freed[1] += cpu_millis
+                freed[2] += memory
+                changes = history[node]
+                if changes[1]:
+                    before = changes[1][-1][0]
+            after = room_of(
+                task,
+                overlay.free_gpus(node) + freed[0],
+                overlay.free_cpu(node) + freed[1],
+                overlay.free_memory(node) + freed[2],
+            )
+            if changes[0] and changes[0][-1] == k:
+                changes[1][-1] = (after, freed[0])
+            else:
+                changes[0].append(k)
+                changes[1].append((after, freed[0]))
+            self._total += after - before
+        self._ends.append(self._total)
+        self._next = k + 1
+
+    def at(self, node: str, k: int) -> tuple[int, int]:
+        """The node's room after end ``k``, and the GPUs given back on it by then."""
+        changes = self._history.get(node)
+        if changes is not None:
+            i = bisect_right(changes[0], k) - 1
+            if i >= 0:
+                return changes[1][i]
+        return self._room[node], 0
+
+    def held(self, nodes: Collection[str], k: int) -> int:
+        """The replicas these nodes hold in all after end ``k`` (those not the task's: none)."""
+        room = self._room
+        return sum(self.at(node, k)[0] for node in nodes if node in room)
+
+    def fill(self, replicas: int, k: int, kept: Collection[str]) -> frozenset[str]:
+        """``ReleasedView._fill`` over all the task's nodes off the kept ones after end ``k``."""
+        free_gpus = self.overlay.free_gpus
+        order: list[tuple[int, str, int]] = []
+        for name in self._room:
+            if name in kept:
+                continue
+            held, given = self.at(name, k)
+            if held > 0:
+                order.append((free_gpus(name) + given, name, held))
+        order.sort()
+        placed = min(replicas, sum(held for _f, _n, held in order))
+        used: list[str] = []
+        for _free, name, held in order:
+            if placed <= 0:
+                break
+            used.append(name)
+            placed -= held
+        return frozenset(used)
+
+
+def first_fit(
+    job: PendingJob,
+    task: TaskDemand,
+    overlay: CapacityOverlay,
+    kept: Collection[str],
+    levels: tuple[str, ...],
+    memo: RoomMemo,
+    groups: Sequence[EndGroup],
+) -> tuple[float, frozenset[str]] | None:
+    """``ReleasedView.first_fit`` on a fresh view: the first end after which the gang fits
+    off the kept nodes, with the nodes it would use (None: none). A gang with no topology
+    request fits where its nodes hold it, so the end is found on the shape's shared
+    ``Releases`` (a bisection to the first end where all nodes hold it, then, where nodes are
+    kept, a skip past ends where the kept ones hold too much) and nothing is given back."""
+    if job.topology is not None:
+        return ReleasedView(job, task, overlay, kept, levels, memo).first_fit(groups)
+    wanted = job.gang_size
+    if task.replicas < wanted:
+        return None
+    releases = Rooms.remembered(task, overlay, memo).releases(task, overlay, groups)
+    kept = set(kept)
+    k = releases.first_holding(wanted)
+    while k is not None:
+        off = releases.held(kept, k) if kept else 0
+        if off == 0:
+            return groups[k][0], releases.fill(task.replicas, k, kept)
+        later = releases.first_holding(wanted + off, k)
+        if later == k:  # what the kept nodes hold at k cannot grow later than k itself
+            return groups[k][0], releases.fill(task.replicas, k, kept)
+        k = later
+    return None
 
 
 class ReleasedView:
