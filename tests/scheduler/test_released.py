@@ -13,7 +13,14 @@ from kiban.scheduler.cycle import Cycle
 from kiban.scheduler.node_match import NodeConstraint
 from kiban.scheduler.placement import place_gang, place_in_topology
 from kiban.scheduler.policy import Policy
-from kiban.scheduler.released import EndGroup, ReleasedView, RoomMemo, decidable, first_fit
+from kiban.scheduler.released import (
+    EndGroup,
+    EndGroups,
+    ReleasedView,
+    RoomMemo,
+    decidable,
+    first_fit,
+)
 from kiban.scheduler.snapshot import NodeView, PendingJob, TaskDemand, TopologyRequest
 from kiban.testing import cluster, job, queue, running, snapshot
 
@@ -196,6 +203,7 @@ def test_reservations_of_a_shape_sharing_their_ends_find_what_a_fresh_view_finds
     names = [v.name for v in views]
     cuts = data.draw(st.lists(st.integers(0, max(len(releases) - 1, 0)), max_size=6))
     groups = _groups(overlay, releases, cuts)
+    ends = EndGroups.made(groups, overlay)
     memo: RoomMemo = {}
     task = decidable(pendings[0])
     assert task is not None
@@ -215,7 +223,7 @@ def test_reservations_of_a_shape_sharing_their_ends_find_what_a_fresh_view_finds
         assert own is not None
         kept = data.draw(st.lists(st.sampled_from(names), unique=True))
         expected = ReleasedView(pending, own, overlay, kept, LEVELS).first_fit(groups)
-        assert first_fit(pending, own, overlay, kept, LEVELS, memo, groups) == expected
+        assert first_fit(pending, own, overlay, kept, LEVELS, memo, ends) == expected
     assert overlay.pristine
 
 

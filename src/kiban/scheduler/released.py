@@ -15,7 +15,7 @@ once per capacity and task shape, and each reservation bisects its running total
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from kiban.scheduler.capacity import NO_SPREAD_LIMIT, CapacityOverlay
 from kiban.scheduler.placement import MAX_DOMAIN_TRIES, gang_gpus, nodes_needed
@@ -59,33 +59,68 @@ EndGroup = tuple[float, tuple[Freed, ...]]
 """An end of running jobs, and what their ends free on each schedulable node."""
 
 
-def end_groups(
-    ending: Sequence[tuple[float, RunningJob]], overlay: CapacityOverlay
-) -> list[EndGroup]:
+class EndGroups:
     """The running jobs' ends (``Cycle.ending_on``), those at the same time together, with
     what each frees per schedulable node of the overlay, summed: what a reservation gives back
-    end after end, worked out once per cycle rather than per reservation."""
-    groups: list[EndGroup] = []
-    last = len(ending) - 1
-    freeing: dict[str, list[int]] = {}
-    schedules = overlay.schedules
-    for k, (end, job) in enumerate(ending):
-        for replica in job.replicas:
-            node = replica.node
-            if not schedules(node):
-                continue
-            freed = freeing.get(node)
-            if freed is None:
-                freeing[node] = [len(replica.gpu_ids), replica.cpu_millis, replica.memory]
-            else:
-                freed[0] += len(replica.gpu_ids)
-                freed[1] += replica.cpu_millis
-                freed[2] += replica.memory
-        if k < last and ending[k + 1][0] == end:
-            continue  # jobs ending at the same time are released together
-        groups.append((end, tuple((node, f[0], f[1], f[2]) for node, f in freeing.items())))
-        freeing = {}
-    return groups
+    end after end, worked out once per cycle rather than per reservation, and only as far as
+    some reservation has asked (most fit long before the last end)."""
+
+    __slots__ = ("_ending", "_groups", "_next", "_schedules")
+
+    def __init__(
+        self, ending: Sequence[tuple[float, RunningJob]], overlay: CapacityOverlay
+    ) -> None:
+        self._ending = ending
+        self._schedules = overlay.schedules
+        self._groups: list[EndGroup] = []
+        self._next = 0  # the next running job to group
+
+    @classmethod
+    def made(cls, groups: Sequence[EndGroup], overlay: CapacityOverlay) -> EndGroups:
+        """Ends already grouped, on the overlay."""
+        ends = cls((), overlay)
+        ends._groups = list(groups)
+        return ends
+
+    def get(self, k: int) -> EndGroup | None:
+        """The ``k``-th end (None: there are fewer)."""
+        groups = self._groups
+        while k >= len(groups):
+            if not self._group_next():
+                return None
+        return groups[k]
+
+    def __iter__(self) -> Iterator[EndGroup]:
+        k = 0
+        while (group := self.get(k)) is not None:
+            yield group
+            k += 1
+
+    def _group_next(self) -> bool:
+        """Group the jobs ending at the next end (False: none is left)."""
+        ending = self._ending
+        k = self._next
+        if k >= len(ending):
+            return False
+        schedules = self._schedules
+        freeing: dict[str, list[int]] = {}
+        end = ending[k][0]
+        while k < len(ending) and ending[k][0] == end:  # released together
+            for replica in ending[k][1].replicas:
+                node = replica.node
+                if not schedules(node):
+                    continue
+                freed = freeing.get(node)
+                if freed is None:
+                    freeing[node] = [len(replica.gpu_ids), replica.cpu_millis, replica.memory]
+                else:
+                    freed[0] += len(replica.gpu_ids)
+                    freed[1] += replica.cpu_millis
+                    freed[2] += replica.memory
+            k += 1
+        self._next = k
+        self._groups.append((end, tuple((node, f[0], f[1], f[2]) for node, f in freeing.items())))
+        return True
 
 
 RoomMemo = dict[tuple[object, ...], "Rooms"]
@@ -128,9 +163,7 @@ class Rooms:
             rooms = memo[key] = cls(task, overlay)
         return rooms
 
-    def releases(
-        self, task: TaskDemand, overlay: CapacityOverlay, groups: Sequence[EndGroup]
-    ) -> Releases:
+    def releases(self, task: TaskDemand, overlay: CapacityOverlay, groups: EndGroups) -> Releases:
         """What giving these ends back does to the rooms (made once per list of ends: the
         reservations of one capacity and task shape share it)."""
         known = self._releases
@@ -159,7 +192,7 @@ class Releases:
     )
 
     def __init__(
-        self, task: TaskDemand, overlay: CapacityOverlay, rooms: Rooms, groups: Sequence[EndGroup]
+        self, task: TaskDemand, overlay: CapacityOverlay, rooms: Rooms, groups: EndGroups
     ) -> None:
         self._task = task
         self.overlay = overlay
@@ -178,7 +211,7 @@ class Releases:
         ``count`` replicas (None: after none)."""
         ends = self._ends
         while not ends or ends[-1] < count:
-            if self._next == len(self.groups):
+            if self.groups.get(self._next) is None:
                 return None
             self._work_out_next()
         return bisect_left(ends, count, start)
@@ -191,7 +224,9 @@ class Releases:
         freed_on = self._freed
         history = self._history
         k = self._next
-        for node, gpus, cpu_millis, memory in self.groups[k][1]:
+        group = self.groups.get(k)
+        assert group is not None  # asked for by ``first_holding``
+        for node, gpus, cpu_millis, memory in group[1]:
             before = base.get(node)
             if before is None:
                 continue  # not the task's
@@ -220,6 +255,12 @@ class Releases:
             self._total += after - before
         self._ends.append(self._total)
         self._next = k + 1
+
+    def end(self, k: int) -> float:
+        """When end ``k`` (one worked out) comes."""
+        group = self.groups.get(k)
+        assert group is not None
+        return group[0]
 
     def at(self, node: str, k: int) -> tuple[int, int]:
         """The node's room after end ``k``, and the GPUs given back on it by then."""
@@ -263,7 +304,7 @@ def first_fit(
     kept: Collection[str],
     levels: tuple[str, ...],
     memo: RoomMemo,
-    groups: Sequence[EndGroup],
+    groups: EndGroups,
 ) -> tuple[float, frozenset[str]] | None:
     """``ReleasedView.first_fit`` on a fresh view: the first end after which the gang fits
     off the kept nodes, with the nodes it would use (None: none). A gang with no topology
@@ -281,10 +322,10 @@ def first_fit(
     while k is not None:
         off = releases.held(kept, k) if kept else 0
         if off == 0:
-            return groups[k][0], releases.fill(task.replicas, k, kept)
+            return releases.end(k), releases.fill(task.replicas, k, kept)
         later = releases.first_holding(wanted + off, k)
         if later == k:  # what the kept nodes hold at k cannot grow later than k itself
-            return groups[k][0], releases.fill(task.replicas, k, kept)
+            return releases.end(k), releases.fill(task.replicas, k, kept)
         k = later
     return None
 
@@ -376,7 +417,7 @@ class ReleasedView:
                 for level, domain in enumerate(domains):
                     self._domain_room[level][domain] += after - before
 
-    def first_fit(self, groups: Sequence[EndGroup]) -> tuple[float, frozenset[str]] | None:
+    def first_fit(self, groups: Iterable[EndGroup]) -> tuple[float, frozenset[str]] | None:
         """Give the ends back in order (``end_groups``) and return the first end after which
         the gang fits, with the nodes it would use (None: none)."""
         wanted = self._job.gang_size
