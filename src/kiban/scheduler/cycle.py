@@ -501,8 +501,12 @@ class Cycle:
 
     def reserved_for_others(self, job_id: str) -> list[str]:
         """The nodes kept for other jobs' reservations: what ``reservation_filter`` keeps the
-        job off (sorted, so what is computed from them does not depend on the order kept)."""
-        return sorted(node for node, owner in self._reserved_by.items() if owner != job_id)
+        job off (sorted, so what is computed from them does not depend on the order kept). For a
+        job holding none, the same list for every job, until a reservation is added."""
+        reserved = self._reserved_by
+        if job_id in self._reservers:
+            return sorted(node for node, owner in reserved.items() if owner != job_id)
+        return self.once_a_cycle(("kept", len(self._reservations)), lambda: sorted(reserved))
 
     def reservation_filter(self, job_id: str) -> NodeFilter | None:
         """Keeps a job off nodes reserved for other jobs (None: nothing is reserved)."""

@@ -141,17 +141,21 @@ class Rooms:
         self._releases: Releases | None = None
         self.domain_room: list[dict[tuple[str, ...], int]] = [{} for _ in range(overlay.levels)]
         domains_of = overlay.index.domains_of
+        free_gpus, free_cpu, free_memory = overlay.free_gpus, overlay.free_cpu, overlay.free_memory
+        rooms_of = self.room
+        total = 0
+        by_domain = self.domain_room if overlay.levels else None
         for name in overlay.schedulable():
             if constraint is not None and not constraint.allows(name, views[name].labels):
                 continue
-            room = room_of(
-                task, overlay.free_gpus(name), overlay.free_cpu(name), overlay.free_memory(name)
-            )
-            self.room[name] = room
-            self.total += room
-            for level, domain in enumerate(domains_of[name]):
-                rooms = self.domain_room[level]
-                rooms[domain] = rooms.get(domain, 0) + room
+            room = room_of(task, free_gpus(name), free_cpu(name), free_memory(name))
+            rooms_of[name] = room
+            total += room
+            if by_domain is not None:
+                for level, domain in enumerate(domains_of[name]):
+                    rooms = by_domain[level]
+                    rooms[domain] = rooms.get(domain, 0) + room
+        self.total = total
 
     @classmethod
     def remembered(cls, task: TaskDemand, overlay: CapacityOverlay, memo: RoomMemo) -> Rooms:
@@ -311,8 +315,13 @@ def first_fit(
     request fits where its nodes hold it, so the end is found on the shape's shared
     ``Releases`` (a bisection to the first end where all nodes hold it, then, where nodes are
     kept, a skip past ends where the kept ones hold too much) and nothing is given back."""
-    if job.topology is not None:
-        return ReleasedView(job, task, overlay, kept, levels, memo).first_fit(groups)
+    request = job.topology
+    if request is not None:
+        if request.level in levels:
+            return ReleasedView(job, task, overlay, kept, levels, memo).first_fit(groups)
+        if request.required:
+            return None  # a level the cluster lacks: it fits at no end
+        # a preferred level the cluster lacks: placed as if it asked for none
     wanted = job.gang_size
     if task.replicas < wanted:
         return None
