@@ -7,13 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiban.scheduler import backfill
+from kiban.scheduler import backfill, released
 from kiban.scheduler.capacity import CapacityOverlay
 from kiban.scheduler.cycle import Cycle
 from kiban.scheduler.node_match import NodeConstraint
 from kiban.scheduler.placement import place_gang, place_in_topology
 from kiban.scheduler.policy import Policy
-from kiban.scheduler.released import ReleasedView, decidable
+from kiban.scheduler.released import (
+    EndGroup,
+    EndGroups,
+    ReleasedView,
+    RoomMemo,
+    decidable,
+    first_fit,
+)
 from kiban.scheduler.snapshot import NodeView, PendingJob, TaskDemand, TopologyRequest
 from kiban.testing import cluster, job, queue, running, snapshot
 
@@ -161,3 +168,94 @@ def test_a_plain_gangs_reservation_gives_nothing_back_to_the_overlay(
     reservation = backfill.reserve(cycle, snap.pending[0], "default")
     assert reservation is not None
     assert (reservation.at, reservation.nodes) == (200.0, frozenset({"node-0", "node-1"}))
+
+
+def _groups(
+    overlay: CapacityOverlay,
+    releases: list[tuple[str, tuple[int, ...], int, int]],
+    cuts: list[int],
+) -> list[EndGroup]:
+    """The releases on scheduled nodes as ends 1, 2, ... cut where ``cuts`` say (a node may
+    free twice in one end, as ``end_groups`` never lists it but the arithmetic must allow)."""
+    groups: list[EndGroup] = []
+    freeing: list[tuple[str, int, int, int]] = []
+    for i, (node, gpu_ids, cpu, memory) in enumerate(releases):
+        if overlay.schedules(node):
+            freeing.append((node, len(gpu_ids), cpu, memory))
+        if i in cuts or i == len(releases) - 1:
+            groups.append((float(len(groups) + 1), tuple(freeing)))
+            freeing = []
+    return groups
+
+
+@settings(max_examples=300, deadline=None)
+@given(nodes_and_releases(), st.lists(plain_jobs(), min_size=1, max_size=4), st.data())
+def test_reservations_of_a_shape_sharing_their_ends_find_what_a_fresh_view_finds(
+    cluster_and_releases: tuple[list[NodeView], list[tuple[str, tuple[int, ...], int, int]]],
+    pendings: list[PendingJob],
+    data: st.DataObject,
+) -> None:
+    """``first_fit`` (bisection over the ends, kept nodes skipped by their room) finds the end
+    and nodes that giving every end back to a fresh ``ReleasedView`` finds, for several jobs of
+    one shape and capacity in turn, whatever each keeps off and whichever asked first."""
+    views, releases = cluster_and_releases
+    overlay = CapacityOverlay.of(views)
+    names = [v.name for v in views]
+    cuts = data.draw(st.lists(st.integers(0, max(len(releases) - 1, 0)), max_size=6))
+    groups = _groups(overlay, releases, cuts)
+    ends = EndGroups.made(groups, overlay)
+    memo: RoomMemo = {}
+    task = decidable(pendings[0])
+    assert task is not None
+    for other in pendings:
+        pending = other
+        if data.draw(st.booleans()):  # the same shape, another gang size and request
+            pending = PendingJob(
+                "j",
+                "q",
+                0,
+                0.0,
+                (task,),
+                data.draw(st.integers(1, task.replicas + 1)),
+                other.topology,
+            )
+        own = decidable(pending)
+        assert own is not None
+        kept = data.draw(st.lists(st.sampled_from(names), unique=True))
+        expected = ReleasedView(pending, own, overlay, kept, LEVELS).first_fit(groups)
+        assert first_fit(pending, own, overlay, kept, LEVELS, memo, ends) == expected
+    assert overlay.pristine
+
+
+def test_a_cycles_reservations_of_one_shape_give_each_end_back_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reservation of a shape on the same capacity as an earlier one reuses what that one
+    worked out: no node's room is counted again for ends already given back."""
+    nodes = cluster().nodes(4, gpus=8)
+    snap = snapshot(
+        nodes=nodes,
+        queues=[queue("q")],
+        running=[
+            running(f"r{i}").on(f"node-{i}", gpus=8).max_runtime(100.0 * (i + 1)).started(0.0)
+            for i in range(4)
+        ],
+        pending=[job("a").replicas(5, gpu=8), job("b").replicas(2, gpu=8)],
+        now=10.0,
+    )
+    cycle = Cycle.start(snap, Policy())
+    counted: list[int] = []
+    room_of = released.room_of
+
+    def counting(task: TaskDemand, free: int, cpu: int, memory: int) -> int:
+        counted.append(free)
+        return room_of(task, free, cpu, memory)
+
+    monkeypatch.setattr(released, "room_of", counting)
+    # five replicas of a node each never fit four nodes: every end is given back
+    assert backfill.reserve(cycle, snap.pending[0], "default") is None
+    before = len(counted)
+    second = backfill.reserve(cycle, snap.pending[1], "default")
+    assert second is not None
+    assert (second.at, second.nodes) == (200.0, frozenset({"node-0", "node-1"}))
+    assert len(counted) == before

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from kiban.scheduler.cycle import Cycle, Reservation
 from kiban.scheduler.placement import RoomCount
-from kiban.scheduler.released import ReleasedView, decidable
+from kiban.scheduler.released import decidable, first_fit
 from kiban.scheduler.snapshot import PendingJob, RunningJob
 
 
@@ -28,7 +28,8 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     the nodes kept for other reservations, per node as jobs end): a trial placement is made
     only at an end where the arithmetic says the gang could fit, so the reservation found is
     the one trying each end would find. A gang of one plain task is placed by arithmetic too,
-    on a light view of the capacity given back (``ReleasedView``), the overlay left untouched.
+    on the ends given back to its shape's room counts (``released.first_fit``: worked out once
+    per capacity and shape, shared by the cycle's reservations), the overlay left untouched.
     """
     if cycle.reservation_count >= cycle.policy.max_reservations:
         return None
@@ -41,15 +42,15 @@ def reserve(cycle: Cycle, job: PendingJob, flavor: str) -> Reservation | None:
     if task is None:
         found = _reserve_by_placing(cycle, job, flavor, ending, RoomCount(job, overlay, kept))
     else:
-        view = ReleasedView(
+        fit = first_fit(
             job,
             task,
             overlay,
             kept,
             cycle.snapshot.topology_levels,
             cycle.room_memos.setdefault(flavor, {}),
+            cycle.end_groups(flavor),
         )
-        fit = view.first_fit(cycle.end_groups(flavor))
         found = None
         if fit is not None:
             found = Reservation(job.id, flavor, max(fit[0], cycle.snapshot.now), fit[1])

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TypeVar, cast
 
 from kiban.scheduler.capacity import CapacityOverlay, NodeFilter
@@ -21,7 +21,7 @@ from kiban.scheduler.placement import GangAttempt, place_gang, place_in_topology
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.quota import QuotaBook
 from kiban.scheduler.reasons import PendingReason
-from kiban.scheduler.released import EndGroup, RoomMemo, end_groups
+from kiban.scheduler.released import EndGroups, RoomMemo
 from kiban.scheduler.snapshot import (
     Extended,
     FlavorView,
@@ -110,7 +110,7 @@ class Cycle:
     _shapes_kept: int = 0  # changes of ``_failed_shapes`` so far (part of ``judging_state``)
     # per flavor, what each task shape holds per node on its capacity (for reservations)
     room_memos: dict[str, RoomMemo] = field(default_factory=dict)
-    _end_groups: dict[str, tuple[list[tuple[float, RunningJob]], list[EndGroup]]] = field(
+    _end_groups: dict[str, tuple[list[tuple[float, RunningJob]], EndGroups]] = field(
         default_factory=dict
     )
     # the earliest reservation per flavor, with how many reservations there were then
@@ -260,25 +260,23 @@ class Cycle:
         if known is not None and known[0] == len(victims):
             return known[1]
         now = self.snapshot.now
-        keyed = sorted(
-            (
-                (now if r.id in victims else r.expected_end, r.id, r)
-                for r in self.running_on(flavor)
-                if r.expected_end is not None or r.id in victims
-            ),
-            key=lambda item: (item[0], item[1]),
-        )
-        ending = [(end, r) for end, _id, r in keyed if end is not None]
+        keyed: list[tuple[float, str, RunningJob]] = []
+        for r in self.running_on(flavor):
+            end = now if r.id in victims else r.expected_end
+            if end is not None:
+                keyed.append((end, r.id, r))
+        keyed.sort(key=itemgetter(0, 1))
+        ending = [(end, r) for end, _id, r in keyed]
         self._ending[flavor] = (len(victims), ending)
         return ending
 
-    def end_groups(self, flavor: str) -> list[EndGroup]:
+    def end_groups(self, flavor: str) -> EndGroups:
         """``ending_on`` grouped by end, with what each end frees per node (made once per
-        list: a cycle's reservations share it)."""
+        list, as far as asked: a cycle's reservations share it)."""
         ending = self.ending_on(flavor)
         known = self._end_groups.get(flavor)
         if known is None or known[0] is not ending:
-            known = self._end_groups[flavor] = (ending, end_groups(ending, self.overlays[flavor]))
+            known = self._end_groups[flavor] = (ending, EndGroups(ending, self.overlays[flavor]))
         return known[1]
 
     def hold_quota_for(self, job: PendingJob, flavor: str, victims: Sequence[RunningJob]) -> None:
@@ -503,8 +501,12 @@ class Cycle:
 
     def reserved_for_others(self, job_id: str) -> list[str]:
         """The nodes kept for other jobs' reservations: what ``reservation_filter`` keeps the
-        job off (sorted, so what is computed from them does not depend on the order kept)."""
-        return sorted(node for node, owner in self._reserved_by.items() if owner != job_id)
+        job off (sorted, so what is computed from them does not depend on the order kept). For a
+        job holding none, the same list for every job, until a reservation is added."""
+        reserved = self._reserved_by
+        if job_id in self._reservers:
+            return sorted(node for node, owner in reserved.items() if owner != job_id)
+        return self.once_a_cycle(("kept", len(self._reservations)), lambda: sorted(reserved))
 
     def reservation_filter(self, job_id: str) -> NodeFilter | None:
         """Keeps a job off nodes reserved for other jobs (None: nothing is reserved)."""

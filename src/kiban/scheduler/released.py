@@ -8,11 +8,14 @@ replicas, then the next, and nodes do not share what they hold, so the gang fits
 nodes' room for its replicas adds up to it, and lands on a prefix of the nodes in that order.
 ``ReleasedView`` keeps what was given back per node beside the overlay, which stays untouched:
 no take, no give, no undo (the bucket moves and the undo log a trial on the overlay costs).
+A gang with no topology request needs no view of its own: ``Releases`` gives the ends back
+once per capacity and task shape, and each reservation bisects its running totals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from kiban.scheduler.capacity import NO_SPREAD_LIMIT, CapacityOverlay
 from kiban.scheduler.placement import MAX_DOMAIN_TRIES, gang_gpus, nodes_needed
@@ -56,33 +59,68 @@ EndGroup = tuple[float, tuple[Freed, ...]]
 """An end of running jobs, and what their ends free on each schedulable node."""
 
 
-def end_groups(
-    ending: Sequence[tuple[float, RunningJob]], overlay: CapacityOverlay
-) -> list[EndGroup]:
+class EndGroups:
     """The running jobs' ends (``Cycle.ending_on``), those at the same time together, with
     what each frees per schedulable node of the overlay, summed: what a reservation gives back
-    end after end, worked out once per cycle rather than per reservation."""
-    groups: list[EndGroup] = []
-    last = len(ending) - 1
-    freeing: dict[str, list[int]] = {}
-    schedules = overlay.schedules
-    for k, (end, job) in enumerate(ending):
-        for replica in job.replicas:
-            node = replica.node
-            if not schedules(node):
-                continue
-            freed = freeing.get(node)
-            if freed is None:
-                freeing[node] = [len(replica.gpu_ids), replica.cpu_millis, replica.memory]
-            else:
-                freed[0] += len(replica.gpu_ids)
-                freed[1] += replica.cpu_millis
-                freed[2] += replica.memory
-        if k < last and ending[k + 1][0] == end:
-            continue  # jobs ending at the same time are released together
-        groups.append((end, tuple((node, f[0], f[1], f[2]) for node, f in freeing.items())))
-        freeing = {}
-    return groups
+    end after end, worked out once per cycle rather than per reservation, and only as far as
+    some reservation has asked (most fit long before the last end)."""
+
+    __slots__ = ("_ending", "_groups", "_next", "_schedules")
+
+    def __init__(
+        self, ending: Sequence[tuple[float, RunningJob]], overlay: CapacityOverlay
+    ) -> None:
+        self._ending = ending
+        self._schedules = overlay.schedules
+        self._groups: list[EndGroup] = []
+        self._next = 0  # the next running job to group
+
+    @classmethod
+    def made(cls, groups: Sequence[EndGroup], overlay: CapacityOverlay) -> EndGroups:
+        """Ends already grouped, on the overlay."""
+        ends = cls((), overlay)
+        ends._groups = list(groups)
+        return ends
+
+    def get(self, k: int) -> EndGroup | None:
+        """The ``k``-th end (None: there are fewer)."""
+        groups = self._groups
+        while k >= len(groups):
+            if not self._group_next():
+                return None
+        return groups[k]
+
+    def __iter__(self) -> Iterator[EndGroup]:
+        k = 0
+        while (group := self.get(k)) is not None:
+            yield group
+            k += 1
+
+    def _group_next(self) -> bool:
+        """Group the jobs ending at the next end (False: none is left)."""
+        ending = self._ending
+        k = self._next
+        if k >= len(ending):
+            return False
+        schedules = self._schedules
+        freeing: dict[str, list[int]] = {}
+        end = ending[k][0]
+        while k < len(ending) and ending[k][0] == end:  # released together
+            for replica in ending[k][1].replicas:
+                node = replica.node
+                if not schedules(node):
+                    continue
+                freed = freeing.get(node)
+                if freed is None:
+                    freeing[node] = [len(replica.gpu_ids), replica.cpu_millis, replica.memory]
+                else:
+                    freed[0] += len(replica.gpu_ids)
+                    freed[1] += replica.cpu_millis
+                    freed[2] += replica.memory
+            k += 1
+        self._next = k
+        self._groups.append((end, tuple((node, f[0], f[1], f[2]) for node, f in freeing.items())))
+        return True
 
 
 RoomMemo = dict[tuple[object, ...], "Rooms"]
@@ -93,26 +131,31 @@ class Rooms:
     """The replicas of a task each schedulable node it may use holds, on the overlay as it is
     (every node, kept or not), their sum, and their sum per topology domain."""
 
-    __slots__ = ("domain_room", "room", "total")
+    __slots__ = ("_releases", "domain_room", "room", "total")
 
     def __init__(self, task: TaskDemand, overlay: CapacityOverlay) -> None:
         constraint = task.nodes
         views = overlay.nodes
         self.room: dict[str, int] = {}
         self.total = 0
+        self._releases: Releases | None = None
         self.domain_room: list[dict[tuple[str, ...], int]] = [{} for _ in range(overlay.levels)]
         domains_of = overlay.index.domains_of
+        free_gpus, free_cpu, free_memory = overlay.free_gpus, overlay.free_cpu, overlay.free_memory
+        rooms_of = self.room
+        total = 0
+        by_domain = self.domain_room if overlay.levels else None
         for name in overlay.schedulable():
             if constraint is not None and not constraint.allows(name, views[name].labels):
                 continue
-            room = room_of(
-                task, overlay.free_gpus(name), overlay.free_cpu(name), overlay.free_memory(name)
-            )
-            self.room[name] = room
-            self.total += room
-            for level, domain in enumerate(domains_of[name]):
-                rooms = self.domain_room[level]
-                rooms[domain] = rooms.get(domain, 0) + room
+            room = room_of(task, free_gpus(name), free_cpu(name), free_memory(name))
+            rooms_of[name] = room
+            total += room
+            if by_domain is not None:
+                for level, domain in enumerate(domains_of[name]):
+                    rooms = by_domain[level]
+                    rooms[domain] = rooms.get(domain, 0) + room
+        self.total = total
 
     @classmethod
     def remembered(cls, task: TaskDemand, overlay: CapacityOverlay, memo: RoomMemo) -> Rooms:
@@ -123,6 +166,177 @@ class Rooms:
         if rooms is None:
             rooms = memo[key] = cls(task, overlay)
         return rooms
+
+    def releases(self, task: TaskDemand, overlay: CapacityOverlay, groups: EndGroups) -> Releases:
+        """What giving these ends back does to the rooms (made once per list of ends: the
+        reservations of one capacity and task shape share it)."""
+        known = self._releases
+        if known is None or known.groups is not groups:
+            known = self._releases = Releases(task, overlay, self, groups)
+        return known
+
+
+class Releases:
+    """The ends given back one after another to one task shape's rooms on one capacity, with
+    no node kept: the replicas all the task's nodes hold after each end (``totals``, never
+    falling), and each node's changes, so that any reservation of the shape finds the first
+    end where it could fit by bisection and reads a node's room at that end without giving
+    anything back itself. Worked out end by end as far as some reservation has asked."""
+
+    __slots__ = (
+        "_ends",
+        "_freed",
+        "_history",
+        "_next",
+        "_room",
+        "_task",
+        "_total",
+        "groups",
+        "overlay",
+    )
+
+    def __init__(
+        self, task: TaskDemand, overlay: CapacityOverlay, rooms: Rooms, groups: EndGroups
+    ) -> None:
+        self._task = task
+        self.overlay = overlay
+        self.groups = groups
+        self._room = rooms.room  # before any end (read only)
+        self._freed: dict[str, list[int]] = {}  # node -> GPUs, CPU, memory given back so far
+        # node -> the ends (indexes) after which its room changed, and its room and GPUs given
+        # back then
+        self._history: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
+        self._ends: list[int] = []  # after each end worked out, the replicas held in all
+        self._next = 0  # the next end to work out
+        self._total = rooms.total
+
+    def first_holding(self, count: int, start: int = 0) -> int | None:
+        """The first end (from ``start``) after which all the task's nodes hold at least
+        ``count`` replicas (None: after none)."""
+        ends = self._ends
+        while not ends or ends[-1] < count:
+            if self.groups.get(self._next) is None:
+                return None
+            self._work_out_next()
+        return bisect_left(ends, count, start)
+
+    def _work_out_next(self) -> None:
+        """Give the next end back: each node's room, changed where it changes."""
+        task = self._task
+        overlay = self.overlay
+        base = self._room
+        freed_on = self._freed
+        history = self._history
+        k = self._next
+        group = self.groups.get(k)
+        assert group is not None  # asked for by ``first_holding``
+        for node, gpus, cpu_millis, memory in group[1]:
+            before = base.get(node)
+            if before is None:
+                continue  # not the task's
+            freed = freed_on.get(node)
+            if freed is None:
+                freed = freed_on[node] = [gpus, cpu_millis, memory]
+                changes = history[node] = ([], [])
+            else:
+                freed[0] += gpus
+                freed[1] += cpu_millis
+                freed[2] += memory
+                changes = history[node]
+                if changes[1]:
+                    before = changes[1][-1][0]
+            after = room_of(
+                task,
+                overlay.free_gpus(node) + freed[0],
+                overlay.free_cpu(node) + freed[1],
+                overlay.free_memory(node) + freed[2],
+            )
+            if changes[0] and changes[0][-1] == k:
+                changes[1][-1] = (after, freed[0])
+            else:
+                changes[0].append(k)
+                changes[1].append((after, freed[0]))
+            self._total += after - before
+        self._ends.append(self._total)
+        self._next = k + 1
+
+    def end(self, k: int) -> float:
+        """When end ``k`` (one worked out) comes."""
+        group = self.groups.get(k)
+        assert group is not None
+        return group[0]
+
+    def at(self, node: str, k: int) -> tuple[int, int]:
+        """The node's room after end ``k``, and the GPUs given back on it by then."""
+        changes = self._history.get(node)
+        if changes is not None:
+            i = bisect_right(changes[0], k) - 1
+            if i >= 0:
+                return changes[1][i]
+        return self._room[node], 0
+
+    def held(self, nodes: Collection[str], k: int) -> int:
+        """The replicas these nodes hold in all after end ``k`` (those not the task's: none)."""
+        room = self._room
+        return sum(self.at(node, k)[0] for node in nodes if node in room)
+
+    def fill(self, replicas: int, k: int, kept: Collection[str]) -> frozenset[str]:
+        """``ReleasedView._fill`` over all the task's nodes off the kept ones after end ``k``."""
+        free_gpus = self.overlay.free_gpus
+        order: list[tuple[int, str, int]] = []
+        for name in self._room:
+            if name in kept:
+                continue
+            held, given = self.at(name, k)
+            if held > 0:
+                order.append((free_gpus(name) + given, name, held))
+        order.sort()
+        placed = min(replicas, sum(held for _f, _n, held in order))
+        used: list[str] = []
+        for _free, name, held in order:
+            if placed <= 0:
+                break
+            used.append(name)
+            placed -= held
+        return frozenset(used)
+
+
+def first_fit(
+    job: PendingJob,
+    task: TaskDemand,
+    overlay: CapacityOverlay,
+    kept: Collection[str],
+    levels: tuple[str, ...],
+    memo: RoomMemo,
+    groups: EndGroups,
+) -> tuple[float, frozenset[str]] | None:
+    """``ReleasedView.first_fit`` on a fresh view: the first end after which the gang fits
+    off the kept nodes, with the nodes it would use (None: none). A gang with no topology
+    request fits where its nodes hold it, so the end is found on the shape's shared
+    ``Releases`` (a bisection to the first end where all nodes hold it, then, where nodes are
+    kept, a skip past ends where the kept ones hold too much) and nothing is given back."""
+    request = job.topology
+    if request is not None:
+        if request.level in levels:
+            return ReleasedView(job, task, overlay, kept, levels, memo).first_fit(groups)
+        if request.required:
+            return None  # a level the cluster lacks: it fits at no end
+        # a preferred level the cluster lacks: placed as if it asked for none
+    wanted = job.gang_size
+    if task.replicas < wanted:
+        return None
+    releases = Rooms.remembered(task, overlay, memo).releases(task, overlay, groups)
+    kept = set(kept)
+    k = releases.first_holding(wanted)
+    while k is not None:
+        off = releases.held(kept, k) if kept else 0
+        if off == 0:
+            return releases.end(k), releases.fill(task.replicas, k, kept)
+        later = releases.first_holding(wanted + off, k)
+        if later == k:  # what the kept nodes hold at k cannot grow later than k itself
+            return releases.end(k), releases.fill(task.replicas, k, kept)
+        k = later
+    return None
 
 
 class ReleasedView:
@@ -212,7 +426,7 @@ class ReleasedView:
                 for level, domain in enumerate(domains):
                     self._domain_room[level][domain] += after - before
 
-    def first_fit(self, groups: Sequence[EndGroup]) -> tuple[float, frozenset[str]] | None:
+    def first_fit(self, groups: Iterable[EndGroup]) -> tuple[float, frozenset[str]] | None:
         """Give the ends back in order (``end_groups``) and return the first end after which
         the gang fits, with the nodes it would use (None: none)."""
         wanted = self._job.gang_size
