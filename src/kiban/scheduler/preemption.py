@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from kiban.scheduler.capacity import NodeFilter
@@ -111,49 +111,73 @@ def candidates(
         yield victim, ground
 
 
-def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
-    """The per-queue lists of ``candidates`` (None for a scavenger queue's job), built lazily:
-    each list reads its queue's jobs, and the quota, only when the merge first asks it."""
-    queue = cycle.queues[job.queue]
-    if queue.scavenger:
-        return None
-    now = cycle.snapshot.now
-    nominal = cycle.quota.nominal(job.queue, flavor)
-    within_nominal = (
-        nominal is not None and cycle.quota.used(job.queue, flavor) + job.total_gpus <= nominal
-    )
-    standing_after = cycle.standing(job.tenant) + cycle.charge(job)
-    tree = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)  # members (second level)
-    groups: list[_Keyed] = []
-    gpus = 0
+_Source = tuple[str, PreemptionGround, bool, int]
+"""A queue whose running jobs may be a search's victims: its name, the ground, whether it
+borrows the flavor (its jobs come first in the merge), the preemptor's priority (on the
+priority ground: only jobs below it)."""
 
-    def add(name: str, ground: PreemptionGround, borrows: bool, below: int = 0) -> None:
-        nonlocal gpus
-        groups.append(_group(cycle, name, flavor, ground, borrows, now, below))
-        gpus += _gpus_in(cycle, name, flavor)
 
+def _sources(cycle: Cycle, job: PendingJob, queue: QueueView, flavor: str) -> list[_Source]:
+    """The queues a search for ``job`` (of ``queue``, not a scavenger queue) takes victims from
+    on the scavenger, priority, reclaim and fair-share grounds, in merge order; cheap to ask
+    (the cohort's borrowers are kept while the quota stays), so that a search with no victim
+    to find, or too few GPUs among them, is refused before its lists are gathered."""
+    sources: list[_Source] = []
+    borrowed = cycle.quota.borrowed
     for other in cycle.scavenger_queues():
-        add(other.name, PreemptionGround.SCAVENGER, cycle.quota.borrowed(other.name, flavor) > 0)
+        sources.append(
+            (other.name, PreemptionGround.SCAVENGER, borrowed(other.name, flavor) > 0, 0)
+        )
     if job.preempts:
         lowest = cycle.lowest_priority(job.queue)
         if lowest is not None and lowest < job.priority:  # else none is below it
-            own_borrows = cycle.quota.borrowed(job.queue, flavor) > 0
-            add(job.queue, PreemptionGround.PRIORITY, own_borrows, job.priority)
+            own_borrows = borrowed(job.queue, flavor) > 0
+            sources.append((job.queue, PreemptionGround.PRIORITY, own_borrows, job.priority))
+    if queue.cohort is None:
+        return sources
     # (a job back from a preemption may reclaim, never preempt on fair share)
-    if queue.cohort is not None and (within_nominal or job.preempted_by is None):
-        used = cycle.quota.used
-        for other, other_nominal in _nominals(cycle, queue.cohort, flavor):
-            # (what ``QuotaBook.borrowed`` > 0 says, the nominal read once a cycle)
-            if other_nominal is None or used(other.name, flavor) <= other_nominal:
-                continue
-            if other.name == job.queue:
-                continue
-            if within_nominal:
-                add(other.name, PreemptionGround.RECLAIM, True)
-            elif job.preempted_by is None and tree.reaches(
-                job, standing_after, other.tenant, cycle.standing(other.tenant)
-            ):
-                add(other.name, PreemptionGround.FAIR_SHARE, True)
+    within_nominal = _within_nominal(cycle, job, flavor)
+    if not within_nominal and job.preempted_by is not None:
+        return sources
+    lenders = [q for q in _borrowers(cycle, queue.cohort, flavor) if q.name != job.queue]
+    if within_nominal:
+        sources += [(q.name, PreemptionGround.RECLAIM, True, 0) for q in lenders]
+    elif lenders:
+        standing_after = cycle.standing(job.tenant) + cycle.charge(job)
+        reaches = _fair_tree(cycle).reaches
+        sources += [
+            (q.name, PreemptionGround.FAIR_SHARE, True, 0)
+            for q in lenders
+            if reaches(job, standing_after, q.tenant, cycle.standing(q.tenant))
+        ]
+    return sources
+
+
+def _within_nominal(cycle: Cycle, job: PendingJob, flavor: str) -> bool:
+    """Whether the job's queue stays within its nominal quota of the flavor once it starts."""
+    nominal = cycle.quota.nominal(job.queue, flavor)
+    return nominal is not None and cycle.quota.used(job.queue, flavor) + job.total_gpus <= nominal
+
+
+def _gather(
+    cycle: Cycle, job: PendingJob, flavor: str, sources: list[_Source] | None = None
+) -> _Groups | None:
+    """The per-queue lists of ``candidates`` (None for a scavenger queue's job), built lazily:
+    each list reads its queue's jobs, and the quota, only when the merge first asks it.
+    ``sources``: what ``_sources`` says of the job now, if the caller asked it already."""
+    queue = cycle.queues[job.queue]
+    if queue.scavenger:
+        return None
+    if sources is None:
+        sources = _sources(cycle, job, queue, flavor)
+    now = cycle.snapshot.now
+    standing_after = cycle.standing(job.tenant) + cycle.charge(job)
+    tree = _fair_tree(cycle)  # members (second level)
+    groups: list[_Keyed] = []
+    gpus = 0
+    for name, ground, borrows, below in sources:
+        groups.append(_group(cycle, name, flavor, ground, borrows, now, below))
+        gpus += _gpus_in(cycle, name, flavor)
     may_preempt = cycle.policy.may_preempt
     if may_preempt is not None:
         # Only its own queue's jobs, and borrowers of its cohort, can make room within its quota
@@ -197,6 +221,57 @@ def _nominals(cycle: Cycle, cohort: str, flavor: str) -> list[tuple[QueueView, i
     return cycle.once_a_cycle(
         (_nominals, cohort, flavor),
         lambda: [(q, cycle.quota.nominal(q.name, flavor)) for q in cycle.cohort_members(cohort)],
+    )
+
+
+@dataclass(slots=True)
+class _Kept:
+    """What was found of the cycle as it stood at ``stamp`` (found again when that changes)."""
+
+    stamp: int = -1
+    queues: list[QueueView] = field(default_factory=list)
+    held: int = 0
+    jobs: int = 0
+
+
+def _borrowers(cycle: Cycle, cohort: str, flavor: str) -> list[QueueView]:
+    """The cohort's queues, by name, that borrow the flavor now (what ``QuotaBook.borrowed``
+    > 0 says): found again only when the quota book changed since the last ask this cycle."""
+    kept = cycle.once_a_cycle((_borrowers, cohort, flavor), _Kept)
+    version = cycle.quota.version
+    if kept.stamp != version:
+        used = cycle.quota.used
+        kept.queues = [
+            q
+            for q, nominal in _nominals(cycle, cohort, flavor)
+            if nominal is not None and used(q.name, flavor) > nominal
+        ]
+        kept.stamp = version
+    return kept.queues
+
+
+def _stoppable(cycle: Cycle, queue: str, flavor: str) -> _Kept:
+    """How many of the queue's running jobs of the flavor may still be stopped this cycle (no
+    ground forbids it now, not taken by an earlier search), and the GPUs they hold: found
+    again only when the cycle's victims changed."""
+    kept = cycle.once_a_cycle((_stoppable, queue, flavor), _Kept)
+    taken = cycle.victims
+    if kept.stamp != len(taken):  # (victims are only ever added)
+        now = cycle.snapshot.now
+        left = [
+            victim
+            for victim in cycle.running_in(queue, flavor)
+            if victim.stoppable_at(now) and victim.id not in taken
+        ]
+        kept.jobs, kept.held = len(left), sum(victim.gpus for victim in left)
+        kept.stamp = len(taken)
+    return kept
+
+
+def _fair_tree(cycle: Cycle) -> FairTree:
+    """The members' side of the fair share (the snapshot's, once a cycle)."""
+    return cycle.once_a_cycle(
+        _fair_tree, lambda: FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)
     )
 
 
@@ -285,11 +360,23 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     Each victim's GPUs are first counted free by arithmetic (``RoomCount``); the victims
     counted so far are given back to the overlay, and the gang's quota and placement tried,
     only once that count says the gang could fit (the check ``_fit`` starts with)."""
-    gathered = _gather(cycle, job, flavor)
-    if gathered is None:
+    queue = cycle.queues[job.queue]
+    if queue.scavenger:
         return None
     overlay = cycle.overlays[flavor]
-    if overlay.total_free_gpus() + gathered.gpus < gang_gpus(job):
+    free, needed = overlay.total_free_gpus(), gang_gpus(job)
+    sources = _sources(cycle, job, queue, flavor)
+    if cycle.policy.may_preempt is None:  # (the order ground's lists are summed as gathered)
+        jobs = held = 0
+        for name, _ground, _borrows, _below in sources:
+            left = _stoppable(cycle, name, flavor)
+            jobs, held = jobs + left.jobs, held + left.held
+        if not jobs or free + held < needed:
+            return None  # no victim to find, or too few GPUs among them: spare the gathering
+    gathered = _gather(cycle, job, flavor, sources)
+    if gathered is None:
+        return None
+    if free + gathered.gpus < needed:
         return None  # stopping every candidate would not free enough GPUs: spare the walk
     ordered = candidates(cycle, job, flavor, gathered)
     allow = cycle.reservation_filter(job.id)
