@@ -43,9 +43,52 @@ def cohort_contended(draw: st.DrawFn) -> Snapshot:
     return replace(snap, standings=standings, queues=queues)
 
 
+@st.composite
+def lent_and_borrowed(draw: st.DrawFn) -> Snapshot:
+    """Full 8-GPU nodes (a few GPUs left free) held by two queues of one cohort, one borrowing
+    a little of what the other lends, and gangs of both waiting: reclaims and fair-share
+    searches that stop taking from a queue as soon as it no longer borrows."""
+    count = draw(st.integers(2, 4))
+    nodes = cluster().nodes(count, gpus=8, prefix="n")
+    runs = []
+    for n in range(count):
+        left = 8 - draw(st.integers(0, 3))
+        while left:
+            gpus = min(left, draw(st.sampled_from([1, 2, 4])))
+            left -= gpus
+            r = running(f"r{len(runs)}").queue(draw(st.sampled_from(["qa", "qb"])))
+            runs.append(r.started(float(draw(st.integers(0, 50)))).on(f"n-{n}", gpus=gpus))
+    total = 8 * count
+    nominal = draw(st.integers(0, total))
+    qa = queue("qa").tenant("ta").cohort("c").quota(nominal).best_effort()
+    qb = queue("qb").tenant("tb").cohort("c").quota(total - nominal).best_effort()
+    pending = [
+        job(f"p{i}")
+        .queue(draw(st.sampled_from(["qa", "qb"])))
+        .replicas(draw(st.integers(1, 2)), gpu=draw(st.sampled_from([2, 4, 8])))
+        .submitted(float(i))
+        for i in range(draw(st.integers(1, 4)))
+    ]
+    standings = {"ta": float(draw(st.sampled_from([0, 50]))), "tb": 10.0}
+    return snapshot(
+        nodes=nodes, queues=[qa, qb], running=runs, pending=pending, now=100.0, standings=standings
+    )
+
+
 @FAST
 @given(cohort_contended(), st.sampled_from(KIBAN_LIKE))
 def test_searches_refused_before_gathering_decide_as_searches_that_walk_every_candidate(
+    snap: Snapshot, policy: Policy
+) -> None:
+    fast = outcome(schedule(snap, policy))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(core_module, "find_victims", plain_find_victims)
+        assert fast == outcome(schedule(snap, policy))
+
+
+@settings(max_examples=400, deadline=None)
+@given(lent_and_borrowed(), st.sampled_from(KIBAN_LIKE[:2]))
+def test_searches_refused_by_what_a_cohort_borrows_decide_as_those_that_walk_it(
     snap: Snapshot, policy: Policy
 ) -> None:
     fast = outcome(schedule(snap, policy))

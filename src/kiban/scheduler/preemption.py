@@ -232,6 +232,8 @@ class _Kept:
     queues: list[QueueView] = field(default_factory=list)
     held: int = 0
     jobs: int = 0
+    largest: int = 0  # the most GPUs one of the jobs holds
+    exact: bool = True  # each job's GPUs are those it counts against the quota of the flavor
 
 
 def _borrowers(cycle: Cycle, cohort: str, flavor: str) -> list[QueueView]:
@@ -264,8 +266,28 @@ def _stoppable(cycle: Cycle, queue: str, flavor: str) -> _Kept:
             if victim.stoppable_at(now) and victim.id not in taken
         ]
         kept.jobs, kept.held = len(left), sum(victim.gpus for victim in left)
+        kept.largest = max((victim.gpus for victim in left), default=0)
+        kept.exact = all(victim.gpus == victim.flavor_gpus.get(flavor) for victim in left)
         kept.stamp = len(taken)
     return kept
+
+
+def _could_free(cycle: Cycle, sources: list[_Source], flavor: str) -> tuple[int, int]:
+    """How many jobs of the sources' queues a search may still stop, and at most how many GPUs
+    stopping them frees. A queue taken from on a cohort ground (and no other) gives victims
+    only while it borrows: once the GPUs given back reach what it borrows, it gives no more,
+    so it frees less than its borrowing and its largest job together."""
+    scavengers = {name for name, ground, _b, _p in sources if ground is PreemptionGround.SCAVENGER}
+    jobs = held = 0
+    for name, ground, _borrows, _below in sources:
+        left = _stoppable(cycle, name, flavor)
+        jobs += left.jobs
+        if ground in _COHORT_GROUNDS and left.exact and name not in scavengers:
+            most = cycle.quota.borrowed(name, flavor) + left.largest - 1
+            held += min(left.held, most)
+        else:
+            held += left.held
+    return jobs, held
 
 
 def _fair_tree(cycle: Cycle) -> FairTree:
@@ -367,10 +389,7 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     free, needed = overlay.total_free_gpus(), gang_gpus(job)
     sources = _sources(cycle, job, queue, flavor)
     if cycle.policy.may_preempt is None:  # (the order ground's lists are summed as gathered)
-        jobs = held = 0
-        for name, _ground, _borrows, _below in sources:
-            left = _stoppable(cycle, name, flavor)
-            jobs, held = jobs + left.jobs, held + left.held
+        jobs, held = _could_free(cycle, sources, flavor)
         if not jobs or free + held < needed:
             return None  # no victim to find, or too few GPUs among them: spare the gathering
     gathered = _gather(cycle, job, flavor, sources)
