@@ -181,3 +181,23 @@ def test_a_queues_stoppable_jobs_follow_the_cycles_victims() -> None:
     cycle.preempt_for(snap.pending[0], "default", [by_id["r0"], by_id["r5"]], frozenset({"n-0"}))
     left = _stoppable(cycle, "qb", "default")
     assert (left.jobs, left.held) == (6, 12)
+
+
+def test_a_search_no_node_could_make_room_on_gathers_nothing() -> None:
+    # 8 GPUs could be freed in all (4 idle, 4 of a job past its minRuntime), but on two nodes:
+    # no node could hold the 8-GPU replica, whoever is stopped.
+    nodes = cluster().nodes(2, gpus=8, prefix="n")
+    runs = [
+        running("r0").queue("qb").on("n-0", gpus=4).protected_until(10_000.0),
+        running("r1").queue("qb").on("n-1", gpus=4),
+        running("r2").queue("qb").on("n-1", gpus=4).protected_until(10_000.0),
+    ]
+    qa = queue("qa").tenant("ta").cohort("c").quota(12)
+    qb = queue("qb").tenant("tb").cohort("c").quota(4)
+    waiting = job("p0").queue("qa").replicas(1, gpu=8)
+    snap = snapshot(nodes=nodes, queues=[qa, qb], running=runs, pending=[waiting], now=1000.0)
+    cycle = Cycle.start(snap, Policy())
+    with pytest.MonkeyPatch.context() as patch:
+        gathered = _gathers(patch)
+        assert find_victims(cycle, snap.pending[0], "default") is None
+    assert gathered == []

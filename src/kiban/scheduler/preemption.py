@@ -38,7 +38,13 @@ from kiban.scheduler.capacity import NodeFilter
 from kiban.scheduler.cycle import Cycle, loss_order
 from kiban.scheduler.fair_tree import FairTree
 from kiban.scheduler.order_ground import ThresholdGround, ThresholdIndex
-from kiban.scheduler.placement import GangAttempt, RoomCount, could_fit, gang_gpus
+from kiban.scheduler.placement import (
+    GangAttempt,
+    RoomCount,
+    could_fit,
+    gang_gpus,
+    replica_demands,
+)
 from kiban.scheduler.snapshot import Extended, PendingJob, QueueView, RunningJob
 
 
@@ -234,6 +240,7 @@ class _Kept:
     jobs: int = 0
     largest: int = 0  # the most GPUs one of the jobs holds
     exact: bool = True  # each job's GPUs are those it counts against the quota of the flavor
+    on: dict[str, int] = field(default_factory=dict)  # the GPUs the jobs hold, by node
 
 
 def _borrowers(cycle: Cycle, cohort: str, flavor: str) -> list[QueueView]:
@@ -268,6 +275,11 @@ def _stoppable(cycle: Cycle, queue: str, flavor: str) -> _Kept:
         kept.jobs, kept.held = len(left), sum(victim.gpus for victim in left)
         kept.largest = max((victim.gpus for victim in left), default=0)
         kept.exact = all(victim.gpus == victim.flavor_gpus.get(flavor) for victim in left)
+        on: dict[str, int] = {}
+        for victim in left:
+            for replica in victim.replicas:
+                on[replica.node] = on.get(replica.node, 0) + len(replica.gpu_ids)
+        kept.on = on
         kept.stamp = len(taken)
     return kept
 
@@ -288,6 +300,32 @@ def _could_free(cycle: Cycle, sources: list[_Source], flavor: str) -> tuple[int,
         else:
             held += left.held
     return jobs, held
+
+
+def _could_hold(cycle: Cycle, job: PendingJob, sources: list[_Source], flavor: str) -> bool:
+    """Whether the free GPUs, with those of every job of the sources' queues that may still be
+    stopped, could hold the gang's replicas node by node (``RoomCount`` with every candidate
+    counted free, reserved nodes counted too): when not, no choice of victims could make the
+    gang fit, however many GPUs they hold together."""
+    overlay = cycle.overlays[flavor]
+    freed: dict[str, int] = {}
+    for name, _ground, _borrows, _below in sources:
+        for node, gpus in _stoppable(cycle, name, flavor).on.items():
+            freed[node] = freed.get(node, 0) + gpus
+    free_gpus = overlay.free_gpus
+    for gpu, cap, take in replica_demands(job):
+        if gpu <= 0:
+            continue
+        slots = overlay.replica_slots(gpu, cap)
+        for node, gpus in freed.items():
+            if slots >= take:
+                break
+            if overlay.schedules(node):
+                free = free_gpus(node)
+                slots += min((free + gpus) // gpu, cap) - min(free // gpu, cap)
+        if slots < take:
+            return False
+    return True
 
 
 def _fair_tree(cycle: Cycle) -> FairTree:
@@ -392,6 +430,8 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
         jobs, held = _could_free(cycle, sources, flavor)
         if not jobs or free + held < needed:
             return None  # no victim to find, or too few GPUs among them: spare the gathering
+        if not _could_hold(cycle, job, sources, flavor):
+            return None  # not even with all of them stopped: no node frees enough for a replica
     gathered = _gather(cycle, job, flavor, sources)
     if gathered is None:
         return None
