@@ -21,6 +21,7 @@ from kiban.scheduler.cycle import Cycle
 from kiban.scheduler.policy import Policy
 from kiban.scheduler.preemption import _borrowers, _stoppable, find_victims
 from kiban.testing import cluster, job, queue, running, snapshot
+from kiban.testing.job_builders import RunningBuilder
 
 FAST = settings(max_examples=150, deadline=None)
 KIBAN_LIKE = [
@@ -50,7 +51,7 @@ def lent_and_borrowed(draw: st.DrawFn) -> Snapshot:
     searches that stop taking from a queue as soon as it no longer borrows."""
     count = draw(st.integers(2, 4))
     nodes = cluster().nodes(count, gpus=8, prefix="n")
-    runs = []
+    runs: list[RunningBuilder] = []
     for n in range(count):
         left = 8 - draw(st.integers(0, 3))
         while left:
