@@ -97,6 +97,11 @@ class CapacityOverlay:
         was not undone (one made and reversed by hand counts as a change)."""
         return self._live_changes == 0
 
+    def judging_mark(self) -> tuple[int, bool, int]:
+        """``state``, ``pristine`` and how many failures its index keeps across cycles: what
+        ``Cycle.judging_state`` reads of each flavor, read at once."""
+        return (self._state, self._live_changes == 0, len(self.index.failures))
+
     @property
     def state(self) -> int:
         """A number for the free capacity the overlay holds now, within its cycle: equal numbers,
