@@ -257,13 +257,13 @@ class Cycle:
     def running_on(self, flavor: str) -> list[RunningJob]:
         """The running jobs holding GPUs of the flavor (found on first use: most cycles never
         ask, and a large cluster runs tens of thousands of jobs)."""
-        if self._running_by_flavor is None:
-            by_flavor: dict[str, list[RunningJob]] = {}
-            for job in self.snapshot.running:
-                for name in job.flavor_gpus:
-                    by_flavor.setdefault(name, []).append(job)
-            self._running_by_flavor = by_flavor
-        return self._running_by_flavor.get(flavor, [])
+        by_flavor = self._running_by_flavor
+        if by_flavor is None:
+            by_flavor = self._running_by_flavor = {}
+        jobs = by_flavor.get(flavor)
+        if jobs is None:  # one pass per flavor asked (most clusters: one flavor)
+            jobs = by_flavor[flavor] = [j for j in self.snapshot.running if flavor in j.flavor_gpus]
+        return jobs
 
     def ending_on(self, flavor: str) -> list[tuple[float, RunningJob]]:
         """The flavor's running jobs with a known end, by end (then id), with the end: their
