@@ -11,7 +11,6 @@ import bisect
 from collections.abc import Callable, Collection, Iterator, KeysView
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 from kiban.scheduler.capacity_index import CapacityIndex
 from kiban.scheduler.node_match import NodeConstraint, NodePreference
@@ -24,14 +23,9 @@ NO_SPREAD_LIMIT = 1_000_000
 """The replicas per node of a task that does not limit them, in room counts."""
 
 
-@dataclass(slots=True)
-class _Change:
-    taken: bool  # True: capacity was taken; False: it was given back
-    node: str
-    gpu_ids: tuple[int, ...]
-    cpu_millis: int
-    memory: int
-    extended: Extended = NO_EXTENDED
+_Change = tuple[bool, str, tuple[int, ...], int, int, Extended]
+"""A change logged for undo: taken (True: capacity was taken; False: given back), the node, its
+GPU ids, CPU, memory, extended resources. A tuple: placements log one per replica tried."""
 
 
 class CapacityOverlay:
@@ -96,6 +90,11 @@ class CapacityOverlay:
         """Whether the overlay holds its index's capacity unchanged: no take or give made that
         was not undone (one made and reversed by hand counts as a change)."""
         return self._live_changes == 0
+
+    def judging_mark(self) -> tuple[int, bool, int]:
+        """``state``, ``pristine`` and how many failures its index keeps across cycles: what
+        ``Cycle.judging_state`` reads of each flavor, read at once."""
+        return (self._state, self._live_changes == 0, len(self.index.failures))
 
     @property
     def state(self) -> int:
@@ -358,7 +357,7 @@ class CapacityOverlay:
         self._memory[node] += memory
         if extended:
             self._shift_extended(node, extended, 1)
-        self._record(_Change(False, node, gpu_ids, cpu_millis, memory, extended))
+        self._record(False, node, gpu_ids, cpu_millis, memory, extended)
 
     def _take_ids(
         self,
@@ -376,7 +375,7 @@ class CapacityOverlay:
         self._memory[node] -= memory
         if extended:
             self._shift_extended(node, extended, -1)
-        self._record(_Change(True, node, gpu_ids, cpu_millis, memory, extended))
+        self._record(True, node, gpu_ids, cpu_millis, memory, extended)
 
     def _shift_extended(self, node: str, extended: Extended, sign: int) -> None:
         """Add (``sign`` 1) or take (-1) extended resources on a node, in a new dict: the
@@ -386,14 +385,24 @@ class CapacityOverlay:
             free[name] = free.get(name, 0) + sign * amount
         self._extended[node] = free
 
-    def _record(self, change: _Change) -> None:
+    def _record(
+        self,
+        taken: bool,
+        node: str,
+        gpu_ids: tuple[int, ...],
+        cpu_millis: int,
+        memory: int,
+        extended: Extended,
+    ) -> None:
         if self._undoing:
             return
         self._live_changes += 1
         self._states += 1
         self._state = self._states
         if self._transactions:
-            self._transactions[-1].changes.append(change)
+            self._transactions[-1].changes.append(
+                (taken, node, gpu_ids, cpu_millis, memory, extended)
+            )
 
     def transaction(self) -> AbstractContextManager[Transaction[_Change]]:
         """Group changes; unless committed, they are all undone on exit.
@@ -412,23 +421,11 @@ class CapacityOverlay:
     def _undo(self, changes: list[_Change]) -> None:
         self._undoing = True
         try:
-            for change in reversed(changes):
-                if change.taken:
-                    self.give(
-                        change.node,
-                        change.gpu_ids,
-                        change.cpu_millis,
-                        change.memory,
-                        change.extended,
-                    )
+            for taken, node, gpu_ids, cpu_millis, memory, extended in reversed(changes):
+                if taken:
+                    self.give(node, gpu_ids, cpu_millis, memory, extended)
                 else:
-                    self._take_ids(
-                        change.node,
-                        change.gpu_ids,
-                        change.cpu_millis,
-                        change.memory,
-                        change.extended,
-                    )
+                    self._take_ids(node, gpu_ids, cpu_millis, memory, extended)
         finally:
             self._undoing = False
         self._live_changes -= len(changes)

@@ -55,6 +55,20 @@ _Shape = tuple[int, int, int, int, int]
 _NO_SPREAD = 2**31  # the max_per_node of a task that does not limit it, for shape comparisons
 
 _priority = attrgetter("priority")
+
+
+def _at_least(shape: _Shape, other: _Shape) -> bool:
+    """Whether a gang of ``shape`` is at least as large as one of ``other`` in every entry (so
+    at least as hard to place): written out, as the failed-shape memo asks it per job judged."""
+    return (
+        shape[0] >= other[0]
+        and shape[1] >= other[1]
+        and shape[2] >= other[2]
+        and shape[3] >= other[3]
+        and shape[4] >= other[4]
+    )
+
+
 _preempted_by = attrgetter("preempted_by")
 
 
@@ -243,13 +257,13 @@ class Cycle:
     def running_on(self, flavor: str) -> list[RunningJob]:
         """The running jobs holding GPUs of the flavor (found on first use: most cycles never
         ask, and a large cluster runs tens of thousands of jobs)."""
-        if self._running_by_flavor is None:
-            by_flavor: dict[str, list[RunningJob]] = {}
-            for job in self.snapshot.running:
-                for name in job.flavor_gpus:
-                    by_flavor.setdefault(name, []).append(job)
-            self._running_by_flavor = by_flavor
-        return self._running_by_flavor.get(flavor, [])
+        by_flavor = self._running_by_flavor
+        if by_flavor is None:
+            by_flavor = self._running_by_flavor = {}
+        jobs = by_flavor.get(flavor)
+        if jobs is None:  # one pass per flavor asked (most clusters: one flavor)
+            jobs = by_flavor[flavor] = [j for j in self.snapshot.running if flavor in j.flavor_gpus]
+        return jobs
 
     def ending_on(self, flavor: str) -> list[tuple[float, RunningJob]]:
         """The flavor's running jobs with a known end, by end (then id), with the end: their
@@ -543,10 +557,7 @@ class Cycle:
         shape = self.shape(job)
         if shape is None:
             return False
-        return any(
-            all(mine >= theirs for mine, theirs in zip(shape, failed, strict=True))
-            for failed in self._failed(job, flavor)
-        )
+        return any(_at_least(shape, failed) for failed in self._failed(job, flavor))
 
     def known_failure(self, job: PendingJob, flavor: str) -> PendingReason | None:
         """Why the job, or one of the same gang shape, did not fit the flavor's free capacity when
@@ -571,9 +582,9 @@ class Cycle:
         if shape is None:
             return
         shapes = self._failed(job, flavor)
-        if any(all(a >= b for a, b in zip(shape, s, strict=True)) for s in shapes):
+        if any(_at_least(shape, s) for s in shapes):
             return
-        shapes[:] = [s for s in shapes if not all(a >= b for a, b in zip(s, shape, strict=True))]
+        shapes[:] = [s for s in shapes if not _at_least(s, shape)]
         shapes.append(shape)
         self._shapes_kept += 1
 
@@ -591,7 +602,8 @@ class Cycle:
             len(self._victims),
             self._shapes_kept,
         )
-        return counts + tuple(
-            (overlay.state, overlay.pristine, len(overlay.index.failures))
-            for overlay in self.overlays.values()
-        )
+        overlays = self.overlays
+        if len(overlays) == 1:  # most clusters: one flavor, no generator
+            for overlay in overlays.values():
+                return (*counts, overlay.judging_mark())
+        return counts + tuple(overlay.judging_mark() for overlay in overlays.values())

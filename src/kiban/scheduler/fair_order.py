@@ -74,10 +74,15 @@ def fair_order(
             if now_standing > was:
                 heapq.heappush(heap, (now_standing, key, name))
                 continue
+            k = next_index[name]
+            count = len(jobs)
             while True:
                 yield job
-                k = next_index[name] = _skip(jobs, next_index[name] + 1, skip)
-                if k >= len(jobs) or (dropped is not None and name in dropped):
+                k += 1
+                if skip:  # preemptors were yielded first
+                    k = _skip(jobs, k, skip)
+                next_index[name] = k
+                if k >= count or (dropped is not None and name in dropped):
                     break
                 job = jobs[k]
                 now_standing = standing(job.tenant)

@@ -44,9 +44,10 @@ def place_gang(
     within: Collection[str] | None = None,
 ) -> GangAttempt:
     """Place replicas in rank order; commit if at least the gang fits, else leave nothing behind."""
-    placements: list[ReplicaPlacement] = []
+    # (task, index, node, GPU ids) per replica placed: the placements are made only for a
+    # gang that fits (most attempts of a contended cycle fail)
+    placed: list[tuple[TaskDemand, int, str, tuple[int, ...]]] = []
     with overlay.transaction() as tx:
-        rank = 0
         for task in job.tasks:
             task_allow = task_filter(task, allow)
             extended = task.extended
@@ -65,26 +66,27 @@ def place_gang(
                 if held is not None:
                     held[node] = held.get(node, 0) + 1
                 gpu_ids = overlay.take(node, task.gpu, task.cpu_millis, task.memory, extended)
-                placements.append(
-                    ReplicaPlacement(
-                        task=task.name,
-                        index=index,
-                        rank=rank,
-                        node=node,
-                        gpu_ids=gpu_ids,
-                        cpu_millis=task.cpu_millis,
-                        memory=task.memory,
-                        extended=extended,
-                    )
-                )
-                rank += 1
+                placed.append((task, index, node, gpu_ids))
             else:
                 continue
             break
-        if len(placements) >= job.gang_size:
+        if len(placed) >= job.gang_size:
             tx.commit()
-            return GangAttempt(tuple(placements), len(placements), True)
-    return GangAttempt((), len(placements), False)
+            placements = tuple(
+                ReplicaPlacement(
+                    task=task.name,
+                    index=index,
+                    rank=rank,
+                    node=node,
+                    gpu_ids=gpu_ids,
+                    cpu_millis=task.cpu_millis,
+                    memory=task.memory,
+                    extended=task.extended,
+                )
+                for rank, (task, index, node, gpu_ids) in enumerate(placed)
+            )
+            return GangAttempt(placements, len(placements), True)
+    return GangAttempt((), len(placed), False)
 
 
 def task_filter(task: TaskDemand, allow: NodeFilter | None) -> NodeFilter | None:

@@ -29,13 +29,9 @@ class Waiting:
     reserved_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Visit:
-    """A job the cycle judged: admitted (with the charge to its tenant's standing) or waiting."""
-
-    job: PendingJob
-    outcome: Admit | Waiting
-    charge: float = 0.0
+Visit = tuple[PendingJob, Admit | Waiting, float]
+"""A job the cycle judged: admitted (with the charge to its tenant's standing) or waiting (with
+no charge). A plain tuple: the cycle makes one per job it visits."""
 
 
 class Waits(Sequence[Wait]):
@@ -64,9 +60,9 @@ class Waits(Sequence[Wait]):
     def judged(self) -> Iterator[tuple[str, PendingReason]]:
         """(job id, reason) of the waiting jobs the cycle judged itself, without numbering
         them: preemptors and queue heads, never the jobs behind a blocked head."""
-        for visit in self._visits:
-            if isinstance(visit.outcome, Waiting):
-                yield visit.job.id, visit.outcome.reason
+        for job, outcome, _charge in self._visits:
+            if isinstance(outcome, Waiting):
+                yield job.id, outcome.reason
 
     def over_budget(self) -> bool:
         """Whether, visiting every job, the cycle would have stopped at its placement budget
@@ -131,7 +127,7 @@ def _replay(
         return base.get(tenant, 0.0) + charged.get(tenant, 0.0)
 
     budget = policy.max_placements_per_cycle
-    judged = {visit.job.id: visit for visit in visits}
+    judged = {visit[0].id: visit for visit in visits}
     blocked: dict[str, PendingReason] = {}
     waits: list[Wait] = []
     in_queue: dict[str, int] = {}
@@ -150,10 +146,10 @@ def _replay(
             assert reason is not None, f"{job.id} was neither judged nor behind a blocked head"
             _add_wait(waits, in_queue, job, reason)
             continue
-        outcome = visit.outcome
+        _job, outcome, charge = visit
         if isinstance(outcome, Admit):
             placed += len(outcome.placements)
-            charged[job.tenant] = charged.get(job.tenant, 0.0) + visit.charge
+            charged[job.tenant] = charged.get(job.tenant, 0.0) + charge
             continue
         _add_wait(waits, in_queue, job, outcome.reason, outcome.reserved_at)
         queue = queues.get(job.queue)
