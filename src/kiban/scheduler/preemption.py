@@ -77,6 +77,9 @@ class _Groups:
     gpus: int  # at most this many GPUs are held by their jobs (each counted once a list)
     tree: FairTree
     standing_after: float  # the preemptor tenant's standing once the job is admitted
+    # When every list is a threshold ground's: each one's queue and where its levels above the
+    # job's bound begin (what the lists hold follows from them); None: some list is not.
+    thresholds: list[tuple[str, int]] | None = None
 
 
 def candidates(
@@ -126,9 +129,11 @@ def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
     tree = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)  # members (second level)
     groups: list[_Keyed] = []
     gpus = 0
+    thresholds: list[tuple[str, int]] | None = []
 
     def add(name: str, ground: PreemptionGround, borrows: bool, below: int = 0) -> None:
-        nonlocal gpus
+        nonlocal gpus, thresholds
+        thresholds = None
         groups.append(_group(cycle, name, flavor, ground, borrows, now, below))
         gpus += _gpus_in(cycle, name, flavor)
 
@@ -177,10 +182,14 @@ def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
                     continue
                 index = _threshold_index(cycle, may_preempt, name, flavor)
                 borrows = cycle.quota.borrowed(name, flavor) > 0
-                groups.append(_by_threshold(index, may_preempt, job, borrows, now))
-                gpus += index.gpus_above(may_preempt, job)
+                first = index.first(may_preempt, job)
+                groups.append(_by_threshold(index, first, job, borrows, now))
+                gpus += index.gpus_from[first]
+                if thresholds is not None:
+                    thresholds.append((name, first))
         else:
             predicate = may_preempt
+            thresholds = None
 
             def allowed(victim: RunningJob) -> bool:
                 return not _never_for(job, victim, now) and predicate(job, victim, now)
@@ -189,7 +198,7 @@ def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
                 borrows = cycle.quota.borrowed(name, flavor) > 0
                 groups.append(_group(cycle, name, flavor, ground, borrows, now, keep=allowed))
                 gpus += _gpus_in(cycle, name, flavor)
-    return _Groups(groups, gpus, tree, standing_after)
+    return _Groups(groups, gpus, tree, standing_after, thresholds)
 
 
 def _nominals(cycle: Cycle, cohort: str, flavor: str) -> list[tuple[QueueView, int | None]]:
@@ -268,12 +277,13 @@ def _threshold_index(
 
 
 def _by_threshold(
-    index: ThresholdIndex, ground: ThresholdGround, job: PendingJob, borrowing: bool, now: float
+    index: ThresholdIndex, first: int, job: PendingJob, borrowing: bool, now: float
 ) -> _Keyed:
     """One queue's candidates on a threshold-shaped order ground: what ``_group`` yields with
     the ground as its ``keep``, found by bisecting the queue's running jobs sorted by level
-    (``ThresholdIndex``) instead of asking the ground of each of them."""
-    for victim in index.victims(ground, job):
+    (``ThresholdIndex``) instead of asking the ground of each of them; ``first``: where the
+    levels above the job's bound begin (``ThresholdIndex.first``)."""
+    for victim in index.victims(first, job):
         yield _merge_key(_THEN, victim, borrowing, now), (victim, PreemptionGround.ORDER)
 
 
@@ -285,9 +295,80 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     Each victim's GPUs are first counted free by arithmetic (``RoomCount``); the victims
     counted so far are given back to the overlay, and the gang's quota and placement tried,
     only once that count says the gang could fit (the check ``_fit`` starts with)."""
+    failed = cycle.once_a_cycle(_search_key, set[tuple[object, ...]])
+    early = _job_key(cycle, job, flavor)
+    if early is not None and early in failed:
+        return None
     gathered = _gather(cycle, job, flavor)
     if gathered is None:
         return None
+    key = _search_key(cycle, job, flavor, gathered)
+    if key is None:
+        return _search(cycle, job, flavor, gathered)
+    if key in failed:
+        return None
+    choice = _search(cycle, job, flavor, gathered)
+    if choice is None:  # kept as the cycle stands before and after it (its what-ifs undone)
+        failed.add(key)
+        failed.add(_search_key(cycle, job, flavor, gathered) or key)
+        if early is not None:
+            failed.add(early)
+            failed.add(_job_key(cycle, job, flavor) or early)
+    return choice
+
+
+def _search_key(
+    cycle: Cycle, job: PendingJob, flavor: str, gathered: _Groups
+) -> tuple[object, ...] | None:
+    """What a search whose lists are all a threshold ground's depends on, for the failures kept
+    within a cycle (None: some list is not). Its lists follow from the queues' names and
+    ``ThresholdIndex.first`` with the job's priority and last preemptor; its walk from the
+    cycle's quota use, victims, reservations and free capacity (``Cycle.judging_state``), the
+    nodes kept from the job, and the gang's shape. Under SRTF or LAS most waiting jobs of a
+    queue search for the same victims, search after search, and find none."""
+    thresholds = gathered.thresholds
+    if thresholds is None:
+        return None
+    return (
+        "lists",
+        flavor,
+        job.queue,
+        job.shape,
+        job.priority,
+        job.preempted_by,
+        tuple(thresholds),
+        tuple(cycle.reserved_for_others(job.id)),
+        cycle.judging_state(),
+    )
+
+
+def _job_key(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[object, ...] | None:
+    """What ``_gather`` and the walk read of the job and the cycle, when the policy's ground is
+    a threshold and admissions charge no standing (SRTF, LAS: then no standing changes within
+    the cycle, and the rest that does is in ``Cycle.judging_state``): a failure kept under it
+    answers a later search before its lists are gathered (None: the policy is not such)."""
+    policy = cycle.policy
+    ground = policy.may_preempt
+    if not isinstance(ground, ThresholdGround) or policy.admission_charge_s != 0:
+        return None
+    return (
+        "job",
+        flavor,
+        job.queue,
+        job.shape,
+        job.priority,
+        job.preempted_by,
+        job.preempts,
+        job.tenant,
+        job.member,
+        ground.bound(job),
+        tuple(cycle.reserved_for_others(job.id)),
+        cycle.judging_state(),
+    )
+
+
+def _search(cycle: Cycle, job: PendingJob, flavor: str, gathered: _Groups) -> VictimChoice | None:
+    """``find_victims``' walk over the candidate lists ``gathered``."""
     overlay = cycle.overlays[flavor]
     if overlay.total_free_gpus() + gathered.gpus < gang_gpus(job):
         return None  # stopping every candidate would not free enough GPUs: spare the walk
