@@ -129,7 +129,10 @@ def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
     tree = FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)  # members (second level)
     groups: list[_Keyed] = []
     gpus = 0
-    thresholds: list[tuple[str, int]] | None = []
+    may_preempt = cycle.policy.may_preempt
+    thresholds: list[tuple[str, int]] | None = (
+        [] if isinstance(may_preempt, ThresholdGround) else None
+    )
 
     def add(name: str, ground: PreemptionGround, borrows: bool, below: int = 0) -> None:
         nonlocal gpus, thresholds
@@ -159,7 +162,6 @@ def _gather(cycle: Cycle, job: PendingJob, flavor: str) -> _Groups | None:
                 job, standing_after, other.tenant, cycle.standing(other.tenant)
             ):
                 add(other.name, PreemptionGround.FAIR_SHARE, True)
-    may_preempt = cycle.policy.may_preempt
     if may_preempt is not None:
         # Only its own queue's jobs, and borrowers of its cohort, can make room within its quota
         # (a queue without quota may take room anywhere).
@@ -295,37 +297,42 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     Each victim's GPUs are first counted free by arithmetic (``RoomCount``); the victims
     counted so far are given back to the overlay, and the gang's quota and placement tried,
     only once that count says the gang could fit (the check ``_fit`` starts with)."""
-    failed = cycle.once_a_cycle(_search_key, set[tuple[object, ...]])
     early = _job_key(cycle, job, flavor)
-    if early is not None and early in failed:
+    if early is None:  # not a threshold ground: nothing is kept
+        gathered = _gather(cycle, job, flavor)
+        return None if gathered is None else _search(cycle, job, flavor, gathered)
+    failed = cycle.once_a_cycle(_search_key, set[tuple[object, ...]])
+    state = cycle.judging_state()
+    if (early, state) in failed:
         return None
-    gathered = _gather(cycle, job, flavor)
+    gathered = _gather(cycle, job, flavor)  # (it changes nothing ``judging_state`` reads)
     if gathered is None:
         return None
-    key = _search_key(cycle, job, flavor, gathered)
-    if key is None:
+    lists = _search_key(cycle, job, flavor, gathered)
+    if lists is None:
         return _search(cycle, job, flavor, gathered)
-    if key in failed:
+    if (lists, state) in failed:
         return None
     choice = _search(cycle, job, flavor, gathered)
     if choice is None:  # kept as the cycle stands before and after it (its what-ifs undone)
-        failed.add(key)
-        failed.add(_search_key(cycle, job, flavor, gathered) or key)
-        if early is not None:
-            failed.add(early)
-            failed.add(_job_key(cycle, job, flavor) or early)
+        after = cycle.judging_state()
+        failed.add((lists, state))
+        failed.add((lists, after))
+        if early[0] == "job":
+            failed.add((early, state))
+            failed.add((early, after))
     return choice
 
 
 def _search_key(
     cycle: Cycle, job: PendingJob, flavor: str, gathered: _Groups
 ) -> tuple[object, ...] | None:
-    """What a search whose lists are all a threshold ground's depends on, for the failures kept
-    within a cycle (None: some list is not). Its lists follow from the queues' names and
-    ``ThresholdIndex.first`` with the job's priority and last preemptor; its walk from the
-    cycle's quota use, victims, reservations and free capacity (``Cycle.judging_state``), the
-    nodes kept from the job, and the gang's shape. Under SRTF or LAS most waiting jobs of a
-    queue search for the same victims, search after search, and find none."""
+    """What a search whose lists are all a threshold ground's depends on besides the cycle's
+    quota use, victims, reservations and free capacity (``Cycle.judging_state``), for the
+    failures kept within a cycle (None: some list is not). Its lists follow from the queues'
+    names and ``ThresholdIndex.first`` with the job's priority and last preemptor; its walk
+    from the nodes kept from the job and the gang's shape. Under SRTF or LAS most waiting jobs
+    of a queue search for the same victims, search after search, and find none."""
     thresholds = gathered.thresholds
     if thresholds is None:
         return None
@@ -337,20 +344,28 @@ def _search_key(
         job.priority,
         job.preempted_by,
         tuple(thresholds),
-        tuple(cycle.reserved_for_others(job.id)),
-        cycle.judging_state(),
+        _kept_from(cycle, job),
     )
 
 
 def _job_key(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[object, ...] | None:
-    """What ``_gather`` and the walk read of the job and the cycle, when the policy's ground is
-    a threshold and admissions charge no standing (SRTF, LAS: then no standing changes within
-    the cycle, and the rest that does is in ``Cycle.judging_state``): a failure kept under it
-    answers a later search before its lists are gathered (None: the policy is not such)."""
+    """What ``_gather`` and the walk read of the job and the cycle besides
+    ``Cycle.judging_state``, when the policy's ground is a threshold and admissions charge no
+    standing (SRTF, LAS: then no standing changes within the cycle): a failure kept under it
+    answers a later search before its lists are gathered. ``("none",)`` under a threshold
+    ground with a charge (only ``_search_key`` keeps failures); None: not a threshold ground.
+    A partitioned ground's job of a queue with quota is known by where its bound falls in its
+    queue's index (as in ``_search_key``), any other by its bound."""
     policy = cycle.policy
     ground = policy.may_preempt
-    if not isinstance(ground, ThresholdGround) or policy.admission_charge_s != 0:
+    if not isinstance(ground, ThresholdGround):
         return None
+    if policy.admission_charge_s != 0:
+        return ("none",)
+    queue = cycle.queues.get(job.queue)
+    bound: object = ground.bound(job)
+    if queue is not None and queue.nominal is not None and not ground.across(job.queue):
+        bound = _threshold_index(cycle, ground, job.queue, flavor).first(ground, job)
     return (
         "job",
         flavor,
@@ -361,10 +376,14 @@ def _job_key(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[object, ...] |
         job.preempts,
         job.tenant,
         job.member,
-        ground.bound(job),
-        tuple(cycle.reserved_for_others(job.id)),
-        cycle.judging_state(),
+        bound,
+        _kept_from(cycle, job),
     )
+
+
+def _kept_from(cycle: Cycle, job: PendingJob) -> tuple[str, ...]:
+    """The nodes kept for other jobs' reservations (what keeps the job off them)."""
+    return tuple(cycle.reserved_for_others(job.id)) if cycle.reservation_count else ()
 
 
 def _search(cycle: Cycle, job: PendingJob, flavor: str, gathered: _Groups) -> VictimChoice | None:
