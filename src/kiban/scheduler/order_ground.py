@@ -17,6 +17,7 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from kiban.scheduler.snapshot import PendingJob, RunningJob
 
@@ -68,35 +69,35 @@ class ThresholdIndex:
     @classmethod
     def of(cls, ground: ThresholdGround, jobs: Sequence[RunningJob], now: float) -> ThresholdIndex:
         level = ground.level
-        ranked = sorted(
-            (level(victim, now), place)
-            for place, victim in enumerate(jobs)
-            if victim.stoppable_at(now)
-        )
-        places = [place for _, place in ranked]
-        gpus_from = [0] * (len(places) + 1)
-        for i in range(len(places) - 1, -1, -1):
-            gpus_from[i] = gpus_from[i + 1] + jobs[places[i]].gpus
-        return cls(jobs, [lv for lv, _ in ranked], places, gpus_from)
+        stoppable = [place for place, victim in enumerate(jobs) if victim.stoppable_at(now)]
+        of_place = [level(jobs[place], now) for place in stoppable]
+        # by level, then by place (a stable sort of places in ascending order)
+        order = sorted(range(len(stoppable)), key=of_place.__getitem__)
+        places = [stoppable[i] for i in order]
+        held = [jobs[place].gpus for place in reversed(places)]
+        gpus_from = list(accumulate(held, initial=0))
+        gpus_from.reverse()
+        return cls(jobs, [of_place[i] for i in order], places, gpus_from)
 
-    def _first(self, ground: ThresholdGround, waiting: PendingJob) -> int:
-        """Where the levels strictly above the waiting job's bound begin (the end: none)."""
+    def first(self, ground: ThresholdGround, waiting: PendingJob) -> int:
+        """Where the levels strictly above the waiting job's bound begin (the end: none): two
+        waiting jobs with the same answer, priority and last preemptor have the same victims."""
         bound = ground.bound(waiting)
         return len(self.levels) if bound is None else bisect_right(self.levels, bound)
 
     def gpus_above(self, ground: ThresholdGround, waiting: PendingJob) -> int:
         """At most how many GPUs the jobs of ``victims`` hold (its other filters aside)."""
-        return self.gpus_from[self._first(ground, waiting)]
+        return self.gpus_from[self.first(ground, waiting)]
 
-    def victims(self, ground: ThresholdGround, waiting: PendingJob) -> Iterator[RunningJob]:
+    def victims(self, first: int, waiting: PendingJob) -> Iterator[RunningJob]:
         """The jobs the ground lets ``waiting`` preempt (the scope aside: see ``in_scope``),
-        least loss first; never the job that preempted it last. Lazy: a search that finds
-        room early orders only what it took."""
+        least loss first, given ``first`` (``first``'s answer for it); never the job that
+        preempted it last. Lazy: a search that finds room early orders only what it took."""
         jobs = self.jobs
         priority, last = waiting.priority, waiting.preempted_by
         places = [
             place
-            for place in self.places[self._first(ground, waiting) :]
+            for place in self.places[first:]
             if jobs[place].priority <= priority and jobs[place].id != last
         ]
         heapq.heapify(places)

@@ -83,6 +83,9 @@ class _Groups:
     gpus: int  # at most this many GPUs are held by their jobs (each counted once a list)
     tree: FairTree
     standing_after: float  # the preemptor tenant's standing once the job is admitted
+    # When every list is a threshold ground's: each one's queue and where its levels above the
+    # job's bound begin (what the lists hold follows from them); None: some list is not.
+    thresholds: list[tuple[str, int]] | None = None
 
 
 def candidates(
@@ -185,6 +188,9 @@ def _gather(
         groups.append(_group(cycle, name, flavor, ground, borrows, now, below))
         gpus += _gpus_in(cycle, name, flavor)
     may_preempt = cycle.policy.may_preempt
+    thresholds: list[tuple[str, int]] | None = (
+        [] if isinstance(may_preempt, ThresholdGround) and not sources else None
+    )
     if may_preempt is not None:
         # Only its own queue's jobs, and borrowers of its cohort, can make room within its quota
         # (a queue without quota may take room anywhere).
@@ -207,10 +213,14 @@ def _gather(
                     continue
                 index = _threshold_index(cycle, may_preempt, name, flavor)
                 borrows = cycle.quota.borrowed(name, flavor) > 0
-                groups.append(_by_threshold(index, may_preempt, job, borrows, now))
-                gpus += index.gpus_above(may_preempt, job)
+                first = index.first(may_preempt, job)
+                groups.append(_by_threshold(index, first, job, borrows, now))
+                gpus += index.gpus_from[first]
+                if thresholds is not None:
+                    thresholds.append((name, first))
         else:
             predicate = may_preempt
+            thresholds = None
 
             def allowed(victim: RunningJob) -> bool:
                 return not _never_for(job, victim, now) and predicate(job, victim, now)
@@ -219,7 +229,7 @@ def _gather(
                 borrows = cycle.quota.borrowed(name, flavor) > 0
                 groups.append(_group(cycle, name, flavor, ground, borrows, now, keep=allowed))
                 gpus += _gpus_in(cycle, name, flavor)
-    return _Groups(groups, gpus, tree, standing_after)
+    return _Groups(groups, gpus, tree, standing_after, thresholds)
 
 
 def _nominals(cycle: Cycle, cohort: str, flavor: str) -> list[tuple[QueueView, int | None]]:
@@ -403,12 +413,13 @@ def _threshold_index(
 
 
 def _by_threshold(
-    index: ThresholdIndex, ground: ThresholdGround, job: PendingJob, borrowing: bool, now: float
+    index: ThresholdIndex, first: int, job: PendingJob, borrowing: bool, now: float
 ) -> _Keyed:
     """One queue's candidates on a threshold-shaped order ground: what ``_group`` yields with
     the ground as its ``keep``, found by bisecting the queue's running jobs sorted by level
-    (``ThresholdIndex``) instead of asking the ground of each of them."""
-    for victim in index.victims(ground, job):
+    (``ThresholdIndex``) instead of asking the ground of each of them; ``first``: where the
+    levels above the job's bound begin (``ThresholdIndex.first``)."""
+    for victim in index.victims(first, job):
         yield _merge_key(_THEN, victim, borrowing, now), (victim, PreemptionGround.ORDER)
 
 
@@ -425,7 +436,100 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     policy). Off the order ground they are refused before any list is gathered: when no job
     of the grounds' queues may still be stopped, when those jobs (a borrower's up to what it
     borrows) hold too few GPUs, or when no node could hold a replica even with all of them
-    stopped (``_could_free``, ``_could_hold``, on sums kept across the cycle's searches)."""
+    stopped (``_could_free``, ``_could_hold``, on sums kept across the cycle's searches). On a
+    threshold ground (SRTF, LAS) a search that failed is kept for the rest of the cycle under
+    what it read (``_job_key``, ``_search_key``), and a like one later is answered from it."""
+    early = _job_key(cycle, job, flavor)
+    if early is None:  # not a threshold ground: nothing is kept
+        return _refuse_or_search(cycle, job, flavor)
+    failed = cycle.once_a_cycle(_search_key, set[tuple[object, ...]])
+    state = cycle.judging_state()
+    if (early, state) in failed:
+        return None
+    gathered = _gather(cycle, job, flavor)  # (it changes nothing ``judging_state`` reads)
+    if gathered is None:
+        return None
+    lists = _search_key(cycle, job, flavor, gathered)
+    if lists is None:
+        return _search(cycle, job, flavor, gathered)
+    if (lists, state) in failed:
+        return None
+    choice = _search(cycle, job, flavor, gathered)
+    if choice is None:  # kept as the cycle stands before and after it (its what-ifs undone)
+        after = cycle.judging_state()
+        failed.add((lists, state))
+        failed.add((lists, after))
+        if early[0] == "job":
+            failed.add((early, state))
+            failed.add((early, after))
+    return choice
+
+
+def _search_key(
+    cycle: Cycle, job: PendingJob, flavor: str, gathered: _Groups
+) -> tuple[object, ...] | None:
+    """What a search whose lists are all a threshold ground's depends on besides the cycle's
+    quota use, victims, reservations and free capacity (``Cycle.judging_state``), for the
+    failures kept within a cycle (None: some list is not). Its lists follow from the queues'
+    names and ``ThresholdIndex.first`` with the job's priority and last preemptor; its walk
+    from the nodes kept from the job and the gang's shape. Under SRTF or LAS most waiting jobs
+    of a queue search for the same victims, search after search, and find none."""
+    thresholds = gathered.thresholds
+    if thresholds is None:
+        return None
+    return (
+        "lists",
+        flavor,
+        job.queue,
+        job.shape,
+        job.priority,
+        job.preempted_by,
+        tuple(thresholds),
+        _kept_from(cycle, job),
+    )
+
+
+def _job_key(cycle: Cycle, job: PendingJob, flavor: str) -> tuple[object, ...] | None:
+    """What ``_gather`` and the walk read of the job and the cycle besides
+    ``Cycle.judging_state``, when the policy's ground is a threshold and admissions charge no
+    standing (SRTF, LAS: then no standing changes within the cycle): a failure kept under it
+    answers a later search before its lists are gathered. ``("none",)`` under a threshold
+    ground with a charge (only ``_search_key`` keeps failures); None: not a threshold ground.
+    A partitioned ground's job of a queue with quota is known by where its bound falls in its
+    queue's index (as in ``_search_key``), any other by its bound."""
+    policy = cycle.policy
+    ground = policy.may_preempt
+    if not isinstance(ground, ThresholdGround):
+        return None
+    if policy.admission_charge_s != 0:
+        return ("none",)
+    queue = cycle.queues.get(job.queue)
+    bound: object = ground.bound(job)
+    if queue is not None and queue.nominal is not None and not ground.across(job.queue):
+        bound = _threshold_index(cycle, ground, job.queue, flavor).first(ground, job)
+    return (
+        "job",
+        flavor,
+        job.queue,
+        job.shape,
+        job.priority,
+        job.preempted_by,
+        job.preempts,
+        job.tenant,
+        job.member,
+        bound,
+        _kept_from(cycle, job),
+    )
+
+
+def _kept_from(cycle: Cycle, job: PendingJob) -> tuple[str, ...]:
+    """The nodes kept for other jobs' reservations (what keeps the job off them)."""
+    return tuple(cycle.reserved_for_others(job.id)) if cycle.reservation_count else ()
+
+
+def _refuse_or_search(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | None:
+    """``find_victims`` off a threshold ground: refused by arithmetic before the lists are
+    gathered where it can be (``_could_free``, ``_could_hold``), else gathered and walked."""
     queue = cycle.queues[job.queue]
     if queue.scavenger:
         return None
@@ -439,9 +543,13 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
         if not _could_hold(cycle, job, sources, flavor):
             return None  # not even with all of them stopped: no node frees enough for a replica
     gathered = _gather(cycle, job, flavor, sources)
-    if gathered is None:
-        return None
-    if free + gathered.gpus < needed:
+    return None if gathered is None else _search(cycle, job, flavor, gathered)
+
+
+def _search(cycle: Cycle, job: PendingJob, flavor: str, gathered: _Groups) -> VictimChoice | None:
+    """``find_victims``' walk over the candidate lists ``gathered``."""
+    overlay = cycle.overlays[flavor]
+    if overlay.total_free_gpus() + gathered.gpus < gang_gpus(job):
         return None  # stopping every candidate would not free enough GPUs: spare the walk
     ordered = candidates(cycle, job, flavor, gathered)
     allow = cycle.reservation_filter(job.id)
