@@ -48,7 +48,7 @@ from kiban.scheduler.snapshot import (
 from kiban.scheduler.wait_replay import judged_reasons
 from kiban.sim.cluster import SimCluster
 from kiban.sim.policies import SimPolicy, within_partition
-from kiban.sim.state import ClusterState, default_running
+from kiban.sim.state import ClusterState, default_running, evolve
 from kiban.sim.workload import SimJob
 
 DEFAULT_CHECKPOINT_S = 1800.0
@@ -170,8 +170,11 @@ class Simulator:
         # run times learned online from the jobs that finished, as the live loop learns them
         self.estimator = RuntimeEstimator() if policy.estimates and not policy.oracle else None
         self.learned_for: set[str] = set()  # tenants whose estimates changed since the last cycle
-        # the estimator's answers since it last learned (it answers the same until then)
-        self.estimates: dict[JobFeatures, RuntimeEstimate | None] = {}
+        # the estimator's answers since it last learned (it answers the same until then), by
+        # the ``id`` of the one JobFeatures object kept per distinct value (a hash of an int,
+        # not of six fields, per waiting job revised)
+        self.estimates: dict[int, RuntimeEstimate | None] = {}
+        self.distinct: dict[JobFeatures, JobFeatures] = {}  # each value's one object
         self.features: dict[str, JobFeatures] = {}  # each job's, made once
         self.runs = {j.id: JobRun(j) for j in self.jobs}
         self.checkpoint_s = checkpoint_s if checkpoint_s > 0 else math.inf
@@ -281,7 +284,7 @@ class Simulator:
             running = self.state.running.get(job_id)
             if running is None or run.attempt != attempt:
                 continue
-            self.state.replace_running(replace(running, last_progress_at=at))
+            self.state.replace_running(evolve(running, last_progress_at=at))
             heapq.heappush(self.checkpoints, (at + self.checkpoint_s, job_id, attempt))
         while self.wakeups and self.wakeups[0][0] <= now:
             _at, job_id, attempt = heapq.heappop(self.wakeups)
@@ -410,8 +413,11 @@ class Simulator:
         self.ends_at[job.id] = now + length
         if self.core.preemption and now + self.checkpoint_s < now + length:
             heapq.heappush(self.checkpoints, (now + self.checkpoint_s, job.id, run.attempt))
-        running = replace(
-            default_running(job, admit, replicas, now),
+        running = default_running(
+            job,
+            admit,
+            replicas,
+            now,
             protected_until=now + run.job.min_runtime_s,
             attained_service=job.attained_service,
         )
@@ -456,14 +462,17 @@ class Simulator:
             return job
         features = self.features.get(job.id)
         if features is None:
-            features = self.features[job.id] = features_of(self.runs[job.id].job)
-        if features in self.estimates:
-            estimate = self.estimates[features]
+            made = features_of(self.runs[job.id].job)
+            features = self.features[job.id] = self.distinct.setdefault(made, made)
+        key = id(features)
+        estimates = self.estimates
+        if key in estimates:
+            estimate = estimates[key]
         else:
-            estimate = self.estimates[features] = self.estimator.estimate(features)
+            estimate = estimates[key] = self.estimator.estimate(features)
         if estimate is None or estimate.seconds == job.estimated_runtime:
             return job
-        return replace(job, estimated_runtime=estimate.seconds)
+        return evolve(job, estimated_runtime=estimate.seconds)
 
     def _max_runtime(self, run: JobRun) -> float | None:
         """What the core knows of a job's run time: all of it for oracles, else its limit."""
