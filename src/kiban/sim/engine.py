@@ -317,8 +317,14 @@ class Simulator:
         if self.learned_for:  # waiting jobs plan on what was learned since (as the live loop)
             self.state.revise_waiting(self.learned_for, self._estimated)
             self.learned_for.clear()
+        # Decayed usage moves only with the clock: one instant's cycles share its standings
+        # (dominant shares move with every start and stop: made again each cycle).
+        standings = self._standings() if self.policy.standing == "usage" else None
+        members = self._members()
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            snapshot = self.state.snapshot(self.now, self._standings(), self._members())
+            snapshot = self.state.snapshot(
+                self.now, self._standings() if standings is None else standings, members
+            )
             t0 = time.perf_counter()
             decisions = schedule(snapshot, self.core, self.capacity)
             self.core_s += time.perf_counter() - t0
