@@ -12,6 +12,7 @@ import pytest
 from sim_support import write_csv
 
 from kiban.domain.runtime_estimate import JobFeatures, RuntimeEstimate, RuntimeEstimator
+from kiban.domain.usage import Decay
 from kiban.scheduler.fair_tree import FairTree
 from kiban.scheduler.policy import priority_then_fifo
 from kiban.scheduler.snapshot import (
@@ -140,3 +141,20 @@ def test_jobs_of_equal_features_share_one_estimate_between_lessons(tmp_path: Pat
     # last lesson finds none waiting), however many jobs waited
     assert len(set(counting.asked)) == 1
     assert len(counting.asked) == 1 + len(rows) + (len(rows) - 1)
+
+
+def test_a_decay_step_gives_the_numbers_of_one_call_per_key() -> None:
+    """``Decay.step`` moves every usage as ``accrue`` (holders, new ones included) and
+    ``decay`` (the others) do, to the last bit: a replay's standings must not move."""
+    decayed = Decay(37.25, 3600.0)
+    usage = {"a": 12.5, "b": 1e6, "c": 3.0}
+    held: dict[str, float] = {"b": 16.0, "d": 3.0}
+    expected = {
+        "a": decayed.decay(12.5),
+        "b": decayed.accrue(1e6, 16.0),
+        "c": decayed.decay(3.0),
+        "d": decayed.accrue(0.0, 3.0),
+    }
+    decayed.step(usage, held)
+    assert usage == expected
+    assert list(usage) == ["a", "b", "c", "d"]  # the new holder joins at the end

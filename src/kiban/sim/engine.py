@@ -271,12 +271,8 @@ class Simulator:
             self.allocated_gpu_s += self.allocated * dt
             if self.policy.standing == "usage":
                 decayed = Decay(dt, self.half_life_s)  # one exp for every tenant and member
-                usage = self.usage
-                for tenant, held in self.held.items():
-                    usage[tenant] = decayed.accrue(usage.get(tenant, 0.0), held[0])
-                for tenant in usage.keys() - self.held.keys():
-                    usage[tenant] = decayed.decay(usage[tenant])
-                self._accrue_members(decayed)
+                decayed.step(self.usage, {tenant: held[0] for tenant, held in self.held.items()})
+                decayed.step(self.member_usage, self.member_held)  # as the tenants
         self.now = now
         while self.checkpoints and self.checkpoints[0][0] <= now:
             at, job_id, attempt = heapq.heappop(self.checkpoints)
@@ -501,14 +497,6 @@ class Simulator:
         member_gpus = self.member_held[key] = self.member_held.get(key, 0) + sign * gpus
         if member_gpus <= 0:
             del self.member_held[key]
-
-    def _accrue_members(self, decayed: Decay) -> None:
-        """Members' usage over the step, as the tenants' (only with usage standings)."""
-        usage = self.member_usage
-        for key, gpus in self.member_held.items():
-            usage[key] = decayed.accrue(usage.get(key, 0.0), gpus)
-        for key in usage.keys() - self.member_held.keys():
-            usage[key] = decayed.decay(usage[key])
 
     def _members(
         self,
