@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import TypeVar
 
 LN2 = math.log(2.0)
+_K = TypeVar("_K")
 
 
 class Decay:
@@ -34,6 +36,19 @@ class Decay:
     def decay(self, usage: float) -> float:
         """Usage after the step of decay alone."""
         return usage * self.d
+
+    def step(self, usage: dict[_K, float], held: Mapping[_K, float]) -> None:
+        """Every usage over the step, in place: ``accrue`` for those holding ``held[key]``
+        (added if new), ``decay`` for the others; the same numbers as one call per key, without
+        the calls (a replay steps every tenant and member at every instant)."""
+        d = self.d
+        grow = 1.0 - d
+        half_life_s = self.half_life_s
+        for key, rate in held.items():
+            usage[key] = usage.get(key, 0.0) * d + rate * half_life_s / LN2 * grow
+        if len(usage) > len(held):
+            for key in usage.keys() - held.keys():
+                usage[key] = usage[key] * d
 
 
 def decay(usage: float, dt: float, half_life_s: float) -> float:

@@ -60,8 +60,14 @@ class FairTree:
 
     @classmethod
     def of(cls, snapshot: Snapshot, charge_per_gpu_s: float) -> FairTree:
-        """The second level of the snapshot's fair share (``Policy.admission_charge_s``)."""
-        return cls(snapshot.member_standings, snapshot.member_weights, charge_per_gpu_s)
+        """The second level of the snapshot's fair share (``Policy.admission_charge_s``): the
+        same object again for the same snapshot and charge (asked once per victim search)."""
+        last = _LAST.get(cls)  # one read: another thread may replace it whole meanwhile
+        if last is not None and last[0] is snapshot and last[1] == charge_per_gpu_s:
+            return last[2]
+        tree = cls(snapshot.member_standings, snapshot.member_weights, charge_per_gpu_s)
+        _LAST[cls] = (snapshot, charge_per_gpu_s, tree)
+        return tree
 
     def standing(self, tenant: str, member: str | None) -> float:
         """The member's decayed usage per its weight (0 for a member with no usage yet)."""
@@ -156,3 +162,8 @@ class FairTree:
             return False
         mine = self.standing(job.tenant, job.member) + self.charge(job)
         return mine < self.standing(victim.tenant, victim.member)
+
+
+_LAST: dict[type[FairTree], tuple[Snapshot, float, FairTree]] = {}
+"""The last tree ``FairTree.of`` made, with its snapshot (kept alive, so no other snapshot
+takes its ``id``) and charge."""

@@ -48,7 +48,7 @@ from kiban.scheduler.snapshot import (
 from kiban.scheduler.wait_replay import judged_reasons
 from kiban.sim.cluster import SimCluster
 from kiban.sim.policies import SimPolicy, within_partition
-from kiban.sim.state import ClusterState, default_running
+from kiban.sim.state import ClusterState, default_running, evolve
 from kiban.sim.workload import SimJob
 
 DEFAULT_CHECKPOINT_S = 1800.0
@@ -170,8 +170,11 @@ class Simulator:
         # run times learned online from the jobs that finished, as the live loop learns them
         self.estimator = RuntimeEstimator() if policy.estimates and not policy.oracle else None
         self.learned_for: set[str] = set()  # tenants whose estimates changed since the last cycle
-        # the estimator's answers since it last learned (it answers the same until then)
-        self.estimates: dict[JobFeatures, RuntimeEstimate | None] = {}
+        # the estimator's answers since it last learned (it answers the same until then), by
+        # the ``id`` of the one JobFeatures object kept per distinct value (a hash of an int,
+        # not of six fields, per waiting job revised)
+        self.estimates: dict[int, RuntimeEstimate | None] = {}
+        self.distinct: dict[JobFeatures, JobFeatures] = {}  # each value's one object
         self.features: dict[str, JobFeatures] = {}  # each job's, made once
         self.runs = {j.id: JobRun(j) for j in self.jobs}
         self.checkpoint_s = checkpoint_s if checkpoint_s > 0 else math.inf
@@ -268,12 +271,8 @@ class Simulator:
             self.allocated_gpu_s += self.allocated * dt
             if self.policy.standing == "usage":
                 decayed = Decay(dt, self.half_life_s)  # one exp for every tenant and member
-                usage = self.usage
-                for tenant, held in self.held.items():
-                    usage[tenant] = decayed.accrue(usage.get(tenant, 0.0), held[0])
-                for tenant in usage.keys() - self.held.keys():
-                    usage[tenant] = decayed.decay(usage[tenant])
-                self._accrue_members(decayed)
+                decayed.step(self.usage, {tenant: held[0] for tenant, held in self.held.items()})
+                decayed.step(self.member_usage, self.member_held)  # as the tenants
         self.now = now
         while self.checkpoints and self.checkpoints[0][0] <= now:
             at, job_id, attempt = heapq.heappop(self.checkpoints)
@@ -281,7 +280,7 @@ class Simulator:
             running = self.state.running.get(job_id)
             if running is None or run.attempt != attempt:
                 continue
-            self.state.replace_running(replace(running, last_progress_at=at))
+            self.state.replace_running(evolve(running, last_progress_at=at))
             heapq.heappush(self.checkpoints, (at + self.checkpoint_s, job_id, attempt))
         while self.wakeups and self.wakeups[0][0] <= now:
             _at, job_id, attempt = heapq.heappop(self.wakeups)
@@ -314,8 +313,14 @@ class Simulator:
         if self.learned_for:  # waiting jobs plan on what was learned since (as the live loop)
             self.state.revise_waiting(self.learned_for, self._estimated)
             self.learned_for.clear()
+        # Decayed usage moves only with the clock: one instant's cycles share its standings
+        # (dominant shares move with every start and stop: made again each cycle).
+        standings = self._standings() if self.policy.standing == "usage" else None
+        members = self._members()
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            snapshot = self.state.snapshot(self.now, self._standings(), self._members())
+            snapshot = self.state.snapshot(
+                self.now, self._standings() if standings is None else standings, members
+            )
             t0 = time.perf_counter()
             decisions = schedule(snapshot, self.core, self.capacity)
             self.core_s += time.perf_counter() - t0
@@ -410,8 +415,11 @@ class Simulator:
         self.ends_at[job.id] = now + length
         if self.core.preemption and now + self.checkpoint_s < now + length:
             heapq.heappush(self.checkpoints, (now + self.checkpoint_s, job.id, run.attempt))
-        running = replace(
-            default_running(job, admit, replicas, now),
+        running = default_running(
+            job,
+            admit,
+            replicas,
+            now,
             protected_until=now + run.job.min_runtime_s,
             attained_service=job.attained_service,
         )
@@ -456,14 +464,17 @@ class Simulator:
             return job
         features = self.features.get(job.id)
         if features is None:
-            features = self.features[job.id] = features_of(self.runs[job.id].job)
-        if features in self.estimates:
-            estimate = self.estimates[features]
+            made = features_of(self.runs[job.id].job)
+            features = self.features[job.id] = self.distinct.setdefault(made, made)
+        key = id(features)
+        estimates = self.estimates
+        if key in estimates:
+            estimate = estimates[key]
         else:
-            estimate = self.estimates[features] = self.estimator.estimate(features)
+            estimate = estimates[key] = self.estimator.estimate(features)
         if estimate is None or estimate.seconds == job.estimated_runtime:
             return job
-        return replace(job, estimated_runtime=estimate.seconds)
+        return evolve(job, estimated_runtime=estimate.seconds)
 
     def _max_runtime(self, run: JobRun) -> float | None:
         """What the core knows of a job's run time: all of it for oracles, else its limit."""
@@ -486,14 +497,6 @@ class Simulator:
         member_gpus = self.member_held[key] = self.member_held.get(key, 0) + sign * gpus
         if member_gpus <= 0:
             del self.member_held[key]
-
-    def _accrue_members(self, decayed: Decay) -> None:
-        """Members' usage over the step, as the tenants' (only with usage standings)."""
-        usage = self.member_usage
-        for key, gpus in self.member_held.items():
-            usage[key] = decayed.accrue(usage.get(key, 0.0), gpus)
-        for key in usage.keys() - self.member_held.keys():
-            usage[key] = decayed.decay(usage[key])
 
     def _members(
         self,
