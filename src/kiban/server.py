@@ -72,6 +72,7 @@ class ServerOptions:
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE  # indices one job array may have
     notebook_ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S  # JupyterLab's time to answer
     audit: bool = True  # state-changing requests leave audit records (off: to measure their cost)
+    one_cpu: bool = True  # the event loop and the threads it starts share one CPU (share_one_cpu)
 
     @property
     def isolated(self) -> bool:
@@ -221,6 +222,41 @@ def start_node_agent(options: ServerOptions, platform: Platform, url: str) -> Ag
     return agent
 
 
+def current_cpu() -> int | None:
+    """The CPU the calling thread runs on now (Linux: ``processor`` in its ``stat``); None
+    where that cannot be read."""
+    try:
+        stat = Path("/proc/thread-self/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def share_one_cpu() -> int | None:
+    """Keep the calling thread, the event loop's, on one CPU (the one it runs on now), and so
+    the threads it starts from now on, which inherit it: the submission and audit writers
+    (started at their first item) and the API's worker threads. Which CPU it was, or None
+    where there is only one or affinity cannot be set.
+
+    Every submission hands the interpreter lock from the event loop to the submission writer
+    and back; on two different CPUs each hand-off wakes the other CPU (in a virtual machine,
+    an interrupt through the hypervisor) and moves the lock's and the request's cache lines
+    across, and where the scheduler happened to place the two threads made a fresh server's
+    CPU per submission bimodal (docs/benchmarks.md, session 23). The control loop's,
+    the services' and the router's threads, started before, keep every CPU.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        return None
+    cpu = current_cpu()
+    if cpu not in allowed:
+        cpu = min(allowed)
+    os.sched_setaffinity(0, {cpu})  # pid 0: this thread alone
+    return cpu
+
+
 def stop_for_lost_lease(message: str) -> None:
     """The database lease was lost to another control plane: stop, as SIGTERM stops us."""
     logging.getLogger("kiban.server").error("%s; stopping", message)
@@ -357,6 +393,8 @@ def prepare(options: ServerOptions, ownership: Ownership) -> tuple[FastAPI, sock
             running.loop.start()
             running.services.start()
             agent = start_node_agent(options, running, url)
+            if options.one_cpu:
+                share_one_cpu()  # after the threads above, which keep every CPU
             try:
                 yield
             finally:
