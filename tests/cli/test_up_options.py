@@ -128,6 +128,19 @@ def test_up_passes_its_array_limit_to_the_server(
     assert "--max-array-size" in refused.output
 
 
+def test_up_keeps_the_api_on_one_cpu_unless_told_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default the API's event loop and writers share one CPU; ``--api-any-cpu`` leaves
+    them to the OS scheduler (for machines whose local jobs keep every CPU busy)."""
+    seen = []
+    monkeypatch.setattr("kiban.server.serve", lambda options, _ownership: seen.append(options))
+    for args, one_cpu in (([], True), (["--api-any-cpu"], False)):
+        result = runner.invoke(app, ["up", "--home", str(tmp_path / str(one_cpu)), *args])
+        assert result.exit_code == 0, result.output
+        assert seen.pop().one_cpu is one_cpu
+
+
 def test_up_passes_its_notebook_ready_timeout_to_the_notebook_controller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

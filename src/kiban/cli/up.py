@@ -122,6 +122,15 @@ def up(
             "kiban bench submit)",
         ),
     ] = False,
+    api_any_cpu: Annotated[
+        bool,
+        typer.Option(
+            "--api-any-cpu",
+            help="let the API's event loop and its writers run on any CPU (by default they "
+            "share the one the loop starts on, which makes each request cheaper; choose this "
+            "when local jobs keep every CPU busy)",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole platform in the foreground: API, scheduler and an executor. One at a time
     per home, and per PostgreSQL database: a second is refused, naming the first."""
@@ -222,6 +231,7 @@ def up(
         max_array_size=max_array_size,
         notebook_ready_timeout_s=notebook_ready_timeout,
         audit=not no_audit,
+        one_cpu=not api_any_cpu,
     )
     with contextlib.suppress(KeyboardInterrupt):
         serve(options, ownership)
