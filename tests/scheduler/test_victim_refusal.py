@@ -76,15 +76,21 @@ def lent_and_borrowed(draw: st.DrawFn) -> Snapshot:
     )
 
 
+def _decides_as_walking_every_candidate(snap: Snapshot, policy: Policy) -> None:
+    """The cycle's decisions with the refusals equal those of a search walking every
+    candidate (``plain_find_victims``)."""
+    fast = outcome(schedule(snap, policy))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(core_module, "find_victims", plain_find_victims)
+        assert fast == outcome(schedule(snap, policy))
+
+
 @FAST
 @given(cohort_contended(), st.sampled_from(KIBAN_LIKE))
 def test_searches_refused_before_gathering_decide_as_searches_that_walk_every_candidate(
     snap: Snapshot, policy: Policy
 ) -> None:
-    fast = outcome(schedule(snap, policy))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(core_module, "find_victims", plain_find_victims)
-        assert fast == outcome(schedule(snap, policy))
+    _decides_as_walking_every_candidate(snap, policy)
 
 
 @settings(max_examples=400, deadline=None)
@@ -92,10 +98,7 @@ def test_searches_refused_before_gathering_decide_as_searches_that_walk_every_ca
 def test_searches_refused_by_what_a_cohort_borrows_decide_as_those_that_walk_it(
     snap: Snapshot, policy: Policy
 ) -> None:
-    fast = outcome(schedule(snap, policy))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(core_module, "find_victims", plain_find_victims)
-        assert fast == outcome(schedule(snap, policy))
+    _decides_as_walking_every_candidate(snap, policy)
 
 
 def _borrowed_cluster(protected: bool, waiting: int = 1) -> Snapshot:

@@ -52,6 +52,20 @@ def room_of(task: TaskDemand, free: int, cpu: int, memory: int) -> int:
     return room
 
 
+def best_fit_prefix(order: list[tuple[int, str, int]], replicas: int) -> frozenset[str]:
+    """The nodes best fit fills, given (free GPUs, name, replicas it holds) for each node that
+    holds some: fewest free first (then by name), until they hold every replica or all they can."""
+    order.sort()
+    placed = min(replicas, sum(held for _f, _n, held in order))
+    used: list[str] = []
+    for _free, name, held in order:
+        if placed <= 0:
+            break
+        used.append(name)
+        placed -= held
+    return frozenset(used)
+
+
 Freed = tuple[str, int, int, int]
 """GPUs, CPU millis and memory freed on a node."""
 
@@ -290,15 +304,7 @@ class Releases:
             held, given = self.at(name, k)
             if held > 0:
                 order.append((free_gpus(name) + given, name, held))
-        order.sort()
-        placed = min(replicas, sum(held for _f, _n, held in order))
-        used: list[str] = []
-        for _free, name, held in order:
-            if placed <= 0:
-                break
-            used.append(name)
-            placed -= held
-        return frozenset(used)
+        return best_fit_prefix(order, replicas)
 
 
 def first_fit(
@@ -498,12 +504,4 @@ class ReleasedView:
                 given = freed.get(name)
                 free = overlay.free_gpus(name) + (0 if given is None else given[0])
                 order.append((free, name, held))
-        order.sort()
-        placed = min(self._task.replicas, sum(held for _f, _n, held in order))
-        used: list[str] = []
-        for _free, name, held in order:
-            if placed <= 0:
-                break
-            used.append(name)
-            placed -= held
-        return frozenset(used)
+        return best_fit_prefix(order, self._task.replicas)
