@@ -19,7 +19,9 @@ from kiban.scheduler import core as core_module
 from kiban.scheduler import preemption as preemption_module
 from kiban.scheduler.cycle import Cycle
 from kiban.scheduler.policy import Policy
-from kiban.scheduler.preemption import _borrowers, _stoppable, find_victims
+from kiban.scheduler.preemption import find_victims
+from kiban.scheduler.victim_sources import borrowers as _borrowers
+from kiban.scheduler.victim_sources import stoppable as _stoppable
 from kiban.testing import cluster, job, queue, running, snapshot
 from kiban.testing.job_builders import RunningBuilder
 

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 
 from kiban.scheduler.capacity import NodeFilter
 from kiban.scheduler.cycle import Cycle, loss_order
@@ -43,19 +42,17 @@ from kiban.scheduler.placement import (
     RoomCount,
     could_fit,
     gang_gpus,
-    replica_demands,
 )
-from kiban.scheduler.snapshot import Extended, PendingJob, QueueView, RunningJob
-
-
-class PreemptionGround(StrEnum):
-    """On what ground a running job is preempted (a preemption's ``ground`` detail)."""
-
-    SCAVENGER = "scavenger"  # its queue runs on idle capacity only: any waiting job may have it
-    PRIORITY = "priority"  # lower priority in the preemptor's own queue
-    RECLAIM = "reclaim"  # its queue borrows what the preemptor's queue lent
-    FAIR_SHARE = "fair-share"  # its tenant (or member) stands above the preemptor's
-    ORDER = "order"  # the policy's own ground (``Policy.may_preempt``)
+from kiban.scheduler.snapshot import Extended, PendingJob, RunningJob
+from kiban.scheduler.victim_sources import (
+    COHORT_GROUNDS,
+    PreemptionGround,
+    Source,
+    could_free,
+    could_hold,
+    members_tree,
+    sources_for,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +65,6 @@ class VictimChoice:
 
 
 Candidate = tuple[RunningJob, PreemptionGround]
-_COHORT_GROUNDS = (PreemptionGround.RECLAIM, PreemptionGround.FAIR_SHARE)  # while they borrow
 _FIRST, _THEN = 0, 1  # the scavenger ground's victims come before every other ground's
 
 
@@ -120,68 +116,20 @@ def candidates(
         yield victim, ground
 
 
-_Source = tuple[str, PreemptionGround, bool, int]
-"""A queue whose running jobs may be a search's victims: its name, the ground, whether it
-borrows the flavor (its jobs come first in the merge), the preemptor's priority (on the
-priority ground: only jobs below it)."""
-
-
-def _sources(cycle: Cycle, job: PendingJob, queue: QueueView, flavor: str) -> list[_Source]:
-    """The queues a search for ``job`` (of ``queue``, not a scavenger queue) takes victims from
-    on the scavenger, priority, reclaim and fair-share grounds, in merge order; cheap to ask
-    (the cohort's borrowers are kept while the quota stays), so that a search with no victim
-    to find, or too few GPUs among them, is refused before its lists are gathered."""
-    sources: list[_Source] = []
-    borrowed = cycle.quota.borrowed
-    for other in cycle.scavenger_queues():
-        sources.append(
-            (other.name, PreemptionGround.SCAVENGER, borrowed(other.name, flavor) > 0, 0)
-        )
-    if job.preempts:
-        lowest = cycle.lowest_priority(job.queue)
-        if lowest is not None and lowest < job.priority:  # else none is below it
-            own_borrows = borrowed(job.queue, flavor) > 0
-            sources.append((job.queue, PreemptionGround.PRIORITY, own_borrows, job.priority))
-    if queue.cohort is None:
-        return sources
-    # (a job back from a preemption may reclaim, never preempt on fair share)
-    within_nominal = _within_nominal(cycle, job, flavor)
-    if not within_nominal and job.preempted_by is not None:
-        return sources
-    lenders = [q for q in _borrowers(cycle, queue.cohort, flavor) if q.name != job.queue]
-    if within_nominal:
-        sources += [(q.name, PreemptionGround.RECLAIM, True, 0) for q in lenders]
-    elif lenders:
-        standing_after = cycle.standing(job.tenant) + cycle.charge(job)
-        reaches = _fair_tree(cycle).reaches
-        sources += [
-            (q.name, PreemptionGround.FAIR_SHARE, True, 0)
-            for q in lenders
-            if reaches(job, standing_after, q.tenant, cycle.standing(q.tenant))
-        ]
-    return sources
-
-
-def _within_nominal(cycle: Cycle, job: PendingJob, flavor: str) -> bool:
-    """Whether the job's queue stays within its nominal quota of the flavor once it starts."""
-    nominal = cycle.quota.nominal(job.queue, flavor)
-    return nominal is not None and cycle.quota.used(job.queue, flavor) + job.total_gpus <= nominal
-
-
 def _gather(
-    cycle: Cycle, job: PendingJob, flavor: str, sources: list[_Source] | None = None
+    cycle: Cycle, job: PendingJob, flavor: str, sources: list[Source] | None = None
 ) -> _Groups | None:
     """The per-queue lists of ``candidates`` (None for a scavenger queue's job), built lazily:
     each list reads its queue's jobs, and the quota, only when the merge first asks it.
-    ``sources``: what ``_sources`` says of the job now, if the caller asked it already."""
+    ``sources``: what ``sources_for`` says of the job now, if the caller asked it already."""
     queue = cycle.queues[job.queue]
     if queue.scavenger:
         return None
     if sources is None:
-        sources = _sources(cycle, job, queue, flavor)
+        sources = sources_for(cycle, job, queue, flavor)
     now = cycle.snapshot.now
     standing_after = cycle.standing(job.tenant) + cycle.charge(job)
-    tree = _fair_tree(cycle)  # members (second level)
+    tree = members_tree(cycle)  # members (second level)
     groups: list[_Keyed] = []
     gpus = 0
     for name, ground, borrows, below in sources:
@@ -232,119 +180,6 @@ def _gather(
     return _Groups(groups, gpus, tree, standing_after, thresholds)
 
 
-def _nominals(cycle: Cycle, cohort: str, flavor: str) -> list[tuple[QueueView, int | None]]:
-    """The cohort's queues, by name, with their nominal GPUs of the flavor (once a cycle)."""
-    return cycle.once_a_cycle(
-        (_nominals, cohort, flavor),
-        lambda: [(q, cycle.quota.nominal(q.name, flavor)) for q in cycle.cohort_members(cohort)],
-    )
-
-
-@dataclass(slots=True)
-class _Kept:
-    """What was found of the cycle as it stood at ``stamp`` (found again when that changes)."""
-
-    stamp: int = -1
-    queues: list[QueueView] = field(default_factory=list)
-    held: int = 0
-    jobs: int = 0
-    largest: int = 0  # the most GPUs one of the jobs holds
-    exact: bool = True  # each job's GPUs are those it counts against the quota of the flavor
-    on: dict[str, int] = field(default_factory=dict)  # the GPUs the jobs hold, by node
-
-
-def _borrowers(cycle: Cycle, cohort: str, flavor: str) -> list[QueueView]:
-    """The cohort's queues, by name, that borrow the flavor now (what ``QuotaBook.borrowed``
-    > 0 says): found again only when the quota book changed since the last ask this cycle."""
-    kept = cycle.once_a_cycle((_borrowers, cohort, flavor), _Kept)
-    version = cycle.quota.version
-    if kept.stamp != version:
-        used = cycle.quota.used
-        kept.queues = [
-            q
-            for q, nominal in _nominals(cycle, cohort, flavor)
-            if nominal is not None and used(q.name, flavor) > nominal
-        ]
-        kept.stamp = version
-    return kept.queues
-
-
-def _stoppable(cycle: Cycle, queue: str, flavor: str) -> _Kept:
-    """How many of the queue's running jobs of the flavor may still be stopped this cycle (no
-    ground forbids it now, not taken by an earlier search), and the GPUs they hold: found
-    again only when the cycle's victims changed."""
-    kept = cycle.once_a_cycle((_stoppable, queue, flavor), _Kept)
-    taken = cycle.victims
-    if kept.stamp != len(taken):  # (victims are only ever added)
-        now = cycle.snapshot.now
-        left = [
-            victim
-            for victim in cycle.running_in(queue, flavor)
-            if victim.stoppable_at(now) and victim.id not in taken
-        ]
-        kept.jobs, kept.held = len(left), sum(victim.gpus for victim in left)
-        kept.largest = max((victim.gpus for victim in left), default=0)
-        kept.exact = all(victim.gpus == victim.flavor_gpus.get(flavor) for victim in left)
-        on: dict[str, int] = {}
-        for victim in left:
-            for replica in victim.replicas:
-                on[replica.node] = on.get(replica.node, 0) + len(replica.gpu_ids)
-        kept.on = on
-        kept.stamp = len(taken)
-    return kept
-
-
-def _could_free(cycle: Cycle, sources: list[_Source], flavor: str) -> tuple[int, int]:
-    """How many jobs of the sources' queues a search may still stop, and at most how many GPUs
-    stopping them frees. A queue taken from on a cohort ground (and no other) gives victims
-    only while it borrows: once the GPUs given back reach what it borrows, it gives no more,
-    so it frees less than its borrowing and its largest job together."""
-    scavengers = {name for name, ground, _b, _p in sources if ground is PreemptionGround.SCAVENGER}
-    jobs = held = 0
-    for name, ground, _borrows, _below in sources:
-        left = _stoppable(cycle, name, flavor)
-        jobs += left.jobs
-        if ground in _COHORT_GROUNDS and left.exact and name not in scavengers:
-            most = cycle.quota.borrowed(name, flavor) + left.largest - 1
-            held += min(left.held, most)
-        else:
-            held += left.held
-    return jobs, held
-
-
-def _could_hold(cycle: Cycle, job: PendingJob, sources: list[_Source], flavor: str) -> bool:
-    """Whether the free GPUs, with those of every job of the sources' queues that may still be
-    stopped, could hold the gang's replicas node by node (``RoomCount`` with every candidate
-    counted free, reserved nodes counted too): when not, no choice of victims could make the
-    gang fit, however many GPUs they hold together."""
-    overlay = cycle.overlays[flavor]
-    freed: dict[str, int] = {}
-    for name, _ground, _borrows, _below in sources:
-        for node, gpus in _stoppable(cycle, name, flavor).on.items():
-            freed[node] = freed.get(node, 0) + gpus
-    free_gpus = overlay.free_gpus
-    for gpu, cap, take in replica_demands(job):
-        if gpu <= 0:
-            continue
-        slots = overlay.replica_slots(gpu, cap)
-        for node, gpus in freed.items():
-            if slots >= take:
-                break
-            if overlay.schedules(node):
-                free = free_gpus(node)
-                slots += min((free + gpus) // gpu, cap) - min(free // gpu, cap)
-        if slots < take:
-            return False
-    return True
-
-
-def _fair_tree(cycle: Cycle) -> FairTree:
-    """The members' side of the fair share (the snapshot's, once a cycle)."""
-    return cycle.once_a_cycle(
-        _fair_tree, lambda: FairTree.of(cycle.snapshot, cycle.policy.admission_charge_s)
-    )
-
-
 def _gpus_in(cycle: Cycle, queue: str, flavor: str) -> int:
     """GPUs held by the queue's running jobs of the flavor (summed once a cycle)."""
     return cycle.once_a_cycle(
@@ -386,7 +221,7 @@ def _group(
     for victim in cycle.running_in(queue, flavor):  # lowest priority first
         if ground is PreemptionGround.PRIORITY and victim.priority >= below:
             return
-        if ground in _COHORT_GROUNDS and cycle.quota.borrowed(queue, flavor) <= 0:
+        if ground in COHORT_GROUNDS and cycle.quota.borrowed(queue, flavor) <= 0:
             return
         if keep is not None and not keep(victim):
             continue
@@ -436,7 +271,7 @@ def find_victims(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | N
     policy). Off the order ground they are refused before any list is gathered: when no job
     of the grounds' queues may still be stopped, when those jobs (a borrower's up to what it
     borrows) hold too few GPUs, or when no node could hold a replica even with all of them
-    stopped (``_could_free``, ``_could_hold``, on sums kept across the cycle's searches). On a
+    stopped (``could_free``, ``could_hold``, on sums kept across the cycle's searches). On a
     threshold ground (SRTF, LAS) a search that failed is kept for the rest of the cycle under
     what it read (``_job_key``, ``_search_key``), and a like one later is answered from it."""
     early = _job_key(cycle, job, flavor)
@@ -529,18 +364,18 @@ def _kept_from(cycle: Cycle, job: PendingJob) -> tuple[str, ...]:
 
 def _refuse_or_search(cycle: Cycle, job: PendingJob, flavor: str) -> VictimChoice | None:
     """``find_victims`` off a threshold ground: refused by arithmetic before the lists are
-    gathered where it can be (``_could_free``, ``_could_hold``), else gathered and walked."""
+    gathered where it can be (``could_free``, ``could_hold``), else gathered and walked."""
     queue = cycle.queues[job.queue]
     if queue.scavenger:
         return None
     overlay = cycle.overlays[flavor]
     free, needed = overlay.total_free_gpus(), gang_gpus(job)
-    sources = _sources(cycle, job, queue, flavor)
+    sources = sources_for(cycle, job, queue, flavor)
     if cycle.policy.may_preempt is None:  # (the order ground's lists are summed as gathered)
-        jobs, held = _could_free(cycle, sources, flavor)
+        jobs, held = could_free(cycle, sources, flavor)
         if not jobs or free + held < needed:
             return None  # no victim to find, or too few GPUs among them: spare the gathering
-        if not _could_hold(cycle, job, sources, flavor):
+        if not could_hold(cycle, job, sources, flavor):
             return None  # not even with all of them stopped: no node frees enough for a replica
     gathered = _gather(cycle, job, flavor, sources)
     return None if gathered is None else _search(cycle, job, flavor, gathered)
@@ -562,7 +397,7 @@ def _search(cycle: Cycle, job: PendingJob, flavor: str, gathered: _Groups) -> Vi
     # every give below is a what-if: both transactions undo it on exit
     with overlay.transaction(), cycle.quota.transaction():
         for victim, ground in ordered:
-            if ground in _COHORT_GROUNDS and cycle.quota.borrowed(victim.queue, flavor) <= 0:
+            if ground in COHORT_GROUNDS and cycle.quota.borrowed(victim.queue, flavor) <= 0:
                 continue  # its queue gave back all it borrowed: the rest is its own
             chosen.append((victim, ground))
             _release_quota(cycle, victim, flavor)
