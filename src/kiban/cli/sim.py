@@ -68,6 +68,10 @@ def sim_command(
         bool, typer.Option("--json", help="print one JSON object (per policy with --compare)")
     ] = False,
     plot: Annotated[Path | None, typer.Option(help="write PNG plots into this folder")] = None,
+    jobs_csv: Annotated[
+        Path | None,
+        typer.Option(help="write every job's outcome per policy to this CSV (one row each)"),
+    ] = None,
 ) -> None:
     """Replay a trace through the same scheduler core as the control loop, in simulated time.
 
@@ -83,6 +87,8 @@ def sim_command(
     try:
         if fmt not in (None, "philly", "csv"):
             raise ValueError(f"--format must be philly or csv, not {fmt!r}")
+        if jobs_csv is not None and jobs_csv.is_dir():
+            raise ValueError(f"--jobs-csv must name a file, and {jobs_csv} is a folder")
         options = SimOptions(
             trace=trace,
             fmt=fmt,  # type: ignore[arg-type]
@@ -137,6 +143,16 @@ def sim_command(
         except RuntimeError as exc:
             render.err.print(f"error: {exc}", markup=False)
             raise typer.Exit(1) from None
+    if jobs_csv is not None:
+        from kiban.sim.job_outcomes import write_job_outcomes
+
+        replays = [(r.policy.name, r.outcome) for r in report.results if r.outcome is not None]
+        try:
+            written = write_job_outcomes(replays, jobs_csv)
+        except OSError as exc:
+            render.err.print(f"error: --jobs-csv: {exc}", markup=False)
+            raise typer.Exit(1) from None
+        render.say(f"wrote {written:,} job rows to {jobs_csv}")
     if as_json:
         data: dict[str, Any]
         if compare is None:
