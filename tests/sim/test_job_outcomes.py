@@ -47,14 +47,14 @@ def test_the_cli_writes_a_row_per_job_and_policy_and_refuses_a_folder(tmp_path: 
     trace = write_csv(tmp_path / "t.csv", ["0,10,1,a,,,,", "5,20,1,b,,,,", "6,1,1,b,,,,"])
     base = [sys.executable, "-m", "kiban.cli.main", "sim", "--trace", str(trace), "--nodes", "1"]
     base += ["--gpus-per-node", "1", "--no-rho"]
+
+    def sim(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], capture_output=True, text=True, timeout=240, check=False
+        )
+
     out = tmp_path / "out" / "jobs.csv"
-    done = subprocess.run(
-        [*base, "--compare", "fifo,sjf", "--jobs-csv", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = sim("--compare", "fifo,sjf", "--jobs-csv", str(out))
     assert done.returncode == 0, done.stderr
     rows = _read(out)
     assert [r["policy"] for r in rows] == ["fifo"] * 3 + ["sjf"] * 3
@@ -62,13 +62,7 @@ def test_the_cli_writes_a_row_per_job_and_policy_and_refuses_a_folder(tmp_path: 
     first_start = {(r["policy"], r["duration_s"]): float(r["first_start_s"]) for r in rows}
     assert first_start[("sjf", "1.0")] < first_start[("sjf", "20.0")]
     assert first_start[("fifo", "1.0")] > first_start[("fifo", "20.0")]
-    refused = subprocess.run(
-        [*base, "--jobs-csv", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    refused = sim("--jobs-csv", str(tmp_path))
     assert refused.returncode == 2
     assert "--jobs-csv must name a file" in refused.stderr
     assert "Traceback" not in refused.stderr

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from kiban.sim.engine import JobRun, SimOutcome
+from kiban.sim.metrics import jct as jct_of
 
 COLUMNS = (
     "policy",
@@ -47,8 +48,7 @@ def rows(policy: str, outcome: SimOutcome) -> Iterator[tuple[str, ...]]:
 
 def _row(policy: str, run: JobRun, origin: float) -> tuple[str, ...]:
     job = run.job
-    finished = run.finished_at is not None and not run.killed
-    jct = run.finished_at - job.submit_s if finished and run.finished_at is not None else None
+    jct = jct_of(run) if run.finished_at is not None and not run.killed else None
     return (
         policy,
         job.id,
